@@ -1,0 +1,160 @@
+/* backend.h: the op table. One struct of function pointers that every compute backend fills
+ * (the CPU reference in cpu/, the GPU one in cuda/). Layers call only these; a backend never
+ * knows which layer calls it.
+ *
+ * Conventions shared by every op:
+ *  - float32 data (dtype is carried by callers that allocate, see mgt_dtype), row-major;
+ *  - activations are NHWC: a batch of n samples of shape (h, w, c) is n*h*w rows of c floats;
+ *  - weights are in PyTorch's layouts: dense [out][in], conv OIHW ([oc][c][kh][kw]);
+ *  - pointers are backend memory (host for the CPU backend, device for the GPU one);
+ *  - backward ops OVERWRITE their parameter gradients (dW, db, dgamma, ...): the gradient arena
+ *    needs no zeroing, and n == 0 (a rank with no sample in a short last batch) must write zeros;
+ *  - an input gradient pointer (dx) may be NULL when the caller does not need it (first layer);
+ *  - every op accepts n == 0.
+ */
+#ifndef MGT_BACKEND_H
+#define MGT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { MGT_F32 = 0 } mgt_dtype;
+
+typedef enum { MGT_ACT_NONE = 0, MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX } mgt_act;
+
+/* Geometry of one 2-D convolution (NHWC in, NHWC out, OIHW weights). */
+typedef struct mgt_conv_shape {
+    int n, h, w, c;        /* input */
+    int oc, kh, kw;        /* filters */
+    int stride;            /* same in both directions */
+    int pad_top, pad_left; /* zero padding before the first row/column ("same" pads the rest) */
+    int oh, ow;            /* output, computed by the caller */
+} mgt_conv_shape;
+
+/* Geometry of one pooling window (NHWC, no padding). */
+typedef struct mgt_pool_shape {
+    int n, h, w, c;
+    int size, stride;
+    int oh, ow;
+} mgt_pool_shape;
+
+typedef struct mgt_ops mgt_ops;
+
+/* A backend instance: the table plus its private state (BLAS threads, scratch, handles). */
+typedef struct mgt_backend {
+    const mgt_ops *ops;
+    void *impl;
+} mgt_backend;
+
+struct mgt_ops {
+    const char *name; /* "cpu", "gpu" */
+
+    /* Memory. alloc returns zeroed memory or NULL. */
+    void *(*alloc)(mgt_backend *be, size_t bytes);
+    void (*free)(mgt_backend *be, void *p);
+    void (*to_device)(mgt_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(mgt_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(mgt_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(mgt_backend *be, void *p, size_t bytes);
+    /* Waits until every op issued so far has finished (no-op on the CPU). */
+    void (*sync)(mgt_backend *be);
+
+    /* Scratch memory: reserve() is called while the model is built with the largest size any op
+     * will ask for (conv2d_scratch); the ops then use it without allocating in the step loop.
+     * Returns -1 when the memory cannot be had. */
+    int (*reserve)(mgt_backend *be, size_t bytes);
+    void (*destroy)(mgt_backend *be);
+
+    /* Dense: y[n][out] = x[n][in] * W^T + b (b may be NULL). */
+    void (*dense_fwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                      const float *b, float *y);
+    /* dx[n][in] = dy * W; dW[out][in] = dy^T * x; db[out] = column sums of dy. */
+    void (*dense_bwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                      const float *dy, float *dx, float *dw, float *db);
+
+    /* Convolution (cross-correlation, as in PyTorch and Keras). */
+    size_t (*conv2d_scratch)(const mgt_conv_shape *s); /* bytes of scratch fwd/bwd need */
+    void (*conv2d_fwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                       const float *b, float *y);
+    void (*conv2d_bwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db);
+
+    /* Max pooling records the flat input index of each maximum in argmax (int32, one per output). */
+    void (*maxpool_fwd)(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
+                        int32_t *argmax);
+    void (*maxpool_bwd)(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
+                        const int32_t *argmax, float *dx);
+    void (*avgpool_fwd)(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y);
+    void (*avgpool_bwd)(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
+
+    /* Batch normalisation over `rows` rows of c channels (rows = n*h*w).
+     * stats: sum[c] and sumsq[c] of x over rows (sums, so ranks can add them up). */
+    void (*bn_stats)(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq);
+    /* y = (x - mean) * invstd * gamma + beta, per channel. */
+    void (*bn_apply)(mgt_backend *be, int rows, int c, const float *x, const float *mean,
+                     const float *invstd, const float *gamma, const float *beta, float *y);
+    /* From sum/sumsq over `count` rows: mean, invstd = 1/sqrt(var + eps) (biased var), and
+     * running = momentum * running + (1 - momentum) * batch (Keras' convention), unless
+     * running_mean is NULL. */
+    void (*bn_finalize)(mgt_backend *be, int c, float count, const float *sum, const float *sumsq,
+                        float eps, float momentum, float *mean, float *invstd,
+                        float *running_mean, float *running_var);
+    /* mean/invstd from running statistics (inference). */
+    void (*bn_running)(mgt_backend *be, int c, float eps, const float *running_mean,
+                       const float *running_var, float *mean, float *invstd);
+    /* dbeta[c] = sum dy; dgamma[c] = sum dy * xhat, xhat = (x - mean) * invstd. */
+    void (*bn_bwd_reduce)(mgt_backend *be, int rows, int c, const float *x, const float *dy,
+                          const float *mean, const float *invstd, float *dgamma, float *dbeta);
+    /* dx = gamma * invstd * (dy - (dbeta + xhat * dgamma) / count), with dgamma/dbeta summed
+     * over the `count` rows the statistics came from (all ranks' rows when synchronised). */
+    void (*bn_bwd_apply)(mgt_backend *be, int rows, int c, float count, const float *x,
+                         const float *dy, const float *mean, const float *invstd,
+                         const float *gamma, const float *dgamma, const float *dbeta, float *dx);
+
+    /* Inverted dropout, in place, mask regenerated from (key, counter) in backward so nothing
+     * is stored: element j of sample i (i counted from `first_sample`, the global index of the
+     * batch's first row on this rank) is kept when mgt_uniform(key, (first_sample+i)*row+j) >= rate,
+     * and then scaled by 1/(1-rate); dropped elements become 0. */
+    void (*dropout_fwd)(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                        uint64_t first_sample, float *x);
+    void (*dropout_bwd)(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                        uint64_t first_sample, float *dx);
+
+    /* Activations in place over n rows of `row` values (softmax: across each row).
+     * Backward uses the forward OUTPUT y: dx = dy * f'(y), in place on dy. */
+    void (*act_fwd)(mgt_backend *be, mgt_act act, int n, int row, float *x);
+    void (*act_bwd)(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy);
+
+    /* Fused, stable softmax + cross-entropy from logits [n][k].
+     *  probs[n][k] = softmax(logits) (may alias logits);
+     *  sparse: labels int32[n];  dense: targets float[n][k] (one-hot or soft);
+     *  dlogits (may be NULL) = (probs - target) * scale  (dense: probs * sum(t) - t);
+     *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions.
+     *  sums is backend memory so metrics stay on the device until they are read. */
+    void (*xent_sparse)(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
+                        float *probs, float *dlogits, float scale, float *sums);
+    void (*xent_dense)(mgt_backend *be, int n, int k, const float *logits, const float *targets,
+                       float *probs, float *dlogits, float scale, float *sums);
+
+    /* Layout change for Flatten: NHWC sample -> C,H,W order (PyTorch's flatten) and back. */
+    void (*nhwc_to_chw)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
+    void (*chw_to_nhwc)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
+
+    /* Optimizers over a whole flat arena of `count` floats, one call per step.
+     * g is the SUM of per-sample gradients over the global batch; each op uses g * scale
+     * (scale = 1 / global batch) plus wd * w (L2) as the gradient. Keras' formulas (RMSprop:
+     * w -= lr * gt / sqrt(ms + eps), epsilon inside the root). */
+    void (*sgd_step)(mgt_backend *be, size_t count, float *w, const float *g, float *vel,
+                     float lr, float momentum, int nesterov, float wd, float scale);
+    void (*rmsprop_step)(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
+                         float lr, float rho, float eps, float wd, float scale);
+    /* lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), computed by the caller. */
+    void (*adam_step)(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
+                      float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+};
+
+/* The CPU reference backend; threads = OpenBLAS threads for this rank (0: leave as is). */
+int mgt_cpu_backend_init(mgt_backend *be, int threads);
+void mgt_backend_destroy(mgt_backend *be);
+
+#endif

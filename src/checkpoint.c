@@ -1,0 +1,543 @@
+/* checkpoint.c: safetensors files (weights, checkpoints), .npy outputs and atomic writes.
+ *
+ * All three writers go through one small "atomic file" helper: the bytes are streamed into
+ * PATH.tmp.<pid> in the same folder (so no large concatenated buffer is ever built), which is
+ * then flushed, fsync'ed, closed, renamed onto PATH, and the folder fsync'ed. A crash at any point
+ * leaves either the old PATH or the new one; any failure removes the temporary file and leaves
+ * PATH untouched, and the error names PATH and the system's reason.
+ *
+ * safetensors layout: an 8-byte little-endian header length, a JSON header (built and parsed with
+ * cJSON) padded with spaces to a multiple of 8 bytes, then the raw little-endian float32 data.
+ * The header maps each tensor to {"dtype":"F32","shape":[...],"data_offsets":[b,e]} (offsets
+ * relative to the data section) and "__metadata__" to string pairs, to which the writer adds
+ * "crc32": the zlib CRC-32 of the data section, checked by the reader when present. The reader
+ * validates everything before handing out pointers into the one buffer holding the data. */
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint.c writes host floats as little-endian data: port it for big-endian hosts"
+#endif
+
+/* Headers larger than this are damage, not tensors (the safetensors reference reader uses the
+ * same bound). */
+#define ST_MAX_HEADER (100u << 20)
+/* Largest byte count kept exact by a JSON number (a double). */
+#define ST_MAX_BYTES (1LL << 53)
+
+static const char *errstr(int e) {
+    return e ? strerror(e) : "I/O error";
+}
+
+/* ---- atomic file ------------------------------------------------------------------------ */
+
+typedef struct afile {
+    FILE *f;
+    const char *path;
+    char tmp[PATH_MAX + 32];
+} afile;
+
+static int af_open(afile *a, const char *path, mgt_err *err) {
+    a->f = NULL;
+    a->path = path;
+    int n = snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof a->tmp)
+        return mgt_errf(err, "%s: path too long; choose a shorter output path", path);
+    int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return mgt_errf(err,
+                        "%s: cannot write: creating its temporary file %s failed (%s); "
+                        "check that the folder exists and is writable",
+                        path, a->tmp, strerror(errno));
+    a->f = fdopen(fd, "wb");
+    if (!a->f) {
+        int e = errno;
+        close(fd);
+        unlink(a->tmp);
+        return mgt_errf(err, "%s: cannot write (%s)", path, errstr(e));
+    }
+    return 0;
+}
+
+/* Drops the temporary file; PATH is untouched. */
+static void af_abort(afile *a) {
+    if (a->f)
+        fclose(a->f);
+    a->f = NULL;
+    unlink(a->tmp);
+}
+
+static int af_write(afile *a, const void *p, size_t len, mgt_err *err) {
+    errno = 0;
+    if (len && fwrite(p, 1, len, a->f) != len) {
+        int e = errno;
+        af_abort(a);
+        return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
+                        errstr(e));
+    }
+    return 0;
+}
+
+/* Makes the temporary file durable, puts it in place, and makes the rename durable. */
+static int af_commit(afile *a, mgt_err *err) {
+    errno = 0;
+    if (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0) {
+        int e = errno;
+        af_abort(a);
+        return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
+                        errstr(e));
+    }
+    FILE *f = a->f;
+    a->f = NULL;
+    if (fclose(f) != 0) {
+        int e = errno;
+        unlink(a->tmp);
+        return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
+                        errstr(e));
+    }
+    if (rename(a->tmp, a->path) != 0) {
+        int e = errno;
+        unlink(a->tmp);
+        return mgt_errf(err, "%s: cannot write: renaming %s onto it failed (%s)", a->path, a->tmp,
+                        errstr(e));
+    }
+
+    /* The folder entry: without this fsync the rename itself may not survive a crash. */
+    char dir[PATH_MAX];
+    const char *slash = strrchr(a->path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == a->path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->path), a->path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) { /* EINVAL: fs without folder fsync */
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return mgt_errf(err,
+                        "%s: written, but syncing its folder %s failed (%s); the new file "
+                        "may not survive a crash",
+                        a->path, dir, errstr(e));
+    }
+    close(fd);
+    return 0;
+}
+
+int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err) {
+    afile a;
+    if (af_open(&a, path, err) || af_write(&a, data, len, err))
+        return -1;
+    return af_commit(&a, err);
+}
+
+/* ---- safetensors ------------------------------------------------------------------------ */
+
+static uint32_t crc_update(uint32_t crc, const void *p, size_t len) {
+    const unsigned char *b = p;
+    while (len > 0) { /* crc32() takes a uInt length */
+        size_t n = len > (1u << 30) ? (1u << 30) : len;
+        crc = (uint32_t)crc32(crc, b, (uInt)n);
+        b += n;
+        len -= n;
+    }
+    return crc;
+}
+
+/* Elements of a shape, or -1 if it is invalid or its bytes exceed ST_MAX_BYTES. */
+static int64_t numel_of(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return -1;
+        if (shape[d] > 0 && n > ST_MAX_BYTES / 4 / shape[d])
+            return -1;
+        n *= shape[d];
+    }
+    return n;
+}
+
+/* Checks the writer's input: names, shapes, data, and that no name or key is used twice. */
+static int check_write_args(const char *path, const mgt_tensor_entry *t, int nt,
+                            const mgt_meta_entry *meta, int nmeta, mgt_err *err) {
+    if (nt < 0 || nmeta < 0 || (nt > 0 && !t) || (nmeta > 0 && !meta))
+        return mgt_errf(err, "%s: invalid tensor or metadata list", path);
+    int64_t total = 0;
+    for (int i = 0; i < nt; i++) {
+        const char *nm = t[i].name;
+        if (memchr(nm, 0, sizeof t[i].name) == NULL || nm[0] == 0 ||
+            strcmp(nm, "__metadata__") == 0)
+            return mgt_errf(err, "%s: tensor %d has an empty, unterminated or reserved name", path,
+                            i);
+        if (t[i].ndim < 0 || t[i].ndim > MGT_MAX_DIMS)
+            return mgt_errf(err, "%s: tensor %s has %d dimensions (at most %d are supported)", path,
+                            nm, t[i].ndim, MGT_MAX_DIMS);
+        int64_t n = numel_of(t[i].ndim, t[i].shape);
+        if (n < 0 || total > ST_MAX_BYTES - 4 * n)
+            return mgt_errf(err, "%s: tensor %s has a negative or too large shape", path, nm);
+        if (n > 0 && !t[i].data)
+            return mgt_errf(err, "%s: tensor %s has no data", path, nm);
+        total += 4 * n;
+        for (int k = 0; k < i; k++)
+            if (strcmp(t[k].name, nm) == 0)
+                return mgt_errf(err, "%s: tensor name %s is used twice", path, nm);
+    }
+    for (int i = 0; i < nmeta; i++) {
+        if (memchr(meta[i].key, 0, sizeof meta[i].key) == NULL ||
+            memchr(meta[i].value, 0, sizeof meta[i].value) == NULL)
+            return mgt_errf(err, "%s: metadata entry %d is not NUL-terminated", path, i);
+        for (int k = 0; k < i; k++)
+            if (strcmp(meta[k].key, meta[i].key) == 0)
+                return mgt_errf(err, "%s: metadata key %s is used twice", path, meta[i].key);
+    }
+    return 0;
+}
+
+int mgt_safetensors_write(const char *path, const mgt_tensor_entry *t, int nt,
+                          const mgt_meta_entry *meta, int nmeta, mgt_err *err) {
+    if (check_write_args(path, t, nt, meta, nmeta, err))
+        return -1;
+
+    /* The header: tensors in the given order, then the metadata with the data's CRC-32. Every
+     * cJSON call may fail on memory; `ok` collects that and is checked once at the end. */
+    cJSON *root = cJSON_CreateObject();
+    int ok = root != NULL;
+    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    int64_t off = 0;
+    for (int i = 0; ok && i < nt; i++) {
+        int64_t bytes = 4 * numel_of(t[i].ndim, t[i].shape);
+        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        cJSON *offs = cJSON_AddArrayToObject(e, "data_offsets");
+        ok = e && cJSON_AddStringToObject(e, "dtype", "F32") && shape && offs;
+        for (int d = 0; ok && d < t[i].ndim; d++)
+            ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
+        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off)) &&
+             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
+        if (bytes > 0)
+            crc = crc_update(crc, t[i].data, (size_t)bytes);
+        off += bytes;
+    }
+    cJSON *m = ok ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
+    ok = m != NULL;
+    for (int i = 0; ok && i < nmeta; i++)
+        if (strcmp(meta[i].key, "crc32") != 0) /* ours replaces a caller's */
+            ok = cJSON_AddStringToObject(m, meta[i].key, meta[i].value) != NULL;
+    char crchex[9];
+    snprintf(crchex, sizeof crchex, "%08x", (unsigned)crc);
+    ok = ok && cJSON_AddStringToObject(m, "crc32", crchex) != NULL;
+    char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!json)
+        return mgt_errf(err, "%s: out of memory building the safetensors header", path);
+
+    /* Length prefix + header padded with spaces to a multiple of 8, so the data is aligned. */
+    size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
+    unsigned char prefix[8];
+    for (int b = 0; b < 8; b++)
+        prefix[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
+    static const char spaces[] = "       "; /* the at most 7 padding bytes */
+
+    afile a;
+    int rc = af_open(&a, path, err);
+    rc = rc || af_write(&a, prefix, 8, err) || af_write(&a, json, jlen, err) ||
+         af_write(&a, spaces, hlen - jlen, err);
+    free(json);
+    for (int i = 0; !rc && i < nt; i++)
+        rc = af_write(&a, t[i].data, (size_t)(4 * numel_of(t[i].ndim, t[i].shape)), err);
+    return rc ? -1 : af_commit(&a, err);
+}
+
+/* An integral JSON number in [0, ST_MAX_BYTES], or -1. */
+static int64_t json_count(const cJSON *v) {
+    if (!cJSON_IsNumber(v))
+        return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= (double)ST_MAX_BYTES) || d != (double)(int64_t)d)
+        return -1;
+    return (int64_t)d;
+}
+
+/* Fills *e from one header entry, checking dtype, shape and offsets against the data size. */
+static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const char *blob,
+                        mgt_tensor_entry *e, mgt_err *err) {
+    const char *nm = it->string;
+    if (strlen(nm) >= sizeof e->name)
+        return mgt_errf(err,
+                        "%s: tensor name \"%.40s...\" is %zu bytes, longer than the %zu "
+                        "supported",
+                        path, nm, strlen(nm), sizeof e->name - 1);
+    snprintf(e->name, sizeof e->name, "%s", nm);
+    if (!cJSON_IsObject(it))
+        return mgt_errf(err, "%s: header entry %s is not an object; the file is damaged", path, nm);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of))
+        return mgt_errf(err,
+                        "%s: tensor %s lacks a dtype, shape or data_offsets; the file is "
+                        "damaged",
+                        path, nm);
+    if (strcmp(dt->valuestring, "F32") != 0)
+        return mgt_errf(err,
+                        "%s: tensor %s has dtype %.16s; only F32 is supported (convert the "
+                        "file to float32)",
+                        path, nm, dt->valuestring);
+    int nd = cJSON_GetArraySize(sh);
+    if (nd > MGT_MAX_DIMS)
+        return mgt_errf(err, "%s: tensor %s has %d dimensions (at most %d are supported)", path, nm,
+                        nd, MGT_MAX_DIMS);
+    e->ndim = nd;
+    int64_t numel = 1;
+    for (int d = 0; d < nd; d++) {
+        int64_t v = json_count(cJSON_GetArrayItem(sh, d));
+        if (v < 0 || (v > 0 && numel > ST_MAX_BYTES / 4 / v))
+            return mgt_errf(err, "%s: tensor %s has an invalid shape; the file is damaged", path,
+                            nm);
+        e->shape[d] = v;
+        numel *= v;
+    }
+    int64_t b = cJSON_GetArraySize(of) == 2 ? json_count(cJSON_GetArrayItem(of, 0)) : -1;
+    int64_t en = cJSON_GetArraySize(of) == 2 ? json_count(cJSON_GetArrayItem(of, 1)) : -1;
+    if (b < 0 || en < b || en > dlen)
+        return mgt_errf(err,
+                        "%s: tensor %s: data_offsets are invalid or outside the %lld-byte "
+                        "data section; the file is truncated or damaged",
+                        path, nm, (long long)dlen);
+    if (en - b != 4 * numel)
+        return mgt_errf(err,
+                        "%s: tensor %s: data_offsets [%lld, %lld] hold %lld bytes but its "
+                        "shape needs %lld; the file is damaged",
+                        path, nm, (long long)b, (long long)en, (long long)(en - b),
+                        (long long)(4 * numel));
+    if (b % 4 != 0)
+        return mgt_errf(err,
+                        "%s: tensor %s starts at byte %lld of the data, not a multiple of 4; "
+                        "rewrite the file with aligned tensors",
+                        path, nm, (long long)b);
+    e->data = (const float *)(const void *)(blob + b);
+    return 0;
+}
+
+static int parse_meta(const char *path, const cJSON *it, mgt_meta_entry *m, mgt_err *err) {
+    if (!cJSON_IsString(it))
+        return mgt_errf(err, "%s: metadata %s is not a string; the file is damaged", path,
+                        it->string);
+    if (strlen(it->string) >= sizeof m->key)
+        return mgt_errf(err,
+                        "%s: metadata key \"%.40s...\" is too long (%zu bytes, at most %zu "
+                        "are supported)",
+                        path, it->string, strlen(it->string), sizeof m->key - 1);
+    if (strlen(it->valuestring) >= sizeof m->value)
+        return mgt_errf(err,
+                        "%s: metadata value of %s is too long (%zu bytes, at most %zu are "
+                        "supported)",
+                        path, it->string, strlen(it->valuestring), sizeof m->value - 1);
+    snprintf(m->key, sizeof m->key, "%s", it->string);
+    snprintf(m->value, sizeof m->value, "%s", it->valuestring);
+    return 0;
+}
+
+/* Parses and checks the header against the loaded data (st->blob, dlen bytes). */
+static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t dlen,
+                        mgt_safetensors *st, mgt_err *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
+    if (!root) {
+        return mgt_errf(err,
+                        "%s: the header is not a valid JSON object (error at byte %ld of "
+                        "%zu); the file is damaged or not a safetensors file",
+                        path, (long)(end ? end - hdr : 0), hlen);
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return mgt_errf(err,
+                        "%s: the header is valid JSON but not a JSON object; the file is "
+                        "damaged or not a safetensors file",
+                        path);
+    }
+    int nt = 0, nmeta = 0;
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) nt += strcmp(it->string, "__metadata__") != 0;
+    if (md && !cJSON_IsObject(md)) {
+        cJSON_Delete(root);
+        return mgt_errf(err, "%s: __metadata__ is not an object; the file is damaged", path);
+    }
+    nmeta = md ? cJSON_GetArraySize(md) : 0;
+    st->t = calloc((size_t)nt + 1, sizeof *st->t);
+    st->meta = calloc((size_t)nmeta + 1, sizeof *st->meta);
+    if (!st->t || !st->meta) {
+        cJSON_Delete(root);
+        return mgt_errf(err, "%s: out of memory reading the header", path);
+    }
+    int rc = 0;
+    cJSON_ArrayForEach(it, root) {
+        if (strcmp(it->string, "__metadata__") == 0)
+            continue;
+        if ((rc = parse_tensor(path, it, dlen, st->blob, &st->t[st->nt], err)))
+            break;
+        st->nt++;
+    }
+    if (!rc && md) {
+        cJSON_ArrayForEach(it, md) {
+            if ((rc = parse_meta(path, it, &st->meta[st->nmeta], err)))
+                break;
+            st->nmeta++;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Verifies the data against the "crc32" metadata when the file has one. */
+static int check_crc(const char *path, const mgt_safetensors *st, int64_t dlen, mgt_err *err) {
+    const char *want = mgt_safetensors_meta(st, "crc32");
+    if (!want)
+        return 0;
+    int hex = strlen(want) == 8;
+    for (int i = 0; hex && i < 8; i++)
+        hex = isxdigit((unsigned char)want[i]) != 0;
+    unsigned long v = hex ? strtoul(want, NULL, 16) : 0;
+    if (!hex)
+        return mgt_errf(err,
+                        "%s: metadata crc32 \"%.16s\" is not 8 hex digits; the file is "
+                        "damaged",
+                        path, want);
+    uint32_t got = crc_update((uint32_t)crc32(0L, Z_NULL, 0), st->blob, (size_t)dlen);
+    if (got != (uint32_t)v)
+        return mgt_errf(err,
+                        "%s: CRC mismatch: the file is damaged (the data's CRC-32 is %08x, "
+                        "the header says %s); restore it from a backup or write it again",
+                        path, (unsigned)got, want);
+    return 0;
+}
+
+int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err) {
+    memset(st, 0, sizeof *st);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mgt_errf(err, "%s: cannot open (%s); check the path", path, strerror(errno));
+    char *hdr = NULL;
+    int rc = -1;
+    struct stat sb;
+    unsigned char pre[8];
+    if (fstat(fileno(f), &sb) != 0) {
+        mgt_errf(err, "%s: cannot read (%s)", path, strerror(errno));
+        goto out;
+    }
+    const int64_t size = sb.st_size;
+    if (size < 8 || fread(pre, 1, 8, f) != 8) {
+        mgt_errf(err,
+                 "%s is truncated: %lld bytes, fewer than the 8-byte header length; the "
+                 "file is damaged or not a safetensors file",
+                 path, (long long)size);
+        goto out;
+    }
+    uint64_t hlen = 0;
+    for (int b = 0; b < 8; b++)
+        hlen |= (uint64_t)pre[b] << (8 * b);
+    if (hlen > (uint64_t)(size - 8)) {
+        mgt_errf(err,
+                 "%s is truncated: its header length says %llu bytes but only %lld bytes "
+                 "follow; the file is damaged or not a safetensors file",
+                 path, (unsigned long long)hlen, (long long)(size - 8));
+        goto out;
+    }
+    if (hlen > ST_MAX_HEADER) {
+        mgt_errf(err,
+                 "%s: header of %llu bytes is implausibly large; the file is damaged or not "
+                 "a safetensors file",
+                 path, (unsigned long long)hlen);
+        goto out;
+    }
+    const int64_t dlen = size - 8 - (int64_t)hlen;
+    hdr = malloc(hlen + 1);
+    st->blob = malloc(dlen > 0 ? (size_t)dlen : 1);
+    if (!hdr || !st->blob) {
+        mgt_errf(err, "%s: out of memory for %lld bytes", path, (long long)size);
+        goto out;
+    }
+    errno = 0;
+    if (fread(hdr, 1, hlen, f) != hlen ||
+        (dlen > 0 && fread(st->blob, 1, (size_t)dlen, f) != (size_t)dlen)) {
+        mgt_errf(err, "%s is truncated or unreadable (%s)", path, errstr(errno));
+        goto out;
+    }
+    hdr[hlen] = 0;
+    rc = parse_header(path, hdr, hlen, dlen, st, err);
+    rc = rc || check_crc(path, st, dlen, err);
+out:
+    fclose(f);
+    free(hdr);
+    if (rc)
+        mgt_safetensors_free(st);
+    return rc ? -1 : 0;
+}
+
+const mgt_tensor_entry *mgt_safetensors_find(const mgt_safetensors *st, const char *name) {
+    for (int i = 0; i < st->nt; i++)
+        if (strcmp(st->t[i].name, name) == 0)
+            return &st->t[i];
+    return NULL;
+}
+
+const char *mgt_safetensors_meta(const mgt_safetensors *st, const char *key) {
+    for (int i = 0; i < st->nmeta; i++)
+        if (strcmp(st->meta[i].key, key) == 0)
+            return st->meta[i].value;
+    return NULL;
+}
+
+void mgt_safetensors_free(mgt_safetensors *st) {
+    if (!st)
+        return;
+    free(st->t);
+    free(st->meta);
+    free(st->blob);
+    memset(st, 0, sizeof *st);
+}
+
+/* ---- .npy ------------------------------------------------------------------------------- */
+
+int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t cols, mgt_err *err) {
+    if (rows < 0 || cols < 0 || (cols > 0 && rows > ST_MAX_BYTES / 4 / cols))
+        return mgt_errf(err, "%s: invalid array shape (%lld, %lld)", path, (long long)rows,
+                        (long long)cols);
+    const int64_t bytes = 4 * rows * cols;
+    if (bytes > 0 && !data)
+        return mgt_errf(err, "%s: no data for a (%lld, %lld) array", path, (long long)rows,
+                        (long long)cols);
+
+    /* Format 1.0: magic, version, uint16 LE header length, then the dict padded with spaces and
+     * ended by '\n' so that the data starts at a multiple of 64 bytes. */
+    char buf[256];
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    int n = snprintf(buf + 10, sizeof buf - 10,
+                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                     (long long)rows, (long long)cols);
+    size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;
+    memset(buf + 10 + n, ' ', total - 10 - (size_t)n - 1);
+    buf[total - 1] = '\n';
+    size_t hl = total - 10;
+    buf[8] = (char)(hl & 0xff);
+    buf[9] = (char)(hl >> 8);
+
+    afile a;
+    if (af_open(&a, path, err) || af_write(&a, buf, total, err) ||
+        af_write(&a, data, (size_t)bytes, err))
+        return -1;
+    return af_commit(&a, err);
+}

@@ -1,0 +1,60 @@
+/* checkpoint.h: safetensors files (weights, checkpoints) and .npy outputs.
+ *
+ * safetensors: 8-byte little-endian header length, a JSON header (cJSON) mapping each tensor
+ * name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]} plus "__metadata__" (string
+ * values only), then the raw little-endian data. Our writer adds metadata "crc32" (zlib CRC-32 of
+ * the data section, 8 hex digits) which the reader verifies when present.
+ *
+ * Every write is atomic: PATH.tmp.<pid> is written, fsync'ed, renamed onto PATH and the directory
+ * fsync'ed, so a crash leaves the old file or the new one, never half of one. A failed write
+ * removes its temporary file and leaves PATH as it was. */
+#ifndef MGT_CHECKPOINT_H
+#define MGT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#define MGT_MAX_DIMS 4
+
+typedef struct mgt_tensor_entry {
+    char name[128];
+    int ndim;
+    int64_t shape[MGT_MAX_DIMS];
+    const float *data; /* writer: host data; reader: points into the file's loaded data */
+} mgt_tensor_entry;
+
+typedef struct mgt_meta_entry {
+    char key[64];
+    char value[256];
+} mgt_meta_entry;
+
+/* Writes tensors in the order given, with the metadata pairs, atomically. */
+int mgt_safetensors_write(const char *path, const mgt_tensor_entry *t, int nt,
+                          const mgt_meta_entry *meta, int nmeta, mgt_err *err);
+
+/* A loaded file: the entries' data pointers point into `blob`. */
+typedef struct mgt_safetensors {
+    mgt_tensor_entry *t;
+    int nt;
+    mgt_meta_entry *meta;
+    int nmeta;
+    void *blob;
+} mgt_safetensors;
+
+/* Reads and validates the whole file: header length within the file, JSON well-formed, every
+ * tensor F32 with offsets inside the data and matching its shape, the CRC when present. Errors
+ * name the file and what is wrong ("... is truncated", "... CRC mismatch: the file is damaged"). */
+int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err);
+const mgt_tensor_entry *mgt_safetensors_find(const mgt_safetensors *st, const char *name);
+const char *mgt_safetensors_meta(const mgt_safetensors *st, const char *key); /* NULL if absent */
+void mgt_safetensors_free(mgt_safetensors *st);
+
+/* Writes a float32 .npy (format 1.0, little-endian, C order) of shape [rows][cols], atomically. */
+int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t cols, mgt_err *err);
+
+/* Writes `len` bytes to path atomically (temporary file, fsync, rename, directory fsync). */
+int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err);
+
+#endif

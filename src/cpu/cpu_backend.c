@@ -1,0 +1,234 @@
+/* cpu_backend.c: the CPU reference backend's op table ("cpu"), its life cycle (init/destroy),
+ * memory (host memory: calloc/free/memcpy), the scratch buffer, dense layers and the Flatten
+ * layout changes. The other ops live in the sibling files listed in cpu_internal.h.
+ *
+ * This backend is the reference the GPU one is compared against, so every op follows backend.h
+ * literally; speed comes from OpenBLAS (every matrix product is one cblas_sgemm call) and from
+ * plain loops the compiler can vectorise. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static void *cpu_alloc(mgt_backend *be, size_t bytes) {
+    (void)be;
+    return calloc(1, bytes ? bytes : 1); /* never NULL for 0 bytes: NULL means "out of memory" */
+}
+
+static void cpu_free(mgt_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+/* Host to host: the three transfers are copies. memmove so that an accidental overlap is
+ * harmless; bytes == 0 may come with NULL pointers, which memcpy/memmove must not see. */
+static void cpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(mgt_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes)
+        memset(p, 0, bytes);
+}
+
+static void cpu_sync(mgt_backend *be) {
+    (void)be;
+}
+
+/* Grows the scratch buffer to at least `bytes` (never shrinks it). The old content is not kept:
+ * scratch only lives within one op call. On failure the old buffer stays and -1 is returned. */
+static int cpu_reserve(mgt_backend *be, size_t bytes) {
+    mgt_cpu_impl *im = mgt_cpu_impl_of(be);
+    if (bytes <= im->scratch_bytes)
+        return 0;
+    size_t rounded = (bytes + 63) & ~(size_t)63; /* aligned_alloc wants a multiple of 64 */
+    if (rounded < bytes)
+        return -1; /* overflow */
+    float *p = aligned_alloc(64, rounded);
+    if (!p)
+        return -1;
+    free(im->scratch);
+    im->scratch = p;
+    im->scratch_bytes = rounded;
+    return 0;
+}
+
+static void cpu_destroy(mgt_backend *be) {
+    mgt_cpu_impl *im = mgt_cpu_impl_of(be);
+    if (im) {
+        free(im->scratch);
+        free(im);
+    }
+    be->impl = NULL;
+    be->ops = NULL;
+}
+
+/* ---- shared helper ----------------------------------------------------------------------- */
+
+/* Column sums in double. Columns are taken in blocks of up to 256 so that the accumulators
+ * stay on the stack (ops must not allocate) while each row is still read contiguously. */
+void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
+    enum { BLOCK = 256 };
+    double acc[BLOCK];
+    for (int c0 = 0; c0 < cols; c0 += BLOCK) {
+        const int nc = cols - c0 < BLOCK ? cols - c0 : BLOCK;
+        for (int j = 0; j < nc; j++)
+            acc[j] = 0.0;
+        for (size_t r = 0; r < rows; r++) {
+            const float *restrict row = m + r * (size_t)cols + c0;
+            for (int j = 0; j < nc; j++)
+                acc[j] += row[j];
+        }
+        for (int j = 0; j < nc; j++)
+            out[c0 + j] = (float)acc[j];
+    }
+}
+
+/* ---- dense ------------------------------------------------------------------------------- */
+
+/* y[n][out] = x[n][in] * W^T + b: the bias is copied into y first and the GEMM adds onto it
+ * (beta = 1), which costs one pass over y instead of a separate bias pass after the product. */
+void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *b, float *y) {
+    (void)be;
+    if (n <= 0 || out <= 0)
+        return;
+    float beta = 0.0f;
+    if (b) {
+        for (int i = 0; i < n; i++)
+            memcpy(y + (size_t)i * out, b, sizeof(float) * (size_t)out);
+        beta = 1.0f;
+    }
+    if (in <= 0) {
+        if (!b)
+            memset(y, 0, sizeof(float) * (size_t)n * out);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y,
+                out);
+}
+
+/* dx = dy * W, dW = dy^T * x, db = column sums of dy. With n == 0 the GEMM for dW would have
+ * an empty inner dimension, which BLAS implementations treat inconsistently, so dW is zeroed
+ * by hand instead. */
+void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db) {
+    (void)be;
+    if (n < 0)
+        n = 0;
+    if (db)
+        mgt_cpu_colsum((size_t)n, out, dy, db);
+    if (in <= 0 || out <= 0) {
+        if (dx && n > 0 && in > 0)
+            memset(dx, 0, sizeof(float) * (size_t)n * in);
+        return;
+    }
+    if (dw) {
+        if (n == 0)
+            memset(dw, 0, sizeof(float) * (size_t)out * in);
+        else
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+                        0.0f, dw, in);
+    }
+    if (dx && n > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
+                    0.0f, dx, in);
+}
+
+/* ---- Flatten layout ---------------------------------------------------------------------- */
+
+/* One sample is a [hw][c] matrix in NHWC and its transpose [c][hw] in CHW. The transpose goes
+ * by 32x32 tiles so that both the reads and the writes stay within a few cache lines. */
+static void transpose_tiled(size_t rows, size_t cols, const float *restrict src,
+                            float *restrict dst) {
+    enum { T = 32 };
+    for (size_t r0 = 0; r0 < rows; r0 += T) {
+        const size_t r1 = r0 + T < rows ? r0 + T : rows;
+        for (size_t c0 = 0; c0 < cols; c0 += T) {
+            const size_t c1 = c0 + T < cols ? c0 + T : cols;
+            for (size_t r = r0; r < r1; r++)
+                for (size_t c = c0; c < c1; c++)
+                    dst[c * rows + r] = src[r * cols + c];
+        }
+    }
+}
+
+void mgt_cpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
+    (void)be;
+    const size_t hw = (size_t)h * w, per = hw * c;
+    for (int i = 0; i < n; i++)
+        transpose_tiled(hw, (size_t)c, x + i * per, y + i * per);
+}
+
+void mgt_cpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
+    (void)be;
+    const size_t hw = (size_t)h * w, per = hw * c;
+    for (int i = 0; i < n; i++)
+        transpose_tiled((size_t)c, hw, x + i * per, y + i * per);
+}
+
+/* ---- the table --------------------------------------------------------------------------- */
+
+static const mgt_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .reserve = cpu_reserve,
+    .destroy = cpu_destroy,
+    .dense_fwd = mgt_cpu_dense_fwd,
+    .dense_bwd = mgt_cpu_dense_bwd,
+    .conv2d_scratch = mgt_cpu_conv2d_scratch,
+    .conv2d_fwd = mgt_cpu_conv2d_fwd,
+    .conv2d_bwd = mgt_cpu_conv2d_bwd,
+    .maxpool_fwd = mgt_cpu_maxpool_fwd,
+    .maxpool_bwd = mgt_cpu_maxpool_bwd,
+    .avgpool_fwd = mgt_cpu_avgpool_fwd,
+    .avgpool_bwd = mgt_cpu_avgpool_bwd,
+    .bn_stats = mgt_cpu_bn_stats,
+    .bn_apply = mgt_cpu_bn_apply,
+    .bn_finalize = mgt_cpu_bn_finalize,
+    .bn_running = mgt_cpu_bn_running,
+    .bn_bwd_reduce = mgt_cpu_bn_bwd_reduce,
+    .bn_bwd_apply = mgt_cpu_bn_bwd_apply,
+    .dropout_fwd = mgt_cpu_dropout_fwd,
+    .dropout_bwd = mgt_cpu_dropout_bwd,
+    .act_fwd = mgt_cpu_act_fwd,
+    .act_bwd = mgt_cpu_act_bwd,
+    .xent_sparse = mgt_cpu_xent_sparse,
+    .xent_dense = mgt_cpu_xent_dense,
+    .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
+    .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
+    .sgd_step = mgt_cpu_sgd_step,
+    .rmsprop_step = mgt_cpu_rmsprop_step,
+    .adam_step = mgt_cpu_adam_step,
+};
+
+int mgt_cpu_backend_init(mgt_backend *be, int threads) {
+    if (!be)
+        return -1;
+    mgt_cpu_impl *im = calloc(1, sizeof *im);
+    if (!im)
+        return -1;
+    im->threads = threads;
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    be->ops = &cpu_ops;
+    be->impl = im;
+    return 0;
+}
+
+void mgt_backend_destroy(mgt_backend *be) {
+    if (be && be->ops && be->ops->destroy)
+        be->ops->destroy(be);
+}

@@ -1,0 +1,236 @@
+/* cpu_elem.c: element- and row-wise ops: activations, inverted dropout, and the fused, stable
+ * softmax + cross-entropy.
+ *
+ * Dropout draws its mask from the stateless RNG of util.h, element j of global sample s using
+ * counter s*row + j, so the forward and backward passes (and the GPU backend, and any split of
+ * the batch across ranks) see the same mask without storing it.
+ *
+ * Softmax (activation and loss) subtracts the row maximum before exponentiating, so no logit is
+ * too large; the log-sum-exp and the loss are formed in double. */
+#include <math.h>
+
+#include "cpu_internal.h"
+#include "util.h"
+
+/* ---- dropout ---- */
+
+/* Forward and backward are the same map: the mask from (key, counter) times 1/(1-rate). */
+static void dropout_apply(int n, int row, float rate, uint64_t key, uint64_t first_sample,
+                          float *restrict x) {
+    if (!(rate > 0.0f) || n <= 0 || row <= 0)
+        return;
+    const float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float *restrict xr = x + (size_t)i * row;
+        const uint64_t base = (first_sample + (uint64_t)i) * (uint64_t)row;
+        for (int j = 0; j < row; j++)
+            xr[j] = mgt_uniform(key, base + (uint64_t)j) >= rate ? xr[j] * keep_scale : 0.0f;
+    }
+}
+
+void mgt_cpu_dropout_fwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                         uint64_t first_sample, float *x) {
+    (void)be;
+    dropout_apply(n, row, rate, key, first_sample, x);
+}
+
+void mgt_cpu_dropout_bwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                         uint64_t first_sample, float *dx) {
+    (void)be;
+    dropout_apply(n, row, rate, key, first_sample, dx);
+}
+
+/* ---- activations ---- */
+
+/* 1/(1+e^-v) without overflow: for v < 0 use e^v/(1+e^v). */
+static inline float sigmoidf(float v) {
+    if (v >= 0.0f)
+        return 1.0f / (1.0f + expf(-v));
+    const float e = expf(v);
+    return e / (1.0f + e);
+}
+
+static void softmax_row(int k, float *restrict x) {
+    float mx = x[0];
+    for (int j = 1; j < k; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) {
+        x[j] = expf(x[j] - mx);
+        sum += x[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int j = 0; j < k; j++)
+        x[j] *= inv;
+}
+
+void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
+    (void)be;
+    if (n <= 0 || row <= 0)
+        return;
+    const size_t count = (size_t)n * row;
+    switch (act) {
+    case MGT_ACT_RELU:
+        /* NaN stays NaN (as in PyTorch): a diverged model must reach the loss check. */
+        for (size_t i = 0; i < count; i++)
+            x[i] = x[i] < 0.0f ? 0.0f : x[i];
+        break;
+    case MGT_ACT_SIGMOID:
+        for (size_t i = 0; i < count; i++)
+            x[i] = sigmoidf(x[i]);
+        break;
+    case MGT_ACT_TANH:
+        for (size_t i = 0; i < count; i++)
+            x[i] = tanhf(x[i]);
+        break;
+    case MGT_ACT_SOFTMAX:
+        for (int i = 0; i < n; i++)
+            softmax_row(row, x + (size_t)i * row);
+        break;
+    case MGT_ACT_NONE:
+    default:
+        break;
+    }
+}
+
+/* dx = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
+ * softmax (per row): dx_j = y_j (dy_j - sum_k dy_k y_k). */
+void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
+    (void)be;
+    if (n <= 0 || row <= 0)
+        return;
+    const size_t count = (size_t)n * row;
+    switch (act) {
+    case MGT_ACT_RELU:
+        for (size_t i = 0; i < count; i++)
+            dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case MGT_ACT_SIGMOID:
+        for (size_t i = 0; i < count; i++)
+            dy[i] *= y[i] * (1.0f - y[i]);
+        break;
+    case MGT_ACT_TANH:
+        for (size_t i = 0; i < count; i++)
+            dy[i] *= 1.0f - y[i] * y[i];
+        break;
+    case MGT_ACT_SOFTMAX:
+        for (int i = 0; i < n; i++) {
+            const float *restrict yr = y + (size_t)i * row;
+            float *restrict gr = dy + (size_t)i * row;
+            double dot = 0.0;
+            for (int j = 0; j < row; j++)
+                dot += (double)gr[j] * yr[j];
+            const float d = (float)dot;
+            for (int j = 0; j < row; j++)
+                gr[j] = yr[j] * (gr[j] - d);
+        }
+        break;
+    case MGT_ACT_NONE:
+    default:
+        break;
+    }
+}
+
+/* ---- softmax + cross-entropy ----
+ * For each row: mx = max logit, se = sum exp(l - mx), lse = mx + log(se),
+ * p_j = exp(l_j - mx) / se, loss = lse - l[label] (dense: sum(t) * lse - sum t_j l_j).
+ * probs and dlogits may alias logits (or each other): everything read from a row is read
+ * before that row is written, and the last pass reads l_j before writing p_j / d_j at the same
+ * index. The argmax for the accuracy is taken over the p_j written (first maximum wins). */
+
+static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float *inv_se_out) {
+    float mx = l[0];
+    for (int j = 1; j < k; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    double se = 0.0;
+    for (int j = 0; j < k; j++)
+        se += expf(l[j] - mx);
+    *mx_out = mx;
+    *lse_out = (double)mx + log(se);
+    *inv_se_out = (float)(1.0 / se);
+}
+
+/* An out-of-range label counts as an all-zero target: no loss, zero gradient, never correct. */
+void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
+                         float *probs, float *dlogits, float scale, float *sums) {
+    (void)be;
+    if (n <= 0 || k <= 0)
+        return;
+    double loss = 0.0;
+    long correct = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t off = (size_t)i * k;
+        const float *l = logits + off;
+        float *p = probs ? probs + off : NULL;
+        float *d = dlogits ? dlogits + off : NULL;
+        const int lab = labels[i];
+        const int valid = lab >= 0 && lab < k;
+        float mx, inv_se;
+        double lse;
+        row_lse(k, l, &mx, &lse, &inv_se);
+        if (valid)
+            loss += lse - (double)l[lab];
+        int best = 0;
+        float best_p = -1.0f;
+        for (int j = 0; j < k; j++) {
+            const float pj = expf(l[j] - mx) * inv_se;
+            if (pj > best_p) {
+                best_p = pj;
+                best = j;
+            }
+            if (p)
+                p[j] = pj;
+            if (d)
+                d[j] = valid ? (pj - (j == lab ? 1.0f : 0.0f)) * scale : 0.0f;
+        }
+        if (valid && best == lab)
+            correct++;
+    }
+    sums[0] += (float)loss;
+    sums[1] += (float)correct;
+}
+
+void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
+                        float *probs, float *dlogits, float scale, float *sums) {
+    (void)be;
+    if (n <= 0 || k <= 0)
+        return;
+    double loss = 0.0;
+    long correct = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t off = (size_t)i * k;
+        const float *l = logits + off;
+        const float *t = targets + off;
+        float *p = probs ? probs + off : NULL;
+        float *d = dlogits ? dlogits + off : NULL;
+        float mx, inv_se;
+        double lse, st = 0.0, stl = 0.0;
+        row_lse(k, l, &mx, &lse, &inv_se);
+        int tbest = 0;
+        for (int j = 0; j < k; j++) {
+            st += t[j];
+            stl += (double)t[j] * l[j];
+            if (t[j] > t[tbest])
+                tbest = j;
+        }
+        loss += st * lse - stl;
+        const float stf = (float)st;
+        int best = 0;
+        float best_p = -1.0f;
+        for (int j = 0; j < k; j++) {
+            const float pj = expf(l[j] - mx) * inv_se;
+            if (pj > best_p) {
+                best_p = pj;
+                best = j;
+            }
+            if (p)
+                p[j] = pj;
+            if (d)
+                d[j] = (pj * stf - t[j]) * scale;
+        }
+        if (best == tbest)
+            correct++;
+    }
+    sums[0] += (float)loss;
+    sums[1] += (float)correct;
+}

@@ -1,0 +1,94 @@
+/* cpu_internal.h: private to src/cpu/. The CPU reference backend's state and the ops each of its
+ * files defines; cpu_backend.c gathers them into the "cpu" op table.
+ *
+ * Files:
+ *   cpu_backend.c  memory, scratch, the table, init/destroy, dense, flatten layout changes;
+ *   cpu_conv.c     convolution (im2col + OpenBLAS GEMM, chunked through the scratch buffer);
+ *   cpu_pool.c     max / average pooling;
+ *   cpu_norm.c     batch normalisation;
+ *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
+ *   cpu_optim.c    SGD / RMSprop / Adam over the flat parameter arena.
+ *
+ * No file holds mutable globals: everything per instance lives in mgt_cpu_impl (be->impl). */
+#ifndef MGT_CPU_INTERNAL_H
+#define MGT_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+typedef struct mgt_cpu_impl {
+    /* Scratch for the ops' own use (the convolution's column buffer). 64-byte aligned; only
+     * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
+    float *scratch;
+    size_t scratch_bytes;
+    int threads; /* OpenBLAS threads asked for at init (0: left as the library had it) */
+} mgt_cpu_impl;
+
+static inline mgt_cpu_impl *mgt_cpu_impl_of(mgt_backend *be) {
+    return (mgt_cpu_impl *)be->impl;
+}
+
+/* out[j] = sum over rows of m[r][j], accumulated in double (out is overwritten; rows may be 0). */
+void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out);
+
+/* cpu_backend.c */
+void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *b, float *y);
+void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db);
+void mgt_cpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
+void mgt_cpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
+
+/* cpu_conv.c */
+size_t mgt_cpu_conv2d_scratch(const mgt_conv_shape *s);
+void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *b, float *y);
+void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *dy, float *dx, float *dw, float *db);
+
+/* cpu_pool.c */
+void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
+                         int32_t *argmax);
+void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
+                         const int32_t *argmax, float *dx);
+void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y);
+void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
+
+/* cpu_norm.c */
+void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq);
+void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
+                      const float *invstd, const float *gamma, const float *beta, float *y);
+void mgt_cpu_bn_finalize(mgt_backend *be, int c, float count, const float *sum, const float *sumsq,
+                         float eps, float momentum, float *mean, float *invstd, float *running_mean,
+                         float *running_var);
+void mgt_cpu_bn_running(mgt_backend *be, int c, float eps, const float *running_mean,
+                        const float *running_var, float *mean, float *invstd);
+void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
+                           const float *mean, const float *invstd, float *dgamma, float *dbeta);
+void mgt_cpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
+                          const float *dy, const float *mean, const float *invstd,
+                          const float *gamma, const float *dgamma, const float *dbeta, float *dx);
+
+/* cpu_elem.c */
+void mgt_cpu_dropout_fwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                         uint64_t first_sample, float *x);
+void mgt_cpu_dropout_bwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                         uint64_t first_sample, float *dx);
+void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x);
+void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy);
+void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
+                         float *probs, float *dlogits, float scale, float *sums);
+void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
+                        float *probs, float *dlogits, float scale, float *sums);
+
+/* cpu_optim.c */
+void mgt_cpu_sgd_step(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
+                      float momentum, int nesterov, float wd, float scale);
+void mgt_cpu_rmsprop_step(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
+                          float lr, float rho, float eps, float wd, float scale);
+void mgt_cpu_adam_step(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
+                       float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+
+#endif

@@ -1,0 +1,115 @@
+/* batchnorm.c: batch normalisation over the channels (the last axis), Keras' defaults
+ * (momentum 0.99, epsilon 0.001).
+ *
+ * Training uses the statistics of this replica's batch, as Keras' multi_gpu_model and PyTorch
+ * DDP do; with sync = true the per-channel sums are all-reduced first so every rank normalises
+ * with the global batch's statistics (and the input gradient uses global sums likewise). The
+ * parameter gradients stay local sums: the step's gradient all-reduce adds them up. */
+#include <string.h>
+
+#include "../comm.h"
+#include "layer_util.h"
+
+static const char *const keys[] = {"momentum", "epsilon", "sync", NULL};
+
+static void defaults(mgt_layer *l) {
+    l->cfg.momentum = 0.99f;
+    l->cfg.epsilon = 0.001f;
+}
+
+static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
+    if (!strcmp(key, "sync"))
+        return mgt_set_bool(v, &l->cfg.sync, err);
+    float x;
+    if (mgt_parse_float(v, &x) < 0)
+        return mgt_errf(err, "expected a number");
+    if (!strcmp(key, "momentum")) {
+        if (x < 0 || x >= 1)
+            return mgt_errf(err, "expected a number in [0, 1), e.g. momentum = 0.99");
+        l->cfg.momentum = x;
+    } else {
+        if (x <= 0)
+            return mgt_errf(err, "expected a positive number, e.g. epsilon = 0.001");
+        l->cfg.epsilon = x;
+    }
+    return 0;
+}
+
+static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
+    (void)err;
+    l->out = l->in;
+    int64_t cs[1] = {l->in.c};
+    l->param[0] = mgt_model_add_param(m, l, "weight", 1, cs, MGT_INIT_ONE, 0, 0);
+    l->param[1] = mgt_model_add_param(m, l, "bias", 1, cs, MGT_INIT_ZERO, 0, 0);
+    l->buffer[0] = mgt_model_add_buffer(m, l, "running_mean", 1, cs, MGT_INIT_ZERO);
+    l->buffer[1] = mgt_model_add_buffer(m, l, "running_var", 1, cs, MGT_INIT_ONE);
+    return 0;
+}
+
+/* state[0]: mean[c] and invstd[c]; state[1]: sums[2c] (sum|sumsq, or dgamma|dbeta copies). */
+static int alloc(mgt_model *m, mgt_layer *l, int max_batch, mgt_err *err) {
+    (void)max_batch;
+    size_t c = (size_t)l->in.c;
+    l->state[0] = m->be->ops->alloc(m->be, 2 * c * sizeof(float));
+    l->state[1] = m->be->ops->alloc(m->be, 2 * c * sizeof(float));
+    if (!l->state[0] || !l->state[1])
+        return mgt_errf(err, "cannot allocate batchnorm statistics for %s", l->name);
+    return 0;
+}
+
+static void release(mgt_model *m, mgt_layer *l) {
+    m->be->ops->free(m->be, l->state[0]);
+    m->be->ops->free(m->be, l->state[1]);
+}
+
+static int synced(const mgt_layer *l, const mgt_step *s) {
+    return l->cfg.sync && s->comm && s->comm->world > 1;
+}
+
+static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
+    const mgt_ops *o = s->be->ops;
+    int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
+    float *mean = l->state[0], *invstd = mean + c, *sum = l->state[1], *sumsq = sum + c;
+    if (s->training) {
+        o->bn_stats(s->be, rows, c, x, sum, sumsq);
+        float count = (float)rows;
+        if (synced(l, s)) {
+            mgt_allreduce_sum(s->comm, sum, 2 * (size_t)c, "synchronised batchnorm statistics");
+            count = (float)(s->global_n * hw);
+        }
+        o->bn_finalize(s->be, c, count, sum, sumsq, l->cfg.epsilon, l->cfg.momentum, mean, invstd,
+                       mgt_buf(m, l, 0), mgt_buf(m, l, 1));
+    } else {
+        o->bn_running(s->be, c, l->cfg.epsilon, mgt_buf(m, l, 0), mgt_buf(m, l, 1), mean, invstd);
+    }
+    o->bn_apply(s->be, rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
+}
+
+static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
+                     const float *y, float *dy, float *dx) {
+    (void)y;
+    const mgt_ops *o = s->be->ops;
+    int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
+    float *mean = l->state[0], *invstd = mean + c;
+    float *dgamma = mgt_g(m, l, 0), *dbeta = mgt_g(m, l, 1);
+    o->bn_bwd_reduce(s->be, rows, c, x, dy, mean, invstd, dgamma, dbeta);
+    if (!dx)
+        return;
+    float count = (float)rows;
+    const float *dg = dgamma, *db = dbeta;
+    if (synced(l, s)) {
+        float *tmp = l->state[1];
+        o->copy(s->be, tmp, dgamma, (size_t)c * sizeof(float));
+        o->copy(s->be, tmp + c, dbeta, (size_t)c * sizeof(float));
+        mgt_allreduce_sum(s->comm, tmp, 2 * (size_t)c, "synchronised batchnorm gradients");
+        dg = tmp;
+        db = tmp + c;
+        count = (float)(s->global_n * hw);
+    }
+    o->bn_bwd_apply(s->be, rows, c, count, x, dy, mean, invstd, mgt_w(m, l, 0), dg, db, dx);
+}
+
+const mgt_layer_type mgt_layer_batchnorm = {
+    .name = "batchnorm", .keys = keys, .defaults = defaults, .set = set, .build = build,
+    .alloc = alloc, .forward = forward, .backward = backward, .release = release,
+};

@@ -1,0 +1,91 @@
+/* conv2d.c: 2-D convolution, NHWC activations, OIHW weights, padding valid or same (Keras'
+ * rule: "same" pads so that out = ceil(in / stride), the extra row/column at the bottom/right). */
+#include <string.h>
+
+#include "layer_util.h"
+
+static const char *const keys[] = {"filters", "kernel", "stride", "padding", "use_bias", NULL};
+static const char *const required[] = {"filters", "kernel", NULL};
+
+static void defaults(mgt_layer *l) {
+    l->cfg.bias = 1;
+    l->cfg.stride = 1;
+}
+
+static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
+    mgt_layer_cfg *c = &l->cfg;
+    if (!strcmp(key, "filters"))
+        return mgt_set_pos_int(v, &c->filters, err);
+    if (!strcmp(key, "stride"))
+        return mgt_set_pos_int(v, &c->stride, err);
+    if (!strcmp(key, "use_bias"))
+        return mgt_set_bool(v, &c->bias, err);
+    if (!strcmp(key, "padding")) {
+        if (strcmp(v, "valid") && strcmp(v, "same"))
+            return mgt_errf(err, "expected valid or same");
+        c->same = !strcmp(v, "same");
+        return 0;
+    }
+    int k[2];
+    int n = mgt_parse_int_list(v, k, 2);
+    if (n < 1 || k[0] < 1 || (n == 2 && k[1] < 1))
+        return mgt_errf(err, "expected a kernel size like 3 or 3,3");
+    c->kernel = k[0];
+    c->kernel_w = n == 2 ? k[1] : k[0];
+    return 0;
+}
+
+static mgt_conv_shape geometry(const mgt_layer *l, int n) {
+    const mgt_layer_cfg *c = &l->cfg;
+    mgt_conv_shape s = {.n = n, .h = l->in.h, .w = l->in.w, .c = l->in.c, .oc = c->filters,
+                        .kh = c->kernel, .kw = c->kernel_w, .stride = c->stride};
+    if (c->same) {
+        s.oh = (s.h + s.stride - 1) / s.stride;
+        s.ow = (s.w + s.stride - 1) / s.stride;
+        int ph = (s.oh - 1) * s.stride + s.kh - s.h, pw = (s.ow - 1) * s.stride + s.kw - s.w;
+        s.pad_top = ph > 0 ? ph / 2 : 0;
+        s.pad_left = pw > 0 ? pw / 2 : 0;
+    } else {
+        s.oh = s.h >= s.kh ? (s.h - s.kh) / s.stride + 1 : 0;
+        s.ow = s.w >= s.kw ? (s.w - s.kw) / s.stride + 1 : 0;
+    }
+    return s;
+}
+
+static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
+    mgt_conv_shape s = geometry(l, 1);
+    if (s.oh < 1 || s.ow < 1)
+        return mgt_errf(err, "kernel = %d,%d does not fit the %dx%d input; use a smaller kernel "
+                        "or padding = same", s.kh, s.kw, s.h, s.w);
+    l->out = (mgt_shape){s.oh, s.ow, s.oc};
+    int64_t ws[4] = {s.oc, s.c, s.kh, s.kw}, bs[1] = {s.oc};
+    float area = (float)(s.kh * s.kw);
+    l->param[0] = mgt_model_add_param(m, l, "weight", 4, ws, MGT_INIT_GLOROT, area * (float)s.c,
+                                      area * (float)s.oc);
+    if (l->cfg.bias)
+        l->param[1] = mgt_model_add_param(m, l, "bias", 1, bs, MGT_INIT_ZERO, 0, 0);
+    return 0;
+}
+
+static size_t scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {
+    mgt_conv_shape s = geometry(l, max_batch);
+    return be->ops->conv2d_scratch(&s);
+}
+
+static void forward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
+    mgt_conv_shape s = geometry(l, st->n);
+    st->be->ops->conv2d_fwd(st->be, &s, x, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
+}
+
+static void backward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x,
+                     const float *y, float *dy, float *dx) {
+    (void)y;
+    mgt_conv_shape s = geometry(l, st->n);
+    st->be->ops->conv2d_bwd(st->be, &s, x, mgt_w(m, l, 0), dy, dx, mgt_g(m, l, 0),
+                            mgt_g(m, l, 1));
+}
+
+const mgt_layer_type mgt_layer_conv2d = {
+    .name = "conv2d", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
+    .set = set, .build = build, .forward = forward, .backward = backward, .scratch = scratch,
+};

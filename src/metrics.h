@@ -1,0 +1,38 @@
+/* metrics.h: what rank 0 shows and writes about training: the Keras-style progress bar (TTY)
+ * and epoch lines, and OUT/metrics.jsonl + OUT/metrics.csv, rewritten whole (atomically) after
+ * every epoch so a reader never sees half a line. Every figure passed in is already global
+ * (reduced over all ranks). */
+#ifndef MGT_METRICS_H
+#define MGT_METRICS_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct mgt_epoch_row {
+    int epoch;
+    int64_t step;
+    double loss, acc, val_loss, val_acc; /* val_* < 0: none */
+    double samples_per_s, seconds;
+} mgt_epoch_row;
+
+typedef struct mgt_metrics {
+    int verbose;          /* 0 silent, 1 bar, 2 epoch lines */
+    int epochs;
+    char dir[512];        /* OUT */
+    mgt_epoch_row *rows;
+    int nrows, cap;
+    double last_draw;
+    int bar_open;
+} mgt_metrics;
+
+/* verbose < 0: 1 on a terminal, 2 otherwise. */
+void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir);
+/* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force). */
+void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
+                          double loss, double acc, int force);
+/* The epoch line, plus the metrics files. Returns -1 if the files cannot be written. */
+int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err);
+void mgt_metrics_free(mgt_metrics *mt);
+
+#endif

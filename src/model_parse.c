@@ -1,0 +1,387 @@
+/* model_parse.c: model file (INI) -> mgt_model, with every error naming file:line and the key.
+ *
+ * Debian's libinih is built with INI_CALL_HANDLER_ON_NEW_SECTION 0, so its handler never hears
+ * that a section starts: two [dense] sections in a row would arrive as one and an empty [flatten]
+ * not at all. We therefore feed it through ini_parse_stream with our own line reader: the reader
+ * sees every raw line, counts lines and opens a new section record at each "[...]" header; the
+ * handler, which inih calls for each key = value of that line right after, files the pair under
+ * the section the reader opened. */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "parse.h"
+
+enum { SEC_NONE = 0, SEC_INPUT, SEC_LAYER, SEC_TRAIN };
+
+typedef struct pstate {
+    mgt_model *m;
+    const char *path;
+    FILE *f;
+    const char *text; /* or NULL */
+    int line;
+    int kind;         /* SEC_* of the open section */
+    int sec_line;
+    char sec_name[64];
+    mgt_layer *layer; /* open layer section */
+    char seen[32][32];
+    int nseen;
+    int had_input, had_train, failed;
+    int type_count[32];
+    int cap;
+    mgt_err *err;
+} pstate;
+
+static const char *const input_keys[] = {"shape", NULL};
+static const char *const train_keys[] = {"optimizer", "learning_rate", "momentum", "nesterov",
+                                         "rho", "beta_1", "beta_2", "epsilon", "weight_decay",
+                                         "loss", "batch_size", "epochs", "seed", NULL};
+static const char *const train_required[] = {"optimizer", "loss", "batch_size", NULL};
+
+static int fail(pstate *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(pstate *p, int line, const char *fmt, ...) {
+    if (p->failed)
+        return 0; /* keep the first error */
+    p->failed = 1;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    mgt_errf(p->err, "%s:%d: %s", p->path, line, msg);
+    return 0;
+}
+
+static int seen(pstate *p, const char *key) {
+    for (int i = 0; i < p->nseen; i++)
+        if (!strcmp(p->seen[i], key))
+            return 1;
+    return 0;
+}
+
+static const char *const *required_keys(const pstate *p) {
+    static const char *const input_required[] = {"shape", NULL};
+    if (p->kind == SEC_INPUT)
+        return input_required;
+    if (p->kind == SEC_TRAIN)
+        return train_required;
+    return NULL;
+}
+
+/* Called when a section ends (next header or end of file): its required keys must be there. */
+static void close_section(pstate *p) {
+    const char *const *req = required_keys(p);
+    if (p->kind == SEC_LAYER)
+        req = mgt_layer_required_keys(p->layer->type);
+    for (int i = 0; req && req[i]; i++)
+        if (!seen(p, req[i]))
+            fail(p, p->sec_line, "[%s] is missing the required key '%s'", p->sec_name, req[i]);
+    p->kind = SEC_NONE;
+    p->nseen = 0;
+}
+
+static void open_section(pstate *p, const char *s) {
+    close_section(p);
+    const char *end = strchr(s, ']');
+    if (!end) {
+        fail(p, p->line, "section header without ']'");
+        return;
+    }
+    size_t len = (size_t)(end - s - 1);
+    if (len >= sizeof p->sec_name)
+        len = sizeof p->sec_name - 1;
+    memcpy(p->sec_name, s + 1, len);
+    p->sec_name[len] = 0;
+    mgt_trim(p->sec_name);
+    p->sec_line = p->line;
+    if (!strcmp(p->sec_name, "input")) {
+        if (p->had_input || p->m->nlayers) {
+            fail(p, p->line, "[input] must come once, before the first layer");
+            return;
+        }
+        p->had_input = 1;
+        p->kind = SEC_INPUT;
+        return;
+    }
+    if (!strcmp(p->sec_name, "train")) {
+        if (p->had_train) {
+            fail(p, p->line, "[train] is given twice; merge the two sections");
+            return;
+        }
+        p->had_train = 1;
+        p->kind = SEC_TRAIN;
+        return;
+    }
+    int ti = mgt_layer_type_index(p->sec_name);
+    if (ti < 0) {
+        const char *near = mgt_layer_type_nearest(p->sec_name);
+        fail(p, p->line, "unknown section [%s]%s%s%s; sections are [input], then layers (%s), "
+             "then [train]",
+             p->sec_name, near ? " (did you mean [" : "", near ? near : "", near ? "]?)" : "",
+             mgt_layer_type_names());
+        return;
+    }
+    if (!p->had_input) {
+        fail(p, p->line, "[%s] comes before [input]; start the file with [input] shape = H,W,C",
+             p->sec_name);
+        return;
+    }
+    if (p->had_train) {
+        fail(p, p->line, "[%s] comes after [train]; layers go between [input] and [train]",
+             p->sec_name);
+        return;
+    }
+    if (p->m->nlayers == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 16;
+        mgt_layer *nl = realloc(p->m->layers, sizeof *nl * (size_t)cap);
+        if (!nl) {
+            fail(p, p->line, "out of memory");
+            return;
+        }
+        p->m->layers = nl;
+        p->cap = cap;
+    }
+    mgt_layer *l = &p->m->layers[p->m->nlayers];
+    memset(l, 0, sizeof *l);
+    l->type = mgt_layer_type_at(ti);
+    l->index = p->m->nlayers++;
+    l->line = p->line;
+    for (int i = 0; i < 4; i++)
+        l->param[i] = -1;
+    for (int i = 0; i < 2; i++)
+        l->buffer[i] = -1;
+    mgt_layer_defaults(l);
+    snprintf(l->name, sizeof l->name, "%s_%d", l->type->name, ++p->type_count[ti]);
+    p->layer = l;
+    p->kind = SEC_LAYER;
+}
+
+/* The line reader inih calls: counts lines, notices headers, rejects continuation lines. */
+static char *reader(char *str, int num, void *stream) {
+    pstate *p = stream;
+    char *r;
+    if (p->text) {
+        if (!*p->text)
+            r = NULL;
+        else {
+            const char *nl = strchr(p->text, '\n');
+            size_t len = nl ? (size_t)(nl - p->text + 1) : strlen(p->text);
+            if (len > (size_t)num - 1)
+                len = (size_t)num - 1;
+            memcpy(str, p->text, len);
+            str[len] = 0;
+            p->text += len;
+            r = str;
+        }
+    } else {
+        r = fgets(str, num, p->f);
+    }
+    if (!r) {
+        close_section(p);
+        return NULL;
+    }
+    p->line++;
+    size_t len = strlen(str);
+    if (len == (size_t)num - 1 && str[len - 1] != '\n') {
+        fail(p, p->line, "line longer than %d characters; shorten it", num - 3);
+        /* Skip the rest of the long line so line numbers stay right. */
+        int ch;
+        if (p->text) {
+            while (*p->text && *p->text != '\n')
+                p->text++;
+            if (*p->text)
+                p->text++;
+        } else {
+            while ((ch = fgetc(p->f)) != EOF && ch != '\n') {
+            }
+        }
+        str[0] = '\n';
+        str[1] = 0;
+        return str;
+    }
+    const char *s = str;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (*s == '[') {
+        open_section(p, s);
+    } else if (s != str && *s && *s != '\n' && *s != '\r' && *s != ';' && *s != '#') {
+        fail(p, p->line, "indented line: continuation lines are not supported; remove the "
+                         "leading spaces");
+        str[0] = '\n';
+        str[1] = 0;
+    }
+    return str;
+}
+
+static int set_input(pstate *p, const char *key, const char *val) {
+    (void)key;
+    int v[3];
+    if (mgt_parse_int_list(val, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
+        return fail(p, p->line, "[input] shape = %s: expected three positive whole numbers "
+                                "H,W,C, e.g. shape = 28,28,1", val);
+    p->m->input = (mgt_shape){v[0], v[1], v[2]};
+    return 1;
+}
+
+static int set_train(pstate *p, const char *key, const char *val) {
+    mgt_train_cfg *t = &p->m->train;
+    mgt_err e;
+    if (mgt_train_set(t, key, val, &e) < 0)
+        return fail(p, p->line, "[train] %s", e.msg);
+    return 1;
+}
+
+static int handler(void *user, const char *section, const char *key, const char *value) {
+    (void)section;
+    pstate *p = user;
+    if (p->failed)
+        return 1;
+    if (p->kind == SEC_NONE)
+        return fail(p, p->line, "'%s = %s' is outside any section; keys belong under [input], "
+                    "a layer or [train]", key, value);
+    const char *const *keys = p->kind == SEC_INPUT   ? input_keys
+                              : p->kind == SEC_TRAIN ? train_keys
+                                                     : p->layer->type->keys;
+    int ok = 0;
+    for (int i = 0; keys && keys[i]; i++)
+        ok |= !strcmp(keys[i], key);
+    if (p->kind == SEC_LAYER)
+        ok |= !strcmp(key, "name") || (p->layer->type->has_act && !strcmp(key, "activation"));
+    if (!ok) {
+        const char *cands[40] = {0};
+        int nc = 0;
+        for (int i = 0; keys && keys[i] && nc < 36; i++)
+            cands[nc++] = keys[i];
+        if (p->kind == SEC_LAYER) {
+            cands[nc++] = "name";
+            if (p->layer->type->has_act)
+                cands[nc++] = "activation";
+        }
+        const char *near = mgt_nearest(key, cands, nc);
+        char list[512] = "";
+        for (int i = 0; i < nc; i++) {
+            strncat(list, cands[i], sizeof list - strlen(list) - 3);
+            if (i + 1 < nc)
+                strncat(list, ", ", sizeof list - strlen(list) - 1);
+        }
+        return fail(p, p->line, "[%s] has no key '%s'%s%s%s; its keys are: %s", p->sec_name, key,
+                    near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "", list);
+    }
+    if (seen(p, key))
+        return fail(p, p->line, "[%s] %s is given twice in one section", p->sec_name, key);
+    if (p->nseen < 32)
+        snprintf(p->seen[p->nseen++], sizeof p->seen[0], "%s", key);
+    if (p->kind == SEC_INPUT)
+        return set_input(p, key, value);
+    if (p->kind == SEC_TRAIN)
+        return set_train(p, key, value);
+    mgt_layer *l = p->layer;
+    mgt_err e;
+    if (!strcmp(key, "name")) {
+        if (mgt_check_name(value, &e) < 0)
+            return fail(p, p->line, "[%s] name = %s: %s", p->sec_name, value, e.msg);
+        snprintf(l->name, sizeof l->name, "%s", value);
+        return 1;
+    }
+    if (!strcmp(key, "activation")) {
+        if (mgt_parse_act(value, &l->act) < 0)
+            return fail(p, p->line, "[%s] activation = %s: unknown; use relu, sigmoid, tanh, "
+                        "softmax or none", p->sec_name, value);
+        return 1;
+    }
+    if (l->type->set(l, key, value, &e) < 0)
+        return fail(p, p->line, "[%s] %s = %s: %s", p->sec_name, key, value, e.msg);
+    return 1;
+}
+
+/* Shapes, parameters and whole-model checks, after the file has been read. */
+static int build(pstate *p) {
+    mgt_model *m = p->m;
+    mgt_err e;
+    if (!p->had_input)
+        return mgt_errf(p->err, "%s: no [input] section; start the file with [input] and "
+                        "shape = H,W,C", p->path);
+    if (m->nlayers == 0)
+        return mgt_errf(p->err, "%s: no layers between [input] and [train]", p->path);
+    if (!p->had_train)
+        return mgt_errf(p->err, "%s: no [train] section; add one with optimizer, loss and "
+                        "batch_size", p->path);
+    for (int i = 0; i < m->nlayers; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->layers[i].name, m->layers[j].name))
+                return mgt_errf(p->err, "%s:%d: layer name '%s' is already used by the layer at "
+                                "line %d; names must be unique", p->path, m->layers[i].line,
+                                m->layers[i].name, m->layers[j].line);
+    mgt_shape s = m->input;
+    for (int i = 0; i < m->nlayers; i++) {
+        mgt_layer *l = &m->layers[i];
+        l->in = s;
+        if (l->type->build(m, l, &e) < 0)
+            return mgt_errf(p->err, "%s:%d: [%s] %s: %s", p->path, l->line, l->type->name,
+                            l->name, e.msg);
+        s = l->out;
+    }
+    mgt_layer *last = &m->layers[m->nlayers - 1];
+    if (last->out.h != 1 || last->out.w != 1 || last->out.c < 2)
+        return mgt_errf(p->err, "%s:%d: the last layer (%s) gives %dx%dx%d per sample; for "
+                        "classification it must give one score per class, e.g. [dense] units = "
+                        "10", p->path, last->line, last->name, last->out.h, last->out.w,
+                        last->out.c);
+    if (last->act != MGT_ACT_NONE && last->act != MGT_ACT_SOFTMAX)
+        return mgt_errf(p->err, "%s:%d: the last layer (%s) has a %s activation; with "
+                        "cross-entropy it must be softmax or none (logits)", p->path, last->line,
+                        last->name, mgt_act_name(last->act));
+    for (int i = 0; i < m->nlayers - 1; i++)
+        if (m->layers[i].act == MGT_ACT_SOFTMAX && m->layers[i].out.h * m->layers[i].out.w != 1)
+            return mgt_errf(p->err, "%s:%d: softmax on %s needs a flat input (after [flatten] "
+                            "or [dense])", p->path, m->layers[i].line, m->layers[i].name);
+    last->fused_act = last->act == MGT_ACT_SOFTMAX;
+    m->classes = last->out.c;
+    return 0;
+}
+
+static void model_name(mgt_model *m, const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(m->name, sizeof m->name, "%s", b);
+    char *dot = strrchr(m->name, '.');
+    if (dot && dot != m->name)
+        *dot = 0;
+    snprintf(m->path, sizeof m->path, "%s", path);
+}
+
+int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err) {
+    memset(m, 0, sizeof *m);
+    mgt_train_defaults(&m->train);
+    model_name(m, path);
+    pstate p = {.m = m, .path = path, .text = text, .err = err};
+    if (!text) {
+        p.f = fopen(path, "r");
+        if (!p.f)
+            return mgt_errf(err, "cannot open model file %s: %s; pass --model with a model file "
+                            "such as examples/mlp.cfg", path, strerror(errno));
+    }
+    int rc = ini_parse_stream(reader, &p, handler, &p);
+    if (p.f)
+        fclose(p.f);
+    if (p.failed)
+        goto bad;
+    if (rc != 0) {
+        mgt_errf(err, "%s:%d: cannot read this line; expected [section], key = value or a "
+                 "# comment", path, rc);
+        goto bad;
+    }
+    if (build(&p) == 0)
+        return 0;
+bad:
+    free(m->layers);
+    m->layers = NULL;
+    m->nlayers = 0;
+    return -1;
+}

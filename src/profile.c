@@ -1,0 +1,176 @@
+/* profile.c: per-phase timing, its summary table and the Chrome-trace timeline. */
+#include "profile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+
+static const char *phase_names[MGT_PH_COUNT] = {"data", "forward", "backward", "allreduce",
+                                                "update"};
+
+int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_err *err) {
+    memset(p, 0, sizeof *p);
+    p->on = on;
+    if (!on)
+        return 0;
+    p->step_cap = max_steps < 1 ? 1 : max_steps;
+    p->cap = p->step_cap * MGT_PH_COUNT;
+    p->spans = malloc(sizeof *p->spans * (size_t)p->cap);
+    for (int i = 0; i < MGT_PH_COUNT; i++)
+        p->dur[i] = malloc(sizeof(double) * (size_t)p->step_cap);
+    for (int i = 0; i < MGT_PH_COUNT; i++)
+        if (!p->dur[i] || !p->spans)
+            return mgt_errf(err, "out of memory for the profile of %lld steps",
+                            (long long)max_steps);
+    p->origin = mgt_now();
+    return 0;
+}
+
+void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
+    if (!p->on)
+        return;
+    p->step = step;
+    memset(p->cur, 0, sizeof p->cur);
+    p->mark = mgt_now();
+}
+
+void mgt_profile_phase(mgt_profile *p, int phase) {
+    if (!p->on)
+        return;
+    double now = mgt_now();
+    p->cur[phase] += now - p->mark;
+    if (p->nspans < p->cap)
+        p->spans[p->nspans++] = (mgt_span){p->mark - p->origin, now - p->mark, phase,
+                                           (int32_t)p->step};
+    p->mark = now;
+}
+
+void mgt_profile_end_step(mgt_profile *p) {
+    if (!p->on || p->nsteps >= p->step_cap)
+        return;
+    for (int i = 0; i < MGT_PH_COUNT; i++)
+        p->dur[i][p->nsteps] = p->cur[i];
+    p->nsteps++;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Per rank: mean and p95 (ms) of each phase, then the mean step. */
+enum { NSTAT = 2 * MGT_PH_COUNT + 2 };
+
+static void stats(mgt_profile *p, double *out) {
+    double total = 0;
+    int64_t n = p->nsteps;
+    /* The first steps warm caches and allocators: leave out up to 5 when there are enough. */
+    int64_t skip = n > 20 ? 5 : 0;
+    for (int i = 0; i < MGT_PH_COUNT; i++) {
+        double *d = p->dur[i] + skip, sum = 0;
+        int64_t m = n - skip;
+        for (int64_t j = 0; j < m; j++)
+            sum += d[j];
+        qsort(d, (size_t)m, sizeof(double), cmp_double);
+        out[2 * i] = m ? 1e3 * sum / (double)m : 0;
+        out[2 * i + 1] = m ? 1e3 * d[(int64_t)(0.95 * (double)(m - 1))] : 0;
+        total += out[2 * i];
+    }
+    out[2 * MGT_PH_COUNT] = total;
+    out[2 * MGT_PH_COUNT + 1] = (double)(n - skip);
+}
+
+static int write_trace(const char *path, const mgt_span *spans, const int64_t *counts, int world,
+                       mgt_err *err) {
+    int64_t total = 0;
+    for (int r = 0; r < world; r++)
+        total += counts[r];
+    size_t cap = 4096 + (size_t)total * 128 + (size_t)world * 128, len = 0;
+    char *s = malloc(cap);
+    if (!s)
+        return mgt_errf(err, "out of memory writing the timeline");
+    len += (size_t)snprintf(s + len, cap - len, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    for (int r = 0; r < world; r++)
+        len += (size_t)snprintf(s + len, cap - len,
+                                "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
+                                "\"tid\": 0, \"args\": {\"name\": \"rank %d\"}},\n", r, r);
+    const mgt_span *sp = spans;
+    for (int r = 0; r < world; r++)
+        for (int64_t i = 0; i < counts[r]; i++, sp++)
+            len += (size_t)snprintf(s + len, cap - len,
+                                    "{\"name\": \"%s\", \"cat\": \"step\", \"ph\": \"X\", "
+                                    "\"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                                    "\"args\": {\"step\": %d}},\n",
+                                    phase_names[sp->phase], r, sp->start * 1e6, sp->dur * 1e6,
+                                    sp->step);
+    if (len >= 2 && s[len - 2] == ',')
+        len -= 2;
+    len += (size_t)snprintf(s + len, cap - len, "\n]}\n");
+    int rc = mgt_atomic_write(path, s, len, err);
+    free(s);
+    return rc;
+}
+
+int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err) {
+    if (!p->on)
+        return 0;
+    int world = c->world, root = c->rank == 0;
+    double mine[NSTAT], *all = root ? malloc(sizeof(double) * NSTAT * (size_t)world) : NULL;
+    size_t *counts = root ? malloc(sizeof(size_t) * (size_t)world) : NULL;
+    stats(p, mine);
+    for (int r = 0; root && r < world; r++)
+        counts[r] = sizeof mine;
+    mgt_gather_host(c, mine, sizeof mine, all, counts, 0, "profile gather");
+    if (root) {
+        printf("Profile (ms per step over %.0f steps; mean / p95):\n", mine[NSTAT - 1]);
+        printf("%-6s", "rank");
+        for (int i = 0; i < MGT_PH_COUNT; i++)
+            printf(" %17s", phase_names[i]);
+        printf(" %9s %10s\n", "step", "allreduce");
+        for (int r = 0; r < world; r++) {
+            double *s = all + (size_t)r * NSTAT;
+            printf("%-6d", r);
+            for (int i = 0; i < MGT_PH_COUNT; i++)
+                printf(" %8.3f /%7.3f", s[2 * i], s[2 * i + 1]);
+            double step = s[2 * MGT_PH_COUNT];
+            printf(" %9.3f %9.1f%%\n", step,
+                   step > 0 ? 100.0 * s[2 * MGT_PH_ALLREDUCE] / step : 0.0);
+        }
+        fflush(stdout);
+    }
+    int rc = 0;
+    if (timeline_path) {
+        /* Span counts first, then the spans themselves, gathered as bytes. */
+        int64_t n = p->nspans, *ns = root ? malloc(sizeof(int64_t) * (size_t)world) : NULL;
+        for (int r = 0; root && r < world; r++)
+            counts[r] = sizeof(int64_t);
+        mgt_gather_host(c, &n, sizeof n, ns, counts, 0, "timeline gather");
+        mgt_span *spans = NULL;
+        if (root) {
+            int64_t total = 0;
+            for (int r = 0; r < world; r++) {
+                counts[r] = (size_t)ns[r] * sizeof(mgt_span);
+                total += ns[r];
+            }
+            spans = malloc(sizeof(mgt_span) * (size_t)(total ? total : 1));
+        }
+        mgt_gather_host(c, p->spans, (size_t)n * sizeof(mgt_span), spans, counts, 0,
+                        "timeline gather");
+        if (root)
+            rc = write_trace(timeline_path, spans, ns, world, err);
+        free(spans);
+        free(ns);
+    }
+    free(all);
+    free(counts);
+    return rc;
+}
+
+void mgt_profile_free(mgt_profile *p) {
+    free(p->spans);
+    for (int i = 0; i < MGT_PH_COUNT; i++)
+        free(p->dur[i]);
+    memset(p, 0, sizeof *p);
+}

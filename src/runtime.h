@@ -1,0 +1,39 @@
+/* runtime.h: the MPI world this process is part of, and how a job ends on error.
+ *
+ * Rank, world size and the node-local rank come from MPI itself (MPI_Comm_split_type with
+ * MPI_COMM_TYPE_SHARED), never from launcher variables, so mpirun, srun and a singleton
+ * ./mgtrain all work the same way. */
+#ifndef MGT_RUNTIME_H
+#define MGT_RUNTIME_H
+
+#include <mpi.h>
+
+typedef struct mgt_runtime {
+    int rank, world;             /* in MPI_COMM_WORLD */
+    int local_rank, local_size;  /* on this node */
+    int node, nodes;             /* this node's index, node count */
+    int max_local_size;          /* most ranks on any node */
+    char host[64];
+    MPI_Comm node_comm;
+} mgt_runtime;
+
+void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv);
+void mgt_runtime_finalize(mgt_runtime *rt);
+
+/* Cores this rank may use for BLAS threads: its CPU affinity, shared with the other ranks of the
+ * node when they were not bound to separate cores. */
+int mgt_runtime_cores(const mgt_runtime *rt);
+
+/* An error on this rank: prints "rank R: <message>" and ends the WHOLE job (MPI_Abort), or, in a
+ * world of one, finalises MPI and exits 1. Never returns. */
+void mgt_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* An error every rank meets in the same way (bad flag, bad model file): rank 0 prints it once and
+ * ends the job; the other ranks wait a moment for that, and print it themselves only if the job
+ * is still alive (rank 0 did not fail). Never returns. */
+void mgt_die_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* Prints on rank 0 only. */
+void mgt_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,46 @@
+/* trainer.h: fit / evaluate / predict over the data-parallel runtime.
+ *
+ * Every rank holds a full replica. For each step the global batch (the model's batch_size) is the
+ * next slice of the epoch's permutation; each rank reads only its contiguous part, sums its
+ * per-sample gradients, and ONE all-reduce (which also carries the step's loss and accuracy sums)
+ * adds them up; the update divides by the global batch. So N ranks compute what one process would
+ * on the whole batch. Only rank 0 prints and writes files. */
+#ifndef MGT_TRAINER_H
+#define MGT_TRAINER_H
+
+#include <stdint.h>
+
+#include "runtime.h"
+
+#define MGT_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+typedef struct mgt_options {
+    const char *command; /* train, eval, predict, summary */
+    const char *model;   /* NULL: the embedded default (examples/mlp.cfg) */
+    const char *data;    /* folder of IDX files, "synthetic", or NULL: the default folder */
+    /* [train] overrides as given on the command line (NULL: not given). */
+    const char *epochs, *batch_size, *optimizer, *lr, *seed;
+    int64_t max_steps;   /* 0: no limit */
+    const char *out;     /* NULL: runs/<model> */
+    const char *init_weights, *weights, *output, *split;
+    double val_split;    /* < 0: validate on the test split */
+    int64_t save_every;  /* 0: only at epoch ends */
+    int resume;
+    int profile;
+    const char *timeline;
+    int verbose;         /* -1: auto */
+    double comm_timeout; /* seconds */
+    int64_t debug_check; /* compare weight checksums across ranks every K steps (0: off) */
+    const char *device;  /* cpu, gpu, auto */
+    int64_t synthetic_samples; /* training samples of --data synthetic */
+} mgt_options;
+
+void mgt_options_defaults(mgt_options *o);
+
+/* Each returns the process exit status; errors end the job through mgt_die / mgt_die_all. */
+int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o);
+int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o);
+int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o);
+int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o);
+
+#endif

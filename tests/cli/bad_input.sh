@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# labels: cli
+# Bad input gets one clear message naming the thing and what to do, a non-zero exit, and loses
+# nothing.
+source "$(dirname "$0")/lib.bash"
+cfg() { printf '%s\n' "$@" >m.cfg; }
+base=(--data synthetic --verbose 0 --max-steps 2)
+
+expect_fail "unknown flag suggests the closest" "unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
+expect_fail "bad flag value" "--epochs x: expected a whole number" "$MGT_BIN" --epochs x
+expect_fail "unknown command" "unknown command 'trian' \(did you mean 'train'" "$MGT_BIN" trian
+expect_fail "flag of another command" "--output does not apply to mgtrain train" "$MGT_BIN" --output x.npy
+expect_fail "bad optimizer" "--optimizer adma: unknown \(did you mean adam\?\)" "$MGT_BIN" --optimizer adma
+expect_fail "missing model file" "cannot open model file nope.cfg" "$MGT_BIN" --model nope.cfg
+
+cfg "[input]" "shape = 28,28,1" "[dense]" "units = 10" "[dense]" "unit = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "unknown key, file:line, suggestion" "m.cfg:6: \[dense\] has no key 'unit' \(did you mean 'units'\?\)" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "activation = relu" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "missing required key, at its section's line" "m.cfg:4: \[dense\] is missing the required key 'units'" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = ten" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "bad value" "m.cfg:5: \[dense\] units = ten: expected a positive whole number" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[conv2d]" "filters = 4" "kernel = 30" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "impossible shape" "m.cfg:3: \[conv2d\] conv2d_1: kernel = 30,30 does not fit the 28x28 input" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "dense on an image" "needs a flat input .* put a \[flatten\] section before it" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[flaten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "unknown section" "m.cfg:3: unknown section \[flaten\] \(did you mean \[flatten\]\?\)" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 10" "units = 12" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "key given twice" "m.cfg:6: \[dense\] units is given twice" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "batch_size = 8"
+expect_fail "missing loss" "m.cfg:6: \[train\] is missing the required key 'loss'" "$MGT_BIN" --model m.cfg "${base[@]}"
+cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8" "garbage line"
+expect_fail "unparsable line" "m.cfg:10: cannot read this line" "$MGT_BIN" --model m.cfg "${base[@]}"
+
+# Two [dense] in a row and an empty [flatten] are separate layers (libinih alone merges them).
+cfg "[input]" "shape = 4,4,1" "[flatten]" "[dense]" "units = 8" "[dense]" "units = 3" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+out=$("$MGT_BIN" summary --model m.cfg 2>&1)
+grep -q "flatten_1 (flatten) *(16)" <<<"$out" && grep -q "dense_1 (dense) *(8) *136" <<<"$out" && grep -q "dense_2 (dense) *(3) *27" <<<"$out" \
+  && ok "repeated and empty sections are separate layers" || { bad "summary of repeated sections"; echo "$out"; }
+
+# Data files: truncated, lying, missing.
+mkdir -p d
+python3 - <<'PY'
+import gzip, struct
+def idx(path, magic, dims, data):
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + data)
+idx("d/train-images-idx3-ubyte", 0x803, (100, 28, 28), bytes(100 * 784))
+idx("d/train-labels-idx1-ubyte", 0x801, (100,), bytes([3] * 100))
+idx("d/t10k-images-idx3-ubyte", 0x803, (20, 28, 28), bytes(20 * 784))
+idx("d/t10k-labels-idx1-ubyte", 0x801, (20,), bytes([1] * 20))
+PY
+"$MGT_BIN" --data d --batch-size 10 --max-steps 2 --verbose 0 --out ok >/dev/null 2>&1 && ok "small valid IDX set trains" || bad "small valid IDX set"
+head -c 50000 d/train-images-idx3-ubyte >d/x && mv d/x d/train-images-idx3-ubyte
+expect_fail "truncated images file" "train-images-idx3-ubyte.*truncated" "$MGT_BIN" --data d --batch-size 10 --verbose 0
+python3 -c "
+import struct; open('d/train-images-idx3-ubyte','wb').write(struct.pack('>IIII',0x803,100,28,28)+bytes(100*784))
+open('d/train-labels-idx1-ubyte','wb').write(struct.pack('>II',0x801,100)+bytes([12]*100))"
+expect_fail "label beyond the classes" "label 12 .*10 classes" "$MGT_BIN" --data d --batch-size 10 --verbose 0
+python3 -c "open('d/train-labels-idx1-ubyte','wb').write(bytes(16))"
+expect_fail "wrong magic" "train-labels-idx1-ubyte.*magic" "$MGT_BIN" --data d --batch-size 10 --verbose 0
+expect_fail "missing data folder" "pass --data" "$MGT_BIN" --data /nonexistent --verbose 0
+
+# Weights that belong to another model; checkpoints are never overwritten by a failed start.
+"$MGT_BIN" --data synthetic --max-steps 3 --batch-size 16 --out mlp --verbose 0 >/dev/null 2>&1 || bad "mlp run"
+expect_fail "weights of another model" "has no tensor 'conv2d_1.weight'.*another model" "$MGT_BIN" eval --model "$MGT_SRC/examples/convnet.cfg" --weights mlp/weights.safetensors --data synthetic
+cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 128" "activation = relu" "[dense]" "units = 256" "activation = relu" "[dense]" "units = 10" "[train]" "optimizer = adam" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+expect_fail "same names, other shapes" "tensor 'dense_1.weight' has shape \[256,784\] but model m needs \[128,784\]" "$MGT_BIN" --model m.cfg --init-weights mlp/weights.safetensors --data synthetic
+head -c 3000 mlp/weights.safetensors >cut.safetensors
+expect_fail "truncated weights file" "cut.safetensors.*(truncated|shorter|beyond)" "$MGT_BIN" eval --weights cut.safetensors --data synthetic
+python3 -c "
+b=bytearray(open('mlp/weights.safetensors','rb').read()); b[-5]^=0xff; open('flip.safetensors','wb').write(b)"
+expect_fail "damaged weights file" "flip.safetensors.*CRC" "$MGT_BIN" eval --weights flip.safetensors --data synthetic
+sum=$(md5sum mlp/checkpoint.safetensors)
+expect_fail "resume with another batch size" "global batch 16 but this run uses 32; resume with --batch-size 16" "$MGT_BIN" --data synthetic --batch-size 32 --out mlp --resume --verbose 0
+expect_fail "resume with another optimizer" "saved with optimizer adam but this run uses sgd" "$MGT_BIN" --data synthetic --batch-size 16 --optimizer sgd --out mlp --resume --verbose 0
+[ "$sum" = "$(md5sum mlp/checkpoint.safetensors)" ] && ok "checkpoint untouched by failed resumes" || bad "checkpoint changed"
+expect_fail "resume without checkpoint" "no checkpoint at nowhere/checkpoint.safetensors" "$MGT_BIN" --data synthetic --out nowhere --resume
+expect_fail "output folder that cannot exist" "cannot create output folder" "$MGT_BIN" --data synthetic --out /proc/nope/run
+
+# More ranks than samples per global batch.
+expect_fail "too many ranks" "3 ranks but the global batch is 2: .*start at most 2 ranks" mpi 3 --data synthetic --batch-size 2
+ls -a mlp ok | grep -q tmp && bad "temporary files left behind" || ok "no temporary files anywhere"
+finish

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# labels: cli
+# Help lists every flag with its default; summary of the seed ConvNet; the small ConvNet trains.
+source "$(dirname "$0")/lib.bash"
+h=$("$MGT_BIN" --help)
+for f in model data epochs batch-size optimizer lr seed max-steps out init-weights val-split save-every resume profile timeline verbose device comm-timeout; do
+  grep -q -- "--$f.*default" <<<"$h" && : || bad "--help lacks --$f with a default"
+done
+ok "--help lists the train flags with defaults"
+"$MGT_BIN" predict --help | grep -q -- "--output FILE.*default" && ok "predict --help" || bad "predict --help"
+s=$("$MGT_BIN" summary --model "$MGT_SRC/examples/convnet.cfg")
+echo "$s"
+grep -q "Total params: 2,354,250" <<<"$s" && grep -q "Trainable params: 2,353,738" <<<"$s" && ok "ConvNet parameter count (Keras: 2,354,250)" || bad "ConvNet totals"
+grep -q "conv2d_2 (conv2d) *(24, 24, 256) relu *73,984" <<<"$s" && ok "ConvNet layer row" || bad "ConvNet row"
+out=$(mpi 2 --model "$MGT_SRC/examples/convnet.cfg" --data synthetic --batch-size 16 --max-steps 3 --verbose 2 --out cn --profile --timeline cn/trace.json 2>&1) || { bad "ConvNet steps"; echo "$out"; }
+grep -q "world: 2 ranks on 1 node" <<<"$out" && grep -q "rank 1: .*cpu" <<<"$out" && grep -q "batch: global 16, per rank 8" <<<"$out" && ok "start-up block" || { bad "start-up block"; echo "$out"; }
+grep -qE "^1 +[0-9.]+ /" <<<"$out" && ok "profile table has rank 1" || { bad "profile table"; echo "$out"; }
+python3 -c "
+import json; t=json.load(open('cn/trace.json'))['traceEvents']
+spans=[e for e in t if e['ph']=='X']; assert {e['pid'] for e in spans}=={0,1}, spans[:3]
+assert {e['name'] for e in spans}=={'data','forward','backward','allreduce','update'}" && ok "timeline: both ranks, all phases" || bad "timeline"
+finish

@@ -1,0 +1,36 @@
+# Shared by the scripted tests: paths, mpirun, and assertions that fail loudly.
+set -uo pipefail
+: "${MGT_BIN:?run through ctest}" "${MGT_SRC:?}" "${MGT_COMPARE:?}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Quiet Open MPI's warnings about this container's network interfaces.
+export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+T=$(mktemp -d /tmp/mgt-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+FAILS=0
+CHECKS=0
+DATA=/usr/share/datasets/fashion-mnist
+
+mpi() { # mpi NP ARGS... : run mgtrain on NP ranks
+  local np=$1; shift
+  timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$MGT_BIN" "$@"
+}
+ok() { CHECKS=$((CHECKS + 1)); echo "ok: $*"; }
+bad() { CHECKS=$((CHECKS + 1)); FAILS=$((FAILS + 1)); echo "FAIL: $*"; }
+# expect_fail NAME PATTERN CMD... : CMD must exit non-zero and print PATTERN (grep -E)
+expect_fail() {
+  local name=$1 pat=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -ne 0 ] && grep -qE -- "$pat" <<<"$out"; then ok "$name"
+  else bad "$name (exit $rc, wanted /$pat/):"; echo "$out" | tail -20; fi
+}
+same() { # same NAME A B TOL
+  local out
+  if out=$("$MGT_COMPARE" "$2" "$3" "$4" "${5:-}"); then ok "$1: $(tail -1 <<<"$out")"
+  else bad "$1: $out"; fi
+}
+finish() {
+  echo "$((CHECKS - FAILS)) passed, $FAILS failed"
+  [ "$FAILS" -eq 0 ]
+}

@@ -1,0 +1,1324 @@
+/* test_ops.c: unit tests of the CPU reference backend (src/cpu/) against backend.h.
+ *
+ * What is checked:
+ *  - every backward op against central finite differences of the scalar L = sum(y * r) for a
+ *    fixed random r (float32 forward, eps 1e-2, error normalised by the largest analytic
+ *    gradient component, tolerance 2e-2); outputs are filled with NaN before every call so an
+ *    element an op forgets to write shows up;
+ *  - forward values against independent naive references computed in double;
+ *  - convolution chunking (small scratch, no scratch) against one big chunk;
+ *  - n == 0 backward writing zeros; BatchNorm statistics; dropout's mask rule and its
+ *    independence from how the batch is split; optimizer steps against hand-computed values;
+ *    cross-entropy on small hand examples.
+ * Each failing check prints its numbers; main returns non-zero if any check failed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "util.h"
+
+/* ---- check bookkeeping ---- */
+
+static int g_pass, g_fail;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            g_pass++;                                                                              \
+        } else {                                                                                   \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* ---- test memory: every buffer of a test is freed by tmp_free_all() (LeakSanitizer-clean) ---- */
+
+enum { MAX_TMP = 256 };
+static void *g_tmp[MAX_TMP];
+static int g_ntmp;
+
+static void *tmp_alloc(size_t bytes) {
+    if (g_ntmp == MAX_TMP) {
+        fprintf(stderr, "test_ops: too many temporary buffers\n");
+        exit(2);
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_ops: out of memory\n");
+        exit(2);
+    }
+    g_tmp[g_ntmp++] = p;
+    return p;
+}
+
+static float *fbuf(size_t n) {
+    return tmp_alloc(n * sizeof(float));
+}
+
+static void tmp_free_all(void) {
+    for (int i = 0; i < g_ntmp; i++)
+        free(g_tmp[i]);
+    g_ntmp = 0;
+}
+
+/* ---- deterministic random numbers (the library's own RNG, a test-only key) ---- */
+
+static const uint64_t TEST_KEY = 0x7e57ULL;
+static uint64_t g_ctr;
+
+static float frand(float lo, float hi) {
+    return lo + (hi - lo) * mgt_uniform(TEST_KEY, g_ctr++);
+}
+
+static void fill(float *a, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++)
+        a[i] = frand(lo, hi);
+}
+
+/* Uniform in [lo, hi] but at least `gap` away from 0 (keeps FD clear of the ReLU kink). */
+static void fill_away_from_zero(float *a, size_t n, float lo, float hi, float gap) {
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        do
+            v = frand(lo, hi);
+        while (fabsf(v) < gap);
+        a[i] = v;
+    }
+}
+
+static void poison(float *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        a[i] = NAN;
+}
+
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
+    return s;
+}
+
+static int all_finite(const float *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return 0;
+    return 1;
+}
+
+/* max |a - ref| / max |ref| (NaN anywhere gives +inf). */
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double err = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(ref[i]))
+            return INFINITY;
+        const double d = fabs((double)a[i] - ref[i]);
+        if (d > err)
+            err = d;
+        if (fabs(ref[i]) > scale)
+            scale = fabs(ref[i]);
+    }
+    return err / (scale > 1e-30 ? scale : 1e-30);
+}
+
+static int all_zero(const float *a, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != 0.0f)
+            return 0;
+    return 1;
+}
+
+/* ---- finite differences ---- */
+
+typedef double (*objective_fn)(void *ctx);
+
+static const float FD_EPS = 1e-2f;
+static const double FD_TOL = 2e-2;
+enum { FD_MAX_PROBES = 400 };
+
+/* Compares grad (the op's analytic gradient of L w.r.t. p) with central differences of
+ * f(ctx) = L over (up to FD_MAX_PROBES of) p's components. */
+static void fd_check(const char *what, objective_fn f, void *ctx, float *p, size_t count,
+                     const float *grad) {
+    CHECK(all_finite(grad, count), "%s: analytic gradient has non-finite values", what);
+    double scale = 0.0;
+    for (size_t i = 0; i < count; i++)
+        if (fabs(grad[i]) > scale)
+            scale = fabs(grad[i]);
+    const size_t probes = count < FD_MAX_PROBES ? count : FD_MAX_PROBES;
+    double worst = 0.0, worst_num = 0.0, worst_ana = 0.0;
+    size_t worst_i = 0;
+    for (size_t k = 0; k < probes; k++) {
+        const size_t i =
+            count <= FD_MAX_PROBES ? k : (size_t)(mgt_rand64(TEST_KEY, g_ctr++) % count);
+        const float old = p[i];
+        const float up = old + FD_EPS, down = old - FD_EPS;
+        p[i] = up;
+        const double lp = f(ctx);
+        p[i] = down;
+        const double lm = f(ctx);
+        p[i] = old;
+        const double num = (lp - lm) / ((double)up - (double)down);
+        double err = fabs(num - grad[i]);
+        if (!isfinite(num))
+            err = INFINITY;
+        if (err > worst) {
+            worst = err;
+            worst_i = i;
+            worst_num = num;
+            worst_ana = grad[i];
+        }
+    }
+    f(ctx); /* leave the outputs as they were for the unperturbed parameters */
+    const double norm = scale > 1e-6 ? scale : 1e-6;
+    CHECK(worst / norm <= FD_TOL,
+          "%s: finite-difference mismatch: rel err %.3g at index %zu (numeric %.6g, analytic "
+          "%.6g, max |grad| %.3g)",
+          what, worst / norm, worst_i, worst_num, worst_ana, scale);
+}
+
+/* ---- backends ---- */
+
+static mgt_backend new_backend(void) {
+    mgt_backend be = {0};
+    if (mgt_cpu_backend_init(&be, 0) != 0) {
+        fprintf(stderr, "test_ops: mgt_cpu_backend_init failed\n");
+        exit(2);
+    }
+    return be;
+}
+
+/* =============================== dense =============================== */
+
+typedef struct {
+    mgt_backend *be;
+    int n, in, out;
+    float *x, *w, *b, *y, *r;
+} dense_ctx;
+
+static double dense_obj(void *p) {
+    dense_ctx *c = p;
+    poison(c->y, (size_t)c->n * c->out);
+    c->be->ops->dense_fwd(c->be, c->n, c->in, c->out, c->x, c->w, c->b, c->y);
+    return dot(c->y, c->r, (size_t)c->n * c->out);
+}
+
+static void ref_dense(int n, int in, int out, const float *x, const float *w, const float *b,
+                      float *y) {
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < out; o++) {
+            double acc = b ? b[o] : 0.0;
+            for (int k = 0; k < in; k++)
+                acc += (double)x[i * in + k] * w[o * in + k];
+            y[i * out + o] = (float)acc;
+        }
+}
+
+static void test_dense(mgt_backend *be) {
+    /* forward against the naive reference, with and without bias */
+    {
+        const int n = 33, in = 65, out = 17;
+        float *x = fbuf(n * in), *w = fbuf(out * in), *b = fbuf(out), *y = fbuf(n * out),
+              *ref = fbuf(n * out);
+        fill(x, n * in, -1, 1);
+        fill(w, out * in, -1, 1);
+        fill(b, out, -1, 1);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bb = with_bias ? b : NULL;
+            poison(y, n * out);
+            be->ops->dense_fwd(be, n, in, out, x, w, bb, y);
+            ref_dense(n, in, out, x, w, bb, ref);
+            const double e = rel_err(y, ref, n * out);
+            CHECK(e <= 1e-4, "dense_fwd (bias %d) vs naive: rel err %.3g", with_bias, e);
+        }
+        tmp_free_all();
+    }
+    /* gradients */
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        dense_ctx c = {.be = be, .n = 5, .in = 7, .out = 4};
+        const size_t nx = c.n * c.in, nw = c.out * c.in, ny = c.n * c.out;
+        c.x = fbuf(nx), c.w = fbuf(nw), c.b = with_bias ? fbuf(c.out) : NULL, c.y = fbuf(ny),
+        c.r = fbuf(ny);
+        fill(c.x, nx, -1, 1);
+        fill(c.w, nw, -1, 1);
+        if (c.b)
+            fill(c.b, c.out, -1, 1);
+        fill(c.r, ny, -1, 1);
+        float *dx = fbuf(nx), *dw = fbuf(nw), *db = fbuf(c.out);
+        poison(dx, nx);
+        poison(dw, nw);
+        poison(db, c.out);
+        be->ops->dense_bwd(be, c.n, c.in, c.out, c.x, c.w, c.r, dx, dw, c.b ? db : NULL);
+        fd_check(with_bias ? "dense dx (bias)" : "dense dx", dense_obj, &c, c.x, nx, dx);
+        fd_check(with_bias ? "dense dW (bias)" : "dense dW", dense_obj, &c, c.w, nw, dw);
+        if (c.b)
+            fd_check("dense db", dense_obj, &c, c.b, c.out, db);
+        /* dx == NULL is allowed and must leave the parameter gradients right */
+        float *dw2 = fbuf(nw);
+        poison(dw2, nw);
+        be->ops->dense_bwd(be, c.n, c.in, c.out, c.x, c.w, c.r, NULL, dw2, NULL);
+        CHECK(rel_err(dw2, dw, nw) == 0.0, "dense_bwd with dx NULL: dW differs (rel %.3g)",
+              rel_err(dw2, dw, nw));
+        tmp_free_all();
+    }
+    /* n == 0: dW and db overwritten with zeros */
+    {
+        const int in = 6, out = 3;
+        float *dw = fbuf(in * out), *db = fbuf(out), dummy[1] = {0};
+        poison(dw, in * out);
+        poison(db, out);
+        be->ops->dense_bwd(be, 0, in, out, dummy, dummy, dummy, NULL, dw, db);
+        CHECK(all_zero(dw, in * out), "dense_bwd n=0: dW not all zero (dW[0]=%g)", dw[0]);
+        CHECK(all_zero(db, out), "dense_bwd n=0: db not all zero (db[0]=%g)", db[0]);
+        tmp_free_all();
+    }
+}
+
+/* =============================== convolution =============================== */
+
+typedef struct {
+    int n, h, w, c, oc, kh, kw, stride, pt, pb, pl, pr, bias;
+} conv_cfg;
+
+static mgt_conv_shape conv_shape_of(const conv_cfg *k) {
+    mgt_conv_shape s = {.n = k->n,
+                        .h = k->h,
+                        .w = k->w,
+                        .c = k->c,
+                        .oc = k->oc,
+                        .kh = k->kh,
+                        .kw = k->kw,
+                        .stride = k->stride,
+                        .pad_top = k->pt,
+                        .pad_left = k->pl};
+    s.oh = (k->h + k->pt + k->pb - k->kh) / k->stride + 1;
+    s.ow = (k->w + k->pl + k->pr - k->kw) / k->stride + 1;
+    return s;
+}
+
+static size_t conv_nx(const mgt_conv_shape *s) {
+    return (size_t)s->n * s->h * s->w * s->c;
+}
+static size_t conv_nw(const mgt_conv_shape *s) {
+    return (size_t)s->oc * s->c * s->kh * s->kw;
+}
+static size_t conv_ny(const mgt_conv_shape *s) {
+    return (size_t)s->n * s->oh * s->ow * s->oc;
+}
+
+/* Direct nested-loop cross-correlation in double, indices spelled out from the layouts. */
+static void ref_conv(const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y) {
+    for (int n = 0; n < s->n; n++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++)
+                for (int o = 0; o < s->oc; o++) {
+                    double acc = b ? b[o] : 0.0;
+                    for (int ch = 0; ch < s->c; ch++)
+                        for (int i = 0; i < s->kh; i++)
+                            for (int j = 0; j < s->kw; j++) {
+                                const int iy = oy * s->stride - s->pad_top + i;
+                                const int ix = ox * s->stride - s->pad_left + j;
+                                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
+                                    continue;
+                                acc += (double)w[((o * s->c + ch) * s->kh + i) * s->kw + j] *
+                                       x[((n * s->h + iy) * s->w + ix) * s->c + ch];
+                            }
+                    y[((n * s->oh + oy) * s->ow + ox) * s->oc + o] = (float)acc;
+                }
+}
+
+typedef struct {
+    mgt_backend *be;
+    mgt_conv_shape s;
+    float *x, *w, *b, *y, *r;
+} conv_ctx;
+
+static double conv_obj(void *p) {
+    conv_ctx *c = p;
+    poison(c->y, conv_ny(&c->s));
+    c->be->ops->conv2d_fwd(c->be, &c->s, c->x, c->w, c->b, c->y);
+    return dot(c->y, c->r, conv_ny(&c->s));
+}
+
+static void test_conv_cfg(const conv_cfg *k) {
+    mgt_backend be = new_backend();
+    conv_ctx c = {.be = &be, .s = conv_shape_of(k)};
+    const mgt_conv_shape *s = &c.s;
+    char name[160];
+    snprintf(name, sizeof name, "conv n%d %dx%dx%d oc%d k%dx%d s%d pad(%d,%d,%d,%d) bias%d", k->n,
+             k->h, k->w, k->c, k->oc, k->kh, k->kw, k->stride, k->pt, k->pb, k->pl, k->pr, k->bias);
+    CHECK(be.ops->reserve(&be, be.ops->conv2d_scratch(s)) == 0, "%s: reserve failed", name);
+    const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
+    c.x = fbuf(nx), c.w = fbuf(nw), c.b = k->bias ? fbuf(s->oc) : NULL, c.y = fbuf(ny),
+    c.r = fbuf(ny);
+    fill(c.x, nx, -1, 1);
+    fill(c.w, nw, -1, 1);
+    if (c.b)
+        fill(c.b, s->oc, -1, 1);
+    fill(c.r, ny, -1, 1);
+
+    float *ref = fbuf(ny);
+    conv_obj(&c);
+    ref_conv(s, c.x, c.w, c.b, ref);
+    const double e = rel_err(c.y, ref, ny);
+    CHECK(e <= 1e-4, "%s: forward vs naive: rel err %.3g", name, e);
+
+    float *dx = fbuf(nx), *dw = fbuf(nw), *db = fbuf(s->oc);
+    poison(dx, nx);
+    poison(dw, nw);
+    poison(db, s->oc);
+    be.ops->conv2d_bwd(&be, s, c.x, c.w, c.r, dx, dw, c.b ? db : NULL);
+    char what[200];
+    snprintf(what, sizeof what, "%s dx", name);
+    fd_check(what, conv_obj, &c, c.x, nx, dx);
+    snprintf(what, sizeof what, "%s dW", name);
+    fd_check(what, conv_obj, &c, c.w, nw, dw);
+    if (c.b) {
+        snprintf(what, sizeof what, "%s db", name);
+        fd_check(what, conv_obj, &c, c.b, s->oc, db);
+    }
+    mgt_backend_destroy(&be);
+    CHECK(be.ops == NULL && be.impl == NULL, "mgt_backend_destroy did not clear the backend");
+    tmp_free_all();
+}
+
+static void test_conv_grads(void) {
+    static const conv_cfg cfgs[] = {
+        /* n  h  w  c oc kh kw st pt pb pl pr bias */
+        {2, 7, 6, 3, 4, 3, 3, 1, 0, 0, 0, 0, 1}, /* valid, stride 1 */
+        {3, 6, 7, 2, 5, 3, 3, 1, 1, 1, 1, 1, 0}, /* same, stride 1, no bias */
+        {2, 6, 7, 4, 3, 3, 3, 1, 1, 1, 1, 1, 1}, /* same, stride 1 */
+        {2, 7, 7, 3, 2, 3, 3, 2, 0, 0, 0, 0, 1}, /* valid, stride 2 */
+        {2, 8, 8, 4, 3, 3, 3, 2, 0, 1, 0, 1, 1}, /* same, stride 2, even size: pad after only */
+        {2, 7, 9, 3, 3, 3, 3, 2, 1, 1, 1, 1, 0}, /* same, stride 2, odd size */
+        {2, 6, 7, 3, 4, 2, 3, 1, 0, 1, 1, 1, 1}, /* non-square kernel, asymmetric padding */
+        {2, 9, 8, 2, 3, 5, 5, 2, 2, 2, 2, 2, 1}, /* 5x5 same, stride 2 */
+        {2, 4, 5, 6, 3, 1, 1, 1, 0, 0, 0, 0, 1}, /* 1x1 pointwise (no im2col) */
+        {2, 5, 5, 3, 4, 1, 1, 2, 0, 0, 0, 0, 0}, /* 1x1, stride 2 */
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+        test_conv_cfg(&cfgs[i]);
+}
+
+/* The same convolution with one big chunk, small chunks that split samples, one-sample chunks
+ * and no scratch at all (direct fallback) must agree. */
+static void test_conv_chunking(void) {
+    const conv_cfg k = {5, 9, 8, 3, 6, 3, 3, 1, 1, 1, 1, 1, 1};
+    const mgt_conv_shape s = conv_shape_of(&k);
+    const size_t nx = conv_nx(&s), nw = conv_nw(&s), ny = conv_ny(&s);
+    const size_t K = (size_t)s.c * s.kh * s.kw;
+    float *x = fbuf(nx), *w = fbuf(nw), *b = fbuf(s.oc), *dy = fbuf(ny);
+    fill(x, nx, -1, 1);
+    fill(w, nw, -1, 1);
+    fill(b, s.oc, -1, 1);
+    fill(dy, ny, -1, 1);
+
+    mgt_conv_shape one = s;
+    one.n = 1;
+    const size_t full = (size_t)s.n * s.oh * s.ow * K * sizeof(float);
+    const size_t sizes[] = {full, 7 * K * sizeof(float), K * sizeof(float), 0, 0};
+    /* sizes: whole batch, 7 rows (chunks straddle samples), 1 row, then one sample
+     * (conv2d_scratch of n = 1), then none at all */
+    const char *label[] = {"whole batch", "7 rows", "1 row", "one sample", "no scratch"};
+    float *y[5], *dx[5], *dw[5], *db[5];
+    CHECK(s.n > 1 && one.n == 1, "chunking test setup");
+    for (int v = 0; v < 5; v++) {
+        mgt_backend be = new_backend();
+        size_t bytes = v == 3 ? be.ops->conv2d_scratch(&one) : sizes[v];
+        if (v == 0)
+            CHECK(be.ops->conv2d_scratch(&s) == full,
+                  "conv2d_scratch of a small batch should cover the whole batch: %zu vs %zu",
+                  be.ops->conv2d_scratch(&s), full);
+        if (v == 3)
+            CHECK(bytes == (size_t)s.oh * s.ow * K * sizeof(float),
+                  "conv2d_scratch(n=1) = %zu, expected one sample's columns %zu", bytes,
+                  (size_t)s.oh * s.ow * K * sizeof(float));
+        if (bytes)
+            CHECK(be.ops->reserve(&be, bytes) == 0, "reserve(%zu) failed", bytes);
+        y[v] = fbuf(ny), dx[v] = fbuf(nx), dw[v] = fbuf(nw), db[v] = fbuf(s.oc);
+        poison(y[v], ny);
+        poison(dx[v], nx);
+        poison(dw[v], nw);
+        poison(db[v], s.oc);
+        be.ops->conv2d_fwd(&be, &s, x, w, b, y[v]);
+        be.ops->conv2d_bwd(&be, &s, x, w, dy, dx[v], dw[v], db[v]);
+        mgt_backend_destroy(&be);
+    }
+    float *ref = fbuf(ny);
+    ref_conv(&s, x, w, b, ref);
+    CHECK(rel_err(y[0], ref, ny) <= 1e-4, "conv chunking: whole-batch forward vs naive %.3g",
+          rel_err(y[0], ref, ny));
+    for (int v = 1; v < 5; v++) {
+        double ey = rel_err(y[v], y[0], ny), ex = rel_err(dx[v], dx[0], nx),
+               ew = rel_err(dw[v], dw[0], nw), eb = rel_err(db[v], db[0], s.oc);
+        CHECK(ey <= 1e-5 && ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5,
+              "conv chunking (%s) vs whole batch: y %.3g dx %.3g dW %.3g db %.3g", label[v], ey, ex,
+              ew, eb);
+    }
+    /* dW from the chunked run must also be right in absolute terms: compare to a dW built from
+     * the naive definition dW[o][c][i][j] = sum dy[o] * x[window]. */
+    float *dwref = fbuf(nw);
+    for (int o = 0; o < s.oc; o++)
+        for (int ch = 0; ch < s.c; ch++)
+            for (int i = 0; i < s.kh; i++)
+                for (int j = 0; j < s.kw; j++) {
+                    double acc = 0.0;
+                    for (int n = 0; n < s.n; n++)
+                        for (int oy = 0; oy < s.oh; oy++)
+                            for (int ox = 0; ox < s.ow; ox++) {
+                                const int iy = oy * s.stride - s.pad_top + i;
+                                const int ix = ox * s.stride - s.pad_left + j;
+                                if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w)
+                                    continue;
+                                acc += (double)dy[((n * s.oh + oy) * s.ow + ox) * s.oc + o] *
+                                       x[((n * s.h + iy) * s.w + ix) * s.c + ch];
+                            }
+                    dwref[((o * s.c + ch) * s.kh + i) * s.kw + j] = (float)acc;
+                }
+    CHECK(rel_err(dw[1], dwref, nw) <= 1e-4, "conv chunked dW vs naive: rel err %.3g",
+          rel_err(dw[1], dwref, nw));
+
+    /* The size conv2d_scratch asks for a big layer: bounded (16 MB) but at least one sample. */
+    {
+        mgt_backend be = new_backend();
+        const conv_cfg big = {128, 26, 26, 32, 256, 3, 3, 1, 0, 0, 0, 0, 1};
+        const mgt_conv_shape bs = conv_shape_of(&big);
+        const size_t per_sample = (size_t)bs.oh * bs.ow * bs.c * 9 * sizeof(float);
+        const size_t sz = be.ops->conv2d_scratch(&bs);
+        CHECK(sz >= per_sample && sz <= ((size_t)16 << 20) && sz % per_sample == 0,
+              "conv2d_scratch(big) = %zu: want whole samples of %zu bytes, at most 16 MB", sz,
+              per_sample);
+        const conv_cfg huge = {4, 200, 200, 64, 8, 3, 3, 1, 1, 1, 1, 1, 0};
+        const mgt_conv_shape hs = conv_shape_of(&huge);
+        const size_t per_h = (size_t)hs.oh * hs.ow * hs.c * 9 * sizeof(float);
+        CHECK(be.ops->conv2d_scratch(&hs) == per_h,
+              "conv2d_scratch with one sample over 16 MB = %zu, expected one sample %zu",
+              be.ops->conv2d_scratch(&hs), per_h);
+        mgt_backend_destroy(&be);
+    }
+    tmp_free_all();
+}
+
+static void test_conv_n0(void) {
+    mgt_backend be = new_backend();
+    const conv_cfg k = {0, 5, 5, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1};
+    const mgt_conv_shape s = conv_shape_of(&k);
+    const size_t nw = conv_nw(&s);
+    float *dw = fbuf(nw), *db = fbuf(s.oc), dummy[1] = {0};
+    be.ops->reserve(&be, be.ops->conv2d_scratch(&s));
+    poison(dw, nw);
+    poison(db, s.oc);
+    be.ops->conv2d_bwd(&be, &s, dummy, dummy, dummy, NULL, dw, db);
+    CHECK(all_zero(dw, nw), "conv2d_bwd n=0: dW not all zero (dW[0]=%g)", dw[0]);
+    CHECK(all_zero(db, s.oc), "conv2d_bwd n=0: db not all zero (db[0]=%g)", db[0]);
+    /* pointwise path too */
+    const conv_cfg k1 = {0, 5, 5, 3, 4, 1, 1, 1, 0, 0, 0, 0, 1};
+    const mgt_conv_shape s1 = conv_shape_of(&k1);
+    poison(dw, conv_nw(&s1));
+    poison(db, s1.oc);
+    be.ops->conv2d_bwd(&be, &s1, dummy, dummy, dummy, NULL, dw, db);
+    CHECK(all_zero(dw, conv_nw(&s1)) && all_zero(db, s1.oc),
+          "conv2d_bwd 1x1 n=0: gradients not all zero");
+    mgt_backend_destroy(&be);
+    tmp_free_all();
+}
+
+/* =============================== pooling =============================== */
+
+static size_t pool_nx(const mgt_pool_shape *s) {
+    return (size_t)s->n * s->h * s->w * s->c;
+}
+static size_t pool_ny(const mgt_pool_shape *s) {
+    return (size_t)s->n * s->oh * s->ow * s->c;
+}
+
+static mgt_pool_shape pool_shape(int n, int h, int w, int c, int size, int stride) {
+    mgt_pool_shape s = {.n = n, .h = h, .w = w, .c = c, .size = size, .stride = stride};
+    s.oh = (h - size) / stride + 1;
+    s.ow = (w - size) / stride + 1;
+    return s;
+}
+
+/* Naive pooling; for max also the flat index of the first maximum in row-major window order. */
+static void ref_pool(const mgt_pool_shape *s, const float *x, float *ymax, int32_t *amax,
+                     float *yavg) {
+    for (int n = 0; n < s->n; n++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++)
+                for (int ch = 0; ch < s->c; ch++) {
+                    double sum = 0.0;
+                    float best = -INFINITY;
+                    int32_t bi = -1;
+                    for (int i = 0; i < s->size; i++)
+                        for (int j = 0; j < s->size; j++) {
+                            const int idx =
+                                ((n * s->h + oy * s->stride + i) * s->w + ox * s->stride + j) *
+                                    s->c +
+                                ch;
+                            sum += x[idx];
+                            if (bi < 0 || x[idx] > best) {
+                                best = x[idx];
+                                bi = idx;
+                            }
+                        }
+                    const int o = ((n * s->oh + oy) * s->ow + ox) * s->c + ch;
+                    ymax[o] = best;
+                    amax[o] = bi;
+                    yavg[o] = (float)(sum / (s->size * s->size));
+                }
+}
+
+typedef struct {
+    mgt_backend *be;
+    mgt_pool_shape s;
+    int is_max;
+    float *x, *y, *r;
+    int32_t *am;
+} pool_ctx;
+
+static double pool_obj(void *p) {
+    pool_ctx *c = p;
+    poison(c->y, pool_ny(&c->s));
+    if (c->is_max)
+        c->be->ops->maxpool_fwd(c->be, &c->s, c->x, c->y, c->am);
+    else
+        c->be->ops->avgpool_fwd(c->be, &c->s, c->x, c->y);
+    return dot(c->y, c->r, pool_ny(&c->s));
+}
+
+static void test_pool(mgt_backend *be) {
+    const int cfg[][6] = {
+        {2, 6, 7, 3, 2, 2}, {2, 7, 7, 2, 3, 2}, {3, 5, 6, 4, 2, 1}, {1, 4, 4, 2, 4, 4}};
+    for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
+        const int *q = cfg[t];
+        pool_ctx c = {.be = be, .s = pool_shape(q[0], q[1], q[2], q[3], q[4], q[5])};
+        const size_t nx = pool_nx(&c.s), ny = pool_ny(&c.s);
+        c.x = fbuf(nx), c.y = fbuf(ny), c.r = fbuf(ny);
+        c.am = tmp_alloc(ny * sizeof(int32_t));
+        /* distinct values 0.1 apart in random order: a max never changes under +-FD_EPS */
+        for (size_t i = 0; i < nx; i++)
+            c.x[i] = 0.1f * (float)i - 0.05f * (float)nx;
+        for (size_t i = nx - 1; i > 0; i--) {
+            const size_t j = (size_t)(mgt_rand64(TEST_KEY, g_ctr++) % (i + 1));
+            const float tmp = c.x[i];
+            c.x[i] = c.x[j];
+            c.x[j] = tmp;
+        }
+        fill(c.r, ny, -1, 1);
+        float *rmax = fbuf(ny), *ravg = fbuf(ny), *dx = fbuf(nx);
+        int32_t *ram = tmp_alloc(ny * sizeof(int32_t));
+        ref_pool(&c.s, c.x, rmax, ram, ravg);
+        char name[128];
+        snprintf(name, sizeof name, "pool n%d %dx%dx%d size%d stride%d", q[0], q[1], q[2], q[3],
+                 q[4], q[5]);
+
+        c.is_max = 1;
+        for (size_t i = 0; i < ny; i++)
+            c.am[i] = -7;
+        pool_obj(&c);
+        CHECK(rel_err(c.y, rmax, ny) <= 1e-6, "%s: maxpool forward vs naive %.3g", name,
+              rel_err(c.y, rmax, ny));
+        CHECK(memcmp(c.am, ram, ny * sizeof(int32_t)) == 0, "%s: maxpool argmax differs", name);
+        poison(dx, nx);
+        be->ops->maxpool_bwd(be, &c.s, c.r, c.am, dx);
+        char what[160];
+        snprintf(what, sizeof what, "%s maxpool dx", name);
+        fd_check(what, pool_obj, &c, c.x, nx, dx);
+
+        c.is_max = 0;
+        pool_obj(&c);
+        CHECK(rel_err(c.y, ravg, ny) <= 1e-5, "%s: avgpool forward vs naive %.3g", name,
+              rel_err(c.y, ravg, ny));
+        poison(dx, nx);
+        be->ops->avgpool_bwd(be, &c.s, c.r, dx);
+        snprintf(what, sizeof what, "%s avgpool dx", name);
+        fd_check(what, pool_obj, &c, c.x, nx, dx);
+        tmp_free_all();
+    }
+    /* ties go to the first position of the window (row-major) */
+    {
+        const mgt_pool_shape s = pool_shape(1, 4, 4, 2, 2, 2);
+        float x[32], y[8];
+        int32_t am[8];
+        for (int i = 0; i < 32; i++)
+            x[i] = 1.5f;
+        be->ops->maxpool_fwd(be, &s, x, y, am);
+        /* window (oy, ox) starts at pixel (2oy, 2ox): flat index ((2oy)*4 + 2ox)*2 + ch */
+        int ok = 1;
+        for (int oy = 0; oy < 2; oy++)
+            for (int ox = 0; ox < 2; ox++)
+                for (int ch = 0; ch < 2; ch++)
+                    ok &= am[(oy * 2 + ox) * 2 + ch] == ((2 * oy) * 4 + 2 * ox) * 2 + ch;
+        CHECK(ok,
+              "maxpool ties: argmax should be the window's first element (got am[0..3] = "
+              "%d %d %d %d)",
+              am[0], am[1], am[2], am[3]);
+    }
+}
+
+/* =============================== batch norm =============================== */
+
+typedef struct {
+    mgt_backend *be;
+    int rows, c;
+    float eps;
+    float *x, *gamma, *beta, *y, *r;
+    float *sum, *sumsq, *mean, *invstd;
+} bn_ctx;
+
+static double bn_obj(void *p) {
+    bn_ctx *b = p;
+    const mgt_ops *o = b->be->ops;
+    poison(b->y, (size_t)b->rows * b->c);
+    poison(b->sum, b->c);
+    poison(b->sumsq, b->c);
+    poison(b->mean, b->c);
+    poison(b->invstd, b->c);
+    o->bn_stats(b->be, b->rows, b->c, b->x, b->sum, b->sumsq);
+    o->bn_finalize(b->be, b->c, (float)b->rows, b->sum, b->sumsq, b->eps, 0.9f, b->mean, b->invstd,
+                   NULL, NULL);
+    o->bn_apply(b->be, b->rows, b->c, b->x, b->mean, b->invstd, b->gamma, b->beta, b->y);
+    return dot(b->y, b->r, (size_t)b->rows * b->c);
+}
+
+static void test_bn(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    /* train-mode gradients through stats -> finalize -> apply */
+    {
+        bn_ctx b = {.be = be, .rows = 2 * 3 * 4, .c = 5, .eps = 1e-3f};
+        const size_t nx = (size_t)b.rows * b.c;
+        b.x = fbuf(nx), b.y = fbuf(nx), b.r = fbuf(nx), b.gamma = fbuf(b.c), b.beta = fbuf(b.c);
+        b.sum = fbuf(b.c), b.sumsq = fbuf(b.c), b.mean = fbuf(b.c), b.invstd = fbuf(b.c);
+        for (int r = 0; r < b.rows; r++)
+            for (int j = 0; j < b.c; j++)
+                b.x[r * b.c + j] = frand(-1, 1) * (1.0f + j) + 0.5f * j;
+        fill(b.gamma, b.c, 0.5f, 1.5f);
+        fill(b.beta, b.c, -1, 1);
+        fill(b.r, nx, -1, 1);
+        bn_obj(&b);
+        /* forward check: per channel, y has mean beta and (biased) std gamma*sqrt(var/(var+eps)) */
+        double worst = 0.0;
+        for (int j = 0; j < b.c; j++) {
+            double m = 0, m2 = 0;
+            for (int r = 0; r < b.rows; r++)
+                m += b.x[r * b.c + j];
+            m /= b.rows;
+            for (int r = 0; r < b.rows; r++) {
+                const double d = b.x[r * b.c + j] - m;
+                m2 += d * d;
+            }
+            m2 /= b.rows;
+            for (int r = 0; r < b.rows; r++) {
+                const double want =
+                    (b.x[r * b.c + j] - m) / sqrt(m2 + b.eps) * b.gamma[j] + b.beta[j];
+                const double d = fabs(b.y[r * b.c + j] - want);
+                if (!(d <= worst))
+                    worst = d;
+            }
+        }
+        CHECK(worst <= 1e-4, "bn forward vs double reference: max abs err %.3g", worst);
+
+        float *dgamma = fbuf(b.c), *dbeta = fbuf(b.c), *dx = fbuf(nx);
+        poison(dgamma, b.c);
+        poison(dbeta, b.c);
+        poison(dx, nx);
+        o->bn_bwd_reduce(be, b.rows, b.c, b.x, b.r, b.mean, b.invstd, dgamma, dbeta);
+        o->bn_bwd_apply(be, b.rows, b.c, (float)b.rows, b.x, b.r, b.mean, b.invstd, b.gamma, dgamma,
+                        dbeta, dx);
+        fd_check("bn dx", bn_obj, &b, b.x, nx, dx);
+        fd_check("bn dgamma", bn_obj, &b, b.gamma, b.c, dgamma);
+        fd_check("bn dbeta", bn_obj, &b, b.beta, b.c, dbeta);
+        tmp_free_all();
+    }
+    /* stats against a double reference over many rows (sums, not means) */
+    {
+        const int rows = 1000, c = 300; /* more channels than one accumulator block */
+        float *x = fbuf((size_t)rows * c), *sum = fbuf(c), *sumsq = fbuf(c);
+        fill(x, (size_t)rows * c, -2, 3);
+        poison(sum, c);
+        poison(sumsq, c);
+        o->bn_stats(be, rows, c, x, sum, sumsq);
+        double worst = 0.0;
+        for (int j = 0; j < c; j++) {
+            double s = 0, s2 = 0;
+            for (int r = 0; r < rows; r++) {
+                s += x[(size_t)r * c + j];
+                s2 += (double)x[(size_t)r * c + j] * x[(size_t)r * c + j];
+            }
+            const double e1 = fabs(sum[j] - s) / fmax(fabs(s), 1.0), e2 = fabs(sumsq[j] - s2) / s2;
+            if (!(e1 <= worst))
+                worst = e1;
+            if (!(e2 <= worst))
+                worst = e2;
+        }
+        CHECK(worst <= 1e-6, "bn_stats vs double sums: rel err %.3g", worst);
+        tmp_free_all();
+    }
+    /* finalize: hand values, Keras running update, count == 0, running statistics */
+    {
+        const float sum[2] = {6.0f, 0.0f}, sumsq[2] = {14.0f, 8.0f};
+        float mean[2], invstd[2], rm[2] = {1.0f, -1.0f}, rv[2] = {2.0f, 0.5f};
+        const float eps = 1e-3f, mom = 0.9f;
+        o->bn_finalize(be, 2, 3.0f, sum, sumsq, eps, mom, mean, invstd, rm, rv);
+        const double var0 = 14.0 / 3 - 4.0, var1 = 8.0 / 3;
+        CHECK(fabs(mean[0] - 2.0) < 1e-6 && fabs(mean[1]) < 1e-6, "bn_finalize mean %g %g", mean[0],
+              mean[1]);
+        CHECK(fabs(invstd[0] - 1 / sqrt(var0 + eps)) < 1e-5 &&
+                  fabs(invstd[1] - 1 / sqrt(var1 + eps)) < 1e-5,
+              "bn_finalize invstd %g %g, expected %g %g", invstd[0], invstd[1],
+              1 / sqrt(var0 + eps), 1 / sqrt(var1 + eps));
+        CHECK(fabs(rm[0] - (0.9 * 1.0 + 0.1 * 2.0)) < 1e-6 && fabs(rm[1] - (0.9 * -1.0)) < 1e-6,
+              "bn_finalize running mean %g %g, expected 1.1 -0.9", rm[0], rm[1]);
+        CHECK(fabs(rv[0] - (0.9 * 2.0 + 0.1 * var0)) < 1e-6 &&
+                  fabs(rv[1] - (0.9 * 0.5 + 0.1 * var1)) < 1e-6,
+              "bn_finalize running var %g %g, expected %g %g (biased batch variance)", rv[0], rv[1],
+              0.9 * 2.0 + 0.1 * var0, 0.9 * 0.5 + 0.1 * var1);
+        /* count == 0 */
+        float rm0[2] = {rm[0], rm[1]}, rv0[2] = {rv[0], rv[1]};
+        const float zeros[2] = {0, 0};
+        mean[0] = mean[1] = invstd[0] = invstd[1] = NAN;
+        o->bn_finalize(be, 2, 0.0f, zeros, zeros, eps, mom, mean, invstd, rm, rv);
+        CHECK(mean[0] == 0.0f && mean[1] == 0.0f && fabs(invstd[0] - 1 / sqrt(eps)) < 1e-3 &&
+                  fabs(invstd[1] - 1 / sqrt(eps)) < 1e-3,
+              "bn_finalize count=0: mean %g %g invstd %g %g (want 0, 1/sqrt(eps)=%g)", mean[0],
+              mean[1], invstd[0], invstd[1], 1 / sqrt(eps));
+        CHECK(rm[0] == rm0[0] && rm[1] == rm0[1] && rv[0] == rv0[0] && rv[1] == rv0[1],
+              "bn_finalize count=0 changed the running statistics");
+        /* running_mean NULL: no update and no crash */
+        o->bn_finalize(be, 2, 3.0f, sum, sumsq, eps, mom, mean, invstd, NULL, NULL);
+        CHECK(fabs(mean[0] - 2.0) < 1e-6, "bn_finalize without running stats: mean %g", mean[0]);
+        /* inference statistics */
+        o->bn_running(be, 2, eps, rm, rv, mean, invstd);
+        CHECK(mean[0] == rm[0] && mean[1] == rm[1] &&
+                  fabs(invstd[0] - 1 / sqrt(rv[0] + eps)) < 1e-5 &&
+                  fabs(invstd[1] - 1 / sqrt(rv[1] + eps)) < 1e-5,
+              "bn_running: mean %g %g invstd %g %g", mean[0], mean[1], invstd[0], invstd[1]);
+    }
+    /* rows == 0: sums and parameter gradients are zeros */
+    {
+        float sum[3], sumsq[3], dg[3], dbt[3], one[3] = {0, 1, 1}, dummy[1] = {0};
+        poison(sum, 3);
+        poison(sumsq, 3);
+        poison(dg, 3);
+        poison(dbt, 3);
+        o->bn_stats(be, 0, 3, dummy, sum, sumsq);
+        o->bn_bwd_reduce(be, 0, 3, dummy, dummy, one, one, dg, dbt);
+        CHECK(all_zero(sum, 3) && all_zero(sumsq, 3), "bn_stats rows=0: sums not zero");
+        CHECK(all_zero(dg, 3) && all_zero(dbt, 3), "bn_bwd_reduce rows=0: dgamma/dbeta not zero");
+    }
+}
+
+/* =============================== dropout =============================== */
+
+typedef struct {
+    mgt_backend *be;
+    int n, row;
+    float rate;
+    uint64_t key, first;
+    float *x, *y, *r;
+} drop_ctx;
+
+static double drop_obj(void *p) {
+    drop_ctx *d = p;
+    const size_t cnt = (size_t)d->n * d->row;
+    memcpy(d->y, d->x, cnt * sizeof(float));
+    d->be->ops->dropout_fwd(d->be, d->n, d->row, d->rate, d->key, d->first, d->y);
+    return dot(d->y, d->r, cnt);
+}
+
+static void test_dropout(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    /* the rule of backend.h, element by element */
+    {
+        const int n = 64, row = 1001; /* large enough that a slightly wrong threshold shows */
+        const float rate = 0.3f;
+        const uint64_t key = 1234, first = 17;
+        float *x = fbuf(n * row), *y = fbuf(n * row);
+        fill(x, n * row, -2, 2);
+        memcpy(y, x, sizeof(float) * n * row);
+        o->dropout_fwd(be, n, row, rate, key, first, y);
+        int bad = 0, first_bad = -1;
+        const float sc = 1.0f / (1.0f - rate);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < row; j++) {
+                const int keep = mgt_uniform(key, (first + i) * row + j) >= rate;
+                const float want = keep ? x[i * row + j] * sc : 0.0f;
+                if (y[i * row + j] != want) {
+                    if (first_bad < 0)
+                        first_bad = i * row + j;
+                    bad++;
+                }
+            }
+        CHECK(bad == 0, "dropout_fwd: %d elements differ from the mgt_uniform rule (first at %d)",
+              bad, first_bad);
+        /* backward applies the same mask and scale */
+        float *g = fbuf(n * row);
+        memcpy(g, x, sizeof(float) * n * row);
+        o->dropout_bwd(be, n, row, rate, key, first, g);
+        CHECK(memcmp(g, y, sizeof(float) * n * row) == 0,
+              "dropout_bwd differs from the forward map");
+        /* FD: the mask is fixed by the key */
+        drop_ctx d = {.be = be,
+                      .n = n,
+                      .row = row,
+                      .rate = rate,
+                      .key = key,
+                      .first = first,
+                      .x = x,
+                      .y = fbuf(n * row),
+                      .r = fbuf(n * row)};
+        fill(d.r, n * row, -1, 1);
+        float *dx = fbuf(n * row);
+        memcpy(dx, d.r, sizeof(float) * n * row);
+        o->dropout_bwd(be, n, row, rate, key, first, dx);
+        fd_check("dropout dx", drop_obj, &d, d.x, (size_t)n * row, dx);
+        /* rate 0: nothing changes */
+        memcpy(y, x, sizeof(float) * n * row);
+        o->dropout_fwd(be, n, row, 0.0f, key, first, y);
+        CHECK(memcmp(y, x, sizeof(float) * n * row) == 0, "dropout rate 0 changed the input");
+        tmp_free_all();
+    }
+    /* fraction dropped over a large tensor */
+    {
+        const int n = 1000, row = 1000;
+        const float rate = 0.37f;
+        float *x = fbuf((size_t)n * row);
+        for (size_t i = 0; i < (size_t)n * row; i++)
+            x[i] = 1.0f;
+        o->dropout_fwd(be, n, row, rate, 99, 0, x);
+        size_t dropped = 0, badkept = 0;
+        const float sc = 1.0f / (1.0f - rate);
+        for (size_t i = 0; i < (size_t)n * row; i++) {
+            if (x[i] == 0.0f)
+                dropped++;
+            else if (x[i] != sc)
+                badkept++;
+        }
+        const double frac = (double)dropped / ((double)n * row);
+        CHECK(fabs(frac - rate) <= 0.01, "dropout: fraction dropped %.4f, rate %.2f", frac, rate);
+        CHECK(badkept == 0, "dropout: %zu kept values not scaled by 1/(1-rate)", badkept);
+        tmp_free_all();
+    }
+    /* the same key gives the same mask however the batch is split across calls / ranks */
+    {
+        const int n = 8, row = 53;
+        const float rate = 0.5f;
+        float *x = fbuf(n * row), *a = fbuf(n * row), *b = fbuf(n * row);
+        fill(x, n * row, -1, 1);
+        memcpy(a, x, sizeof(float) * n * row);
+        memcpy(b, x, sizeof(float) * n * row);
+        o->dropout_fwd(be, 8, row, rate, 42, 0, a);
+        o->dropout_fwd(be, 3, row, rate, 42, 0, b);
+        o->dropout_fwd(be, 5, row, rate, 42, 3, b + 3 * row);
+        CHECK(memcmp(a, b, sizeof(float) * n * row) == 0,
+              "dropout: [0,8) at once differs from [0,3) + [3,8)");
+        memcpy(b, x, sizeof(float) * n * row);
+        o->dropout_fwd(be, 8, row, rate, 43, 0, b);
+        CHECK(memcmp(a, b, sizeof(float) * n * row) != 0,
+              "dropout: a different key gave the same mask");
+        tmp_free_all();
+    }
+}
+
+/* =============================== activations =============================== */
+
+typedef struct {
+    mgt_backend *be;
+    mgt_act act;
+    int n, row;
+    float *x, *y, *r;
+} act_ctx;
+
+static double act_obj(void *p) {
+    act_ctx *a = p;
+    const size_t cnt = (size_t)a->n * a->row;
+    memcpy(a->y, a->x, cnt * sizeof(float));
+    a->be->ops->act_fwd(a->be, a->act, a->n, a->row, a->y);
+    return dot(a->y, a->r, cnt);
+}
+
+static double ref_act1(mgt_act act, double v) {
+    switch (act) {
+    case MGT_ACT_RELU:
+        return v > 0 ? v : 0;
+    case MGT_ACT_SIGMOID:
+        return 1.0 / (1.0 + exp(-v));
+    case MGT_ACT_TANH:
+        return tanh(v);
+    default:
+        return v;
+    }
+}
+
+static void test_act(mgt_backend *be) {
+    const mgt_act acts[] = {MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX,
+                            MGT_ACT_NONE};
+    const char *names[] = {"relu", "sigmoid", "tanh", "softmax", "none"};
+    for (int t = 0; t < 5; t++) {
+        act_ctx a = {.be = be, .act = acts[t], .n = 4, .row = 7};
+        const size_t cnt = (size_t)a.n * a.row;
+        a.x = fbuf(cnt), a.y = fbuf(cnt), a.r = fbuf(cnt);
+        fill_away_from_zero(a.x, cnt, -3, 3, 0.05f);
+        fill(a.r, cnt, -1, 1);
+        act_obj(&a);
+        /* forward vs double reference */
+        float *ref = fbuf(cnt);
+        for (int i = 0; i < a.n; i++) {
+            if (acts[t] == MGT_ACT_SOFTMAX) {
+                double mx = -INFINITY, s = 0;
+                for (int j = 0; j < a.row; j++)
+                    mx = fmax(mx, a.x[i * a.row + j]);
+                for (int j = 0; j < a.row; j++)
+                    s += exp(a.x[i * a.row + j] - mx);
+                for (int j = 0; j < a.row; j++)
+                    ref[i * a.row + j] = (float)(exp(a.x[i * a.row + j] - mx) / s);
+            } else {
+                for (int j = 0; j < a.row; j++)
+                    ref[i * a.row + j] = (float)ref_act1(acts[t], a.x[i * a.row + j]);
+            }
+        }
+        CHECK(rel_err(a.y, ref, cnt) <= 1e-5, "%s forward vs reference: rel err %.3g", names[t],
+              rel_err(a.y, ref, cnt));
+        /* backward from y */
+        float *dx = fbuf(cnt);
+        memcpy(dx, a.r, cnt * sizeof(float));
+        be->ops->act_bwd(be, acts[t], a.n, a.row, a.y, dx);
+        char what[64];
+        snprintf(what, sizeof what, "%s dx", names[t]);
+        fd_check(what, act_obj, &a, a.x, cnt, dx);
+        tmp_free_all();
+    }
+    /* stability at extreme inputs */
+    {
+        float s[4] = {-200.0f, -90.0f, 90.0f, 200.0f},
+              sm[6] = {1000.0f, 0.0f, -1000.0f, -1000.0f, -1000.0f, -999.0f};
+        be->ops->act_fwd(be, MGT_ACT_SIGMOID, 1, 4, s);
+        CHECK(all_finite(s, 4) && s[0] >= 0.0f && s[0] < 1e-30f && s[3] == 1.0f,
+              "sigmoid extremes: %g %g %g %g", s[0], s[1], s[2], s[3]);
+        be->ops->act_fwd(be, MGT_ACT_SOFTMAX, 2, 3, sm);
+        CHECK(all_finite(sm, 6) && sm[0] == 1.0f && fabsf(sm[5] - 0.5761169f) < 1e-6f,
+              "softmax extremes: %g %g %g | %g %g %g", sm[0], sm[1], sm[2], sm[3], sm[4], sm[5]);
+    }
+}
+
+/* =============================== cross-entropy =============================== */
+
+typedef struct {
+    mgt_backend *be;
+    int n, k, dense;
+    float *logits, *probs, *targets;
+    int32_t *labels;
+} xent_ctx;
+
+static double xent_obj(void *p) {
+    xent_ctx *c = p;
+    float sums[2] = {0, 0};
+    poison(c->probs, (size_t)c->n * c->k);
+    if (c->dense)
+        c->be->ops->xent_dense(c->be, c->n, c->k, c->logits, c->targets, c->probs, NULL, 1.0f,
+                               sums);
+    else
+        c->be->ops->xent_sparse(c->be, c->n, c->k, c->logits, c->labels, c->probs, NULL, 1.0f,
+                                sums);
+    return sums[0];
+}
+
+static void test_xent(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    /* gradient of the summed loss (scale 1) */
+    for (int dense = 0; dense < 2; dense++) {
+        xent_ctx c = {.be = be, .n = 6, .k = 5, .dense = dense};
+        const size_t cnt = (size_t)c.n * c.k;
+        c.logits = fbuf(cnt), c.probs = fbuf(cnt), c.targets = fbuf(cnt);
+        c.labels = tmp_alloc(c.n * sizeof(int32_t));
+        fill(c.logits, cnt, -2, 2);
+        fill(c.targets, cnt, 0, 1); /* soft targets whose sum is not 1: tests p*sum(t) - t */
+        for (int i = 0; i < c.n; i++)
+            c.labels[i] = (int32_t)(mgt_rand64(TEST_KEY, g_ctr++) % c.k);
+        float *d = fbuf(cnt), sums[2] = {0, 0};
+        poison(d, cnt);
+        if (dense)
+            o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d, 1.0f, sums);
+        else
+            o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d, 1.0f, sums);
+        fd_check(dense ? "xent_dense dlogits" : "xent_sparse dlogits", xent_obj, &c, c.logits, cnt,
+                 d);
+        /* scale multiplies the gradient */
+        float *d2 = fbuf(cnt), sums2[2] = {0, 0};
+        if (dense)
+            o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d2, 0.25f, sums2);
+        else
+            o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d2, 0.25f, sums2);
+        double worst = 0;
+        for (size_t i = 0; i < cnt; i++)
+            worst = fmax(worst, fabs(d2[i] - 0.25 * d[i]));
+        CHECK(worst <= 1e-7, "xent (dense %d): scale 0.25 gradient off by %.3g", dense, worst);
+        /* probs aliasing logits gives the same probabilities, loss and gradient */
+        float *alias = fbuf(cnt), *d3 = fbuf(cnt), sums3[2] = {0, 0};
+        memcpy(alias, c.logits, cnt * sizeof(float));
+        if (dense)
+            o->xent_dense(be, c.n, c.k, alias, c.targets, alias, d3, 1.0f, sums3);
+        else
+            o->xent_sparse(be, c.n, c.k, alias, c.labels, alias, d3, 1.0f, sums3);
+        CHECK(memcmp(alias, c.probs, cnt * sizeof(float)) == 0 &&
+                  memcmp(d3, d, cnt * sizeof(float)) == 0 && sums3[0] == sums2[0] &&
+                  sums3[1] == sums2[1],
+              "xent (dense %d) with probs aliasing logits differs", dense);
+        tmp_free_all();
+    }
+    /* hand example: logits [1 2 3]; softmax = [0.0900306 0.2447285 0.6652410] */
+    {
+        const float logits[6] = {1, 2, 3, 1, 2, 3};
+        const int32_t labels[2] = {2, 0};
+        float probs[6], d[6], sums[2] = {1.0f, 2.0f}; /* sums accumulate (+=) */
+        o->xent_sparse(be, 2, 3, logits, labels, probs, d, 0.5f, sums);
+        const double l2 = 0.40760596444438, l0 = 2.40760596444438;
+        CHECK(fabs(sums[0] - (1.0 + l2 + l0)) < 1e-5, "xent_sparse loss sum %.7f, expected %.7f",
+              sums[0], 1.0 + l2 + l0);
+        CHECK(sums[1] == 3.0f, "xent_sparse correct count %g, expected 2 + 1", sums[1]);
+        CHECK(fabsf(probs[0] - 0.0900306f) < 1e-6f && fabsf(probs[2] - 0.6652410f) < 1e-6f,
+              "xent_sparse probs %g %g %g", probs[0], probs[1], probs[2]);
+        CHECK(fabsf(d[2] - 0.5f * (0.6652410f - 1.0f)) < 1e-6f &&
+                  fabsf(d[3] - 0.5f * (0.0900306f - 1.0f)) < 1e-6f &&
+                  fabsf(d[4] - 0.5f * 0.2447285f) < 1e-6f,
+              "xent_sparse dlogits %g %g %g", d[2], d[3], d[4]);
+        /* the same rows one-hot through the dense op, dlogits NULL */
+        const float t[6] = {0, 0, 1, 1, 0, 0};
+        float sd[2] = {0, 0};
+        o->xent_dense(be, 2, 3, logits, t, probs, NULL, 1.0f, sd);
+        CHECK(fabs(sd[0] - (l2 + l0)) < 1e-5 && sd[1] == 1.0f,
+              "xent_dense one-hot: loss %.7f (want %.7f), correct %g (want 1)", sd[0], l2 + l0,
+              sd[1]);
+        /* soft target: loss = sum t * lse - sum t*l, t = [0.5 0.5 0] */
+        const float ts[3] = {0.5f, 0.5f, 0.0f};
+        float ss[2] = {0, 0};
+        o->xent_dense(be, 1, 3, logits, ts, probs, NULL, 1.0f, ss);
+        CHECK(fabs(ss[0] - (3.40760596444438 - 1.5)) < 1e-5 && ss[1] == 0.0f,
+              "xent_dense soft: loss %.7f (want %.7f), correct %g", ss[0], 3.40760596444438 - 1.5,
+              ss[1]);
+    }
+    /* accuracy ties: the first maximum wins */
+    {
+        const float logits[9] = {2, 2, 1, 2, 2, 1, 2, 2, 1};
+        const int32_t labels[3] = {0, 0, 1};
+        float probs[9], sums[2] = {0, 0};
+        o->xent_sparse(be, 3, 3, logits, labels, probs, NULL, 1.0f, sums);
+        CHECK(sums[1] == 2.0f, "xent_sparse tie: correct %g, expected 2 (first max wins)", sums[1]);
+        /* target argmax ties too: rows 0, 1 -> class 0 (correct), row 2 -> class 1 (wrong) */
+        const float t[9] = {0.4f, 0.4f, 0.2f, 0.4f, 0.4f, 0.2f, 0.2f, 0.4f, 0.4f};
+        float sd[2] = {0, 0};
+        o->xent_dense(be, 3, 3, logits, t, probs, NULL, 1.0f, sd);
+        CHECK(sd[1] == 2.0f, "xent_dense tie: correct %g, expected 2 (first max wins)", sd[1]);
+    }
+    /* extreme logits stay finite */
+    {
+        const float logits[3] = {1000.0f, 0.0f, -1000.0f};
+        const int32_t lab = 1;
+        float probs[3], d[3], sums[2] = {0, 0};
+        o->xent_sparse(be, 1, 3, logits, &lab, probs, d, 1.0f, sums);
+        CHECK(fabsf(sums[0] - 1000.0f) < 1e-3f && all_finite(probs, 3) && all_finite(d, 3),
+              "xent extreme logits: loss %g (want 1000), probs %g %g %g", sums[0], probs[0],
+              probs[1], probs[2]);
+    }
+}
+
+/* =============================== flatten layout =============================== */
+
+static void test_layout(mgt_backend *be) {
+    const int n = 3, h = 5, w = 7, c = 34; /* c and h*w not multiples of the 32 tile */
+    const size_t cnt = (size_t)n * h * w * c;
+    float *x = fbuf(cnt), *y = fbuf(cnt), *back = fbuf(cnt), *u = fbuf(cnt), *v = fbuf(cnt);
+    fill(x, cnt, -1, 1);
+    poison(y, cnt);
+    be->ops->nhwc_to_chw(be, n, h, w, c, x, y);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        for (int yy = 0; yy < h; yy++)
+            for (int xx = 0; xx < w; xx++)
+                for (int ch = 0; ch < c; ch++)
+                    bad += y[(((size_t)i * c + ch) * h + yy) * w + xx] !=
+                           x[(((size_t)i * h + yy) * w + xx) * c + ch];
+    CHECK(bad == 0, "nhwc_to_chw: %d elements at the wrong place", bad);
+    poison(back, cnt);
+    be->ops->chw_to_nhwc(be, n, h, w, c, y, back);
+    CHECK(memcmp(back, x, cnt * sizeof(float)) == 0, "chw_to_nhwc(nhwc_to_chw(x)) != x");
+    /* adjoint: <A x, r> == <x, A^T r> with A^T = chw_to_nhwc (the backward of Flatten) */
+    fill(u, cnt, -1, 1);
+    poison(v, cnt);
+    be->ops->chw_to_nhwc(be, n, h, w, c, u, v);
+    const double lhs = dot(y, u, cnt), rhs = dot(x, v, cnt);
+    CHECK(fabs(lhs - rhs) <= 1e-9 * fmax(1.0, fabs(lhs)), "flatten adjoint: %.12g vs %.12g", lhs,
+          rhs);
+    tmp_free_all();
+}
+
+/* =============================== optimizers =============================== */
+
+/* Expected values computed by hand (in double) for w0 = [0.5 -1 2], g = [0.2 0.4 -0.6],
+ * scale 0.5, lr 0.1, same g both steps; wd 0.01 where noted. Rows: step 1, step 2;
+ * columns w[3] then state (vel / ms / m then v). */
+static void check_vec(const char *what, int step, const float *got, const double *want, int n) {
+    double worst = 0.0;
+    int wi = 0;
+    for (int i = 0; i < n; i++) {
+        const double e = fabs(got[i] - want[i]) / fmax(1.0, fabs(want[i]));
+        if (!(e <= worst)) {
+            worst = e;
+            wi = i;
+        }
+    }
+    CHECK(worst <= 1e-6, "%s step %d: element %d is %.9f, expected %.9f", what, step, wi, got[wi],
+          want[wi]);
+}
+
+static void test_optim(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    const float w0[3] = {0.5f, -1.0f, 2.0f}, g[3] = {0.2f, 0.4f, -0.6f};
+    const float lr = 0.1f, scale = 0.5f;
+    struct {
+        const char *name;
+        int kind; /* 0 sgd, 1 rmsprop, 2 adam */
+        float momentum;
+        int nesterov;
+        float wd;
+        double want[2][9];
+    } cases[] = {
+        {"sgd plain", 0, 0.0f, 0, 0.0f, {{0.49, -1.02, 2.03}, {0.48, -1.04, 2.06}}},
+        {"sgd plain wd",
+         0,
+         0.0f,
+         0,
+         0.01f,
+         {{0.4895, -1.019, 2.028}, {0.4790105, -1.037981, 2.055972}}},
+        {"sgd momentum",
+         0,
+         0.9f,
+         0,
+         0.0f,
+         {{0.49, -1.02, 2.03, -0.01, -0.02, 0.03}, {0.471, -1.058, 2.087, -0.019, -0.038, 0.057}}},
+        {"sgd nesterov",
+         0,
+         0.9f,
+         1,
+         0.0f,
+         {{0.481, -1.038, 2.057, -0.01, -0.02, 0.03},
+          {0.4539, -1.0922, 2.1383, -0.019, -0.038, 0.057}}},
+        {"sgd nesterov wd",
+         0,
+         0.9f,
+         1,
+         0.01f,
+         {{0.48005, -1.0361, 2.0532, -0.0105, -0.019, 0.028},
+          {0.451632905, -1.087521410, 2.128978920, -0.019930050, -0.036063900, 0.053146800}}},
+        {"rmsprop",
+         1,
+         0,
+         0,
+         0.0f,
+         {{0.183788044, -1.316223813, 2.316226009, 0.001, 0.004, 0.009},
+          {-0.045621653, -1.545638038, 2.545641072, 0.0019, 0.0076, 0.0171}}},
+        {"rmsprop wd",
+         1,
+         0,
+         0,
+         0.01f,
+         {{0.183786574, -1.316223386, 2.316225749, 0.0011025, 0.00361, 0.00784},
+          {-0.042271819, -1.543804810, 2.544402396, 0.002029345, 0.006739835, 0.014719914}}},
+        {"adam",
+         2,
+         0,
+         0,
+         0.0f,
+         {{0.400003162, -1.099998419, 2.099998946, 0.01, 0.02, -0.03, 0.00001, 0.00004, 0.00009},
+          {0.300005399, -1.199997301, 2.199998200, 0.019, 0.038, -0.057, 0.00001999, 0.00007996,
+           0.00017991}}},
+        {"adam wd",
+         2,
+         0,
+         0,
+         0.01f,
+         {{0.400003012, -1.099998336, 2.099998871, 0.0105, 0.019, -0.028, 0.000011025, 0.0000361,
+           0.0000784},
+          {0.300031238, -1.199983053, 2.199988585, 0.019850003, 0.036000002, -0.053100001,
+           0.00002183, 0.000071785, 0.000156163}}},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        float st[9] = {0}; /* w[3], s1[3], s2[3] */
+        memcpy(st, w0, sizeof w0);
+        const int has_state = cases[t].kind != 0 || cases[t].momentum != 0.0f;
+        const int nvals = 3 + (has_state ? 3 : 0) + (cases[t].kind == 2 ? 3 : 0);
+        for (int step = 1; step <= 2; step++) {
+            switch (cases[t].kind) {
+            case 0:
+                o->sgd_step(be, 3, st, g, has_state ? st + 3 : NULL, lr, cases[t].momentum,
+                            cases[t].nesterov, cases[t].wd, scale);
+                break;
+            case 1:
+                o->rmsprop_step(be, 3, st, g, st + 3, lr, 0.9f, 1e-7f, cases[t].wd, scale);
+                break;
+            default: {
+                const float b1 = 0.9f, b2 = 0.999f;
+                const float lr_t =
+                    lr * sqrtf(1.0f - powf(b2, (float)step)) / (1.0f - powf(b1, (float)step));
+                o->adam_step(be, 3, st, g, st + 3, st + 6, lr_t, b1, b2, 1e-7f, cases[t].wd, scale);
+            }
+            }
+            check_vec(cases[t].name, step, st, cases[t].want[step - 1], nvals);
+        }
+    }
+}
+
+/* =============================== memory ops =============================== */
+
+static void test_memory(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    CHECK(strcmp(o->name, "cpu") == 0, "backend name is '%s', expected 'cpu'", o->name);
+    float *a = o->alloc(be, 64 * sizeof(float));
+    CHECK(a != NULL && all_zero(a, 64), "alloc: not zeroed memory");
+    float host[64], back[64];
+    for (int i = 0; i < 64; i++)
+        host[i] = (float)i;
+    o->to_device(be, a, host, sizeof host);
+    float *b = o->alloc(be, sizeof host);
+    o->copy(be, b, a, sizeof host);
+    o->to_host(be, back, b, sizeof back);
+    CHECK(memcmp(back, host, sizeof host) == 0, "to_device/copy/to_host round trip differs");
+    o->zero(be, b, sizeof host);
+    o->sync(be);
+    CHECK(all_zero(b, 64), "zero left non-zero values");
+    void *z = o->alloc(be, 0);
+    CHECK(z != NULL, "alloc(0) returned NULL");
+    o->free(be, z);
+    o->free(be, a);
+    o->free(be, b);
+    CHECK(o->reserve(be, 1000) == 0 && o->reserve(be, 10) == 0, "reserve failed");
+    CHECK(o->reserve(be, SIZE_MAX) == -1, "reserve(SIZE_MAX) should fail with -1");
+}
+
+int main(void) {
+    mgt_backend be = new_backend();
+    test_memory(&be);
+    test_dense(&be);
+    test_conv_grads();
+    test_conv_chunking();
+    test_conv_n0();
+    test_pool(&be);
+    test_bn(&be);
+    test_dropout(&be);
+    test_act(&be);
+    test_xent(&be);
+    test_layout(&be);
+    test_optim(&be);
+    mgt_backend_destroy(&be);
+    tmp_free_all();
+    if (g_fail) {
+        printf("test_ops: %d checks FAILED, %d passed\n", g_fail, g_pass);
+        return 1;
+    }
+    printf("test_ops: %d checks passed\n", g_pass);
+    return 0;
+}
