@@ -56,6 +56,8 @@ struct mgt_ops {
     void (*to_host)(mgt_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*copy)(mgt_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(mgt_backend *be, void *p, size_t bytes);
+    /* y[i] += x[i] for i < n (metric sums accumulated on the device between reads). */
+    void (*add)(mgt_backend *be, size_t n, const float *x, float *y);
     /* Waits until every op issued so far has finished (no-op on the CPU). */
     void (*sync)(mgt_backend *be);
 

@@ -46,14 +46,14 @@ static void *watch(void *arg) {
     return NULL;
 }
 
-static void enter(mgt_comm *c, const char *what) {
+void mgt_comm_enter(mgt_comm *c, const char *what) {
     if (c->dog) {
         atomic_store(&c->dog->what, what);
         atomic_store(&c->dog->since, mgt_now());
     }
 }
 
-static void leave(mgt_comm *c) {
+void mgt_comm_leave(mgt_comm *c) {
     if (c->dog)
         atomic_store(&c->dog->since, 0.0);
 }
@@ -75,19 +75,6 @@ static void mpi_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
     }
 }
 
-static void mpi_allreduce_f64(mgt_comm *c, double *buf, size_t count) {
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, MPI_SUM, c->mpi),
-              "MPI_Allreduce", "metric reduction");
-}
-
-static void mpi_bcast(mgt_comm *c, void *buf, size_t bytes, int root) {
-    for (size_t off = 0; off < bytes; off += INT_MAX) {
-        size_t n = bytes - off < INT_MAX ? bytes - off : INT_MAX;
-        mpi_check(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->mpi), "MPI_Bcast",
-                  "broadcast");
-    }
-}
-
 /* MPI_Gatherv's int counts and displacements from size_t counts (root only); NULL elsewhere. */
 static int *gather_layout(mgt_comm *c, const size_t *counts, int root, const char *what) {
     if (c->rank != root)
@@ -106,30 +93,23 @@ static int *gather_layout(mgt_comm *c, const size_t *counts, int root, const cha
     return rc;
 }
 
-static void mpi_gatherv(mgt_comm *c, const float *send, size_t count, float *recv,
-                        const size_t *counts, int root) {
-    int *rc = gather_layout(c, counts, root, "output gather");
-    mpi_check(MPI_Gatherv(send, (int)count, MPI_FLOAT, recv, rc, rc ? rc + c->world : NULL,
-                          MPI_FLOAT, root, c->mpi),
-              "MPI_Gatherv", "output gather");
-    free(rc);
-}
-
 static void mpi_destroy(mgt_comm *c) { (void)c; }
 
 static const mgt_comm_ops mpi_ops = {
     .name = "mpi",
     .allreduce_sum_f32 = mpi_allreduce_f32,
-    .allreduce_sum_f64 = mpi_allreduce_f64,
-    .bcast = mpi_bcast,
-    .gatherv_f32 = mpi_gatherv,
     .destroy = mpi_destroy,
 };
 
 void mgt_comm_init_mpi(mgt_comm *c, MPI_Comm mpi, double timeout_s) {
-    memset(c, 0, sizeof *c);
+    mgt_comm_init_common(c, mpi, timeout_s);
     c->ops = &mpi_ops;
+}
+
+void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s) {
+    memset(c, 0, sizeof *c);
     c->mpi = mpi;
+    c->timeout = timeout_s;
     MPI_Comm_rank(mpi, &c->rank);
     MPI_Comm_size(mpi, &c->world);
     if (timeout_s > 0 && c->world > 1) {
@@ -157,25 +137,20 @@ void mgt_comm_destroy(mgt_comm *c) {
 void mgt_allreduce_sum(mgt_comm *c, float *buf, size_t count, const char *what) {
     if (c->world == 1 || count == 0)
         return;
-    enter(c, what);
+    mgt_comm_enter(c, what);
     c->ops->allreduce_sum_f32(c, buf, count);
-    leave(c);
-}
-
-void mgt_allreduce_sum_f64(mgt_comm *c, double *buf, size_t count, const char *what) {
-    if (c->world == 1 || count == 0)
-        return;
-    enter(c, what);
-    c->ops->allreduce_sum_f64(c, buf, count);
-    leave(c);
+    mgt_comm_leave(c);
 }
 
 void mgt_bcast(mgt_comm *c, void *buf, size_t bytes, int root, const char *what) {
     if (c->world == 1 || bytes == 0)
         return;
-    enter(c, what);
-    c->ops->bcast(c, buf, bytes, root);
-    leave(c);
+    mgt_comm_enter(c, what);
+    for (size_t off = 0; off < bytes; off += INT_MAX) {
+        size_t n = bytes - off < INT_MAX ? bytes - off : INT_MAX;
+        mpi_check(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->mpi), "MPI_Bcast", what);
+    }
+    mgt_comm_leave(c);
 }
 
 void mgt_gatherv(mgt_comm *c, const float *send, size_t count, float *recv, const size_t *counts,
@@ -185,9 +160,13 @@ void mgt_gatherv(mgt_comm *c, const float *send, size_t count, float *recv, cons
             memcpy(recv, send, count * sizeof(float));
         return;
     }
-    enter(c, what);
-    c->ops->gatherv_f32(c, send, count, recv, counts, root);
-    leave(c);
+    int *rc = gather_layout(c, counts, root, what);
+    mgt_comm_enter(c, what);
+    mpi_check(MPI_Gatherv(send, (int)count, MPI_FLOAT, recv, rc, rc ? rc + c->world : NULL,
+                          MPI_FLOAT, root, c->mpi),
+              "MPI_Gatherv", what);
+    mgt_comm_leave(c);
+    free(rc);
 }
 
 void mgt_gather_host(mgt_comm *c, const void *send, size_t bytes, void *recv, const size_t *counts,
@@ -198,19 +177,19 @@ void mgt_gather_host(mgt_comm *c, const void *send, size_t bytes, void *recv, co
         return;
     }
     int *rc = gather_layout(c, counts, root, what);
-    enter(c, what);
+    mgt_comm_enter(c, what);
     mpi_check(MPI_Gatherv(send, (int)bytes, MPI_BYTE, recv, rc, rc ? rc + c->world : NULL,
                           MPI_BYTE, root, c->mpi),
               "MPI_Gatherv", what);
-    leave(c);
+    mgt_comm_leave(c);
     free(rc);
 }
 
 void mgt_allreduce_host_f64(mgt_comm *c, double *buf, size_t count, const char *what) {
     if (c->world == 1 || count == 0)
         return;
-    enter(c, what);
+    mgt_comm_enter(c, what);
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, MPI_SUM, c->mpi),
               "MPI_Allreduce", what);
-    leave(c);
+    mgt_comm_leave(c);
 }

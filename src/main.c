@@ -45,6 +45,9 @@ static const flag flags[] = {
     {"verbose", "0|1|2", C_TRAIN, "1 on a terminal, 2 otherwise", "0 quiet, 1 progress bar, 2 "
                                                                   "epoch lines"},
     {"device", "cpu|gpu|auto", C_TRAIN | C_EVAL | C_PREDICT, "auto", "compute backend"},
+    {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
+     "GPU ids by local rank, e.g. 0,2,3"},
+    {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
     {"comm-timeout", "SECONDS", C_TRAIN | C_EVAL | C_PREDICT, "300",
      "end the job if a collective waits longer (a peer died)"},
     {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
@@ -240,6 +243,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "timeline")) o.timeline = v;
         else if (!strcmp(n, "verbose")) o.verbose = (int)need_i64(n, v, 0);
         else if (!strcmp(n, "device")) o.device = v;
+        else if (!strcmp(n, "gpus")) o.gpus = v;
+        else if (!strcmp(n, "tf32")) o.tf32 = 1;
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
         else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 1);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);

@@ -15,9 +15,11 @@
 #include "data/dataset.h"
 #include "data/shard.h"
 #include "default_model.h"
+#include "gpu.h"
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
+#include "parse.h"
 #include "profile.h"
 
 #define CKPT_FORMAT "mgtrain-checkpoint-1"
@@ -45,6 +47,8 @@ typedef struct job {
     int synthetic;
     char data_dir[512];
     char data_desc[600];
+    char device_desc[160];
+    float *acc;         /* backend memory: metric sums since the last read */
     float *hx, *ht;     /* host staging: inputs, one-hot targets */
     int32_t *hl;        /* host staging: labels */
     int64_t *idx;       /* sample indices of a local batch */
@@ -85,16 +89,76 @@ static void load_model(job *j) {
         t->lr = t->optimizer == MGT_OPT_SGD ? 0.01f : 0.001f;
 }
 
+/* --gpus "0,2,3": the device of each local rank, validated before any work. Returns the count. */
+static int parse_gpu_list(const char *list, int *ids, int max) {
+    int n = mgt_parse_int_list(list, ids, max);
+    if (n < 1)
+        mgt_die_all("--gpus %s: expected a comma-separated list of device numbers, e.g. --gpus "
+                    "0,2,3", list);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0)
+            mgt_die_all("--gpus %s: device numbers start at 0", list);
+        for (int k = 0; k < i; k++)
+            if (ids[k] == ids[i])
+                mgt_die_all("--gpus %s: device %d is listed twice; one rank per GPU", list,
+                            ids[i]);
+    }
+    return n;
+}
+
 static void init_backend(job *j) {
     const char *d = j->o->device;
+    mgt_runtime *rt = j->rt;
     if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
         mgt_die_all("--device %s: unknown; use cpu, gpu or auto", d);
-    if (!strcmp(d, "gpu"))
-        mgt_die_all("--device gpu: this build of mgtrain has no GPU backend; run with --device "
-                    "cpu (or auto)");
-    if (mgt_cpu_backend_init(&j->be, mgt_runtime_cores(j->rt)) < 0)
+    int ids[256], nids = 0;
+    if (j->o->gpus) {
+        nids = parse_gpu_list(j->o->gpus, ids, 256);
+        if (!strcmp(d, "cpu"))
+            mgt_die_all("--gpus %s goes with --device gpu or auto, not cpu", j->o->gpus);
+    }
+#ifdef MGT_HAVE_CUDA
+    char why[256] = "";
+    int ngpu = strcmp(d, "cpu") ? mgt_gpu_count(why, sizeof why) : -1;
+    if (ngpu <= 0 && (!strcmp(d, "gpu") || nids))
+        mgt_die_all("%s: no usable GPU on %s (%s); run with --device cpu", nids ? "--gpus" :
+                    "--device gpu", rt->host, ngpu == 0 ? "no device is visible" : why);
+    if (ngpu > 0) {
+        for (int i = 0; i < nids; i++)
+            if (ids[i] >= ngpu)
+                mgt_die_all("--gpus %s: device %d does not exist on %s: %d GPUs are visible "
+                            "(numbered 0 to %d)", j->o->gpus, ids[i], rt->host, ngpu, ngpu - 1);
+        int have = nids ? nids : ngpu;
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (rt->local_size > have)
+            mgt_die("rank %d on node %s: %d ranks on this node but only %d GPUs %s "
+                    "(CUDA_VISIBLE_DEVICES=%s); start fewer ranks or list more GPUs",
+                    rt->rank, rt->host, rt->local_size, have, nids ? "are listed in --gpus" :
+                    "are visible", vis ? vis : "unset");
+        int dev = nids ? ids[rt->local_rank] : rt->local_rank;
+        mgt_err e;
+        if (mgt_gpu_backend_init(&j->be, dev, j->o->tf32, &e) < 0)
+            mgt_die("%s", e.msg);
+        if (mgt_comm_init_nccl(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout, &e) < 0)
+            mgt_die("%s", e.msg);
+        char desc[128];
+        mgt_gpu_describe(dev, desc, sizeof desc);
+        snprintf(j->device_desc, sizeof j->device_desc, "GPU %d: %s", dev, desc);
+        return;
+    }
+#else
+    if (!strcmp(d, "gpu") || nids)
+        mgt_die_all("%s: this build of mgtrain has no GPU backend (no CUDA toolkit was found "
+                    "when it was built); run with --device cpu", nids ? "--gpus" : "--device gpu");
+#endif
+    if (j->o->tf32 && rt->rank == 0)
+        fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
+    int cores = mgt_runtime_cores(rt);
+    if (mgt_cpu_backend_init(&j->be, cores) < 0)
         mgt_die("cannot start the CPU backend");
     mgt_comm_init_mpi(&j->comm, MPI_COMM_WORLD, j->o->comm_timeout);
+    snprintf(j->device_desc, sizeof j->device_desc, "cpu (%d BLAS thread%s)", cores,
+             cores == 1 ? "" : "s");
 }
 
 static int idx_present(const char *dir, const char *stem) {
@@ -559,9 +623,9 @@ static void fault_point(job *j) {
 static void startup_block(job *j, const char *what) {
     mgt_runtime *rt = j->rt;
     mgt_model *m = &j->m;
-    char mine[128];
-    snprintf(mine, sizeof mine, "rank %d: %s, node %d, local rank %d, cpu (%d BLAS threads)",
-             rt->rank, rt->host, rt->node, rt->local_rank, mgt_runtime_cores(rt));
+    char mine[256];
+    snprintf(mine, sizeof mine, "rank %d: %s, node %d, local rank %d, %s", rt->rank, rt->host,
+             rt->node, rt->local_rank, j->device_desc);
     char *all = rt->rank == 0 ? malloc(sizeof mine * (size_t)rt->world) : NULL;
     size_t *counts = rt->rank == 0 ? malloc(sizeof(size_t) * (size_t)rt->world) : NULL;
     for (int r = 0; rt->rank == 0 && r < rt->world; r++)
@@ -590,6 +654,8 @@ static void startup_block(job *j, const char *what) {
 }
 
 static void free_job(job *j) {
+    if (j->acc)
+        j->be.ops->free(&j->be, j->acc);
     mgt_optim_free(&j->opt, &j->be);
     mgt_model_free(&j->m);
     mgt_dataset_free(&j->train);
@@ -650,6 +716,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     int64_t last_val_step = -1, trained = 0;
     double train_seconds = 0;
     float hs[2];
+    int64_t read_every = strcmp(ops->name, "cpu") ? 20 : 1, read_at = j->global_step, pending = 0;
+    j->acc = ops->alloc(&j->be, 16 * sizeof(float));
+    if (!j->acc)
+        mgt_die("out of %s memory for the metric sums", ops->name);
 
     for (; j->epoch < epochs && j->global_step < limit; j->epoch++) {
         mgt_shard_permutation(m->train.seed, j->epoch, n, perm);
@@ -673,23 +743,35 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             /* The one collective of the step: gradient sums and the step's loss/accuracy sums. */
             mgt_allreduce_sum(&j->comm, m->g, j->reduce_count, "gradient all-reduce");
             mgt_profile_phase(&prof, MGT_PH_ALLREDUCE);
-            ops->to_host(&j->be, hs, m->sums, sizeof hs);
-            if (!isfinite(hs[0]))
-                mgt_die_all("the loss became %s at step %lld (epoch %d): training stopped, "
-                            "nothing was saved over the last checkpoint; lower --lr or check "
-                            "the data", isnan(hs[0]) ? "NaN" : "infinite",
-                            (long long)j->global_step + 1, j->epoch + 1);
+            /* Metrics stay in backend memory and are read once per interval (every step on the
+             * CPU, where it is free; a GPU would otherwise wait on the host every step). */
+            ops->add(&j->be, 2, m->sums, j->acc);
+            pending += b;
+            int64_t next = j->global_step + 1;
+            if (next - read_at >= read_every || step + 1 == steps || next >= limit ||
+                (o->save_every > 0 && next % o->save_every == 0) ||
+                (o->debug_check > 0 && next % o->debug_check == 0)) {
+                ops->to_host(&j->be, hs, j->acc, sizeof hs);
+                ops->zero(&j->be, j->acc, 2 * sizeof(float));
+                if (!isfinite(hs[0]))
+                    mgt_die_all("the loss became %s at step %lld%s (epoch %d): training stopped, "
+                                "nothing was saved over the last checkpoint; lower --lr or check "
+                                "the data", isnan(hs[0]) ? "NaN" : "infinite", (long long)next,
+                                read_every > 1 ? " or just before" : "", j->epoch + 1);
+                j->ep[0] += hs[0];
+                j->ep[1] += hs[1];
+                j->ep[2] += (double)pending;
+                pending = 0;
+                read_at = next;
+            }
             mgt_optim_step(&j->opt, &j->be, m->w, m->g, b);
             mgt_profile_phase(&prof, MGT_PH_UPDATE);
             mgt_profile_end_step(&prof);
-            j->ep[0] += hs[0];
-            j->ep[1] += hs[1];
-            j->ep[2] += (double)b;
             j->global_step++;
             trained++;
             if (o->debug_check > 0 && j->global_step % o->debug_check == 0)
                 check_same_weights(j, "during training (debug check)");
-            if (rt->rank == 0 && mt.verbose == 1) {
+            if (rt->rank == 0 && mt.verbose == 1 && j->ep[2] > 0) {
                 double el = mgt_now() - t_epoch;
                 double eta = el / (double)(step + 1 - first_step) * (double)(steps - step - 1);
                 mgt_metrics_progress(&mt, j->epoch, step + 1, steps, eta, j->ep[0] / j->ep[2],

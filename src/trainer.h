@@ -32,6 +32,8 @@ typedef struct mgt_options {
     double comm_timeout; /* seconds */
     int64_t debug_check; /* compare weight checksums across ranks every K steps (0: off) */
     const char *device;  /* cpu, gpu, auto */
+    const char *gpus;    /* "0,2,3": local rank i uses the i-th listed device (NULL: device i) */
+    int tf32;            /* let cuDNN / cuBLAS use TF32 */
     int64_t synthetic_samples; /* training samples of --data synthetic */
 } mgt_options;
 

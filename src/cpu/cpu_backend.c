@@ -175,6 +175,12 @@ void mgt_cpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const floa
 
 /* ---- the table --------------------------------------------------------------------------- */
 
+static void cpu_add(mgt_backend *be, size_t n, const float *x, float *y) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
 static const mgt_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -188,6 +194,7 @@ static const mgt_ops cpu_ops = {
     .destroy = cpu_destroy,
     .dense_fwd = mgt_cpu_dense_fwd,
     .dense_bwd = mgt_cpu_dense_bwd,
+    .add = cpu_add,
     .conv2d_scratch = mgt_cpu_conv2d_scratch,
     .conv2d_fwd = mgt_cpu_conv2d_fwd,
     .conv2d_bwd = mgt_cpu_conv2d_bwd,

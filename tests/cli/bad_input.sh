@@ -78,6 +78,12 @@ expect_fail "resume with another optimizer" "saved with optimizer adam but this 
 expect_fail "resume without checkpoint" "no checkpoint at nowhere/checkpoint.safetensors" "$MGT_BIN" --data synthetic --out nowhere --resume
 expect_fail "output folder that cannot exist" "cannot create output folder" "$MGT_BIN" --data synthetic --out /proc/nope/run
 
+# Device placement errors that need no GPU to check.
+expect_fail "bad --gpus list" "--gpus 0,x: expected a comma-separated list of device numbers" "$MGT_BIN" --gpus 0,x --data synthetic
+expect_fail "--gpus with a repeated id" "--gpus 1,1: device 1 is listed twice" "$MGT_BIN" --gpus 1,1 --data synthetic
+expect_fail "--device gpu without a GPU" "--device gpu: .*(no GPU backend|no usable GPU).*run with --device cpu" "$MGT_BIN" --device gpu --data synthetic
+expect_fail "unknown device" "--device tpu: unknown; use cpu, gpu or auto" "$MGT_BIN" --device tpu --data synthetic
+
 # More ranks than samples per global batch.
 expect_fail "too many ranks" "3 ranks but the global batch is 2: .*start at most 2 ranks" mpi 3 --data synthetic --batch-size 2
 ls -a mlp ok | grep -q tmp && bad "temporary files left behind" || ok "no temporary files anywhere"

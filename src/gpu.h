@@ -1,0 +1,29 @@
+/* gpu.h: what the trainer asks of the GPU backend in cuda/. The functions exist only in builds
+ * that found a CUDA toolkit (MGT_HAVE_CUDA); every other build has the CPU backend alone.
+ *
+ * A build with CUDA still runs on a machine without a GPU: mgt_gpu_count then returns -1 with the
+ * driver's reason, and --device auto falls back to the CPU. */
+#ifndef MGT_GPU_H
+#define MGT_GPU_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "util.h"
+
+#ifdef MGT_HAVE_CUDA
+/* Visible CUDA devices (after CUDA_VISIBLE_DEVICES), or -1 with the reason in why. */
+int mgt_gpu_count(char *why, size_t n);
+/* "NVIDIA H100 80GB HBM3, PCI 0000:18:00.0, 79 GiB" for messages and the start-up block. */
+void mgt_gpu_describe(int device, char *buf, size_t n);
+/* Binds this process to `device` and builds the GPU op table on it (cuDNN, cuBLAS, kernels);
+ * tf32 != 0 lets cuDNN and cuBLAS use TF32 tensor cores for float32. */
+int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err);
+/* The NCCL transport for device buffers, bootstrapped over `mpi` (rank 0's unique id broadcast
+ * with MPI_Bcast). Host-side collectives (broadcast, gathers, metric sums) stay on MPI. */
+int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s,
+                       mgt_err *err);
+#endif
+
+#endif
