@@ -110,8 +110,13 @@ void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s) {
     memset(c, 0, sizeof *c);
     c->mpi = mpi;
     c->timeout = timeout_s;
-    MPI_Comm_rank(mpi, &c->rank);
-    MPI_Comm_size(mpi, &c->world);
+    int init = 0;
+    MPI_Initialized(&init);
+    c->world = 1; /* a process started without a launcher runs without MPI: a world of one */
+    if (init) {
+        MPI_Comm_rank(mpi, &c->rank);
+        MPI_Comm_size(mpi, &c->world);
+    }
     if (timeout_s > 0 && c->world > 1) {
         c->dog = calloc(1, sizeof *c->dog);
         if (!c->dog)

@@ -10,11 +10,15 @@
 #include "checkpoint.h"
 
 /* Is the person watching a terminal? mpirun hands its ranks a pseudo-terminal as stdout even when
- * its own output goes to a file, so a rank on a pty also asks its parent (mpirun, or the shell
- * for a singleton; slurmstepd under srun has no terminal). */
-static int on_terminal(void) {
+ * its own output goes to a file, so a rank started by a launcher (launched) that is on a pty also
+ * asks its parent (mpirun; slurmstepd under srun has no terminal). A process not started by a
+ * launcher trusts its own stdout: under script, tmux or a terminal emulator the parent's stdout
+ * need not be a terminal. */
+static int on_terminal(int launched) {
     if (!isatty(STDOUT_FILENO))
         return 0;
+    if (!launched)
+        return 1;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/1", (int)getppid());
     int fd = open(path, O_WRONLY | O_NOCTTY);
@@ -25,9 +29,9 @@ static int on_terminal(void) {
     return tty;
 }
 
-void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir) {
+void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched) {
     memset(mt, 0, sizeof *mt);
-    mt->verbose = verbose < 0 ? (on_terminal() ? 1 : 2) : verbose;
+    mt->verbose = verbose < 0 ? (on_terminal(launched) ? 1 : 2) : verbose;
     mt->epochs = epochs;
     snprintf(mt->dir, sizeof mt->dir, "%s", dir);
 }

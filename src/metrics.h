@@ -26,8 +26,9 @@ typedef struct mgt_metrics {
     int bar_open;
 } mgt_metrics;
 
-/* verbose < 0: 1 on a terminal, 2 otherwise. */
-void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir);
+/* verbose < 0: 1 on a terminal, 2 otherwise; launched: started by mpirun/srun, whose ranks'
+ * stdout may be a pseudo-terminal even when the launcher's own output is not a terminal. */
+void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched);
 /* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force). */
 void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
                           double loss, double acc, int force);

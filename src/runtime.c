@@ -11,6 +11,15 @@
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
+    /* Before MPI_Init: a singleton's MPI_Init sets these variables itself. */
+    rt->launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
+                   getenv("PMI_RANK") || getenv("SLURM_STEP_ID");
+    if (gethostname(rt->host, sizeof rt->host - 1) != 0)
+        snprintf(rt->host, sizeof rt->host, "unknown");
+    rt->world = rt->local_size = rt->nodes = rt->max_local_size = 1;
+    if (!rt->launched)
+        return;
+    rt->mpi = 1;
     int provided = 0;
     /* FUNNELED: only the main thread calls MPI; the watchdog and loader threads never do. */
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
@@ -20,8 +29,6 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
                         &rt->node_comm);
     MPI_Comm_rank(rt->node_comm, &rt->local_rank);
     MPI_Comm_size(rt->node_comm, &rt->local_size);
-    if (gethostname(rt->host, sizeof rt->host - 1) != 0)
-        snprintf(rt->host, sizeof rt->host, "unknown");
     /* Node index: the leaders (local rank 0) number themselves in world-rank order. */
     int leader = rt->local_rank == 0, before = 0;
     MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -35,6 +42,8 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
 }
 
 void mgt_runtime_finalize(mgt_runtime *rt) {
+    if (!rt->mpi)
+        return;
     MPI_Comm_free(&rt->node_comm);
     MPI_Finalize();
 }

@@ -2,7 +2,9 @@
  *
  * Rank, world size and the node-local rank come from MPI itself (MPI_Comm_split_type with
  * MPI_COMM_TYPE_SHARED), never from launcher variables, so mpirun, srun and a singleton
- * ./mgtrain all work the same way. */
+ * ./mgtrain all work the same way. A process that no launcher started is a world of one and
+ * does not start MPI at all: every collective is then a no-op, and Open MPI's singleton
+ * start-up (half a second) is saved. */
 #ifndef MGT_RUNTIME_H
 #define MGT_RUNTIME_H
 
@@ -14,6 +16,8 @@ typedef struct mgt_runtime {
     int node, nodes;             /* this node's index, node count */
     int max_local_size;          /* most ranks on any node */
     char host[64];
+    int launched;                /* started by mpirun/srun (seen before MPI_Init) */
+    int mpi;                     /* MPI was initialised (launched) */
     MPI_Comm node_comm;
 } mgt_runtime;
 

@@ -139,8 +139,13 @@ static void init_backend(job *j) {
         mgt_err e;
         if (mgt_gpu_backend_init(&j->be, dev, j->o->tf32, &e) < 0)
             mgt_die("%s", e.msg);
-        if (mgt_comm_init_nccl(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout, &e) < 0)
-            mgt_die("%s", e.msg);
+        /* NCCL for more than one rank; a world of one has nothing to reduce. */
+        if (rt->world > 1) {
+            if (mgt_comm_init_nccl(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout, &e) < 0)
+                mgt_die("%s", e.msg);
+        } else {
+            mgt_comm_init_mpi(&j->comm, MPI_COMM_WORLD, j->o->comm_timeout);
+        }
         char desc[128];
         mgt_gpu_describe(dev, desc, sizeof desc);
         snprintf(j->device_desc, sizeof j->device_desc, "GPU %d: %s", dev, desc);
@@ -711,7 +716,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     if (mgt_profile_init(&prof, o->profile || o->timeline, total > 0 ? total : 1, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics mt;
-    mgt_metrics_init(&mt, rt->rank == 0 ? o->verbose : 0, epochs, j->out);
+    mgt_metrics_init(&mt, rt->rank == 0 ? o->verbose : 0, epochs, j->out, rt->launched);
     double last_val[3] = {-1, 0, 0};
     int64_t last_val_step = -1, trained = 0;
     double train_seconds = 0;
