@@ -58,6 +58,10 @@ struct mgt_ops {
     void (*zero)(mgt_backend *be, void *p, size_t bytes);
     /* y[i] += x[i] for i < n (metric sums accumulated on the device between reads). */
     void (*add)(mgt_backend *be, size_t n, const float *x, float *y);
+    /* Host memory for staging batches (pinned on a GPU, so copies can overlap compute). May be
+     * NULL: callers then use malloc/free. */
+    void *(*host_alloc)(mgt_backend *be, size_t bytes);
+    void (*host_free)(mgt_backend *be, void *p);
     /* Waits until every op issued so far has finished (no-op on the CPU). */
     void (*sync)(mgt_backend *be);
 

@@ -61,16 +61,22 @@ int mgt_plot(const char *dir, mgt_err *err) {
             "set output '%s'\n"
             "set datafile separator ','\n"
             "set key autotitle columnhead\n"
+            /* Whole epochs on the x axis (at most about 10 tics), points off the frame. */
+            "stats '%s' using 1 nooutput\n"
+            "xstep = STATS_max <= 10 ? 1 : ceil(STATS_max / 10.0)\n"
+            "set autoscale fix\nset xtics 0, xstep\nset format x '%%.0f'\n"
+            "if (STATS_max == STATS_min) { set xrange [STATS_min - 1 : STATS_max + 1] }\n"
+            "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\n"
             "set multiplot layout 1,2 title '%s'\n"
             "set grid\nset xlabel 'epoch'\n"
-            "set title 'loss'\n"
+            "set key below horizontal height 1.5\nset title 'loss'\n"
             "plot '%s' using 1:3 with linespoints lw 2 title 'train', "
             "'' using 1:5 with linespoints lw 2 title 'validation'\n"
             "set title 'accuracy'\n"
             "plot '%s' using 1:4 with linespoints lw 2 title 'train', "
             "'' using 1:6 with linespoints lw 2 title 'validation'\n"
             "unset multiplot\n",
-            tmp, title, csv, csv);
+            tmp, csv, title, csv, csv);
     int st = pclose(g);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         unlink(tmp);

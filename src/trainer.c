@@ -13,6 +13,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "data/shard.h"
 #include "default_model.h"
 #include "gpu.h"
@@ -535,23 +536,29 @@ static void start_state(job *j, const char *weights, int resume) {
 
 /* ---- the loops ----------------------------------------------------------------------------- */
 
-/* Copies samples to the backend: inputs, labels and (categorical loss) one-hot targets. */
-static void load_batch(job *j, const mgt_dataset *ds, const int64_t *ids, int n) {
+/* Copies a batch from host memory to the backend: inputs, labels and (categorical loss) one-hot
+ * targets. The MGT_FAULT "nan" hook poisons the inputs here. */
+static void upload_batch(job *j, float *x, const int32_t *labels, int n) {
     mgt_model *m = &j->m;
     const mgt_ops *o = j->be.ops;
-    mgt_dataset_gather(ds, ids, n, j->hx, j->hl);
-    if (j->fault_action == 3 && j->global_step >= j->fault_step)
-        for (int i = 0; i < n * (int)mgt_shape_elems(m->input); i++)
-            j->hx[i] = NAN;
     size_t in = (size_t)mgt_shape_elems(m->input);
-    o->to_device(&j->be, m->x, j->hx, sizeof(float) * in * (size_t)n);
-    o->to_device(&j->be, m->labels, j->hl, sizeof(int32_t) * (size_t)n);
+    if (j->fault_action == 3 && j->global_step >= j->fault_step)
+        for (size_t i = 0; i < (size_t)n * in; i++)
+            x[i] = NAN;
+    o->to_device(&j->be, m->x, x, sizeof(float) * in * (size_t)n);
+    o->to_device(&j->be, m->labels, labels, sizeof(int32_t) * (size_t)n);
     if (m->train.loss == MGT_LOSS_CE) {
         memset(j->ht, 0, sizeof(float) * (size_t)m->classes * (size_t)n);
         for (int i = 0; i < n; i++)
-            j->ht[(size_t)i * (size_t)m->classes + (size_t)j->hl[i]] = 1.0f;
+            j->ht[(size_t)i * (size_t)m->classes + (size_t)labels[i]] = 1.0f;
         o->to_device(&j->be, m->targets, j->ht, sizeof(float) * (size_t)m->classes * (size_t)n);
     }
+}
+
+/* Gathers samples ids[0..n) of ds and uploads them (evaluation and prediction). */
+static void load_batch(job *j, const mgt_dataset *ds, const int64_t *ids, int n) {
+    mgt_dataset_gather(ds, ids, n, j->hx, j->hl);
+    upload_batch(j, j->hx, j->hl, n);
 }
 
 /* Loss sum, correct count and sample count over ds, sharded contiguously across ranks, reduced.
@@ -703,16 +710,17 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
 
     const mgt_ops *ops = j->be.ops;
     int64_t n = j->train.n, steps = mgt_shard_steps(n, B);
-    int64_t *perm = malloc(sizeof(int64_t) * (size_t)n);
-    if (!perm)
-        mgt_die("out of host memory for the epoch order");
+    mgt_err e;
+    mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank,
+                                           rt->world, m->max_batch, &e);
+    if (!loader)
+        mgt_die("%s", e.msg);
     int epochs = m->train.epochs;
     int64_t limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
     int64_t total = (int64_t)epochs * steps - (int64_t)j->epoch * steps - j->step_in_epoch;
     if (limit - j->global_step < total)
         total = limit - j->global_step;
     mgt_profile prof;
-    mgt_err e;
     if (mgt_profile_init(&prof, o->profile || o->timeline, total > 0 ? total : 1, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics mt;
@@ -727,15 +735,20 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         mgt_die("out of %s memory for the metric sums", ops->name);
 
     for (; j->epoch < epochs && j->global_step < limit; j->epoch++) {
-        mgt_shard_permutation(m->train.seed, j->epoch, n, perm);
+        mgt_loader_begin_epoch(loader, j->epoch, j->step_in_epoch);
         double t_epoch = mgt_now();
         int64_t seen_before = (int64_t)j->ep[2], first_step = j->step_in_epoch;
         for (; j->step_in_epoch < steps && j->global_step < limit; j->step_in_epoch++) {
             fault_point(j);
-            int64_t step = j->step_in_epoch, b = mgt_shard_batch_size(n, B, step);
-            mgt_range r = mgt_shard_range(b, rt->rank, rt->world);
+            int64_t step = j->step_in_epoch;
             mgt_profile_begin_step(&prof, j->global_step);
-            load_batch(j, &j->train, perm + step * B + r.first, (int)r.count);
+            const mgt_batch *bt = mgt_loader_next(loader);
+            if (bt->step != step)
+                mgt_die("data loader delivered step %lld for step %lld; please report this",
+                        (long long)bt->step, (long long)step);
+            int64_t b = bt->global_n;
+            mgt_range r = {bt->first, bt->n};
+            upload_batch(j, bt->x, bt->labels, bt->n);
             ops->zero(&j->be, m->sums, 2 * sizeof(float));
             mgt_profile_phase(&prof, MGT_PH_DATA);
             mgt_step s = {.be = &j->be, .n = (int)r.count, .training = 1,
@@ -815,7 +828,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             break;
         }
     }
-    free(perm);
+    mgt_loader_destroy(loader);
     if (mgt_profile_report(&prof, &j->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
     double test[3];

