@@ -131,12 +131,30 @@ static void init_backend(job *j) {
                             "(numbered 0 to %d)", j->o->gpus, ids[i], rt->host, ngpu, ngpu - 1);
         int have = nids ? nids : ngpu;
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        int dev = nids ? ids[rt->local_rank] : rt->local_rank;
+        /* A launcher that binds one GPU to each task (Slurm's --gpus-per-task=1) shows every
+         * rank its own GPU as device 0: fine when the ranks of the node see DIFFERENT GPUs. */
+        if (!nids && ngpu == 1 && rt->local_size > 1 && rt->mpi) {
+            char mine[128], *all = malloc(sizeof mine * (size_t)rt->local_size);
+            if (!all)
+                mgt_die("out of host memory");
+            mgt_gpu_describe(0, mine, sizeof mine);
+            MPI_Allgather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, rt->node_comm);
+            int distinct = 1;
+            for (int a = 0; a < rt->local_size && distinct; a++)
+                for (int b = a + 1; b < rt->local_size && distinct; b++)
+                    distinct = strcmp(all + (size_t)a * sizeof mine, all + (size_t)b * sizeof mine);
+            free(all);
+            if (distinct) {
+                have = rt->local_size;
+                dev = 0;
+            }
+        }
         if (rt->local_size > have)
             mgt_die("rank %d on node %s: %d ranks on this node but only %d GPUs %s "
                     "(CUDA_VISIBLE_DEVICES=%s); start fewer ranks or list more GPUs",
                     rt->rank, rt->host, rt->local_size, have, nids ? "are listed in --gpus" :
                     "are visible", vis ? vis : "unset");
-        int dev = nids ? ids[rt->local_rank] : rt->local_rank;
         mgt_err e;
         if (mgt_gpu_backend_init(&j->be, dev, j->o->tf32, &e) < 0)
             mgt_die("%s", e.msg);

@@ -1,0 +1,483 @@
+/* gpu_backend.c: the GPU backend's op table ("gpu"): device discovery (mgt_gpu_count,
+ * mgt_gpu_describe), life cycle (mgt_gpu_backend_init, destroy), device memory, the convolution
+ * workspace, dense layers on cuBLAS, and thin wrappers that hand the other ops to the kernels of
+ * gpu_kernels.cu (convolutions: gpu_conv.c).
+ *
+ * Everything is queued on the backend's one stream (non-blocking, so nothing else on the device
+ * orders against it). Copies to the device return as soon as the host buffer may be reused
+ * (pageable memory is staged by the driver); copies to the host, sync() and the NCCL transport's
+ * completion poll are the only places the host waits. Any failure after init ends the job
+ * through the CHECK_* macros (gpu_check.c); init itself returns -1 with the reason so the trainer
+ * can word the message.
+ *
+ * Dense layers use cuBLAS in column-major terms: a row-major [r][c] matrix is the column-major
+ * c x r matrix, its transpose. So y[n][out] = x W^T is, column-major, y^T = W^T(op T) * x^T:
+ *     fwd:  Sgemm(T, N, m=out, n=n, k=in,  W (ld in), x (ld in),   y (ld out))
+ *     dx:   Sgemm(N, N, m=in,  n=n, k=out, W (ld in), dy (ld out), dx (ld in))
+ *     dW:   Sgemm(N, T, m=in,  n=out, k=n, x (ld in), dy (ld out), dW (ld in))
+ * Bias: y is filled with the bias rows first and the GEMM adds onto it (beta = 1), as on the CPU.
+ * Column sums (db) use the deterministic reduction kernel. Without --tf32, cuBLAS runs in
+ * CUBLAS_DEFAULT_MATH, which for float32 never uses TF32; with it, CUBLAS_TF32_TENSOR_OP_MATH. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "gpu_internal.h"
+#include "runtime.h"
+
+/* cuBLAS's workspace (its recommendation for Hopper), given to it once at init. */
+#define MGT_GPU_BLAS_WS ((size_t)32 << 20)
+
+/* ---- discovery ----------------------------------------------------------------------------- */
+
+int mgt_gpu_count(char *why, size_t n) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        if (why && n)
+            snprintf(why, n, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (count == 0 && why && n)
+        snprintf(why, n, "no CUDA device is visible");
+    return count;
+}
+
+void mgt_gpu_describe(int device, char *buf, size_t n) {
+    struct cudaDeviceProp p;
+    char bus[32] = "?";
+    cudaError_t e = cudaGetDeviceProperties(&p, device);
+    if (e != cudaSuccess) {
+        snprintf(buf, n, "device %d (properties unavailable: %s)", device, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return;
+    }
+    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device) != cudaSuccess) {
+        snprintf(bus, sizeof bus, "?");
+        (void)cudaGetLastError();
+    }
+    snprintf(buf, n, "%s, PCI %s, %.0f GiB", p.name, bus,
+             (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* An allocation that failed for lack of memory: one line with the numbers (the caller, which
+ * knows what the memory was for, words the error that ends the job). */
+static void note_oom(size_t bytes, const char *what) {
+    size_t free_b = 0, total_b = 0;
+    (void)cudaGetLastError();
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        free_b = total_b = 0;
+    fprintf(stderr,
+            "rank %d: cudaMalloc of %.1f MiB for %s failed: %.1f MiB free of %.1f MiB on this "
+            "GPU; a smaller per-GPU batch needs less\n",
+            mgt_gpu_rank(), (double)bytes / 1048576.0, what, (double)free_b / 1048576.0,
+            (double)total_b / 1048576.0);
+    fflush(stderr);
+}
+
+/* cudaMalloc that returns NULL (after note_oom) when memory runs out and ends the job on any
+ * other error (a sticky fault from an earlier kernel, say). */
+static void *dev_malloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        note_oom(bytes, what);
+        return NULL;
+    }
+    if (e != cudaSuccess)
+        mgt_gpu_fail_cuda((int)e, "cudaMalloc", __FILE__, __LINE__);
+    return p;
+}
+
+static void *gpu_alloc(mgt_backend *be, size_t bytes) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    void *p = dev_malloc(bytes, "a tensor");
+    if (p)
+        CHECK_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream));
+    return p;
+}
+
+/* Drains the stream first: queued work may still use p (never called in the step loop). */
+static void gpu_free(mgt_backend *be, void *p) {
+    if (!p)
+        return;
+    CHECK_CUDA(cudaStreamSynchronize(mgt_gpu_impl_of(be)->stream));
+    CHECK_CUDA(cudaFree(p));
+}
+
+static void gpu_to_device(mgt_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes)
+        CHECK_CUDA(
+            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, mgt_gpu_impl_of(be)->stream));
+}
+
+static void gpu_to_host(mgt_backend *be, void *dst, const void *src, size_t bytes) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (bytes)
+        CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
+    CHECK_CUDA(cudaStreamSynchronize(im->stream));
+}
+
+static void gpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src)
+        CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                   mgt_gpu_impl_of(be)->stream));
+}
+
+static void gpu_zero(mgt_backend *be, void *p, size_t bytes) {
+    if (bytes)
+        CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, mgt_gpu_impl_of(be)->stream));
+}
+
+static void gpu_add(mgt_backend *be, size_t n, const float *x, float *y) {
+    mgt_k_add(mgt_gpu_impl_of(be)->stream, n, x, y);
+}
+
+static void gpu_sync(mgt_backend *be) {
+    CHECK_CUDA(cudaStreamSynchronize(mgt_gpu_impl_of(be)->stream));
+}
+
+/* Grows the workspace to `bytes` (never shrinks; the content is not kept). The stream is drained
+ * first: queued kernels may still use the old buffer. Returns -1 when the memory cannot be had
+ * even with the old buffer freed (then there is no workspace at all). */
+static int grow_workspace(mgt_gpu_impl *im, size_t bytes) {
+    if (bytes <= im->ws_bytes)
+        return 0;
+    size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    CHECK_CUDA(cudaStreamSynchronize(im->stream));
+    void *p = NULL;
+    if (cudaMalloc(&p, rounded) != cudaSuccess) {
+        /* perhaps only without the old buffer beside it */
+        (void)cudaGetLastError();
+        if (im->ws)
+            CHECK_CUDA(cudaFree(im->ws));
+        im->ws = NULL;
+        im->ws_bytes = 0;
+        if (!(p = dev_malloc(rounded, "the convolution workspace")))
+            return -1;
+    } else if (im->ws) {
+        CHECK_CUDA(cudaFree(im->ws));
+    }
+    im->ws = p;
+    im->ws_bytes = rounded;
+    return 0;
+}
+
+static int gpu_reserve(mgt_backend *be, size_t bytes) {
+    return grow_workspace(mgt_gpu_impl_of(be), bytes);
+}
+
+void *mgt_gpu_workspace(mgt_backend *be, size_t bytes) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (grow_workspace(im, bytes) < 0)
+        mgt_gpu_fail_oom(bytes, "growing the convolution workspace", __FILE__, __LINE__);
+    return im->ws;
+}
+
+static void gpu_destroy(mgt_backend *be) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (im) {
+        /* Best effort: a destroy after a failure must not fail again. */
+        if (im->stream)
+            (void)cudaStreamSynchronize(im->stream);
+        mgt_gpu_conv_cache_free(im);
+        if (im->cudnn)
+            (void)cudnnDestroy((cudnnHandle_t)im->cudnn);
+        if (im->cublas)
+            (void)cublasDestroy((cublasHandle_t)im->cublas);
+        if (im->ws)
+            (void)cudaFree(im->ws);
+        if (im->blas_ws)
+            (void)cudaFree(im->blas_ws);
+        if (im->part.a)
+            (void)cudaFree(im->part.a);
+        if (im->part.b)
+            (void)cudaFree(im->part.b);
+        if (im->stream)
+            (void)cudaStreamDestroy(im->stream);
+        free(im);
+    }
+    be->impl = NULL;
+    be->ops = NULL;
+}
+
+/* ---- dense (cuBLAS) ------------------------------------------------------------------------ */
+
+static void gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                          const float *b, float *y) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (n <= 0 || out <= 0)
+        return;
+    float beta = 0.0f;
+    const float one = 1.0f;
+    if (b) {
+        mgt_k_fill_rows(im->stream, (size_t)n, out, b, y);
+        beta = 1.0f;
+    }
+    if (in <= 0) {
+        if (!b)
+            CHECK_CUDA(cudaMemsetAsync(y, 0, sizeof(float) * (size_t)n * out, im->stream));
+        return;
+    }
+    CHECK_CUBLAS(cublasSgemm((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one,
+                             w, in, x, in, &beta, y, out));
+}
+
+static void gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                          const float *dy, float *dx, float *dw, float *db) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    cublasHandle_t h = (cublasHandle_t)im->cublas;
+    const float one = 1.0f, zero = 0.0f;
+    if (n < 0)
+        n = 0;
+    if (db)
+        mgt_k_colreduce(im->stream, &im->part, MGT_RED_SUM, (size_t)n, out, dy, NULL, NULL, NULL,
+                        db, NULL);
+    if (in <= 0 || out <= 0) {
+        if (dx && n > 0 && in > 0)
+            CHECK_CUDA(cudaMemsetAsync(dx, 0, sizeof(float) * (size_t)n * in, im->stream));
+        return;
+    }
+    if (dw) {
+        if (n == 0) /* an empty inner dimension: write the zeros ourselves */
+            CHECK_CUDA(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
+        else
+            CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
+                                     &zero, dw, in));
+    }
+    if (dx && n > 0)
+        CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
+                                 &zero, dx, in));
+}
+
+/* ---- the other ops: wrappers around the launchers -------------------------------------------- */
+
+static void gpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
+                            int32_t *argmax) {
+    mgt_k_maxpool_fwd(mgt_gpu_impl_of(be)->stream, s, x, y, argmax);
+}
+
+static void gpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
+                            const int32_t *argmax, float *dx) {
+    mgt_k_maxpool_bwd(mgt_gpu_impl_of(be)->stream, s, dy, argmax, dx);
+}
+
+static void gpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
+    mgt_k_avgpool_fwd(mgt_gpu_impl_of(be)->stream, s, x, y);
+}
+
+static void gpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
+    mgt_k_avgpool_bwd(mgt_gpu_impl_of(be)->stream, s, dy, dx);
+}
+
+static void gpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum,
+                         float *sumsq) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    mgt_k_colreduce(im->stream, &im->part, MGT_RED_SUMSQ, (size_t)(rows > 0 ? rows : 0), c, x, NULL,
+                    NULL, NULL, sum, sumsq);
+}
+
+static void gpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
+                         const float *invstd, const float *gamma, const float *beta, float *y) {
+    mgt_k_bn_apply(mgt_gpu_impl_of(be)->stream, rows, c, x, mean, invstd, gamma, beta, y);
+}
+
+static void gpu_bn_finalize(mgt_backend *be, int c, float count, const float *sum,
+                            const float *sumsq, float eps, float momentum, float *mean,
+                            float *invstd, float *running_mean, float *running_var) {
+    mgt_k_bn_finalize(mgt_gpu_impl_of(be)->stream, c, count, sum, sumsq, eps, momentum, mean,
+                      invstd, running_mean, running_var);
+}
+
+static void gpu_bn_running(mgt_backend *be, int c, float eps, const float *running_mean,
+                           const float *running_var, float *mean, float *invstd) {
+    mgt_k_bn_running(mgt_gpu_impl_of(be)->stream, c, eps, running_mean, running_var, mean, invstd);
+}
+
+static void gpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
+                              const float *mean, const float *invstd, float *dgamma, float *dbeta) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (!dgamma && !dbeta)
+        return;
+    mgt_k_colreduce(im->stream, &im->part, MGT_RED_BN_BWD, (size_t)(rows > 0 ? rows : 0), c, x, dy,
+                    mean, invstd, dgamma, dbeta);
+}
+
+static void gpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
+                             const float *dy, const float *mean, const float *invstd,
+                             const float *gamma, const float *dgamma, const float *dbeta,
+                             float *dx) {
+    const float inv_count = count > 0.0f ? 1.0f / count : 0.0f;
+    mgt_k_bn_bwd_apply(mgt_gpu_impl_of(be)->stream, rows, c, inv_count, x, dy, mean, invstd, gamma,
+                       dgamma, dbeta, dx);
+}
+
+/* The keep scale is computed here, in float, exactly as cpu_elem.c does. */
+static void gpu_dropout(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                        uint64_t first_sample, float *x) {
+    const float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
+    mgt_k_dropout(mgt_gpu_impl_of(be)->stream, n, row, rate, keep_scale, key, first_sample, x);
+}
+
+static void gpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
+    mgt_k_act_fwd(mgt_gpu_impl_of(be)->stream, act, n, row, x);
+}
+
+static void gpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
+    mgt_k_act_bwd(mgt_gpu_impl_of(be)->stream, act, n, row, y, dy);
+}
+
+static void gpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits,
+                            const int32_t *labels, float *probs, float *dlogits, float scale,
+                            float *sums) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    mgt_k_xent(im->stream, &im->part, n, k, logits, labels, NULL, probs, dlogits, scale, sums);
+}
+
+static void gpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
+                           float *probs, float *dlogits, float scale, float *sums) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    mgt_k_xent(im->stream, &im->part, n, k, logits, NULL, targets, probs, dlogits, scale, sums);
+}
+
+static void gpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
+    if (n > 0)
+        mgt_k_transpose(mgt_gpu_impl_of(be)->stream, (size_t)n, (size_t)h * w, (size_t)c, x, y);
+}
+
+static void gpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
+    if (n > 0)
+        mgt_k_transpose(mgt_gpu_impl_of(be)->stream, (size_t)n, (size_t)c, (size_t)h * w, x, y);
+}
+
+static void gpu_sgd(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
+                    float momentum, int nesterov, float wd, float scale) {
+    mgt_k_sgd(mgt_gpu_impl_of(be)->stream, count, w, g, vel, lr, momentum, nesterov, wd, scale);
+}
+
+static void gpu_rmsprop(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
+                        float lr, float rho, float eps, float wd, float scale) {
+    mgt_k_rmsprop(mgt_gpu_impl_of(be)->stream, count, w, g, ms, lr, rho, eps, wd, scale);
+}
+
+static void gpu_adam(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
+                     float lr_t, float beta1, float beta2, float eps, float wd, float scale) {
+    mgt_k_adam(mgt_gpu_impl_of(be)->stream, count, w, g, m, v, lr_t, beta1, beta2, eps, wd, scale);
+}
+
+static const mgt_ops gpu_ops = {
+    .name = "gpu",
+    .alloc = gpu_alloc,
+    .free = gpu_free,
+    .to_device = gpu_to_device,
+    .to_host = gpu_to_host,
+    .copy = gpu_copy,
+    .zero = gpu_zero,
+    .add = gpu_add,
+    .sync = gpu_sync,
+    .reserve = gpu_reserve,
+    .destroy = gpu_destroy,
+    .dense_fwd = gpu_dense_fwd,
+    .dense_bwd = gpu_dense_bwd,
+    .conv2d_scratch = mgt_gpu_conv2d_scratch,
+    .conv2d_fwd = mgt_gpu_conv2d_fwd,
+    .conv2d_bwd = mgt_gpu_conv2d_bwd,
+    .maxpool_fwd = gpu_maxpool_fwd,
+    .maxpool_bwd = gpu_maxpool_bwd,
+    .avgpool_fwd = gpu_avgpool_fwd,
+    .avgpool_bwd = gpu_avgpool_bwd,
+    .bn_stats = gpu_bn_stats,
+    .bn_apply = gpu_bn_apply,
+    .bn_finalize = gpu_bn_finalize,
+    .bn_running = gpu_bn_running,
+    .bn_bwd_reduce = gpu_bn_bwd_reduce,
+    .bn_bwd_apply = gpu_bn_bwd_apply,
+    .dropout_fwd = gpu_dropout,
+    .dropout_bwd = gpu_dropout,
+    .act_fwd = gpu_act_fwd,
+    .act_bwd = gpu_act_bwd,
+    .xent_sparse = gpu_xent_sparse,
+    .xent_dense = gpu_xent_dense,
+    .nhwc_to_chw = gpu_nhwc_to_chw,
+    .chw_to_nhwc = gpu_chw_to_nhwc,
+    .sgd_step = gpu_sgd,
+    .rmsprop_step = gpu_rmsprop,
+    .adam_step = gpu_adam,
+};
+
+/* ---- init ---------------------------------------------------------------------------------- */
+
+/* Init failures return -1 with the call and the library's words; the caller ends the job. */
+#define INIT_CUDA(call)                                                                            \
+    do {                                                                                           \
+        cudaError_t st_ = (call);                                                                  \
+        if (st_ != cudaSuccess) {                                                                  \
+            mgt_errf(err, "GPU %d: %s failed: %s (%s)%s", device, #call, cudaGetErrorString(st_),  \
+                     cudaGetErrorName(st_),                                                        \
+                     st_ == cudaErrorMemoryAllocation ? "; the GPU is full (another process?)"     \
+                                                      : "");                                       \
+            (void)cudaGetLastError();                                                              \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+#define INIT_CUBLAS(call)                                                                          \
+    do {                                                                                           \
+        cublasStatus_t st_ = (call);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+            mgt_errf(err, "GPU %d: %s failed: %s", device, #call, cublasGetStatusString(st_));     \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+#define INIT_CUDNN(call)                                                                           \
+    do {                                                                                           \
+        cudnnStatus_t st_ = (call);                                                                \
+        if (st_ != CUDNN_STATUS_SUCCESS) {                                                         \
+            mgt_errf(err, "GPU %d: %s failed: %s", device, #call, cudnnGetErrorString(st_));       \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
+    char why[256] = "";
+    int count = mgt_gpu_count(why, sizeof why);
+    if (count <= 0)
+        return mgt_errf(err, "no usable GPU (%s); run with --device cpu", why);
+    if (device < 0 || device >= count)
+        return mgt_errf(err, "GPU %d does not exist: %d GPUs are visible (numbered 0 to %d)",
+                        device, count, count - 1);
+    mgt_gpu_impl *im = calloc(1, sizeof *im);
+    if (!im)
+        return mgt_errf(err, "out of host memory starting the GPU backend");
+    be->ops = &gpu_ops;
+    be->impl = im;
+    im->device = device;
+    im->tf32 = tf32 != 0;
+    cublasHandle_t blas = NULL;
+    cudnnHandle_t dnn = NULL;
+    INIT_CUDA(cudaSetDevice(device));
+    INIT_CUDA(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    INIT_CUBLAS(cublasCreate(&blas));
+    im->cublas = blas;
+    INIT_CUBLAS(cublasSetStream(blas, im->stream));
+    INIT_CUBLAS(
+        cublasSetMathMode(blas, im->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    INIT_CUDA(cudaMalloc(&im->blas_ws, MGT_GPU_BLAS_WS));
+    INIT_CUBLAS(cublasSetWorkspace(blas, im->blas_ws, MGT_GPU_BLAS_WS));
+    INIT_CUDNN(cudnnCreate(&dnn));
+    im->cudnn = dnn;
+    INIT_CUDNN(cudnnSetStream(dnn, im->stream));
+    INIT_CUDA(cudaMalloc((void **)&im->part.a, sizeof(double) * MGT_GPU_PART_CAP));
+    INIT_CUDA(cudaMalloc((void **)&im->part.b, sizeof(double) * MGT_GPU_PART_CAP));
+    INIT_CUDA(cudaStreamSynchronize(im->stream));
+    return 0;
+fail:
+    gpu_destroy(be);
+    return -1;
+}

@@ -1,0 +1,211 @@
+/* nccl_comm.c: the NCCL transport (comm.h) for the gradient all-reduce on device memory.
+ *
+ * Bootstrap: rank 0 makes the unique id and broadcasts it over the job's MPI communicator
+ * (together with whether it succeeded, so that a failure there fails every rank the same way);
+ * the device was bound by the GPU backend's init (cudaSetDevice) before this is called.
+ *
+ * The communicator is NON-BLOCKING (config.blocking = 0): no NCCL call waits for a peer. Every
+ * call may return ncclInProgress, and completion is polled: ncclCommGetAsyncError for the
+ * communicator's state, cudaEventQuery for the collective's kernels. A dead or stopped peer thus
+ * shows up as a timeout on this side (after c->timeout seconds, the --comm-timeout): the
+ * communicator is aborted (ncclCommAbort, which also releases the kernels stuck on the GPU) and
+ * the job ends naming what happened. NCCL's own asynchronous errors (a peer's network failing)
+ * end it likewise, as soon as they are seen. The comm.c watchdog (mgt_allreduce_sum's
+ * enter/leave) covers the same waits from its own thread as a second line of defence.
+ *
+ * The all-reduce runs on the backend's stream, in place, so it is ordered after the backward pass
+ * and before the optimizer step with no events between streams; one event recorded after it is
+ * what the host polls. Counts are ELEMENTS (floats), as everywhere in comm.h. */
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "gpu.h"
+#include "gpu_internal.h"
+#include "runtime.h"
+#include "util.h"
+
+typedef struct nccl_state {
+    ncclComm_t comm;
+    cudaStream_t stream; /* the backend's */
+    cudaEvent_t done;
+    int device;
+} nccl_state;
+
+#define CHECK_NCCL(call)                                                                           \
+    do {                                                                                           \
+        ncclResult_t st_ = (call);                                                                 \
+        if (st_ != ncclSuccess && st_ != ncclInProgress)                                           \
+            mgt_gpu_fail_nccl((int)st_, #call, __FILE__, __LINE__);                                \
+    } while (0)
+
+/* A short pause between polls: about 20 us, so that the host neither spins a core at 100% for a
+ * whole backward pass nor adds noticeable latency to a step. */
+static void poll_pause(void) {
+    struct timespec ts = {0, 20 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits while the communicator reports ncclInProgress (after a non-blocking call). Returns the
+ * final state; past `timeout` seconds (> 0) returns ncclInProgress. */
+static ncclResult_t wait_comm(ncclComm_t comm, double timeout) {
+    const double t0 = mgt_now();
+    ncclResult_t st = ncclInProgress;
+    for (;;) {
+        if (ncclCommGetAsyncError(comm, &st) != ncclSuccess)
+            return ncclInternalError;
+        if (st != ncclInProgress)
+            return st;
+        if (timeout > 0 && mgt_now() - t0 > timeout)
+            return ncclInProgress;
+        poll_pause();
+    }
+}
+
+static void nccl_abort_die(nccl_state *s, const char *what, double timeout, size_t count) {
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+    mgt_die("NCCL %s of %zu floats did not complete within %.0f s: another rank died, stopped or "
+            "lost its network; the communicator was aborted and the job ends (see the other "
+            "ranks' messages; raise --comm-timeout if steps are legitimately this slow)",
+            what, count, timeout);
+}
+
+static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
+    nccl_state *s = c->impl;
+    if (count > SIZE_MAX / sizeof(float))
+        mgt_die("NCCL all-reduce of %zu floats: the byte count does not fit size_t", count);
+    if (count == 0)
+        return;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, s->comm, s->stream);
+    if (r == ncclInProgress) /* enqueueing may itself be in progress on a non-blocking comm */
+        r = wait_comm(s->comm, c->timeout);
+    if (r == ncclInProgress)
+        nccl_abort_die(s, "all-reduce (enqueue)", c->timeout, count);
+    if (r != ncclSuccess)
+        mgt_gpu_fail_nccl((int)r, "ncclAllReduce", __FILE__, __LINE__);
+    CHECK_CUDA(cudaEventRecord(s->done, s->stream));
+    /* Completion: the event (the collective's kernels, and everything queued before them) or an
+     * asynchronous NCCL error, whichever comes first; or the timeout. */
+    const double t0 = mgt_now();
+    for (;;) {
+        cudaError_t e = cudaEventQuery(s->done);
+        if (e == cudaSuccess)
+            return;
+        if (e != cudaErrorNotReady)
+            mgt_gpu_fail_cuda((int)e, "cudaEventQuery after ncclAllReduce", __FILE__, __LINE__);
+        ncclResult_t st = ncclSuccess;
+        CHECK_NCCL(ncclCommGetAsyncError(s->comm, &st));
+        if (st != ncclSuccess && st != ncclInProgress) {
+            char last[256]; /* copied: the string may live in the communicator */
+            const char *l = ncclGetLastError(s->comm);
+            snprintf(last, sizeof last, "%s", l ? l : "");
+            ncclCommAbort(s->comm);
+            s->comm = NULL;
+            mgt_die("NCCL all-reduce of %zu floats failed: %s%s%s; the communicator was aborted "
+                    "and the job ends (another rank may have died; see its messages)",
+                    count, ncclGetErrorString(st), last[0] ? ": " : "", last);
+        }
+        if (c->timeout > 0 && mgt_now() - t0 > c->timeout)
+            nccl_abort_die(s, "all-reduce", c->timeout, count);
+        poll_pause();
+    }
+}
+
+static void nccl_destroy(mgt_comm *c) {
+    nccl_state *s = c->impl;
+    if (!s)
+        return;
+    if (s->comm) {
+        /* Non-blocking: Finalize flushes outstanding work (polled, bounded by the timeout),
+         * then Destroy frees; on a timeout or an error Abort instead. */
+        ncclResult_t r = ncclCommFinalize(s->comm);
+        if (r == ncclSuccess || r == ncclInProgress)
+            r = wait_comm(s->comm, c->timeout > 0 ? c->timeout : 60);
+        if (r == ncclSuccess)
+            (void)ncclCommDestroy(s->comm);
+        else
+            (void)ncclCommAbort(s->comm);
+    }
+    if (s->done)
+        (void)cudaEventDestroy(s->done);
+    free(s);
+    c->impl = NULL;
+}
+
+static const mgt_comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce_sum_f32 = nccl_allreduce_f32,
+    .destroy = nccl_destroy,
+};
+
+int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s, mgt_err *err) {
+    mgt_comm_init_common(c, mpi, timeout_s);
+    c->ops = &nccl_ops;
+    if (!be || !be->ops || strcmp(be->ops->name, "gpu"))
+        return mgt_errf(err, "the NCCL transport needs the GPU backend (got %s)",
+                        be && be->ops ? be->ops->name : "none");
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    nccl_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return mgt_errf(err, "out of host memory starting NCCL");
+    s->stream = im->stream;
+    s->device = im->device;
+    c->impl = s;
+    cudaError_t ce = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
+    if (ce != cudaSuccess)
+        return mgt_errf(err, "GPU %d: cudaEventCreateWithFlags failed: %s", im->device,
+                        cudaGetErrorString(ce));
+
+    /* Rank 0's id, with its status, to everyone. */
+    struct {
+        int ok;
+        ncclUniqueId id;
+        char why[200];
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&boot.id);
+        boot.ok = r == ncclSuccess;
+        if (!boot.ok)
+            snprintf(boot.why, sizeof boot.why, "%s", ncclGetErrorString(r));
+    }
+    mgt_comm_enter(c, "NCCL start-up (unique id broadcast)");
+    int mr = MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, mpi);
+    mgt_comm_leave(c);
+    if (mr != MPI_SUCCESS)
+        return mgt_errf(err, "MPI_Bcast of the NCCL unique id failed (MPI error %d)", mr);
+    if (!boot.ok)
+        return mgt_errf(err, "ncclGetUniqueId failed on rank 0: %s (NCCL_DEBUG=WARN tells more)",
+                        boot.why);
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    mgt_comm_enter(c, "NCCL start-up (ncclCommInitRankConfig)");
+    ncclResult_t r = ncclCommInitRankConfig(&s->comm, c->world, boot.id, c->rank, &config);
+    if (r == ncclInProgress)
+        r = wait_comm(s->comm, timeout_s);
+    mgt_comm_leave(c);
+    if (r == ncclInProgress) {
+        ncclCommAbort(s->comm);
+        s->comm = NULL;
+        return mgt_errf(err,
+                        "NCCL start-up on GPU %d did not complete within %.0f s: another "
+                        "rank did not join (see its messages; NCCL_DEBUG=WARN tells more)",
+                        im->device, timeout_s);
+    }
+    if (r != ncclSuccess) {
+        if (s->comm)
+            ncclCommAbort(s->comm);
+        s->comm = NULL;
+        return mgt_errf(err,
+                        "ncclCommInitRankConfig (rank %d of %d, GPU %d) failed: %s (two "
+                        "ranks on one GPU, or a network problem? NCCL_DEBUG=WARN tells more)",
+                        c->rank, c->world, im->device, ncclGetErrorString(r));
+    }
+    return 0;
+}

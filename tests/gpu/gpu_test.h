@@ -1,0 +1,209 @@
+/* gpu_test.h: what the GPU tests share: the skip rule, a CPU and a GPU backend side by side,
+ * host<->device helpers that poison outputs, and comparisons that print what they find.
+ *
+ * The skip rule: a test that needs a GPU first asks mgt_gpu_count; without a usable GPU it prints
+ * "SKIPPED: no usable GPU (<reason>)" and exits 77, which CTest (SKIP_RETURN_CODE 77) reports as
+ * skipped, not passed. */
+#ifndef MGT_GPU_TEST_H
+#define MGT_GPU_TEST_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "gpu.h"
+#include "util.h"
+
+static int g_pass, g_fail;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            g_pass++;                                                                              \
+        } else {                                                                                   \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+            fflush(stdout);                                                                        \
+        }                                                                                          \
+    } while (0)
+
+static inline int finish(const char *name) {
+    printf("%s: %d checks passed, %d failed\n", name, g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+
+/* Exits 77 (skipped) when no GPU can be used here. */
+static inline void require_gpu(void) {
+    char why[256] = "";
+    int n = mgt_gpu_count(why, sizeof why);
+    if (n <= 0) {
+        printf("SKIPPED: no usable GPU (%s)\n", n == 0 ? "no CUDA device is visible" : why);
+        exit(77);
+    }
+    char desc[160];
+    mgt_gpu_describe(0, desc, sizeof desc);
+    printf("GPU 0: %s\n", desc);
+}
+
+typedef struct pair {
+    mgt_backend cpu, gpu;
+} pair;
+
+static inline void pair_init(pair *p, int tf32) {
+    mgt_err e;
+    memset(p, 0, sizeof *p);
+    if (mgt_cpu_backend_init(&p->cpu, 0) != 0) {
+        fprintf(stderr, "cannot start the CPU backend\n");
+        exit(2);
+    }
+    if (mgt_gpu_backend_init(&p->gpu, 0, tf32, &e) != 0) {
+        fprintf(stderr, "cannot start the GPU backend: %s\n", e.msg);
+        exit(2);
+    }
+}
+
+static inline void pair_free(pair *p) {
+    mgt_backend_destroy(&p->cpu);
+    mgt_backend_destroy(&p->gpu);
+}
+
+/* ---- host memory, freed all at once ---- */
+
+enum { MAX_TMP = 512 };
+static void *g_tmp[MAX_TMP];
+static int g_ntmp;
+
+static inline void *hbuf(size_t bytes) {
+    if (g_ntmp == MAX_TMP) {
+        fprintf(stderr, "too many temporary buffers\n");
+        exit(2);
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    g_tmp[g_ntmp++] = p;
+    return p;
+}
+
+static inline float *hf(size_t n) {
+    return hbuf(n * sizeof(float));
+}
+
+static inline void hfree_all(void) {
+    for (int i = 0; i < g_ntmp; i++)
+        free(g_tmp[i]);
+    g_ntmp = 0;
+}
+
+/* ---- device memory, freed all at once ---- */
+
+static void *g_dev[MAX_TMP];
+static mgt_backend *g_dev_be;
+static int g_ndev;
+
+static inline void *dbuf(mgt_backend *be, size_t bytes) {
+    void *p = be->ops->alloc(be, bytes ? bytes : 4);
+    if (!p || g_ndev == MAX_TMP) {
+        fprintf(stderr, "out of device memory (or too many buffers)\n");
+        exit(2);
+    }
+    g_dev_be = be;
+    g_dev[g_ndev++] = p;
+    return p;
+}
+
+static inline void dfree_all(void) {
+    for (int i = 0; i < g_ndev; i++)
+        g_dev_be->ops->free(g_dev_be, g_dev[i]);
+    g_ndev = 0;
+}
+
+/* Device copy of n host floats. */
+static inline float *dput(mgt_backend *be, const float *h, size_t n) {
+    float *d = dbuf(be, n * sizeof(float));
+    be->ops->to_device(be, d, h, n * sizeof(float));
+    return d;
+}
+
+/* A device buffer of n floats filled with NaN, so an element an op forgets to write shows up. */
+static inline float *dnan(mgt_backend *be, size_t n) {
+    float *h = hf(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    return dput(be, h, n);
+}
+
+/* Host copy of n device floats. */
+static inline float *dget(mgt_backend *be, const float *d, size_t n) {
+    float *h = hf(n);
+    be->ops->to_host(be, h, d, n * sizeof(float));
+    return h;
+}
+
+/* ---- random inputs: the library's RNG under a test key ---- */
+
+static uint64_t g_ctr;
+
+static inline float frand(float lo, float hi) {
+    return lo + (hi - lo) * mgt_uniform(0x6a7e57ULL, g_ctr++);
+}
+
+static inline float *hrand(size_t n, float lo, float hi) {
+    float *h = hf(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = frand(lo, hi);
+    return h;
+}
+
+static inline float *hcopy(const float *src, size_t n) {
+    float *h = hf(n);
+    if (n)
+        memcpy(h, src, n * sizeof(float));
+    return h;
+}
+
+/* ---- comparisons ---- */
+
+/* max |a - ref| / max(max |ref|, floor); +inf if any value is not finite (NaN poison left). */
+static inline double rel_err(const float *a, const float *ref, size_t n, double floor) {
+    double err = 0.0, scale = floor;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(ref[i]))
+            return INFINITY;
+        const double d = fabs((double)a[i] - ref[i]);
+        if (d > err)
+            err = d;
+        if (fabs(ref[i]) > scale)
+            scale = fabs(ref[i]);
+    }
+    return err / scale;
+}
+
+/* The GPU result (device) against the CPU one (host): relative error at most tol. */
+static inline void expect_close(const char *what, mgt_backend *gpu, const float *dev,
+                                const float *ref, size_t n, double tol) {
+    float *got = dget(gpu, dev, n);
+    double e = rel_err(got, ref, n, 1e-30);
+    CHECK(e <= tol, "%s: relative error %.3g > %.1g (%zu values)", what, e, tol, n);
+}
+
+/* Bit-for-bit equality (dropout masks, pooling, copies). */
+static inline void expect_same(const char *what, mgt_backend *gpu, const void *dev, const void *ref,
+                               size_t bytes) {
+    void *got = hbuf(bytes);
+    gpu->ops->to_host(gpu, got, dev, bytes);
+    size_t first = bytes;
+    for (size_t i = 0; i < bytes && first == bytes; i++)
+        if (((const unsigned char *)got)[i] != ((const unsigned char *)ref)[i])
+            first = i;
+    CHECK(first == bytes, "%s: differs from the CPU from byte %zu of %zu", what, first, bytes);
+}
+
+#endif

@@ -1,0 +1,494 @@
+/* test_gpu_ops.c: every op of the GPU backend against the CPU reference backend.
+ *
+ * Each op gets the same fresh random inputs on both backends; the GPU's outputs are filled with
+ * NaN before the call so that an element it forgets to write shows up. Floating-point results
+ * must agree within a relative error of 1e-4 (TF32 off; error over the largest reference value);
+ * results that involve no rounding differences by construction (pool forward and max-pool
+ * backward, dropout masks, layout changes, copies, the accuracy count) must be identical bits.
+ * Backward ops are also run with n == 0 (parameter gradients must become zeros) and with
+ * dx == NULL. Needs a GPU: without one it prints SKIPPED and exits 77. */
+#include "gpu_test.h"
+
+static const double TOL = 1e-4;
+
+/* ---- memory ---- */
+
+static void test_memory(pair *p) {
+    mgt_backend *g = &p->gpu;
+    const size_t n = 1000;
+    float *d = dbuf(g, n * sizeof(float));
+    float *z = hf(n);
+    expect_same("alloc returns zeroed memory", g, d, z, n * sizeof(float));
+    float *h = hrand(n, -1, 1);
+    g->ops->to_device(g, d, h, n * sizeof(float));
+    expect_same("to_device/to_host round trip", g, d, h, n * sizeof(float));
+    float *d2 = dnan(g, n);
+    g->ops->copy(g, d2, d, n * sizeof(float));
+    expect_same("copy", g, d2, h, n * sizeof(float));
+    float *y = hrand(n, -1, 1), *yc = hcopy(y, n);
+    float *dy = dput(g, y, n);
+    g->ops->add(g, n, d, dy);
+    p->cpu.ops->add(&p->cpu, n, h, yc);
+    expect_same("add", g, dy, yc, n * sizeof(float));
+    g->ops->zero(g, d2, n * sizeof(float));
+    expect_same("zero", g, d2, z, n * sizeof(float));
+    g->ops->sync(g);
+    CHECK(g->ops->reserve(g, (size_t)3 << 20) == 0, "reserve(3 MiB) failed");
+    CHECK(g->ops->reserve(g, 1024) == 0, "reserve of less than held failed");
+    CHECK(!strcmp(g->ops->name, "gpu"), "the op table is named %s", g->ops->name);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- dense ---- */
+
+static void test_dense(pair *p, int n, int in, int out, int bias) {
+    mgt_backend *c = &p->cpu, *g = &p->gpu;
+    char what[128];
+    float *x = hrand((size_t)n * in, -1, 1), *w = hrand((size_t)out * in, -1, 1);
+    float *b = bias ? hrand((size_t)out, -1, 1) : NULL;
+    float *dy = hrand((size_t)n * out, -1, 1);
+    float *y = hf((size_t)n * out), *dx = hf((size_t)n * in), *dw = hf((size_t)out * in);
+    float *db = hf((size_t)out);
+    c->ops->dense_fwd(c, n, in, out, x, w, b, y);
+    c->ops->dense_bwd(c, n, in, out, x, w, dy, dx, dw, db);
+
+    float *gx = dput(g, x, (size_t)n * in), *gw = dput(g, w, (size_t)out * in);
+    float *gb = bias ? dput(g, b, (size_t)out) : NULL, *gdy = dput(g, dy, (size_t)n * out);
+    float *gy = dnan(g, (size_t)n * out), *gdx = dnan(g, (size_t)n * in);
+    float *gdw = dnan(g, (size_t)out * in), *gdb = dnan(g, (size_t)out);
+    g->ops->dense_fwd(g, n, in, out, gx, gw, gb, gy);
+    g->ops->dense_bwd(g, n, in, out, gx, gw, gdy, gdx, gdw, gdb);
+    snprintf(what, sizeof what, "dense n=%d in=%d out=%d bias=%d", n, in, out, bias);
+    expect_close(what, g, gy, y, (size_t)n * out, TOL);
+    expect_close("dense_bwd dx", g, gdx, dx, (size_t)n * in, TOL);
+    expect_close("dense_bwd dW", g, gdw, dw, (size_t)out * in, TOL);
+    expect_close("dense_bwd db", g, gdb, db, (size_t)out, TOL);
+
+    /* dx == NULL, and n == 0 (gradients overwritten with zeros) */
+    float *gdw2 = dnan(g, (size_t)out * in), *gdb2 = dnan(g, (size_t)out);
+    g->ops->dense_bwd(g, n, in, out, gx, gw, gdy, NULL, gdw2, gdb2);
+    expect_close("dense_bwd dW (dx NULL)", g, gdw2, dw, (size_t)out * in, TOL);
+    g->ops->dense_bwd(g, 0, in, out, gx, gw, gdy, NULL, gdw2, gdb2);
+    expect_same("dense_bwd n=0 dW zeros", g, gdw2, hf((size_t)out * in),
+                sizeof(float) * (size_t)out * in);
+    expect_same("dense_bwd n=0 db zeros", g, gdb2, hf((size_t)out), sizeof(float) * (size_t)out);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- convolution ---- */
+
+typedef struct conv_case {
+    int n, h, w, c, oc, kh, kw, stride, same, bias;
+} conv_case;
+
+/* layers/conv2d.c's geometry (Keras' rule) */
+static mgt_conv_shape conv_geometry(const conv_case *k) {
+    mgt_conv_shape s = {.n = k->n,
+                        .h = k->h,
+                        .w = k->w,
+                        .c = k->c,
+                        .oc = k->oc,
+                        .kh = k->kh,
+                        .kw = k->kw,
+                        .stride = k->stride};
+    if (k->same) {
+        s.oh = (s.h + s.stride - 1) / s.stride;
+        s.ow = (s.w + s.stride - 1) / s.stride;
+        int ph = (s.oh - 1) * s.stride + s.kh - s.h, pw = (s.ow - 1) * s.stride + s.kw - s.w;
+        s.pad_top = ph > 0 ? ph / 2 : 0;
+        s.pad_left = pw > 0 ? pw / 2 : 0;
+    } else {
+        s.oh = (s.h - s.kh) / s.stride + 1;
+        s.ow = (s.w - s.kw) / s.stride + 1;
+    }
+    return s;
+}
+
+static void test_conv(pair *p, const conv_case *k) {
+    mgt_backend *c = &p->cpu, *g = &p->gpu;
+    mgt_conv_shape s = conv_geometry(k);
+    char what[160];
+    snprintf(what, sizeof what, "conv n=%d %dx%dx%d->%dx%dx%d k=%dx%d s=%d pad=%d,%d bias=%d", s.n,
+             s.h, s.w, s.c, s.oh, s.ow, s.oc, s.kh, s.kw, s.stride, s.pad_top, s.pad_left, k->bias);
+    const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.oh * s.ow * s.oc;
+    const size_t nw = (size_t)s.oc * s.c * s.kh * s.kw;
+    CHECK(c->ops->reserve(c, c->ops->conv2d_scratch(&s)) == 0, "%s: CPU reserve", what);
+    CHECK(g->ops->reserve(g, g->ops->conv2d_scratch(&s)) == 0, "%s: GPU reserve", what);
+    float *x = hrand(nx, -1, 1), *w = hrand(nw, -0.5f, 0.5f);
+    float *b = k->bias ? hrand((size_t)s.oc, -1, 1) : NULL, *dy = hrand(ny, -1, 1);
+    float *y = hf(ny), *dx = hf(nx), *dw = hf(nw), *db = hf((size_t)s.oc);
+    c->ops->conv2d_fwd(c, &s, x, w, b, y);
+    c->ops->conv2d_bwd(c, &s, x, w, dy, dx, dw, db);
+
+    float *gx = dput(g, x, nx), *gw = dput(g, w, nw), *gb = b ? dput(g, b, (size_t)s.oc) : NULL;
+    float *gdy = dput(g, dy, ny), *gy = dnan(g, ny), *gdx = dnan(g, nx), *gdw = dnan(g, nw);
+    float *gdb = dnan(g, (size_t)s.oc);
+    g->ops->conv2d_fwd(g, &s, gx, gw, gb, gy);
+    expect_close(what, g, gy, y, ny, TOL);
+    float *first = dget(g, gy, ny);
+    g->ops->conv2d_fwd(g, &s, gx, gw, gb, gy); /* the cached plan: the same bits again */
+    expect_same("conv forward repeated (cached plan, deterministic)", g, gy, first,
+                ny * sizeof(float));
+    g->ops->conv2d_bwd(g, &s, gx, gw, gdy, gdx, gdw, gdb);
+    expect_close("conv_bwd dx", g, gdx, dx, nx, TOL);
+    expect_close("conv_bwd dW", g, gdw, dw, nw, TOL);
+    expect_close("conv_bwd db", g, gdb, db, (size_t)s.oc, TOL);
+
+    float *gdw2 = dnan(g, nw);
+    g->ops->conv2d_bwd(g, &s, gx, gw, gdy, NULL, gdw2, NULL);
+    expect_close("conv_bwd dW (dx NULL, db NULL)", g, gdw2, dw, nw, TOL);
+    mgt_conv_shape s0 = s;
+    s0.n = 0;
+    float *gdb2 = dnan(g, (size_t)s.oc);
+    g->ops->conv2d_bwd(g, &s0, gx, gw, gdy, NULL, gdw2, gdb2);
+    expect_same("conv_bwd n=0 dW zeros", g, gdw2, hf(nw), nw * sizeof(float));
+    expect_same("conv_bwd n=0 db zeros", g, gdb2, hf((size_t)s.oc), (size_t)s.oc * sizeof(float));
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- pooling ---- */
+
+static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    mgt_pool_shape s = {.n = n,
+                        .h = h,
+                        .w = w,
+                        .c = c,
+                        .size = size,
+                        .stride = stride,
+                        .oh = (h - size) / stride + 1,
+                        .ow = (w - size) / stride + 1};
+    const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * s.oh * s.ow * c;
+    char what[128];
+    snprintf(what, sizeof what, "pool n=%d %dx%dx%d size %d stride %d", n, h, w, c, size, stride);
+    float *x = hrand(nx, -1, 1), *dy = hrand(ny, -1, 1);
+    float *y = hf(ny), *dx = hf(nx), *ya = hf(ny), *dxa = hf(nx);
+    int32_t *am = hbuf(ny * sizeof(int32_t));
+    cb->ops->maxpool_fwd(cb, &s, x, y, am);
+    cb->ops->maxpool_bwd(cb, &s, dy, am, dx);
+    cb->ops->avgpool_fwd(cb, &s, x, ya);
+    cb->ops->avgpool_bwd(cb, &s, dy, dxa);
+
+    float *gx = dput(g, x, nx), *gdy = dput(g, dy, ny), *gy = dnan(g, ny), *gdx = dnan(g, nx);
+    int32_t *gam = (int32_t *)dnan(g, ny);
+    g->ops->maxpool_fwd(g, &s, gx, gy, gam);
+    g->ops->maxpool_bwd(g, &s, gdy, gam, gdx);
+    printf("  %s\n", what);
+    expect_same("maxpool_fwd y", g, gy, y, ny * sizeof(float));
+    expect_same("maxpool_fwd argmax", g, gam, am, ny * sizeof(int32_t));
+    expect_same("maxpool_bwd dx", g, gdx, dx, nx * sizeof(float));
+    float *gya = dnan(g, ny), *gdxa = dnan(g, nx);
+    g->ops->avgpool_fwd(g, &s, gx, gya);
+    g->ops->avgpool_bwd(g, &s, gdy, gdxa);
+    expect_close("avgpool_fwd", g, gya, ya, ny, TOL);
+    expect_close("avgpool_bwd", g, gdxa, dxa, nx, TOL);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- batch normalisation: each op on the same inputs on both sides ---- */
+
+static void test_bn(pair *p, int rows, int c) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const size_t nx = (size_t)rows * c, nc = (size_t)c;
+    printf("  batchnorm rows=%d c=%d\n", rows, c);
+    float *x = hrand(nx, -2, 3), *dy = hrand(nx, -1, 1), *gamma = hrand(nc, 0.5f, 1.5f);
+    float *beta = hrand(nc, -1, 1);
+    float *sum = hf(nc), *sumsq = hf(nc);
+    cb->ops->bn_stats(cb, rows, c, x, sum, sumsq);
+    float *gx = dput(g, x, nx), *gdy = dput(g, dy, nx), *gsum = dnan(g, nc), *gsq = dnan(g, nc);
+    g->ops->bn_stats(g, rows, c, gx, gsum, gsq);
+    expect_close("bn_stats sum", g, gsum, sum, nc, TOL);
+    expect_close("bn_stats sumsq", g, gsq, sumsq, nc, TOL);
+
+    /* finalize from the CPU's sums on both sides, running stats updated */
+    const float count = (float)rows, eps = 1e-3f, mom = 0.9f;
+    float *mean = hf(nc), *invstd = hf(nc), *rm = hrand(nc, -1, 1), *rv = hrand(nc, 0.5f, 2);
+    float *grm = dput(g, rm, nc), *grv = dput(g, rv, nc);
+    float *gsum2 = dput(g, sum, nc), *gsq2 = dput(g, sumsq, nc);
+    float *gmean = dnan(g, nc), *ginv = dnan(g, nc);
+    cb->ops->bn_finalize(cb, c, count, sum, sumsq, eps, mom, mean, invstd, rm, rv);
+    g->ops->bn_finalize(g, c, count, gsum2, gsq2, eps, mom, gmean, ginv, grm, grv);
+    expect_close("bn_finalize mean", g, gmean, mean, nc, TOL);
+    expect_close("bn_finalize invstd", g, ginv, invstd, nc, TOL);
+    expect_close("bn_finalize running_mean", g, grm, rm, nc, TOL);
+    expect_close("bn_finalize running_var", g, grv, rv, nc, TOL);
+    float *m2 = hf(nc), *i2 = hf(nc), *gm2 = dnan(g, nc), *gi2 = dnan(g, nc);
+    cb->ops->bn_running(cb, c, eps, rm, rv, m2, i2);
+    g->ops->bn_running(g, c, eps, grm, grv, gm2, gi2);
+    expect_close("bn_running mean", g, gm2, m2, nc, TOL);
+    expect_close("bn_running invstd", g, gi2, i2, nc, TOL);
+
+    /* apply and backward with the CPU's statistics */
+    float *gm = dput(g, mean, nc), *gi = dput(g, invstd, nc), *gg = dput(g, gamma, nc);
+    float *gbeta = dput(g, beta, nc);
+    float *y = hf(nx), *gy = dnan(g, nx);
+    cb->ops->bn_apply(cb, rows, c, x, mean, invstd, gamma, beta, y);
+    g->ops->bn_apply(g, rows, c, gx, gm, gi, gg, gbeta, gy);
+    expect_close("bn_apply", g, gy, y, nx, TOL);
+    cb->ops->bn_apply(cb, rows, c, x, mean, invstd, NULL, NULL, y);
+    g->ops->bn_apply(g, rows, c, gx, gm, gi, NULL, NULL, gy);
+    expect_close("bn_apply (no gamma, beta)", g, gy, y, nx, TOL);
+
+    float *dgamma = hf(nc), *dbeta = hf(nc), *gdg = dnan(g, nc), *gdb = dnan(g, nc);
+    cb->ops->bn_bwd_reduce(cb, rows, c, x, dy, mean, invstd, dgamma, dbeta);
+    g->ops->bn_bwd_reduce(g, rows, c, gx, gdy, gm, gi, gdg, gdb);
+    expect_close("bn_bwd_reduce dgamma", g, gdg, dgamma, nc, TOL);
+    expect_close("bn_bwd_reduce dbeta", g, gdb, dbeta, nc, TOL);
+    float *gdb3 = dnan(g, nc);
+    g->ops->bn_bwd_reduce(g, rows, c, gx, gdy, gm, gi, NULL, gdb3);
+    expect_close("bn_bwd_reduce dbeta (dgamma NULL)", g, gdb3, dbeta, nc, TOL);
+
+    float *dx = hf(nx), *gdx = dnan(g, nx), *gdg2 = dput(g, dgamma, nc);
+    float *gdb2 = dput(g, dbeta, nc);
+    cb->ops->bn_bwd_apply(cb, rows, c, count, x, dy, mean, invstd, gamma, dgamma, dbeta, dx);
+    g->ops->bn_bwd_apply(g, rows, c, count, gx, gdy, gm, gi, gg, gdg2, gdb2, gdx);
+    expect_close("bn_bwd_apply", g, gdx, dx, nx, TOL);
+
+    /* rows == 0: sums and parameter gradients are zeros */
+    float *gz1 = dnan(g, nc), *gz2 = dnan(g, nc);
+    g->ops->bn_stats(g, 0, c, gx, gz1, gz2);
+    expect_same("bn_stats rows=0", g, gz1, hf(nc), nc * sizeof(float));
+    g->ops->bn_bwd_reduce(g, 0, c, gx, gdy, gm, gi, gz1, gz2);
+    expect_same("bn_bwd_reduce rows=0 dgamma", g, gz1, hf(nc), nc * sizeof(float));
+    expect_same("bn_bwd_reduce rows=0 dbeta", g, gz2, hf(nc), nc * sizeof(float));
+    /* count == 0 in finalize: neutral statistics */
+    float *gm3 = dnan(g, nc), *gi3 = dnan(g, nc), *m3 = hf(nc), *i3 = hf(nc);
+    cb->ops->bn_finalize(cb, c, 0.0f, sum, sumsq, eps, mom, m3, i3, NULL, NULL);
+    g->ops->bn_finalize(g, c, 0.0f, gsum2, gsq2, eps, mom, gm3, gi3, NULL, NULL);
+    expect_close("bn_finalize count=0 invstd", g, gi3, i3, nc, TOL);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- dropout: the masks must be the CPU's, bit for bit ---- */
+
+static void test_dropout(pair *p, int n, int row, float rate, uint64_t first) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const size_t nx = (size_t)n * row;
+    const uint64_t key = mgt_key3(42, 0x44524f50ULL + 3, 17);
+    float *x = hrand(nx, -1, 1), *xc = hcopy(x, nx), *dc = hcopy(x, nx);
+    float *gx = dput(g, x, nx), *gd = dput(g, x, nx);
+    cb->ops->dropout_fwd(cb, n, row, rate, key, first, xc);
+    cb->ops->dropout_bwd(cb, n, row, rate, key, first, dc);
+    g->ops->dropout_fwd(g, n, row, rate, key, first, gx);
+    g->ops->dropout_bwd(g, n, row, rate, key, first, gd);
+    char what[96];
+    snprintf(what, sizeof what, "dropout fwd n=%d row=%d rate=%g first=%llu", n, row, rate,
+             (unsigned long long)first);
+    expect_same(what, g, gx, xc, nx * sizeof(float));
+    expect_same("dropout bwd (same mask)", g, gd, dc, nx * sizeof(float));
+    size_t zeros = 0;
+    for (size_t i = 0; i < nx; i++)
+        zeros += xc[i] == 0.0f;
+    if (rate > 0 && nx > 1000)
+        CHECK(fabs((double)zeros / nx - rate) < 0.05, "dropout dropped %zu of %zu at rate %g",
+              zeros, nx, rate);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- activations ---- */
+
+static void test_act(pair *p, mgt_act act, int n, int row) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const size_t nx = (size_t)n * row;
+    float *x = hrand(nx, -4, 4), *dy = hrand(nx, -1, 1);
+    float *y = hcopy(x, nx), *gyy = dput(g, x, nx);
+    cb->ops->act_fwd(cb, act, n, row, y);
+    g->ops->act_fwd(g, act, n, row, gyy);
+    char what[64];
+    snprintf(what, sizeof what, "act %d fwd n=%d row=%d", (int)act, n, row);
+    expect_close(what, g, gyy, y, nx, TOL);
+    float *d = hcopy(dy, nx), *gy = dput(g, y, nx), *gd = dput(g, dy, nx);
+    cb->ops->act_bwd(cb, act, n, row, y, d);
+    g->ops->act_bwd(g, act, n, row, gy, gd);
+    snprintf(what, sizeof what, "act %d bwd n=%d row=%d", (int)act, n, row);
+    expect_close(what, g, gd, d, nx, TOL);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- softmax + cross-entropy ---- */
+
+static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const size_t nl = (size_t)n * k;
+    float *l = hrand(nl, -6, 6), *t = NULL;
+    int32_t *lab = hbuf((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++)
+        lab[i] = (int32_t)(mgt_rand64(5, (uint64_t)i) % (uint64_t)k);
+    if (n > 3) { /* out-of-range labels count as nothing */
+        lab[1] = -1;
+        lab[3] = k;
+    }
+    if (dense) {
+        t = hrand(nl, 0, 1);
+        for (int i = 0; i < n; i++)
+            t[(size_t)i * k + (size_t)lab[i < 4 ? 0 : i]] += 2.0f; /* a clear argmax per row */
+    }
+    const float scale = 0.5f;
+    float sums0[2] = {1.5f, 2.0f};
+    float *lc = hcopy(l, nl), *pc = alias ? lc : hf(nl), *dc = with_d ? hf(nl) : NULL;
+    float sums[2] = {sums0[0], sums0[1]};
+    if (dense)
+        cb->ops->xent_dense(cb, n, k, lc, t, pc, dc, scale, sums);
+    else
+        cb->ops->xent_sparse(cb, n, k, lc, lab, pc, dc, scale, sums);
+
+    float *gl = dput(g, l, nl), *gp = alias ? gl : dnan(g, nl), *gd = with_d ? dnan(g, nl) : NULL;
+    float *gs = dput(g, sums0, 2);
+    if (dense) {
+        float *gt = dput(g, t, nl);
+        g->ops->xent_dense(g, n, k, gl, gt, gp, gd, scale, gs);
+    } else {
+        int32_t *glab = dbuf(g, (size_t)n * sizeof(int32_t));
+        g->ops->to_device(g, glab, lab, (size_t)n * sizeof(int32_t));
+        g->ops->xent_sparse(g, n, k, gl, glab, gp, gd, scale, gs);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "xent %s n=%d k=%d alias=%d probs", dense ? "dense" : "sparse", n,
+             k, alias);
+    expect_close(what, g, gp, pc, nl, TOL);
+    if (with_d)
+        expect_close("xent dlogits", g, gd, dc, nl, TOL);
+    float *hs = dget(g, gs, 2);
+    CHECK(fabs(hs[0] - sums[0]) <= TOL * fabs(sums[0]), "xent loss sum %.7g, CPU %.7g", hs[0],
+          sums[0]);
+    CHECK(hs[1] == sums[1], "xent correct count %g, CPU %g", hs[1], sums[1]);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- layout changes ---- */
+
+static void test_layout(pair *p, int n, int h, int w, int c) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const size_t nx = (size_t)n * h * w * c;
+    float *x = hrand(nx, -1, 1), *y = hf(nx), *z = hf(nx);
+    cb->ops->nhwc_to_chw(cb, n, h, w, c, x, y);
+    cb->ops->chw_to_nhwc(cb, n, h, w, c, x, z);
+    float *gx = dput(g, x, nx), *gy = dnan(g, nx), *gz = dnan(g, nx);
+    g->ops->nhwc_to_chw(g, n, h, w, c, gx, gy);
+    g->ops->chw_to_nhwc(g, n, h, w, c, gx, gz);
+    char what[80];
+    snprintf(what, sizeof what, "nhwc_to_chw n=%d %dx%dx%d", n, h, w, c);
+    expect_same(what, g, gy, y, nx * sizeof(float));
+    expect_same("chw_to_nhwc", g, gz, z, nx * sizeof(float));
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- optimizers ---- */
+
+static void test_optim(pair *p, size_t count) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    float *w0 = hrand(count, -1, 1), *gr = hrand(count, -50, 50), *s0 = hrand(count, 0, 0.1f);
+    float *s1 = hrand(count, 0, 0.1f);
+    for (int kind = 0; kind < 5; kind++) {
+        float *w = hcopy(w0, count), *a = hcopy(s0, count), *b = hcopy(s1, count);
+        float *gw = dput(g, w0, count), *gg = dput(g, gr, count), *ga = dput(g, s0, count);
+        float *gb = dput(g, s1, count);
+        const float scale = 1.0f / 64, wd = 1e-3f;
+        const char *name = "";
+        switch (kind) {
+        case 0:
+            name = "sgd";
+            cb->ops->sgd_step(cb, count, w, gr, a, 0.1f, 0.0f, 0, wd, scale);
+            g->ops->sgd_step(g, count, gw, gg, ga, 0.1f, 0.0f, 0, wd, scale);
+            break;
+        case 1:
+            name = "sgd momentum";
+            cb->ops->sgd_step(cb, count, w, gr, a, 0.1f, 0.9f, 0, wd, scale);
+            g->ops->sgd_step(g, count, gw, gg, ga, 0.1f, 0.9f, 0, wd, scale);
+            break;
+        case 2:
+            name = "sgd nesterov";
+            cb->ops->sgd_step(cb, count, w, gr, a, 0.1f, 0.9f, 1, wd, scale);
+            g->ops->sgd_step(g, count, gw, gg, ga, 0.1f, 0.9f, 1, wd, scale);
+            break;
+        case 3:
+            name = "rmsprop";
+            cb->ops->rmsprop_step(cb, count, w, gr, a, 1e-3f, 0.9f, 1e-7f, wd, scale);
+            g->ops->rmsprop_step(g, count, gw, gg, ga, 1e-3f, 0.9f, 1e-7f, wd, scale);
+            break;
+        default:
+            name = "adam";
+            cb->ops->adam_step(cb, count, w, gr, a, b, 1e-3f, 0.9f, 0.999f, 1e-7f, wd, scale);
+            g->ops->adam_step(g, count, gw, gg, ga, gb, 1e-3f, 0.9f, 0.999f, 1e-7f, wd, scale);
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s weights (%zu)", name, count);
+        expect_close(what, g, gw, w, count, TOL);
+        snprintf(what, sizeof what, "%s first slot", name);
+        expect_close(what, g, ga, a, count, TOL);
+        if (kind == 4)
+            expect_close("adam second slot", g, gb, b, count, TOL);
+        dfree_all();
+    }
+    hfree_all();
+}
+
+int main(void) {
+    require_gpu();
+    pair p;
+    pair_init(&p, 0);
+
+    test_memory(&p);
+
+    test_dense(&p, 37, 53, 29, 1);
+    test_dense(&p, 256, 784, 256, 1);
+    test_dense(&p, 5, 300, 10, 0);
+    test_dense(&p, 1, 1, 1, 1);
+
+    const conv_case convs[] = {
+        {4, 8, 8, 3, 5, 3, 3, 1, 1, 1},      /* "same", symmetric: cuDNN pads */
+        {3, 9, 7, 4, 6, 3, 3, 2, 1, 1},      /* stride 2 "same", symmetric */
+        {2, 8, 8, 3, 4, 3, 3, 2, 1, 1},      /* stride 2 "same", asymmetric: explicit padding */
+        {2, 6, 6, 2, 3, 2, 2, 1, 1, 0},      /* even kernel "same": explicit padding, no bias */
+        {2, 6, 5, 3, 2, 3, 2, 1, 1, 1},      /* 3x2 kernel "same" */
+        {2, 10, 10, 2, 3, 5, 5, 2, 0, 1},    /* 5x5 stride 2 valid */
+        {3, 5, 5, 8, 4, 1, 1, 1, 0, 0},      /* 1x1: no filter transposes */
+        {2, 7, 7, 1, 4, 3, 3, 1, 0, 1},      /* one input channel: no filter transposes */
+        {16, 28, 28, 16, 32, 3, 3, 1, 1, 1}, /* a realistic layer */
+    };
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+        test_conv(&p, &convs[i]);
+
+    test_pool(&p, 3, 8, 8, 5, 2, 2);
+    test_pool(&p, 2, 7, 7, 3, 3, 2); /* overlapping windows */
+    test_pool(&p, 2, 6, 6, 4, 3, 1);
+
+    test_bn(&p, 1000, 7);
+    test_bn(&p, 5, 300);
+    test_bn(&p, 50000, 32);
+
+    test_dropout(&p, 13, 77, 0.3f, 1234567);
+    test_dropout(&p, 64, 1000, 0.5f, (uint64_t)1 << 40);
+    test_dropout(&p, 3, 10, 0.0f, 0);
+
+    const mgt_act acts[] = {MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX};
+    for (int i = 0; i < 4; i++) {
+        test_act(&p, acts[i], 17, 37);
+        test_act(&p, acts[i], 3, 1000);
+    }
+
+    test_xent(&p, 50, 10, 0, 0, 1);
+    test_xent(&p, 50, 10, 0, 1, 1);  /* probs alias the logits */
+    test_xent(&p, 7, 1000, 0, 0, 1); /* several values per lane */
+    test_xent(&p, 20, 10, 0, 0, 0);  /* no dlogits (evaluation) */
+    test_xent(&p, 50, 10, 1, 0, 1);
+    test_xent(&p, 9, 333, 1, 1, 1);
+
+    test_layout(&p, 3, 5, 7, 9);
+    test_layout(&p, 2, 13, 11, 40);
+
+    test_optim(&p, 10007);
+
+    pair_free(&p);
+    return finish("test_gpu_ops");
+}
