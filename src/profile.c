@@ -10,9 +10,10 @@
 static const char *phase_names[MGT_PH_COUNT] = {"data", "forward", "backward", "allreduce",
                                                 "update"};
 
-int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_err *err) {
+int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be, mgt_err *err) {
     memset(p, 0, sizeof *p);
     p->on = on;
+    p->be = be;
     if (!on)
         return 0;
     p->step_cap = max_steps < 1 ? 1 : max_steps;
@@ -39,6 +40,8 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
 void mgt_profile_phase(mgt_profile *p, int phase) {
     if (!p->on)
         return;
+    if (p->be)
+        p->be->ops->sync(p->be); /* a GPU queues work: time it, not its launch */
     double now = mgt_now();
     p->cur[phase] += now - p->mark;
     if (p->nspans < p->cap)

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "util.h"
 
@@ -20,6 +21,7 @@ typedef struct mgt_span {
 
 typedef struct mgt_profile {
     int on;            /* --profile or --timeline */
+    mgt_backend *be;   /* waited for at each phase boundary, so device work is timed too */
     double origin;     /* mgt_now() at a common barrier */
     mgt_span *spans;
     int64_t nspans, cap;
@@ -30,7 +32,8 @@ typedef struct mgt_profile {
     int64_t step;
 } mgt_profile;
 
-int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_err *err);
+/* be: the backend whose queued work each phase includes (sync at every boundary while on). */
+int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be, mgt_err *err);
 void mgt_profile_begin_step(mgt_profile *p, int64_t step);
 /* Ends the phase that started at the last mark, and starts the next one. */
 void mgt_profile_phase(mgt_profile *p, int phase);

@@ -739,7 +739,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     if (limit - j->global_step < total)
         total = limit - j->global_step;
     mgt_profile prof;
-    if (mgt_profile_init(&prof, o->profile || o->timeline, total > 0 ? total : 1, &e) < 0)
+    if (mgt_profile_init(&prof, o->profile || o->timeline, total > 0 ? total : 1, &j->be, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics mt;
     mgt_metrics_init(&mt, rt->rank == 0 ? o->verbose : 0, epochs, j->out, rt->launched);
