@@ -38,6 +38,8 @@ static const flag flags[] = {
                                                        "shapes checked)"},
     {"val-split", "F", C_TRAIN, "none (validate on t10k)", "hold out the last fraction F of the "
                                                           "training data for validation"},
+    {"no-validation", NULL, C_TRAIN, "off", "train only: skip validation and the final test "
+                                            "evaluation (benchmarks)"},
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
     {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank count)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
@@ -239,6 +241,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "val-split")) o.val_split = need_double(n, v, 1e-6, 0.999);
         else if (!strcmp(n, "save-every")) o.save_every = need_i64(n, v, 1);
         else if (!strcmp(n, "resume")) o.resume = 1;
+        else if (!strcmp(n, "no-validation")) o.no_validation = 1;
         else if (!strcmp(n, "profile")) o.profile = 1;
         else if (!strcmp(n, "timeline")) o.timeline = v;
         else if (!strcmp(n, "verbose")) o.verbose = (int)need_i64(n, v, 0);

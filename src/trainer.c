@@ -823,11 +823,13 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         train_seconds += secs;
         int finished = j->step_in_epoch == steps;
         average_buffers(j);
-        double vres[3] = {0, 0, 0};
-        evaluate(j, &j->val, vres, NULL, 1);
-        last_val[0] = vres[0] / vres[2];
-        last_val[1] = vres[1] / vres[2];
-        last_val_step = j->global_step;
+        if (!o->no_validation) {
+            double vres[3] = {0, 0, 0};
+            evaluate(j, &j->val, vres, NULL, 1);
+            last_val[0] = vres[0] / vres[2];
+            last_val[1] = vres[1] / vres[2];
+            last_val_step = j->global_step;
+        }
         mgt_epoch_row row = {
             .epoch = j->epoch + 1, .step = j->global_step, .loss = j->ep[0] / j->ep[2],
             .acc = j->ep[1] / j->ep[2], .val_loss = last_val[0], .val_acc = last_val[1],
@@ -849,8 +851,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     mgt_loader_destroy(loader);
     if (mgt_profile_report(&prof, &j->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
-    double test[3];
-    if (j->val_is_test && last_val_step == j->global_step) {
+    double test[3] = {-1, -1, -1};
+    if (o->no_validation) {
+        /* Training only (benchmarks): no test evaluation either. */
+    } else if (j->val_is_test && last_val_step == j->global_step) {
         test[0] = last_val[0];
         test[1] = last_val[1];
     } else {
@@ -870,7 +874,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     }
     save_weights(j);
     if (rt->rank == 0) {
-        printf("Test loss: %.4f - test acc: %.4f\n", test[0], test[1]);
+        if (test[0] >= 0)
+            printf("Test loss: %.4f - test acc: %.4f\n", test[0], test[1]);
         printf("Trained %lld steps in %.1f s (%.0f samples/s); total %.1f s; weights: "
                "%s/weights.safetensors\n", (long long)trained, train_seconds,
                train_seconds > 0 ? (double)trained * (double)B / train_seconds : 0.0,

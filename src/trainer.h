@@ -24,6 +24,7 @@ typedef struct mgt_options {
     const char *out;     /* NULL: runs/<model> */
     const char *init_weights, *weights, *output, *split;
     double val_split;    /* < 0: validate on the test split */
+    int no_validation;   /* train only: no validation, no final test evaluation */
     int64_t save_every;  /* 0: only at epoch ends */
     int resume;
     int profile;
