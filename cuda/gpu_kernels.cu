@@ -250,20 +250,27 @@ __device__ inline void covering(int iy, int size, int stride, int oh, int &lo, i
         hi = oh - 1;
 }
 
+/* Input element i (NHWC): its sample, channel, and the window of outputs that cover it. */
+__device__ __forceinline__ void pool_in_window(size_t i, const pool_dims &d, size_t &smp, int &ch,
+                                               int &ylo, int &yhi, int &xlo, int &xhi) {
+    ch = (int)(i % d.c);
+    size_t t = i / d.c;
+    const int ix = (int)(t % d.w);
+    t /= d.w;
+    const int iy = (int)(t % d.h);
+    smp = t / d.h;
+    covering(iy, d.size, d.stride, d.oh, ylo, yhi);
+    covering(ix, d.size, d.stride, d.ow, xlo, xhi);
+}
+
 /* Gather form of the CPU's scatter-add: each input element sums the dy of the outputs that
  * picked it, in ascending output order (the CPU's order), so the result is the same bits. */
 __global__ void k_maxpool_bwd(size_t total, pool_dims d, const float *__restrict__ dy,
                               const int32_t *__restrict__ argmax, float *__restrict__ dx) {
     GRID_STRIDE(i, total) {
-        const int ch = (int)(i % d.c);
-        size_t t = i / d.c;
-        const int ix = (int)(t % d.w);
-        t /= d.w;
-        const int iy = (int)(t % d.h);
-        const size_t smp = t / d.h;
-        int ylo, yhi, xlo, xhi;
-        covering(iy, d.size, d.stride, d.oh, ylo, yhi);
-        covering(ix, d.size, d.stride, d.ow, xlo, xhi);
+        size_t smp;
+        int ch, ylo, yhi, xlo, xhi;
+        pool_in_window(i, d, smp, ch, ylo, yhi, xlo, xhi);
         float acc = 0.0f;
         for (int oy = ylo; oy <= yhi; oy++)
             for (int ox = xlo; ox <= xhi; ox++) {
@@ -293,15 +300,9 @@ __global__ void k_avgpool_fwd(size_t total, pool_dims d, float inv, const float 
 __global__ void k_avgpool_bwd(size_t total, pool_dims d, float inv, const float *__restrict__ dy,
                               float *__restrict__ dx) {
     GRID_STRIDE(i, total) {
-        const int ch = (int)(i % d.c);
-        size_t t = i / d.c;
-        const int ix = (int)(t % d.w);
-        t /= d.w;
-        const int iy = (int)(t % d.h);
-        const size_t smp = t / d.h;
-        int ylo, yhi, xlo, xhi;
-        covering(iy, d.size, d.stride, d.oh, ylo, yhi);
-        covering(ix, d.size, d.stride, d.ow, xlo, xhi);
+        size_t smp;
+        int ch, ylo, yhi, xlo, xhi;
+        pool_in_window(i, d, smp, ch, ylo, yhi, xlo, xhi);
         float acc = 0.0f;
         for (int oy = ylo; oy <= yhi; oy++)
             for (int ox = xlo; ox <= xhi; ox++)
