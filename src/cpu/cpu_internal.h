@@ -3,7 +3,9 @@
  *
  * Files:
  *   cpu_backend.c  memory, scratch, the table, init/destroy, dense, flatten layout changes;
- *   cpu_conv.c     convolution (im2col + OpenBLAS GEMM, chunked through the scratch buffer);
+ *   cpu_conv.c     convolution (im2col + OpenBLAS GEMM, chunked through the scratch buffer),
+ *                  and the choice between that and Winograd;
+ *   cpu_winograd.c 3x3 stride-1 convolution by Winograd F(2x2,3x3) / F(4x4,3x3);
  *   cpu_pool.c     max / average pooling;
  *   cpu_norm.c     batch normalisation;
  *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
@@ -47,6 +49,26 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                         const float *b, float *y);
 void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
                         const float *dy, float *dx, float *dw, float *db);
+/* The Winograd variant conv2d uses for this shape: output tile side 2 or 4, 0 for im2col. */
+int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s);
+
+/* cpu_winograd.c: 3x3 stride-1 convolution (forward, backward data, backward filter) by
+ * Winograd F(m x m, 3 x 3), m = 2 or 4, through the given scratch buffer, on `lanes` threads
+ * (the calling one included). Each pass returns 0 when done and -1, having written nothing,
+ * when the shape does not qualify or the scratch cannot hold one tile's buffers (the caller
+ * then takes another path). n == 0 writes nothing (backward filter: zeros). */
+int mgt_cpu_wino_fits(const mgt_conv_shape *s); /* 3x3, stride 1, non-empty */
+/* Scratch bytes for bounded chunks of tiles on up to 4 lanes (the three passes need the same);
+ * 0 if the shape does not fit. */
+size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m);
+/* Scratch bytes for chunks of `tiles` tiles on `lanes` lanes, c and oc channels. */
+size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes);
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+                     const float *x, const float *w, const float *b, float *y);
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+                          const float *w, const float *dy, float *dx);
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+                            const float *x, const float *dy, float *dw);
 
 /* cpu_pool.c */
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
