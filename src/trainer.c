@@ -729,8 +729,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     const mgt_ops *ops = j->be.ops;
     int64_t n = j->train.n, steps = mgt_shard_steps(n, B);
     mgt_err e;
+    /* A loader thread pays where the rank has a core to spare for it, or a GPU computes. */
+    int threaded = strcmp(ops->name, "cpu") || mgt_runtime_cores(rt) > 1;
     mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank,
-                                           rt->world, m->max_batch, &e);
+                                           rt->world, m->max_batch, threaded, &e);
     if (!loader)
         mgt_die("%s", e.msg);
     int epochs = m->train.epochs;

@@ -25,6 +25,7 @@ struct mgt_loader {
     uint64_t seed;
     int64_t batch, steps;
     int rank, world;
+    int threaded;
     int64_t *perm, *idx;
     slot s[SLOTS];
 
@@ -84,7 +85,7 @@ static void *run(void *arg) {
 }
 
 mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
-                              int rank, int world, int max_local, mgt_err *err) {
+                              int rank, int world, int max_local, int threaded, mgt_err *err) {
     mgt_loader *l = calloc(1, sizeof *l);
     if (!l) {
         mgt_errf(err, "out of host memory for the data loader");
@@ -96,6 +97,7 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     l->batch = batch;
     l->rank = rank;
     l->world = world;
+    l->threaded = threaded;
     l->steps = 0;
     l->perm_epoch = -1;
     l->perm = malloc(sizeof(int64_t) * (size_t)(ds->n ? ds->n : 1));
@@ -109,6 +111,10 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
+    if (ok && !threaded) {
+        l->stop = -1; /* no thread to join */
+        return l;
+    }
     if (!ok || pthread_create(&l->thread, NULL, run, l) != 0) {
         mgt_errf(err, "cannot start the data loader (out of memory or threads) for batches of %d "
                       "samples",
@@ -133,6 +139,15 @@ void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step) {
 }
 
 const mgt_batch *mgt_loader_next(mgt_loader *l) {
+    if (!l->threaded) {
+        if (l->perm_epoch != l->epoch) {
+            mgt_shard_permutation(l->seed, l->epoch, l->ds->n, l->perm);
+            l->perm_epoch = l->epoch;
+        }
+        slot *s = &l->s[0];
+        fill(l, s, l->next_take++);
+        return &s->b;
+    }
     pthread_mutex_lock(&l->mu);
     /* The slot of the previous step is free again. */
     if (l->next_take > 0) {

@@ -26,10 +26,12 @@ typedef struct mgt_batch {
 } mgt_batch;
 
 /* A loader for `ds` split over `world` ranks with global batch `batch`; max_local is the most
- * samples a rank gets in one step. Returns NULL (with err) when memory or the thread cannot be
- * had. */
+ * samples a rank gets in one step. threaded = 0 builds each batch in the caller's thread when it
+ * is asked for (a rank with one core: a second thread would only preempt the compute and make
+ * the ranks wait for each other at the all-reduce). Returns NULL (with err) when memory or the
+ * thread cannot be had. */
 mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
-                              int rank, int world, int max_local, mgt_err *err);
+                              int rank, int world, int max_local, int threaded, mgt_err *err);
 /* Starts producing epoch `epoch` from step `first_step` (ends any epoch in progress). */
 void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step);
 /* The next step's batch, waiting for it if the thread is behind. Valid until the next call. */
