@@ -17,25 +17,10 @@
 #include "gpu.h"
 #include "util.h"
 
-static int g_pass, g_fail;
+#define OPCHECK_KEY 0x6a7e57ULL
+#include "../unit/opcheck.h"
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
-
-static inline int finish(const char *name) {
-    printf("%s: %d checks passed, %d failed\n", name, g_pass, g_fail);
-    return g_fail ? 1 : 0;
-}
+static inline int finish(const char *name) { return opcheck_finish(name); }
 
 /* Exits 77 (skipped) when no GPU can be used here. */
 static inline void require_gpu(void) {
@@ -72,35 +57,11 @@ static inline void pair_free(pair *p) {
     mgt_backend_destroy(&p->gpu);
 }
 
-/* ---- host memory, freed all at once ---- */
+/* ---- host memory, freed all at once (opcheck.h's arena) ---- */
 
-enum { MAX_TMP = 512 };
-static void *g_tmp[MAX_TMP];
-static int g_ntmp;
-
-static inline void *hbuf(size_t bytes) {
-    if (g_ntmp == MAX_TMP) {
-        fprintf(stderr, "too many temporary buffers\n");
-        exit(2);
-    }
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory\n");
-        exit(2);
-    }
-    g_tmp[g_ntmp++] = p;
-    return p;
-}
-
-static inline float *hf(size_t n) {
-    return hbuf(n * sizeof(float));
-}
-
-static inline void hfree_all(void) {
-    for (int i = 0; i < g_ntmp; i++)
-        free(g_tmp[i]);
-    g_ntmp = 0;
-}
+static inline void *hbuf(size_t bytes) { return tmp_alloc(bytes, 0); }
+static inline float *hf(size_t n) { return fbuf(n); }
+static inline void hfree_all(void) { tmp_free_all(); }
 
 /* ---- device memory, freed all at once ---- */
 
@@ -148,12 +109,6 @@ static inline float *dget(mgt_backend *be, const float *d, size_t n) {
 }
 
 /* ---- random inputs: the library's RNG under a test key ---- */
-
-static uint64_t g_ctr;
-
-static inline float frand(float lo, float hi) {
-    return lo + (hi - lo) * mgt_uniform(0x6a7e57ULL, g_ctr++);
-}
 
 static inline float *hrand(size_t n, float lo, float hi) {
     float *h = hf(n);

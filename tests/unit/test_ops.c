@@ -20,65 +20,8 @@
 #include "backend.h"
 #include "util.h"
 
-/* ---- check bookkeeping ---- */
-
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-
-/* ---- test memory: every buffer of a test is freed by tmp_free_all() (LeakSanitizer-clean) ---- */
-
-enum { MAX_TMP = 256 };
-static void *g_tmp[MAX_TMP];
-static int g_ntmp;
-
-static void *tmp_alloc(size_t bytes) {
-    if (g_ntmp == MAX_TMP) {
-        fprintf(stderr, "test_ops: too many temporary buffers\n");
-        exit(2);
-    }
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "test_ops: out of memory\n");
-        exit(2);
-    }
-    g_tmp[g_ntmp++] = p;
-    return p;
-}
-
-static float *fbuf(size_t n) {
-    return tmp_alloc(n * sizeof(float));
-}
-
-static void tmp_free_all(void) {
-    for (int i = 0; i < g_ntmp; i++)
-        free(g_tmp[i]);
-    g_ntmp = 0;
-}
-
-/* ---- deterministic random numbers (the library's own RNG, a test-only key) ---- */
-
-static const uint64_t TEST_KEY = 0x7e57ULL;
-static uint64_t g_ctr;
-
-static float frand(float lo, float hi) {
-    return lo + (hi - lo) * mgt_uniform(TEST_KEY, g_ctr++);
-}
-
-static void fill(float *a, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++)
-        a[i] = frand(lo, hi);
-}
+#define OPCHECK_KEY 0x7e57ULL
+#include "opcheck.h"
 
 /* Uniform in [lo, hi] but at least `gap` away from 0 (keeps FD clear of the ReLU kink). */
 static void fill_away_from_zero(float *a, size_t n, float lo, float hi, float gap) {
@@ -89,11 +32,6 @@ static void fill_away_from_zero(float *a, size_t n, float lo, float hi, float ga
         while (fabsf(v) < gap);
         a[i] = v;
     }
-}
-
-static void poison(float *a, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        a[i] = NAN;
 }
 
 static double dot(const float *a, const float *b, size_t n) {
@@ -125,12 +63,7 @@ static double rel_err(const float *a, const float *ref, size_t n) {
     return err / (scale > 1e-30 ? scale : 1e-30);
 }
 
-static int all_zero(const float *a, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != 0.0f)
-            return 0;
-    return 1;
-}
+
 
 /* ---- finite differences ---- */
 
@@ -154,7 +87,7 @@ static void fd_check(const char *what, objective_fn f, void *ctx, float *p, size
     size_t worst_i = 0;
     for (size_t k = 0; k < probes; k++) {
         const size_t i =
-            count <= FD_MAX_PROBES ? k : (size_t)(mgt_rand64(TEST_KEY, g_ctr++) % count);
+            count <= FD_MAX_PROBES ? k : (size_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % count);
         const float old = p[i];
         const float up = old + FD_EPS, down = old - FD_EPS;
         p[i] = up;
@@ -629,19 +562,19 @@ static void test_pool(mgt_backend *be) {
         pool_ctx c = {.be = be, .s = pool_shape(q[0], q[1], q[2], q[3], q[4], q[5])};
         const size_t nx = pool_nx(&c.s), ny = pool_ny(&c.s);
         c.x = fbuf(nx), c.y = fbuf(ny), c.r = fbuf(ny);
-        c.am = tmp_alloc(ny * sizeof(int32_t));
+        c.am = tmp_alloc(ny * sizeof(int32_t), 0);
         /* distinct values 0.1 apart in random order: a max never changes under +-FD_EPS */
         for (size_t i = 0; i < nx; i++)
             c.x[i] = 0.1f * (float)i - 0.05f * (float)nx;
         for (size_t i = nx - 1; i > 0; i--) {
-            const size_t j = (size_t)(mgt_rand64(TEST_KEY, g_ctr++) % (i + 1));
+            const size_t j = (size_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % (i + 1));
             const float tmp = c.x[i];
             c.x[i] = c.x[j];
             c.x[j] = tmp;
         }
         fill(c.r, ny, -1, 1);
         float *rmax = fbuf(ny), *ravg = fbuf(ny), *dx = fbuf(nx);
-        int32_t *ram = tmp_alloc(ny * sizeof(int32_t));
+        int32_t *ram = tmp_alloc(ny * sizeof(int32_t), 0);
         ref_pool(&c.s, c.x, rmax, ram, ravg);
         char name[128];
         snprintf(name, sizeof name, "pool n%d %dx%dx%d size%d stride%d", q[0], q[1], q[2], q[3],
@@ -1065,11 +998,11 @@ static void test_xent(mgt_backend *be) {
         xent_ctx c = {.be = be, .n = 6, .k = 5, .dense = dense};
         const size_t cnt = (size_t)c.n * c.k;
         c.logits = fbuf(cnt), c.probs = fbuf(cnt), c.targets = fbuf(cnt);
-        c.labels = tmp_alloc(c.n * sizeof(int32_t));
+        c.labels = tmp_alloc(c.n * sizeof(int32_t), 0);
         fill(c.logits, cnt, -2, 2);
         fill(c.targets, cnt, 0, 1); /* soft targets whose sum is not 1: tests p*sum(t) - t */
         for (int i = 0; i < c.n; i++)
-            c.labels[i] = (int32_t)(mgt_rand64(TEST_KEY, g_ctr++) % c.k);
+            c.labels[i] = (int32_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % c.k);
         float *d = fbuf(cnt), sums[2] = {0, 0};
         poison(d, cnt);
         if (dense)
@@ -1346,10 +1279,5 @@ int main(void) {
     test_optim(&be);
     mgt_backend_destroy(&be);
     tmp_free_all();
-    if (g_fail) {
-        printf("test_ops: %d checks FAILED, %d passed\n", g_fail, g_pass);
-        return 1;
-    }
-    printf("test_ops: %d checks passed\n", g_pass);
-    return 0;
+    return opcheck_finish("test_ops");
 }

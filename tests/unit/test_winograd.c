@@ -30,66 +30,11 @@
 #include "cpu/cpu_internal.h"
 #include "util.h"
 
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            g_pass++;                                                                              \
-        } else {                                                                                   \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-
-/* ---- buffers: every one is freed by tmp_free_all() (LeakSanitizer-clean) ---- */
-
-enum { MAX_TMP = 256 };
-static void *g_tmp[MAX_TMP];
-static int g_ntmp;
-
-static void *tmp_alloc(size_t bytes, int aligned) {
-    if (g_ntmp == MAX_TMP) {
-        fprintf(stderr, "test_winograd: too many temporary buffers\n");
-        exit(2);
-    }
-    bytes = bytes ? bytes : 1;
-    void *p = aligned ? aligned_alloc(64, (bytes + 63) & ~(size_t)63) : calloc(1, bytes);
-    if (!p) {
-        fprintf(stderr, "test_winograd: out of memory\n");
-        exit(2);
-    }
-    g_tmp[g_ntmp++] = p;
-    return p;
-}
-
-static float *fbuf(size_t n) {
-    return tmp_alloc(n * sizeof(float), 0);
-}
+#define OPCHECK_KEY 0x3a3a5eedULL
+#include "opcheck.h"
 
 static double *dbuf(size_t n) {
     return tmp_alloc(n * sizeof(double), 0);
-}
-
-static void tmp_free_all(void) {
-    for (int i = 0; i < g_ntmp; i++)
-        free(g_tmp[i]);
-    g_ntmp = 0;
-}
-
-static const uint64_t TEST_KEY = 0x3a3a5eedULL;
-static uint64_t g_ctr;
-
-static void fill(float *a, size_t n, float lo, float hi) {
-    for (size_t i = 0; i < n; i++)
-        a[i] = lo + (hi - lo) * mgt_uniform(TEST_KEY, g_ctr++);
-}
-
-static void poison(float *a, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        a[i] = NAN;
 }
 
 /* max |a - ref| / max |ref| (NaN anywhere gives +inf; all-zero ref: the absolute error). */
@@ -115,13 +60,6 @@ static double rel_err(const float *a, const float *ref, size_t n) {
         scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
     }
     return err / (scale > 1e-30 ? scale : 1.0);
-}
-
-static int all_zero(const float *a, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != 0.0f)
-            return 0;
-    return 1;
 }
 
 static int all_nan(const float *a, size_t n) {
@@ -553,10 +491,5 @@ int main(void) {
     test_chunking();
     test_op_table();
     tmp_free_all();
-    if (g_fail) {
-        printf("test_winograd: %d checks FAILED, %d passed\n", g_fail, g_pass);
-        return 1;
-    }
-    printf("test_winograd: %d checks passed\n", g_pass);
-    return 0;
+    return opcheck_finish("test_winograd");
 }
