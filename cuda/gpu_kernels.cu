@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/bn_math.h"
 #include "gpu_internal.h"
+#include "util.h"
 
 namespace {
 
@@ -30,24 +32,6 @@ unsigned blocks_for(size_t n) {
 #define GRID_STRIDE(i, n)                                                                          \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
-
-/* ---- the RNG: util.h's arithmetic, for host and device alike ---- */
-
-__host__ __device__ inline uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-__host__ __device__ inline uint64_t rand64(uint64_t key, uint64_t counter) {
-    return mix64(key ^ mix64(counter));
-}
-
-__host__ __device__ inline float uniform(uint64_t key, uint64_t counter) {
-    /* A 24-bit integer converts to float exactly, and the product by 2^-24 is exact. */
-    return (float)(rand64(key, counter) >> 40) * (1.0f / 16777216.0f);
-}
 
 /* ---- small elementwise kernels ---- */
 
@@ -329,23 +313,10 @@ __global__ void k_bn_finalize(int c, float count, const float *__restrict__ sum,
                               float *__restrict__ mean, float *__restrict__ invstd,
                               float *__restrict__ running_mean, float *__restrict__ running_var) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= c)
-        return;
-    if (!(count > 0.0f)) { /* no rows anywhere: neutral statistics, running left alone */
-        mean[j] = 0.0f;
-        invstd[j] = (float)(1.0 / sqrt((double)eps));
-        return;
-    }
-    const double m = (double)sum[j] / count;
-    double var = (double)sumsq[j] / count - m * m;
-    if (var < 0.0)
-        var = 0.0;
-    mean[j] = (float)m;
-    invstd[j] = (float)(1.0 / sqrt(var + (double)eps));
-    if (running_mean)
-        running_mean[j] = (float)(momentum * (double)running_mean[j] + (1.0 - momentum) * m);
-    if (running_var)
-        running_var[j] = (float)(momentum * (double)running_var[j] + (1.0 - momentum) * var);
+    if (j < c)
+        mgt_bn_finalize_channel(count, sum[j], sumsq[j], eps, momentum, &mean[j], &invstd[j],
+                                running_mean ? &running_mean[j] : nullptr,
+                                running_var ? &running_var[j] : nullptr);
 }
 
 __global__ void k_bn_running(int c, float eps, const float *__restrict__ running_mean,
@@ -377,7 +348,7 @@ __global__ void k_bn_bwd_apply(size_t total, int c, float inv_count, const float
 __global__ void k_dropout(size_t total, uint64_t base, float rate, float keep_scale, uint64_t key,
                           float *__restrict__ x) {
     GRID_STRIDE(i, total) {
-        x[i] = uniform(key, base + (uint64_t)i) >= rate ? x[i] * keep_scale : 0.0f;
+        x[i] = mgt_uniform(key, base + (uint64_t)i) >= rate ? x[i] * keep_scale : 0.0f;
     }
 }
 
@@ -925,11 +896,11 @@ void mgt_k_adam(cudaStream_t st, size_t count, float *w, const float *g, float *
 }
 
 uint64_t mgt_gpu_rand64_twin(uint64_t key, uint64_t counter) {
-    return rand64(key, counter);
+    return mgt_rand64(key, counter);
 }
 
 float mgt_gpu_uniform_twin(uint64_t key, uint64_t counter) {
-    return uniform(key, counter);
+    return mgt_uniform(key, counter);
 }
 
 } /* extern "C" */

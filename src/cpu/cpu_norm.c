@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bn_math.h"
 #include "cpu_internal.h"
 
 enum { BN_BLOCK = 128 }; /* channels per block of stack accumulators */
@@ -50,29 +51,15 @@ void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const fl
     }
 }
 
-/* Biased variance from the sums (var = E[x^2] - mean^2, clamped at 0 against rounding), and
- * Keras' running update running = momentum * running + (1 - momentum) * batch. */
+/* The arithmetic is bn_math.h's, shared with the GPU kernel. */
 void mgt_cpu_bn_finalize(mgt_backend *be, int c, float count, const float *sum, const float *sumsq,
                          float eps, float momentum, float *mean, float *invstd, float *running_mean,
                          float *running_var) {
     (void)be;
-    for (int j = 0; j < c; j++) {
-        if (!(count > 0.0f)) { /* no rows anywhere: neutral statistics, running left alone */
-            mean[j] = 0.0f;
-            invstd[j] = (float)(1.0 / sqrt((double)eps));
-            continue;
-        }
-        const double m = (double)sum[j] / count;
-        double var = (double)sumsq[j] / count - m * m;
-        if (var < 0.0)
-            var = 0.0;
-        mean[j] = (float)m;
-        invstd[j] = (float)(1.0 / sqrt(var + (double)eps));
-        if (running_mean)
-            running_mean[j] = (float)(momentum * (double)running_mean[j] + (1.0 - momentum) * m);
-        if (running_var)
-            running_var[j] = (float)(momentum * (double)running_var[j] + (1.0 - momentum) * var);
-    }
+    for (int j = 0; j < c; j++)
+        mgt_bn_finalize_channel(count, sum[j], sumsq[j], eps, momentum, &mean[j], &invstd[j],
+                                running_mean ? &running_mean[j] : NULL,
+                                running_var ? &running_var[j] : NULL);
 }
 
 void mgt_cpu_bn_running(mgt_backend *be, int c, float eps, const float *running_mean,
