@@ -44,7 +44,7 @@ typedef struct job {
     mgt_comm comm;
     mgt_optim opt;
     mgt_dataset train, val, test;
-    int val_is_test, have_train, have_val, have_test;
+    int val_is_test, have_val, have_test;
     int synthetic;
     char data_dir[512];
     char data_desc[600];
@@ -220,7 +220,6 @@ static void load_data(job *j, int want_train, const char *eval_split) {
             mgt_dataset_synthetic(&j->train, o->synthetic_samples, h, w, c, k, seed, 1);
         else if (mgt_dataset_load_idx(&j->train, dir, "train", h, w, k, &e) < 0)
             mgt_die_all("%s", e.msg);
-        j->have_train = 1;
         if (o->val_split > 0) {
             /* Keras' validation_split: the LAST fraction of the training data, before shuffling. */
             int64_t nv = (int64_t)((double)j->train.n * o->val_split);
