@@ -17,6 +17,15 @@
 #include "gpu_internal.h"
 #include "util.h"
 
+/* MGT_LAUNCH(k, grid, block, smem, stream)(args...) is k<<<grid, block, smem, stream>>>(args...).
+ * MGT_EMU builds this file with g++ for the host emulation of the tests (tests/gpu/emu/simt.h,
+ * force-included), which has no <<<>>>. */
+#ifdef MGT_EMU
+#define MGT_LAUNCH(k, grid, block, smem, stream) MGT_EMU_LAUNCH(k, grid, block, smem, stream)
+#else
+#define MGT_LAUNCH(k, grid, block, smem, stream) k<<<grid, block, smem, stream>>>
+#endif
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -634,14 +643,14 @@ void mgt_k_fill_rows(cudaStream_t st, size_t rows, int cols, const float *b, flo
     const size_t total = rows * (size_t)(cols > 0 ? cols : 0);
     if (!total)
         return;
-    k_fill_rows<<<blocks_for(total), kThreads, 0, st>>>(total, cols, b, y);
+    MGT_LAUNCH(k_fill_rows, blocks_for(total), kThreads, 0, st)(total, cols, b, y);
     CHECK_LAUNCH("k_fill_rows");
 }
 
 void mgt_k_add(cudaStream_t st, size_t n, const float *x, float *y) {
     if (!n)
         return;
-    k_add<<<blocks_for(n), kThreads, 0, st>>>(n, x, y);
+    MGT_LAUNCH(k_add, blocks_for(n), kThreads, 0, st)(n, x, y);
     CHECK_LAUNCH("k_add");
 }
 
@@ -673,27 +682,27 @@ void mgt_k_colreduce(cudaStream_t st, const mgt_gpu_part *part, int mode, size_t
         const unsigned fb = (unsigned)((width + kThreads - 1) / kThreads);
         switch (mode) {
         case MGT_RED_SUM:
-            k_colreduce_part<MGT_RED_SUM>
-                <<<grid, block, 0, st>>>(rows, width, cols, per, ac, bc, mc, part->a, part->b);
+            MGT_LAUNCH(k_colreduce_part<MGT_RED_SUM>, grid, block, 0, st)
+            (rows, width, cols, per, ac, bc, mc, part->a, part->b);
             CHECK_LAUNCH("k_colreduce_part<SUM>");
-            k_colreduce_final<MGT_RED_SUM>
-                <<<fb, kThreads, 0, st>>>(width, (int)chunks, part->a, part->b, ic, o1, o2);
+            MGT_LAUNCH(k_colreduce_final<MGT_RED_SUM>, fb, kThreads, 0, st)
+            (width, (int)chunks, part->a, part->b, ic, o1, o2);
             CHECK_LAUNCH("k_colreduce_final<SUM>");
             break;
         case MGT_RED_SUMSQ:
-            k_colreduce_part<MGT_RED_SUMSQ>
-                <<<grid, block, 0, st>>>(rows, width, cols, per, ac, bc, mc, part->a, part->b);
+            MGT_LAUNCH(k_colreduce_part<MGT_RED_SUMSQ>, grid, block, 0, st)
+            (rows, width, cols, per, ac, bc, mc, part->a, part->b);
             CHECK_LAUNCH("k_colreduce_part<SUMSQ>");
-            k_colreduce_final<MGT_RED_SUMSQ>
-                <<<fb, kThreads, 0, st>>>(width, (int)chunks, part->a, part->b, ic, o1, o2);
+            MGT_LAUNCH(k_colreduce_final<MGT_RED_SUMSQ>, fb, kThreads, 0, st)
+            (width, (int)chunks, part->a, part->b, ic, o1, o2);
             CHECK_LAUNCH("k_colreduce_final<SUMSQ>");
             break;
         default:
-            k_colreduce_part<MGT_RED_BN_BWD>
-                <<<grid, block, 0, st>>>(rows, width, cols, per, ac, bc, mc, part->a, part->b);
+            MGT_LAUNCH(k_colreduce_part<MGT_RED_BN_BWD>, grid, block, 0, st)
+            (rows, width, cols, per, ac, bc, mc, part->a, part->b);
             CHECK_LAUNCH("k_colreduce_part<BN_BWD>");
-            k_colreduce_final<MGT_RED_BN_BWD>
-                <<<fb, kThreads, 0, st>>>(width, (int)chunks, part->a, part->b, ic, o1, o2);
+            MGT_LAUNCH(k_colreduce_final<MGT_RED_BN_BWD>, fb, kThreads, 0, st)
+            (width, (int)chunks, part->a, part->b, ic, o1, o2);
             CHECK_LAUNCH("k_colreduce_final<BN_BWD>");
             break;
         }
@@ -710,7 +719,7 @@ void mgt_k_transpose(cudaStream_t st, size_t batch, size_t rows, size_t cols, co
     if (grid.y > 65535)
         mgt_gpu_fail_cuda((int)cudaErrorInvalidConfiguration, "k_transpose (more than 2M rows)",
                           __FILE__, __LINE__);
-    k_transpose<<<grid, dim3(kTile, kTileRows), 0, st>>>(batch, rows, cols, src, dst);
+    MGT_LAUNCH(k_transpose, grid, dim3(kTile, kTileRows), 0, st)(batch, rows, cols, src, dst);
     CHECK_LAUNCH("k_transpose");
 }
 
@@ -719,7 +728,8 @@ void mgt_k_pad_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp,
     const size_t total = (size_t)n * hp * wp * c;
     if (n <= 0 || !total)
         return;
-    k_pad_nhwc<<<blocks_for(total), kThreads, 0, st>>>(total, h, w, c, hp, wp, pt, pl, x, xp);
+    MGT_LAUNCH(k_pad_nhwc, blocks_for(total), kThreads, 0, st)
+    (total, h, w, c, hp, wp, pt, pl, x, xp);
     CHECK_LAUNCH("k_pad_nhwc");
 }
 
@@ -728,7 +738,8 @@ void mgt_k_crop_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp
     const size_t total = (size_t)n * h * w * c;
     if (n <= 0 || !total)
         return;
-    k_crop_nhwc<<<blocks_for(total), kThreads, 0, st>>>(total, h, w, c, hp, wp, pt, pl, dxp, dx);
+    MGT_LAUNCH(k_crop_nhwc, blocks_for(total), kThreads, 0, st)
+    (total, h, w, c, hp, wp, pt, pl, dxp, dx);
     CHECK_LAUNCH("k_crop_nhwc");
 }
 
@@ -737,7 +748,7 @@ void mgt_k_maxpool_fwd(cudaStream_t st, const mgt_pool_shape *s, const float *x,
     const size_t total = pool_out_count(s);
     if (!total)
         return;
-    k_maxpool_fwd<<<blocks_for(total), kThreads, 0, st>>>(total, dims_of(s), x, y, argmax);
+    MGT_LAUNCH(k_maxpool_fwd, blocks_for(total), kThreads, 0, st)(total, dims_of(s), x, y, argmax);
     CHECK_LAUNCH("k_maxpool_fwd");
 }
 
@@ -746,7 +757,8 @@ void mgt_k_maxpool_bwd(cudaStream_t st, const mgt_pool_shape *s, const float *dy
     const size_t total = pool_in_count(s);
     if (!total || !dx)
         return;
-    k_maxpool_bwd<<<blocks_for(total), kThreads, 0, st>>>(total, dims_of(s), dy, argmax, dx);
+    MGT_LAUNCH(k_maxpool_bwd, blocks_for(total), kThreads, 0, st)
+    (total, dims_of(s), dy, argmax, dx);
     CHECK_LAUNCH("k_maxpool_bwd");
 }
 
@@ -755,7 +767,7 @@ void mgt_k_avgpool_fwd(cudaStream_t st, const mgt_pool_shape *s, const float *x,
     if (!total)
         return;
     const float inv = 1.0f / (float)(s->size * s->size);
-    k_avgpool_fwd<<<blocks_for(total), kThreads, 0, st>>>(total, dims_of(s), inv, x, y);
+    MGT_LAUNCH(k_avgpool_fwd, blocks_for(total), kThreads, 0, st)(total, dims_of(s), inv, x, y);
     CHECK_LAUNCH("k_avgpool_fwd");
 }
 
@@ -764,7 +776,7 @@ void mgt_k_avgpool_bwd(cudaStream_t st, const mgt_pool_shape *s, const float *dy
     if (!total || !dx)
         return;
     const float inv = 1.0f / (float)(s->size * s->size);
-    k_avgpool_bwd<<<blocks_for(total), kThreads, 0, st>>>(total, dims_of(s), inv, dy, dx);
+    MGT_LAUNCH(k_avgpool_bwd, blocks_for(total), kThreads, 0, st)(total, dims_of(s), inv, dy, dx);
     CHECK_LAUNCH("k_avgpool_bwd");
 }
 
@@ -773,7 +785,8 @@ void mgt_k_bn_apply(cudaStream_t st, int rows, int c, const float *x, const floa
     if (rows <= 0 || c <= 0)
         return;
     const size_t total = (size_t)rows * c;
-    k_bn_apply<<<blocks_for(total), kThreads, 0, st>>>(total, c, x, mean, invstd, gamma, beta, y);
+    MGT_LAUNCH(k_bn_apply, blocks_for(total), kThreads, 0, st)
+    (total, c, x, mean, invstd, gamma, beta, y);
     CHECK_LAUNCH("k_bn_apply");
 }
 
@@ -782,8 +795,8 @@ void mgt_k_bn_finalize(cudaStream_t st, int c, float count, const float *sum, co
                        float *running_var) {
     if (c <= 0)
         return;
-    k_bn_finalize<<<(c + kThreads - 1) / kThreads, kThreads, 0, st>>>(
-        c, count, sum, sumsq, eps, momentum, mean, invstd, running_mean, running_var);
+    MGT_LAUNCH(k_bn_finalize, (c + kThreads - 1) / kThreads, kThreads, 0, st)
+    (c, count, sum, sumsq, eps, momentum, mean, invstd, running_mean, running_var);
     CHECK_LAUNCH("k_bn_finalize");
 }
 
@@ -791,8 +804,8 @@ void mgt_k_bn_running(cudaStream_t st, int c, float eps, const float *running_me
                       const float *running_var, float *mean, float *invstd) {
     if (c <= 0)
         return;
-    k_bn_running<<<(c + kThreads - 1) / kThreads, kThreads, 0, st>>>(c, eps, running_mean,
-                                                                     running_var, mean, invstd);
+    MGT_LAUNCH(k_bn_running, (c + kThreads - 1) / kThreads, kThreads, 0, st)
+    (c, eps, running_mean, running_var, mean, invstd);
     CHECK_LAUNCH("k_bn_running");
 }
 
@@ -802,8 +815,8 @@ void mgt_k_bn_bwd_apply(cudaStream_t st, int rows, int c, float inv_count, const
     if (rows <= 0 || c <= 0 || !dx)
         return;
     const size_t total = (size_t)rows * c;
-    k_bn_bwd_apply<<<blocks_for(total), kThreads, 0, st>>>(total, c, inv_count, x, dy, mean, invstd,
-                                                           gamma, dgamma, dbeta, dx);
+    MGT_LAUNCH(k_bn_bwd_apply, blocks_for(total), kThreads, 0, st)
+    (total, c, inv_count, x, dy, mean, invstd, gamma, dgamma, dbeta, dx);
     CHECK_LAUNCH("k_bn_bwd_apply");
 }
 
@@ -812,8 +825,8 @@ void mgt_k_dropout(cudaStream_t st, int n, int row, float rate, float keep_scale
     if (!(rate > 0.0f) || n <= 0 || row <= 0)
         return;
     const size_t total = (size_t)n * row;
-    k_dropout<<<blocks_for(total), kThreads, 0, st>>>(total, first_sample * (uint64_t)row, rate,
-                                                      keep_scale, key, x);
+    MGT_LAUNCH(k_dropout, blocks_for(total), kThreads, 0, st)
+    (total, first_sample * (uint64_t)row, rate, keep_scale, key, x);
     CHECK_LAUNCH("k_dropout");
 }
 
@@ -821,14 +834,14 @@ void mgt_k_act_fwd(cudaStream_t st, mgt_act act, int n, int row, float *x) {
     if (n <= 0 || row <= 0 || act == MGT_ACT_NONE)
         return;
     if (act == MGT_ACT_SOFTMAX) {
-        k_softmax_fwd<<<(unsigned)((n + 7) / 8), kThreads, 0, st>>>(n, row, x);
+        MGT_LAUNCH(k_softmax_fwd, (unsigned)((n + 7) / 8), kThreads, 0, st)(n, row, x);
         CHECK_LAUNCH("k_softmax_fwd");
         return;
     }
     if (act != MGT_ACT_RELU && act != MGT_ACT_SIGMOID && act != MGT_ACT_TANH)
         return;
     const size_t total = (size_t)n * row;
-    k_act_fwd<<<blocks_for(total), kThreads, 0, st>>>(total, (int)act, x);
+    MGT_LAUNCH(k_act_fwd, blocks_for(total), kThreads, 0, st)(total, (int)act, x);
     CHECK_LAUNCH("k_act_fwd");
 }
 
@@ -836,14 +849,14 @@ void mgt_k_act_bwd(cudaStream_t st, mgt_act act, int n, int row, const float *y,
     if (n <= 0 || row <= 0 || act == MGT_ACT_NONE)
         return;
     if (act == MGT_ACT_SOFTMAX) {
-        k_softmax_bwd<<<(unsigned)((n + 7) / 8), kThreads, 0, st>>>(n, row, y, dy);
+        MGT_LAUNCH(k_softmax_bwd, (unsigned)((n + 7) / 8), kThreads, 0, st)(n, row, y, dy);
         CHECK_LAUNCH("k_softmax_bwd");
         return;
     }
     if (act != MGT_ACT_RELU && act != MGT_ACT_SIGMOID && act != MGT_ACT_TANH)
         return;
     const size_t total = (size_t)n * row;
-    k_act_bwd<<<blocks_for(total), kThreads, 0, st>>>(total, (int)act, y, dy);
+    MGT_LAUNCH(k_act_bwd, blocks_for(total), kThreads, 0, st)(total, (int)act, y, dy);
     CHECK_LAUNCH("k_act_bwd");
 }
 
@@ -857,12 +870,11 @@ void mgt_k_xent(cudaStream_t st, const mgt_gpu_part *part, int n, int k, const f
     for (int r0 = 0; r0 < n; r0 += MGT_GPU_PART_CAP) {
         const int m = n - r0 < MGT_GPU_PART_CAP ? n - r0 : MGT_GPU_PART_CAP;
         const size_t off = (size_t)r0 * k;
-        k_xent<<<(unsigned)((m + 7) / 8), kThreads, 0, st>>>(
-            m, k, logits + off, labels ? labels + r0 : nullptr, targets ? targets + off : nullptr,
-            probs ? probs + off : nullptr, dlogits ? dlogits + off : nullptr, scale, part->a,
-            part->b);
+        MGT_LAUNCH(k_xent, (unsigned)((m + 7) / 8), kThreads, 0, st)
+        (m, k, logits + off, labels ? labels + r0 : nullptr, targets ? targets + off : nullptr,
+         probs ? probs + off : nullptr, dlogits ? dlogits + off : nullptr, scale, part->a, part->b);
         CHECK_LAUNCH("k_xent");
-        k_sum2<<<1, kSumThreads, 0, st>>>(m, part->a, part->b, sums);
+        MGT_LAUNCH(k_sum2, 1, kSumThreads, 0, st)(m, part->a, part->b, sums);
         CHECK_LAUNCH("k_sum2");
     }
 }
@@ -873,8 +885,8 @@ void mgt_k_sgd(cudaStream_t st, size_t count, float *w, const float *g, float *v
         return;
     if (momentum == 0.0f)
         vel = nullptr; /* plain SGD: the velocity is not used (nor touched), as on the CPU */
-    k_sgd<<<blocks_for(count), kThreads, 0, st>>>(count, w, g, vel, lr, momentum, nesterov, wd,
-                                                  scale);
+    MGT_LAUNCH(k_sgd, blocks_for(count), kThreads, 0, st)
+    (count, w, g, vel, lr, momentum, nesterov, wd, scale);
     CHECK_LAUNCH("k_sgd");
 }
 
@@ -882,7 +894,8 @@ void mgt_k_rmsprop(cudaStream_t st, size_t count, float *w, const float *g, floa
                    float rho, float eps, float wd, float scale) {
     if (!count)
         return;
-    k_rmsprop<<<blocks_for(count), kThreads, 0, st>>>(count, w, g, ms, lr, rho, eps, wd, scale);
+    MGT_LAUNCH(k_rmsprop, blocks_for(count), kThreads, 0, st)
+    (count, w, g, ms, lr, rho, eps, wd, scale);
     CHECK_LAUNCH("k_rmsprop");
 }
 
@@ -890,8 +903,8 @@ void mgt_k_adam(cudaStream_t st, size_t count, float *w, const float *g, float *
                 float lr_t, float beta1, float beta2, float eps, float wd, float scale) {
     if (!count)
         return;
-    k_adam<<<blocks_for(count), kThreads, 0, st>>>(count, w, g, m, v, lr_t, beta1, beta2, eps, wd,
-                                                   scale);
+    MGT_LAUNCH(k_adam, blocks_for(count), kThreads, 0, st)
+    (count, w, g, m, v, lr_t, beta1, beta2, eps, wd, scale);
     CHECK_LAUNCH("k_adam");
 }
 

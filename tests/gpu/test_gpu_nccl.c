@@ -1,7 +1,8 @@
-/* test_gpu_nccl.c: the NCCL transport on one rank (MPI world of 1; NCCL allows one rank per GPU,
- * and a test machine has one GPU): start-up over MPI with a non-blocking communicator, in-place
- * all-reduces of known buffers through the transport's own op (mgt_allreduce_sum skips the call
- * in a world of one), an empty all-reduce, and an orderly destroy.
+/* test_gpu_nccl.c: the NCCL transport: start-up over MPI with a non-blocking communicator,
+ * in-place all-reduces of known buffers through the transport's own op (rank r contributes
+ * (r + 1) times the buffer, so the sum is world(world+1)/2 times it), an empty all-reduce, and an
+ * orderly destroy. Run alone it is one rank on GPU 0; under mpirun every rank uses GPU 0 too,
+ * which NCCL accepts only when each rank names a different host (NCCL_HOSTID).
  * Needs a GPU: without one it prints SKIPPED and exits 77. */
 #include <mpi.h>
 
@@ -28,20 +29,24 @@ int main(int argc, char **argv) {
     CHECK(rc == 0, "mgt_comm_init_nccl failed: %s", rc ? e.msg : "");
     if (rc == 0) {
         CHECK(!strcmp(c.ops->name, "nccl"), "transport named %s", c.ops->name);
-        CHECK(c.world == 1 && c.rank == 0, "world %d, rank %d", c.world, c.rank);
+        int world = 0, rank = 0;
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        CHECK(c.world == world && c.rank == rank, "world %d, rank %d", c.world, c.rank);
+        const float times = 0.5f * (float)world * (float)(world + 1);
         const size_t sizes[] = {1, 1000, 3u << 20}; /* up to 12 MiB: NCCL's larger protocols */
         for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
             size_t n = sizes[t];
-            float *h = hf(n);
-            for (size_t i = 0; i < n; i++)
-                h[i] = (float)(i % 1000) * 0.5f - 100.0f;
+            float *h = hf(n), *want = hf(n);
+            for (size_t i = 0; i < n; i++) { /* small integers: every sum is exact */
+                h[i] = ((float)(i % 1000) - 500.0f) * (float)(rank + 1);
+                want[i] = ((float)(i % 1000) - 500.0f) * times;
+            }
             float *d = dput(&be, h, n);
-            c.ops->allreduce_sum_f32(&c, d, n); /* the sum over one rank is the buffer itself */
+            c.ops->allreduce_sum_f32(&c, d, n);
             char what[64];
-            snprintf(what, sizeof what, "NCCL all-reduce of %zu floats on one rank", n);
-            expect_same(what, &be, d, h, n * sizeof(float));
-            mgt_allreduce_sum(&c, d, n, "test all-reduce"); /* world 1: a no-op */
-            expect_same("mgt_allreduce_sum in a world of one", &be, d, h, n * sizeof(float));
+            snprintf(what, sizeof what, "NCCL all-reduce of %zu floats on %d rank(s)", n, world);
+            expect_same(what, &be, d, want, n * sizeof(float));
             dfree_all();
             hfree_all();
         }

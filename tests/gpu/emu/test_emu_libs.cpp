@@ -1,0 +1,949 @@
+/* test_emu_libs.cpp: checks emu_cublas.cpp and emu_cudnn.cpp on their own, against naive
+ * reference loops written independently of them (gathers where the emulation scatters, logical
+ * NCHW indexing where it packs NHWC), with a minimal stand-in for the emu:: runtime:
+ *   - "device memory" is host memory registered by dev_alloc, so is_device is a range lookup;
+ *   - enqueue queues the closure and flush() (or emu::progress) runs the queue, so that the tests
+ *     can change alpha, beta and the descriptors between a call and its execution;
+ *   - fail is emu_test.h's: it prints and exits (death tests run in a forked child).
+ *
+ *   g++ -std=c++17 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include -Itests/gpu/emu \
+ *       tests/gpu/emu/test_emu_libs.cpp tests/gpu/emu/emu_cublas.cpp \
+ *       tests/gpu/emu/emu_cudnn.cpp -lopenblas -o test_emu_libs */
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "emu.h"
+#include "emu_test.h"
+
+/* ---- the stand-in runtime ---- */
+
+namespace {
+
+std::map<uintptr_t, size_t> allocations; /* start -> bytes */
+std::deque<std::function<void()>> queue;
+
+void *dev_alloc(size_t bytes) {
+    void *p = std::aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    if (!p)
+        std::abort();
+    std::memset(p, 0xff, bytes); /* NaN, as fresh device memory in the emulation */
+    allocations[(uintptr_t)p] = bytes;
+    return p;
+}
+
+void dev_free(void *p) {
+    allocations.erase((uintptr_t)p);
+    std::free(p);
+}
+
+void flush() {
+    while (!queue.empty()) {
+        auto op = std::move(queue.front());
+        queue.pop_front();
+        op();
+    }
+}
+
+} // namespace
+
+namespace emu {
+
+void enqueue(cudaStream_t, std::function<void()> op, const char *) {
+    queue.push_back(std::move(op));
+}
+
+void enqueue_gate(cudaStream_t, std::function<bool()> ready, const char *) {
+    queue.push_back([ready]() {
+        while (!ready()) {
+        }
+    });
+}
+
+void set_last_error(cudaError_t) {}
+
+bool is_device(const void *p, size_t bytes) {
+    const uintptr_t a = (uintptr_t)p;
+    auto it = allocations.upper_bound(a);
+    if (it == allocations.begin())
+        return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+bool progress(void) {
+    const bool any = !queue.empty();
+    flush();
+    return any;
+}
+
+} // namespace emu
+
+/* ---- test helpers ---- */
+
+namespace {
+
+uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+float frand() { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+const float NaN = std::numeric_limits<float>::quiet_NaN();
+
+/* A device buffer with a host mirror. */
+struct Buf {
+    std::vector<float> h;
+    float *d = nullptr;
+    explicit Buf(size_t n) : h(n), d((float *)dev_alloc(n * sizeof(float))) {}
+    ~Buf() { dev_free(d); }
+    Buf(const Buf &) = delete;
+    Buf &operator=(const Buf &) = delete;
+    void up() { std::memcpy(d, h.data(), h.size() * sizeof(float)); }
+    void down() { std::memcpy(h.data(), d, h.size() * sizeof(float)); }
+    void random() {
+        for (float &v : h)
+            v = frand();
+        up();
+    }
+    void fill(float v) {
+        for (float &x : h)
+            x = v;
+        up();
+    }
+};
+
+bool close(double got, double want, double scale, double rel = 1e-5) {
+    return std::fabs(got - want) <= rel * (scale + std::fabs(want)) + 1e-30;
+}
+
+/* Whether f, and the work it queues, ends the process through emu::fail. */
+bool dies(const std::function<void()> &f) {
+    return emu_test::run_child([&] {
+               f();
+               flush();
+           })
+        .failed;
+}
+
+/* Elements of got that are not close to want. */
+int count_wrong(const std::vector<float> &got, const std::vector<float> &want) {
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); i++)
+        if (!close(got[i], want[i], 1.0))
+            bad++;
+    return bad;
+}
+
+/* ==== cuBLAS ==== */
+
+/* Column-major reference: C = alpha op(A) op(B) + beta C. */
+void ref_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const std::vector<float> &A,
+              int lda, const std::vector<float> &B, int ldb, float beta, std::vector<float> &C,
+              int ldc, bool beta_reads) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) {
+                const double a = ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i];
+                const double b = tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p];
+                s += a * b;
+            }
+            double c = alpha * s;
+            if (beta_reads)
+                c += (double)beta * C[(size_t)j * ldc + i];
+            C[(size_t)j * ldc + i] = (float)c;
+        }
+}
+
+void test_sgemm() {
+    cublasHandle_t h;
+    CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "create");
+    void *ws = dev_alloc(1 << 20);
+    CHECK(cublasSetStream(h, (cudaStream_t)0) == CUBLAS_STATUS_SUCCESS, "stream");
+    CHECK(cublasSetWorkspace(h, ws, 1 << 20) == CUBLAS_STATUS_SUCCESS, "workspace");
+    CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) == CUBLAS_STATUS_SUCCESS, "math");
+
+    const int m = 7, n = 5, k = 6;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            const int rows_a = ta ? k : m, cols_a = ta ? m : k;
+            const int rows_b = tb ? n : k, cols_b = tb ? k : n;
+            const int lda = rows_a + 3, ldb = rows_b + 2, ldc = m + 4;
+            Buf A((size_t)lda * cols_a), B((size_t)ldb * cols_b), C((size_t)ldc * n);
+            A.random();
+            B.random();
+            C.random();
+            /* entries beyond the rows, between leading dimensions, must be neither read nor
+             * written: NaN in A and B, a sentinel in C */
+            for (int j = 0; j < cols_a; j++)
+                for (int i = rows_a; i < lda; i++)
+                    A.h[(size_t)j * lda + i] = NaN;
+            for (int j = 0; j < cols_b; j++)
+                for (int i = rows_b; i < ldb; i++)
+                    B.h[(size_t)j * ldb + i] = NaN;
+            for (int j = 0; j < n; j++)
+                for (int i = m; i < ldc; i++)
+                    C.h[(size_t)j * ldc + i] = 12345.0f;
+            A.up();
+            B.up();
+            C.up();
+            std::vector<float> want = C.h;
+            float alpha = 0.75f, beta = -0.5f;
+            ref_gemm(ta, tb, m, n, k, alpha, A.h, lda, B.h, ldb, beta, want, ldc, true);
+            CHECK(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              m, n, k, &alpha, A.d, lda, B.d, ldb, &beta, C.d,
+                              ldc) == CUBLAS_STATUS_SUCCESS,
+                  "sgemm %d%d", ta, tb);
+            alpha = 100.0f; /* read at the call: changing it now must not matter */
+            beta = 100.0f;
+            flush();
+            C.down();
+            const int bad = count_wrong(C.h, want);
+            CHECK(bad == 0, "transa=%d transb=%d: %d of %zu elements differ", ta, tb, bad,
+                  C.h.size());
+        }
+
+    /* beta == 0: C is not read, NaN there must not propagate */
+    {
+        Buf A((size_t)m * k), B((size_t)k * n), C((size_t)m * n);
+        A.random();
+        B.random();
+        C.fill(NaN);
+        std::vector<float> want(C.h.size(), 0.0f);
+        const float alpha = 1.25f, beta = 0.0f;
+        ref_gemm(false, false, m, n, k, alpha, A.h, m, B.h, k, beta, want, m, false);
+        CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, A.d, m, B.d, k, &beta, C.d,
+                          m) == CUBLAS_STATUS_SUCCESS,
+              "sgemm beta 0");
+        flush();
+        C.down();
+        const int bad = count_wrong(C.h, want);
+        CHECK(bad == 0, "beta == 0 with NaN in C: %d elements differ", bad);
+
+        /* k == 0: C = beta C, A and B not read */
+        C.fill(NaN);
+        CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, 0, &alpha, nullptr, m, nullptr, 1,
+                          &beta, C.d, m) == CUBLAS_STATUS_SUCCESS,
+              "sgemm k 0");
+        flush();
+        C.down();
+        bool zeros = true;
+        for (float v : C.h)
+            zeros = zeros && v == 0.0f;
+        CHECK(zeros, "k == 0, beta == 0 must write zeros");
+    }
+
+    /* TF32 math rounds the inputs: (1 + 2^-12) * 1 is 1 in TF32, exact in float32 */
+    {
+        Buf A(1), B(1), C(1);
+        A.h[0] = 1.0f + std::ldexp(1.0f, -12);
+        A.up();
+        B.fill(1.0f);
+        const float one = 1.0f, zero = 0.0f;
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, A.d, 1, B.d, 1, &zero, C.d, 1);
+        flush();
+        C.down();
+        CHECK(C.h[0] == A.h[0], "default math is float32: %.9g", C.h[0]);
+        CHECK(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_STATUS_SUCCESS, "tf32");
+        cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, A.d, 1, B.d, 1, &zero, C.d, 1);
+        flush();
+        C.down();
+        CHECK(C.h[0] == 1.0f, "TF32 math rounds the inputs: %.9g", C.h[0]);
+        cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+    }
+
+    /* documented INVALID_VALUE cases */
+    {
+        Buf A(64), B(64), C(64);
+        const float one = 1.0f;
+        auto st = [&](cublasOperation_t ta, cublasOperation_t tb, int mm, int nn, int kk, int lda,
+                      int ldb, int ldc, const float *al) {
+            return cublasSgemm(h, ta, tb, mm, nn, kk, al, A.d, lda, B.d, ldb, &one, C.d, ldc);
+        };
+        const auto N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+        CHECK(st(N, N, -1, 2, 2, 2, 2, 2, &one) == CUBLAS_STATUS_INVALID_VALUE, "m < 0");
+        CHECK(st(N, N, 2, -1, 2, 2, 2, 2, &one) == CUBLAS_STATUS_INVALID_VALUE, "n < 0");
+        CHECK(st(N, N, 2, 2, -1, 2, 2, 2, &one) == CUBLAS_STATUS_INVALID_VALUE, "k < 0");
+        CHECK(st(N, N, 4, 2, 3, 3, 3, 4, &one) == CUBLAS_STATUS_INVALID_VALUE, "lda < m (N)");
+        CHECK(st(T, N, 4, 2, 3, 2, 3, 4, &one) == CUBLAS_STATUS_INVALID_VALUE, "lda < k (T)");
+        CHECK(st(T, N, 4, 2, 3, 3, 3, 4, &one) == CUBLAS_STATUS_SUCCESS, "lda == k (T)");
+        CHECK(st(N, N, 4, 2, 3, 4, 2, 4, &one) == CUBLAS_STATUS_INVALID_VALUE, "ldb < k (N)");
+        CHECK(st(N, T, 4, 2, 3, 4, 1, 4, &one) == CUBLAS_STATUS_INVALID_VALUE, "ldb < n (T)");
+        CHECK(st(N, N, 4, 2, 3, 4, 3, 3, &one) == CUBLAS_STATUS_INVALID_VALUE, "ldc < m");
+        CHECK(st(N, N, 0, 2, 0, 0, 1, 1, &one) == CUBLAS_STATUS_INVALID_VALUE, "lda < 1");
+        CHECK(st(N, N, 4, 2, 3, 4, 3, 4, nullptr) == CUBLAS_STATUS_INVALID_VALUE, "alpha NULL");
+        CHECK(st((cublasOperation_t)7, N, 4, 2, 3, 4, 3, 4, &one) == CUBLAS_STATUS_INVALID_VALUE,
+              "bad op");
+        flush();
+        CHECK(cublasSetMathMode(h, (cublasMath_t)77) == CUBLAS_STATUS_INVALID_VALUE, "bad math");
+        CHECK(cublasSetWorkspace(h, (char *)ws + 16, 1024) == CUBLAS_STATUS_INVALID_VALUE,
+              "misaligned workspace");
+        CHECK(cublasSgemm(nullptr, N, N, 1, 1, 1, &one, A.d, 1, B.d, 1, &one, C.d, 1) ==
+                  CUBLAS_STATUS_NOT_INITIALIZED,
+              "NULL handle");
+    }
+
+    /* misuse a GPU would punish */
+    {
+        std::vector<float> host(64);
+        Buf A(64), B(64), C(64), S(1);
+        const float one = 1.0f;
+        CHECK(dies([&] {
+                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A.d, 4, B.d, 4, &one,
+                              host.data(), 4);
+              }),
+              "host C must fail");
+        CHECK(dies([&] {
+                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, A.d, 9, B.d, 8, &one,
+                              C.d, 8);
+              }),
+              "A past its allocation must fail");
+        CHECK(dies([&] {
+                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, S.d, A.d, 4, B.d, 4, &one,
+                              C.d, 4);
+              }),
+              "device alpha in host pointer mode must fail");
+    }
+
+    CHECK(std::strcmp(cublasGetStatusName(CUBLAS_STATUS_INVALID_VALUE),
+                      "CUBLAS_STATUS_INVALID_VALUE") == 0,
+          "status name");
+    CHECK(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)[0] != '\0', "status string");
+    CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "destroy");
+    dev_free(ws);
+}
+
+/* ==== cuDNN ==== */
+
+#define DNN(call)                                                                                  \
+    do {                                                                                           \
+        cudnnStatus_t st_ = (call);                                                                \
+        if (st_ != CUDNN_STATUS_SUCCESS) {                                                         \
+            char msg_[512];                                                                        \
+            cudnnGetLastErrorString(msg_, sizeof msg_);                                            \
+            std::fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,                \
+                         cudnnGetErrorString(st_), msg_);                                          \
+            std::exit(1);                                                                          \
+        }                                                                                          \
+    } while (0)
+
+struct Shape {
+    int n, c, h, w, k, r, s, ph, pw, u, v, dh, dw;
+    int oh() const { return 1 + (h + 2 * ph - ((r - 1) * dh + 1)) / u; }
+    int ow() const { return 1 + (w + 2 * pw - ((s - 1) * dw + 1)) / v; }
+};
+
+/* Logical arrays in NCHW / KCRS order (double), independent of the device layout. */
+struct Logical {
+    int d0, d1, d2, d3;
+    std::vector<double> a;
+    Logical(int a0, int a1, int a2, int a3)
+        : d0(a0), d1(a1), d2(a2), d3(a3), a((size_t)a0 * a1 * a2 * a3, 0.0) {}
+    double &at(int i, int j, int k, int l) {
+        return a[(((size_t)i * d1 + j) * d2 + k) * d3 + l];
+    }
+};
+
+/* f(i, j, k, l) for every index of L, in its (logical) order. */
+template <typename F> void each(const Logical &L, F f) {
+    for (int i = 0; i < L.d0; i++)
+        for (int j = 0; j < L.d1; j++)
+            for (int k = 0; k < L.d2; k++)
+                for (int l = 0; l < L.d3; l++)
+                    f(i, j, k, l);
+}
+
+/* Device offset of logical (i, j, k, l) = (n, c, h, w) or (k, c, r, s) for a format. */
+size_t offset(cudnnTensorFormat_t f, const Logical &L, int i, int j, int k, int l) {
+    if (f == CUDNN_TENSOR_NCHW)
+        return (((size_t)i * L.d1 + j) * L.d2 + k) * L.d3 + l;
+    return (((size_t)i * L.d2 + k) * L.d3 + l) * L.d1 + j;
+}
+
+void to_device(cudnnTensorFormat_t f, Logical &L, Buf &b) {
+    each(L, [&](int i, int j, int k, int l) {
+        b.h[offset(f, L, i, j, k, l)] = (float)L.at(i, j, k, l);
+    });
+    b.up();
+}
+
+void from_device(cudnnTensorFormat_t f, Logical &L, Buf &b) {
+    b.down();
+    each(L, [&](int i, int j, int k, int l) { L.at(i, j, k, l) = b.h[offset(f, L, i, j, k, l)]; });
+}
+
+void randomize(Logical &L) {
+    for (double &v : L.a)
+        v = frand();
+}
+
+/* The filter tap used at window position (r, s). */
+double tap(Logical &W, bool flip, int k, int c, int r, int s) {
+    return flip ? W.at(k, c, W.d2 - 1 - r, W.d3 - 1 - s) : W.at(k, c, r, s);
+}
+
+/* The input position (ih, iw) under window position (r, s) of output (oh, ow); false in the
+ * padding. */
+bool input_at(const Shape &S, int oh, int ow, int r, int s, int *ih, int *iw) {
+    *ih = oh * S.u - S.ph + r * S.dh;
+    *iw = ow * S.v - S.pw + s * S.dw;
+    return *ih >= 0 && *ih < S.h && *iw >= 0 && *iw < S.w;
+}
+
+void ref_forward(const Shape &S, bool flip, Logical &X, Logical &W, Logical &Y) {
+    each(Y, [&](int n, int k, int oh, int ow) {
+        double sum = 0;
+        int ih, iw;
+        for (int c = 0; c < S.c; c++)
+            for (int r = 0; r < S.r; r++)
+                for (int s = 0; s < S.s; s++)
+                    if (input_at(S, oh, ow, r, s, &ih, &iw))
+                        sum += X.at(n, c, ih, iw) * tap(W, flip, k, c, r, s);
+        Y.at(n, k, oh, ow) = sum;
+    });
+}
+
+/* Gather form: each input position collects the outputs whose windows cover it. */
+void ref_backward_data(const Shape &S, bool flip, Logical &W, Logical &DY, Logical &DX) {
+    each(DX, [&](int n, int c, int ih, int iw) {
+        double sum = 0;
+        for (int r = 0; r < S.r; r++) {
+            const int th = ih + S.ph - r * S.dh;
+            if (th < 0 || th % S.u)
+                continue;
+            const int oh = th / S.u;
+            if (oh >= S.oh())
+                continue;
+            for (int s = 0; s < S.s; s++) {
+                const int tw = iw + S.pw - s * S.dw;
+                if (tw < 0 || tw % S.v)
+                    continue;
+                const int ow = tw / S.v;
+                if (ow >= S.ow())
+                    continue;
+                for (int k = 0; k < S.k; k++)
+                    sum += DY.at(n, k, oh, ow) * tap(W, flip, k, c, r, s);
+            }
+        }
+        DX.at(n, c, ih, iw) = sum;
+    });
+}
+
+void ref_backward_filter(const Shape &S, bool flip, Logical &X, Logical &DY, Logical &DW) {
+    /* the gradient of stored tap (r, s), which sits at window position (wr, ws) */
+    each(DW, [&](int k, int c, int r, int s) {
+        const int wr = flip ? S.r - 1 - r : r, ws = flip ? S.s - 1 - s : s;
+        double sum = 0;
+        int ih, iw;
+        for (int n = 0; n < S.n; n++)
+            for (int oh = 0; oh < S.oh(); oh++)
+                for (int ow = 0; ow < S.ow(); ow++)
+                    if (input_at(S, oh, ow, wr, ws, &ih, &iw))
+                        sum += X.at(n, c, ih, iw) * DY.at(n, k, oh, ow);
+        DW.at(k, c, r, s) = sum;
+    });
+}
+
+/* The sum of the elementwise products, or (absolute) of their magnitudes. */
+double dot(const Logical &a, const Logical &b, bool absolute = false) {
+    double s = 0;
+    for (size_t i = 0; i < a.a.size(); i++)
+        s += absolute ? std::fabs(a.a[i] * b.a[i]) : a.a[i] * b.a[i];
+    return s;
+}
+
+/* Counts elements of got that differ from alpha * ref + beta * prior. */
+int compare(Logical &got, Logical &ref, const Logical *prior, double alpha, double beta) {
+    int bad = 0;
+    for (size_t i = 0; i < got.a.size(); i++) {
+        const double want = alpha * ref.a[i] + (prior ? beta * prior->a[i] : 0.0);
+        if (!std::isfinite(got.a[i]) || !close(got.a[i], want, 1.0))
+            bad++;
+    }
+    return bad;
+}
+
+struct Descs {
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    Descs(const Shape &S, cudnnTensorFormat_t tf, cudnnTensorFormat_t ff, bool flip) {
+        DNN(cudnnCreateTensorDescriptor(&x));
+        DNN(cudnnCreateTensorDescriptor(&y));
+        DNN(cudnnCreateFilterDescriptor(&w));
+        DNN(cudnnCreateConvolutionDescriptor(&conv));
+        DNN(cudnnSetTensor4dDescriptor(x, tf, CUDNN_DATA_FLOAT, S.n, S.c, S.h, S.w));
+        DNN(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, ff, S.k, S.c, S.r, S.s));
+        DNN(cudnnSetConvolution2dDescriptor(conv, S.ph, S.pw, S.u, S.v, S.dh, S.dw,
+                                            flip ? CUDNN_CONVOLUTION : CUDNN_CROSS_CORRELATION,
+                                            CUDNN_DATA_FLOAT));
+        DNN(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH));
+        int on, oc, oh, ow;
+        DNN(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &on, &oc, &oh, &ow));
+        CHECK(on == S.n && oc == S.k && oh == S.oh() && ow == S.ow(),
+              "output dim %d %d %d %d, want %d %d %d %d", on, oc, oh, ow, S.n, S.k, S.oh(),
+              S.ow());
+        DNN(cudnnSetTensor4dDescriptor(y, tf, CUDNN_DATA_FLOAT, S.n, S.k, S.oh(), S.ow()));
+    }
+    void destroy() {
+        DNN(cudnnDestroyTensorDescriptor(x));
+        DNN(cudnnDestroyTensorDescriptor(y));
+        DNN(cudnnDestroyFilterDescriptor(w));
+        DNN(cudnnDestroyConvolutionDescriptor(conv));
+    }
+};
+
+/* Every algorithm the heuristics call usable, with the workspace the size query gives. */
+template <typename Perf, typename Algo, typename Get, typename Size>
+std::vector<std::pair<Algo, size_t>> usable(int count, Get get, Size size, int *n_det,
+                                            int *n_nondet, int *n_unsup) {
+    std::vector<Perf> perf(count);
+    int got = 0;
+    DNN(get(count, &got, perf.data()));
+    CHECK(got == count, "heuristics returned %d of %d", got, count);
+    std::vector<std::pair<Algo, size_t>> out;
+    for (int i = 0; i < got; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) {
+            (*n_unsup)++;
+            continue;
+        }
+        (perf[i].determinism == CUDNN_DETERMINISTIC ? *n_det : *n_nondet)++;
+        /* the descriptor's math type is FMA, and every entry must keep to it */
+        CHECK(perf[i].mathType == CUDNN_FMA_MATH, "algo %d: math type %d under FMA",
+              (int)perf[i].algo, (int)perf[i].mathType);
+        size_t ws = 0;
+        DNN(size(perf[i].algo, &ws));
+        CHECK(ws > 0 && ws == perf[i].memory, "algo %d: workspace %zu, perf says %zu",
+              (int)perf[i].algo, ws, perf[i].memory);
+        out.push_back({perf[i].algo, ws});
+    }
+    return out;
+}
+
+/* One direction with every usable algorithm: alpha and beta (read at the call) blend onto a
+ * random prior output; then beta 0 onto NaN, which must not be read. call(algo, workspace, bytes,
+ * alpha, beta) runs the direction into `out`, whose layout is `f`; `ref` is the exact result. */
+template <typename Algo, typename Call>
+void check_direction(const char *what, const char *name, bool flip,
+                     const std::vector<std::pair<Algo, size_t>> &algos, Call call,
+                     cudnnTensorFormat_t f, Logical &ref, Buf &out, float alpha, float beta) {
+    Logical prior(ref.d0, ref.d1, ref.d2, ref.d3), got(ref.d0, ref.d1, ref.d2, ref.d3);
+    for (auto &a : algos) {
+        void *ws = dev_alloc(a.second);
+        randomize(prior);
+        to_device(f, prior, out);
+        float al = alpha, be = beta;
+        DNN(call(a.first, ws, a.second, &al, &be));
+        al = be = 9.0f; /* read at the call */
+        flush();
+        from_device(f, got, out);
+        CHECK(compare(got, ref, &prior, alpha, beta) == 0, "%s flip=%d %s algo %d: wrong", name,
+              flip, what, (int)a.first);
+        dev_free(ws);
+    }
+    void *ws = dev_alloc(algos[0].second);
+    out.fill(NaN);
+    const float one = 1.0f, zero = 0.0f;
+    DNN(call(algos[0].first, ws, algos[0].second, &one, &zero));
+    flush();
+    from_device(f, got, out);
+    CHECK(compare(got, ref, nullptr, 1.0, 0.0) == 0, "%s flip=%d %s beta 0 with NaN in the output",
+          name, flip, what);
+    dev_free(ws);
+}
+
+void test_conv_case(cudnnHandle_t h, const Shape &S, cudnnTensorFormat_t tf,
+                    cudnnTensorFormat_t ff, bool flip) {
+    const char *name = tf == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW";
+    Descs D(S, tf, ff, flip);
+    Logical X(S.n, S.c, S.h, S.w), W(S.k, S.c, S.r, S.s), DY(S.n, S.k, S.oh(), S.ow());
+    randomize(X);
+    randomize(W);
+    randomize(DY);
+    Logical Yr(S.n, S.k, S.oh(), S.ow()), DXr(S.n, S.c, S.h, S.w), DWr(S.k, S.c, S.r, S.s);
+    ref_forward(S, flip, X, W, Yr);
+    ref_backward_data(S, flip, W, DY, DXr);
+    ref_backward_filter(S, flip, X, DY, DWr);
+    Buf x(X.a.size()), w(W.a.size()), y(Yr.a.size()), dy(DY.a.size()), dx(X.a.size()),
+        dw(W.a.size());
+    to_device(tf, X, x);
+    to_device(ff, W, w);
+    to_device(tf, DY, dy);
+
+    int det = 0, nondet = 0, unsup = 0;
+    auto fwd = usable<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
+        CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+        [&](int c, int *g, cudnnConvolutionFwdAlgoPerf_t *p) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, D.y, c, g, p);
+        },
+        [&](cudnnConvolutionFwdAlgo_t a, size_t *b) {
+            return cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, a, b);
+        },
+        &det, &nondet, &unsup);
+    auto bwd_data = usable<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
+        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+        [&](int c, int *g, cudnnConvolutionBwdDataAlgoPerf_t *p) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, D.w, D.y, D.conv, D.x, c, g, p);
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t a, size_t *b) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(h, D.w, D.y, D.conv, D.x, a, b);
+        },
+        &det, &nondet, &unsup);
+    auto bwd_filter =
+        usable<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+            [&](int c, int *g, cudnnConvolutionBwdFilterAlgoPerf_t *p) {
+                return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, D.x, D.y, D.conv, D.w, c,
+                                                                     g, p);
+            },
+            [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *b) {
+                return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, D.x, D.y, D.conv, D.w, a,
+                                                                      b);
+            },
+            &det, &nondet, &unsup);
+    CHECK(!fwd.empty() && !bwd_data.empty() && !bwd_filter.empty(), "no usable algorithm");
+    CHECK(det > 0 && nondet > 0, "%s: want deterministic and non-deterministic algorithms", name);
+    if (tf == CUDNN_TENSOR_NHWC)
+        CHECK(unsup > 0, "NHWC: FFT and Winograd must be reported unsupported");
+
+    auto run_fwd = [&](cudnnConvolutionFwdAlgo_t a, void *ws, size_t b, const float *al,
+                       const float *be) {
+        return cudnnConvolutionForward(h, al, D.x, x.d, D.w, w.d, D.conv, a, ws, b, be, D.y, y.d);
+    };
+    auto run_bwd_data = [&](cudnnConvolutionBwdDataAlgo_t a, void *ws, size_t b, const float *al,
+                            const float *be) {
+        return cudnnConvolutionBackwardData(h, al, D.w, w.d, D.y, dy.d, D.conv, a, ws, b, be, D.x,
+                                            dx.d);
+    };
+    auto run_bwd_filter = [&](cudnnConvolutionBwdFilterAlgo_t a, void *ws, size_t b,
+                              const float *al, const float *be) {
+        return cudnnConvolutionBackwardFilter(h, al, D.x, x.d, D.y, dy.d, D.conv, a, ws, b, be,
+                                              D.w, dw.d);
+    };
+    check_direction("forward", name, flip, fwd, run_fwd, tf, Yr, y, 1.5f, 0.25f);
+    check_direction("backward-data", name, flip, bwd_data, run_bwd_data, tf, DXr, dx, -0.5f, 2.0f);
+    check_direction("backward-filter", name, flip, bwd_filter, run_bwd_filter, ff, DWr, dw, 0.75f,
+                    -1.0f);
+
+    /* adjointness, from the emulation's own outputs (alpha 1, beta 0):
+     * <dy, conv(x, w)> == <bwd_data(dy, w), x> == <bwd_filter(x, dy), w> */
+    {
+        Logical Xf(S.n, S.c, S.h, S.w), Wf(S.k, S.c, S.r, S.s), DYf(S.n, S.k, S.oh(), S.ow());
+        from_device(tf, Xf, x); /* the float values the device holds */
+        from_device(ff, Wf, w);
+        from_device(tf, DYf, dy);
+        const float one = 1.0f, zero = 0.0f;
+        void *ws = dev_alloc(std::max({fwd[0].second, bwd_data[0].second, bwd_filter[0].second}));
+        DNN(run_fwd(fwd[0].first, ws, fwd[0].second, &one, &zero));
+        DNN(run_bwd_data(bwd_data[0].first, ws, bwd_data[0].second, &one, &zero));
+        DNN(run_bwd_filter(bwd_filter[0].first, ws, bwd_filter[0].second, &one, &zero));
+        /* descriptors are read at the call: destroying them before the work runs is fine */
+        D.destroy();
+        flush();
+        Logical Yg(S.n, S.k, S.oh(), S.ow()), DXg(S.n, S.c, S.h, S.w), DWg(S.k, S.c, S.r, S.s);
+        from_device(tf, Yg, y);
+        from_device(tf, DXg, dx);
+        from_device(ff, DWg, dw);
+        const double a = dot(DYf, Yg), b = dot(DXg, Xf), c = dot(DWg, Wf);
+        const double scale = dot(DYf, Yg, true) + dot(DXg, Xf, true) + dot(DWg, Wf, true);
+        CHECK(std::fabs(a - b) <= 1e-5 * scale && std::fabs(a - c) <= 1e-5 * scale,
+              "%s flip=%d adjoint: <dy,fwd>=%.9g <bwd_data,x>=%.9g <bwd_filter,w>=%.9g", name,
+              flip, a, b, c);
+        dev_free(ws);
+    }
+}
+
+void test_conv(cudnnHandle_t h) {
+    const Shape shapes[] = {
+        /* n  c  h  w  k  r  s ph pw  u  v dh dw */
+        {2, 3, 7, 6, 4, 3, 3, 1, 1, 2, 2, 1, 1}, /* padding, stride 2, odd sizes */
+        {3, 5, 8, 9, 2, 3, 2, 2, 0, 1, 2, 1, 1}, /* asymmetric window and strides */
+        {2, 4, 9, 9, 3, 3, 3, 1, 2, 1, 1, 2, 2}, /* dilation */
+        {1, 6, 5, 5, 7, 1, 1, 0, 0, 1, 1, 1, 1}, /* 1x1, stride 1 (FFT/Winograd rules) */
+        {2, 2, 6, 6, 3, 3, 3, 1, 1, 1, 1, 1, 1}, /* 3x3 stride 1: Winograd eligible in NCHW */
+    };
+    for (const Shape &S : shapes)
+        for (int flip = 0; flip < 2; flip++) {
+            test_conv_case(h, S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, flip);
+            test_conv_case(h, S, CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NCHW, flip);
+        }
+    /* mixed layouts: strides come from each descriptor */
+    test_conv_case(h, shapes[0], CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NCHW, false);
+    test_conv_case(h, shapes[1], CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC, true);
+}
+
+/* A non-FMA math type rounds the inputs to TF32, as tensor cores do. */
+void test_conv_tf32(cudnnHandle_t h) {
+    const Shape S = {1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1};
+    Descs D(S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
+    Buf x(1), w(1), y(1);
+    x.h[0] = 1.0f + std::ldexp(1.0f, -12);
+    x.up();
+    w.fill(1.0f);
+    const float one = 1.0f, zero = 0.0f;
+    const cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        DNN(cudnnSetConvolutionMathType(D.conv, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+        size_t bytes = 0;
+        DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, algo, &bytes));
+        void *ws = dev_alloc(bytes);
+        DNN(cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, algo, ws, bytes, &zero,
+                                    D.y, y.d));
+        flush();
+        y.down();
+        CHECK(y.h[0] == (tf32 ? 1.0f : x.h[0]), "math %s: %.9g", tf32 ? "TF32" : "FMA", y.h[0]);
+        dev_free(ws);
+    }
+    D.destroy();
+}
+
+/* What the backend's choice relies on: under FMA every entry is FMA, under tensor-op math the
+ * first forward entry is a tensor-op one, the backward lists rank a non-deterministic algorithm
+ * first, and workspace sizes differ by algorithm and math type. */
+void test_heuristics(cudnnHandle_t h) {
+    const Shape S = {8, 16, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1};
+    Descs D(S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
+    cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    DNN(cudnnSetConvolutionMathType(D.conv, CUDNN_TENSOR_OP_MATH));
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, D.y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
+    CHECK(f[0].status == CUDNN_STATUS_SUCCESS && f[0].mathType == CUDNN_TENSOR_OP_MATH,
+          "forward first entry under tensor-op math: status %d math %d", (int)f[0].status,
+          (int)f[0].mathType);
+    DNN(cudnnSetConvolutionMathType(D.conv, CUDNN_FMA_MATH));
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, D.y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
+    CHECK(got == CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "forward count %d", got);
+    CHECK(f[0].status == CUDNN_STATUS_SUCCESS && f[0].mathType == CUDNN_FMA_MATH,
+          "forward first entry under FMA: status %d math %d", (int)f[0].status,
+          (int)f[0].mathType);
+    bool differ = false;
+    for (int i = 1; i < got; i++)
+        if (f[i].status == CUDNN_STATUS_SUCCESS && f[i].memory != f[0].memory)
+            differ = true;
+    CHECK(differ, "workspace sizes must depend on the algorithm");
+    /* the size depends on the math type too */
+    size_t fma = 0, top = 0;
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(
+        h, D.x, D.w, D.conv, D.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &fma));
+    DNN(cudnnSetConvolutionMathType(D.conv, CUDNN_TENSOR_OP_MATH));
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(
+        h, D.x, D.w, D.conv, D.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &top));
+    CHECK(top > fma && fma > 0, "tensor-op workspace %zu vs FMA %zu", top, fma);
+    DNN(cudnnSetConvolutionMathType(D.conv, CUDNN_FMA_MATH));
+    cudnnConvolutionBwdDataAlgoPerf_t b[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, D.w, D.y, D.conv, D.x,
+                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
+                                                    b));
+    CHECK(b[0].determinism == CUDNN_NON_DETERMINISTIC, "backward-data first entry");
+    /* a smaller request is honoured */
+    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, D.w, D.y, D.conv, D.x, 2, &got, b));
+    CHECK(got == 2, "requested 2, got %d", got);
+    D.destroy();
+}
+
+void test_conv_errors(cudnnHandle_t h) {
+    const Shape S = {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1};
+    Descs D(S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
+    cudnnTensorDescriptor_t t;
+    cudnnFilterDescriptor_t f;
+    cudnnConvolutionDescriptor_t c;
+    DNN(cudnnCreateTensorDescriptor(&t));
+    DNN(cudnnCreateFilterDescriptor(&f));
+    DNN(cudnnCreateConvolutionDescriptor(&c));
+    const auto BAD = CUDNN_STATUS_BAD_PARAM, NS = CUDNN_STATUS_NOT_SUPPORTED;
+    char msg[512];
+
+    /* descriptor setters */
+    CHECK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 2, -3, 4, 4) == BAD,
+          "negative dimension");
+    CHECK(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW_VECT_C, CUDNN_DATA_FLOAT, 1, 4, 4, 4) ==
+              BAD,
+          "NCHW_VECT_C float");
+    CHECK(cudnnSetTensor4dDescriptor(t, (cudnnTensorFormat_t)9, CUDNN_DATA_FLOAT, 1, 4, 4, 4) ==
+              BAD,
+          "bad format");
+    CHECK(cudnnSetFilter4dDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 0, 3, 3, 3) == BAD,
+          "zero filter dimension");
+    CHECK(cudnnSetConvolution2dDescriptor(c, 1, 1, 0, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT) == BAD,
+          "stride 0");
+    CHECK(cudnnSetConvolution2dDescriptor(c, -1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT) == BAD,
+          "negative padding");
+    CHECK(cudnnSetConvolution2dDescriptor(c, 1, 1, 1, 1, 0, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT) == BAD,
+          "dilation 0");
+    CHECK(cudnnSetConvolution2dDescriptor(c, 1, 1, 1, 1, 1, 1, (cudnnConvolutionMode_t)5,
+                                          CUDNN_DATA_FLOAT) == BAD,
+          "bad mode");
+    CHECK(cudnnSetConvolutionMathType(c, (cudnnMathType_t)42) == BAD, "bad math type");
+
+    int on, oc, oh, ow;
+    /* a never-set descriptor */
+    CHECK(cudnnGetConvolution2dForwardOutputDim(c, D.x, D.w, &on, &oc, &oh, &ow) == BAD,
+          "unset convolution descriptor");
+
+    /* channel mismatch: x has 3 channels, this filter 5 */
+    DNN(cudnnSetFilter4dDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 4, 5, 3, 3));
+    CHECK(cudnnGetConvolution2dForwardOutputDim(D.conv, D.x, f, &on, &oc, &oh, &ow) == BAD,
+          "input channels vs filter");
+    size_t bytes = 0;
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, f, D.conv, D.y,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                                  &bytes) == BAD,
+          "input channels vs filter (workspace)");
+    cudnnGetLastErrorString(msg, sizeof msg);
+    CHECK(std::strstr(msg, "channels") != nullptr, "last error names the check: '%s'", msg);
+
+    /* a filter larger than the padded input */
+    DNN(cudnnSetFilter4dDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, 4, 3, 11, 3));
+    CHECK(cudnnGetConvolution2dForwardOutputDim(D.conv, D.x, f, &on, &oc, &oh, &ow) == BAD,
+          "filter larger than input");
+
+    Buf x(2 * 3 * 8 * 8), w(4 * 3 * 3 * 3), y(2 * 4 * 8 * 8 * 2);
+    x.random();
+    w.random();
+    const float one = 1.0f, zero = 0.0f;
+    const auto ALG = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, ALG, &bytes));
+    void *ws = dev_alloc(bytes);
+    auto fwd = [&](cudnnTensorDescriptor_t yd, cudnnConvolutionFwdAlgo_t a, void *wsp,
+                   size_t wsb) {
+        return cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, a, wsp, wsb, &zero, yd,
+                                       y.d);
+    };
+
+    /* output descriptors that disagree with the convolution */
+    DNN(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 2, 5, 8, 8));
+    CHECK(fwd(t, ALG, ws, bytes) == BAD, "y channels vs filter count");
+    DNN(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 4, 8, 8));
+    CHECK(fwd(t, ALG, ws, bytes) == BAD, "batch mismatch");
+    DNN(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 2, 4, 7, 8));
+    CHECK(fwd(t, ALG, ws, bytes) == NS, "y spatial size (forward: documented NOT_SUPPORTED)");
+    CHECK(cudnnConvolutionBackwardData(h, &one, D.w, w.d, t, y.d, D.conv,
+                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, ws, bytes, &zero, D.x,
+                                       x.d) == BAD,
+          "dy spatial size (backward data: BAD_PARAM)");
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, t, ALG, &bytes) == BAD,
+          "y spatial size (workspace query)");
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, ALG, &bytes));
+    DNN(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_DOUBLE, 2, 4, 8, 8));
+    CHECK(fwd(t, ALG, ws, bytes) == BAD, "data type mismatch");
+    int got = 0;
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, t, 8, &got, perf) == BAD,
+          "data type mismatch (heuristics)");
+    CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, D.y, 0, &got, perf) == BAD,
+          "requestedAlgoCount 0");
+
+    /* algorithms and workspaces */
+    CHECK(fwd(D.y, CUDNN_CONVOLUTION_FWD_ALGO_FFT, ws, bytes) == NS, "FFT on NHWC");
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_DIRECT,
+                                                  &bytes) == NS,
+          "DIRECT is not implemented");
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, ALG, &bytes));
+    CHECK(fwd(D.y, (cudnnConvolutionFwdAlgo_t)99, ws, bytes) == BAD, "algorithm out of range");
+    CHECK(fwd(D.y, ALG, ws, bytes - 1) == BAD, "workspace one byte short");
+    CHECK(fwd(D.y, ALG, nullptr, 0) == BAD, "no workspace");
+    cudnnGetLastErrorString(msg, sizeof msg);
+    CHECK(std::strstr(msg, "workspace") != nullptr, "last error names the workspace: '%s'", msg);
+    CHECK(cudnnConvolutionForward(h, nullptr, D.x, x.d, D.w, w.d, D.conv, ALG, ws, bytes, &zero,
+                                  D.y, y.d) == BAD,
+          "NULL alpha");
+    CHECK(fwd(D.y, ALG, ws, bytes) == CUDNN_STATUS_SUCCESS, "the valid call");
+    flush();
+
+    /* unsupported configurations */
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    DNN(cudnnCreateTensorDescriptor(&xd));
+    DNN(cudnnCreateTensorDescriptor(&yd));
+    DNN(cudnnCreateFilterDescriptor(&wd));
+    DNN(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_DOUBLE, 2, 3, 8, 8));
+    DNN(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_DOUBLE, 2, 4, 8, 8));
+    DNN(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_DOUBLE, CUDNN_TENSOR_NHWC, 4, 3, 3, 3));
+    CHECK(cudnnConvolutionForward(h, &one, xd, x.d, wd, w.d, D.conv, ALG, ws, bytes, &zero, yd,
+                                  y.d) == NS,
+          "double data is not emulated");
+    DNN(cudnnDestroyTensorDescriptor(xd));
+    DNN(cudnnDestroyTensorDescriptor(yd));
+    DNN(cudnnDestroyFilterDescriptor(wd));
+
+    /* misuse a GPU would punish */
+    std::vector<float> host(2 * 4 * 8 * 8);
+    CHECK(dies([&] {
+              cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, ALG, ws, bytes, &zero,
+                                      D.y, host.data());
+          }),
+          "host y must fail");
+    CHECK(dies([&] {
+              std::vector<char> hw(bytes);
+              cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, ALG, hw.data(), bytes,
+                                      &zero, D.y, y.d);
+          }),
+          "host workspace must fail");
+    CHECK(dies([&] {
+              cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, ALG, y.d, bytes, &zero,
+                                      D.y, y.d);
+          }),
+          "workspace overlapping y must fail");
+    CHECK(dies([&] {
+              cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, ALG, ws, bytes, &zero,
+                                      D.y, x.d);
+          }),
+          "in-place (y over x) must fail");
+    CHECK(dies([&] {
+              cudnnTensorDescriptor_t gone;
+              cudnnCreateTensorDescriptor(&gone);
+              cudnnSetTensor4dDescriptor(gone, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 2, 4, 8, 8);
+              cudnnDestroyTensorDescriptor(gone);
+              cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, ALG, ws, bytes, &zero,
+                                      gone, y.d);
+          }),
+          "a destroyed descriptor must fail");
+
+    CHECK(std::strcmp(cudnnGetErrorString(CUDNN_STATUS_BAD_PARAM), "CUDNN_STATUS_BAD_PARAM") == 0,
+          "error string");
+    dev_free(ws);
+    DNN(cudnnDestroyTensorDescriptor(t));
+    DNN(cudnnDestroyFilterDescriptor(f));
+    DNN(cudnnDestroyConvolutionDescriptor(c));
+    D.destroy();
+}
+
+} // namespace
+
+int main() {
+    test_sgemm();
+    cudnnHandle_t h;
+    DNN(cudnnCreate(&h));
+    DNN(cudnnSetStream(h, (cudaStream_t)0));
+    test_conv(h);
+    test_conv_tf32(h);
+    test_heuristics(h);
+    test_conv_errors(h);
+    DNN(cudnnDestroy(h));
+    return emu_test::finish("test_emu_libs");
+}
