@@ -475,6 +475,8 @@ def run_mgtrain(sess, mgtrain, np, args, warmup, batch, bind="none", cores_per_r
         r = timed_steps(timeline_steps(tl), warmup, batch)
     r["samples_per_s"] = r["samples"] / r["seconds"]
     r["trained_line"] = trained_line(out)
+    m = re.search(r"Peak GPU memory: ([\d.]+) MiB", out)
+    r["peak_gpu_mem_mb"] = float(m.group(1)) if m else None
     r["load_avg"] = os.getloadavg()[0]
     return r
 

@@ -3,12 +3,14 @@
  * workspace, dense layers on cuBLAS, and thin wrappers that hand the other ops to the kernels of
  * gpu_kernels.cu (convolutions: gpu_conv.c).
  *
- * Everything is queued on the backend's one stream (non-blocking, so nothing else on the device
- * orders against it). Copies to the device return as soon as the host buffer may be reused
- * (pageable memory is staged by the driver); copies to the host, sync() and the NCCL transport's
- * completion poll are the only places the host waits. Any failure after init ends the job
- * through the CHECK_* macros (gpu_check.c); init itself returns -1 with the reason so the trainer
- * can word the message.
+ * Ops are queued on the backend's compute stream (non-blocking, so nothing else on the device
+ * orders against it); staged batches come in on a copy stream, ordered by events (stage()).
+ * Copies to the device return as soon as the host buffer may be reused (pageable memory is staged
+ * by the driver). The host waits only in to_host(), sync(), stage_wait() and time_read(), and
+ * always by polling an event (mgt_gpu_wait_event), never in a blocking CUDA call that could wait
+ * forever behind a collective whose peer died. Any failure after init ends the job through the
+ * CHECK_* macros (gpu_check.c); init itself returns -1 with the reason so the trainer can word
+ * the message.
  *
  * Dense layers use cuBLAS in column-major terms: a row-major [r][c] matrix is the column-major
  * c x r matrix, its transpose. So y[n][out] = x W^T is, column-major, y^T = W^T(op T) * x^T:
@@ -21,13 +23,16 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu.h"
 #include "gpu_internal.h"
 #include "runtime.h"
+#include "util.h"
 
 /* cuBLAS's workspace (its recommendation for Hopper), given to it once at init. */
 #define MGT_GPU_BLAS_WS ((size_t)32 << 20)
@@ -65,6 +70,35 @@ void mgt_gpu_describe(int device, char *buf, size_t n) {
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
 }
 
+/* ---- waiting --------------------------------------------------------------------------------- */
+
+void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev) {
+    const double t0 = mgt_now();
+    for (int polls = 0;; polls++) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess)
+            return;
+        if (e != cudaErrorNotReady)
+            mgt_gpu_fail_cuda((int)e, "cudaEventQuery", __FILE__, __LINE__);
+        if (im->watch)
+            im->watch(im->watch_ctx, mgt_now() - t0);
+        /* Spin briefly (most waits are short: a metric read), then sleep between polls so a long
+         * wait does not hold a core the loader thread could use. */
+        if (polls < 200) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* Waits until everything queued on the compute stream so far has run. */
+static void drain(mgt_gpu_impl *im) {
+    CHECK_CUDA(cudaEventRecord(im->wait_ev, im->stream));
+    mgt_gpu_wait_event(im, im->wait_ev);
+}
+
 /* ---- memory -------------------------------------------------------------------------------- */
 
 /* An allocation that failed for lack of memory: one line with the numbers (the caller, which
@@ -96,20 +130,73 @@ static void *dev_malloc(size_t bytes, const char *what) {
     return p;
 }
 
+static void account(mgt_gpu_impl *im, size_t add, size_t sub) {
+    im->mem_now += add;
+    if (im->mem_now > im->mem_peak)
+        im->mem_peak = im->mem_now;
+    im->mem_now -= sub;
+}
+
+size_t mgt_gpu_peak_bytes(const mgt_backend *be) {
+    return be && be->impl ? ((const mgt_gpu_impl *)be->impl)->mem_peak : 0;
+}
+
 static void *gpu_alloc(mgt_backend *be, size_t bytes) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (im->nalloc == im->alloc_cap) { /* the tensor list (a few dozen entries) */
+        int cap = im->alloc_cap ? 2 * im->alloc_cap : 64;
+        void **np = realloc(im->alloc_p, sizeof(void *) * (size_t)cap);
+        if (np)
+            im->alloc_p = np;
+        size_t *nn = realloc(im->alloc_n, sizeof(size_t) * (size_t)cap);
+        if (nn)
+            im->alloc_n = nn;
+        if (!np || !nn)
+            return NULL;
+        im->alloc_cap = cap;
+    }
     void *p = dev_malloc(bytes, "a tensor");
-    if (p)
-        CHECK_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream));
+    if (!p)
+        return NULL;
+    CHECK_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream));
+    im->alloc_p[im->nalloc] = p;
+    im->alloc_n[im->nalloc++] = bytes ? bytes : 1;
+    account(im, bytes ? bytes : 1, 0);
     return p;
 }
 
-/* Drains the stream first: queued work may still use p (never called in the step loop). */
+/* Drains the streams first: queued work may still use p (never called in the step loop). */
 static void gpu_free(mgt_backend *be, void *p) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     if (!p)
         return;
-    CHECK_CUDA(cudaStreamSynchronize(mgt_gpu_impl_of(be)->stream));
+    drain(im);
+    CHECK_CUDA(cudaStreamSynchronize(im->copy_stream));
     CHECK_CUDA(cudaFree(p));
+    for (int i = 0; i < im->nalloc; i++)
+        if (im->alloc_p[i] == p) {
+            account(im, 0, im->alloc_n[i]);
+            im->alloc_p[i] = im->alloc_p[--im->nalloc];
+            im->alloc_n[i] = im->alloc_n[im->nalloc];
+            break;
+        }
+}
+
+/* Pinned host memory: copies from it run asynchronously (the loader's batch slots). */
+static void *gpu_host_alloc(mgt_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void gpu_host_free(mgt_backend *be, void *p) {
+    (void)be;
+    if (p)
+        CHECK_CUDA(cudaFreeHost(p)); /* waits for the copies that read it */
 }
 
 static void gpu_to_device(mgt_backend *be, void *dst, const void *src, size_t bytes) {
@@ -118,8 +205,11 @@ static void gpu_to_device(mgt_backend *be, void *dst, const void *src, size_t by
             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, mgt_gpu_impl_of(be)->stream));
 }
 
+/* The wait for the work before the copy is polled; the copy itself, queued on an idle stream,
+ * cannot then wait on anything. */
 static void gpu_to_host(mgt_backend *be, void *dst, const void *src, size_t bytes) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    drain(im);
     if (bytes)
         CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
     CHECK_CUDA(cudaStreamSynchronize(im->stream));
@@ -141,7 +231,51 @@ static void gpu_add(mgt_backend *be, size_t n, const float *x, float *y) {
 }
 
 static void gpu_sync(mgt_backend *be) {
-    CHECK_CUDA(cudaStreamSynchronize(mgt_gpu_impl_of(be)->stream));
+    drain(mgt_gpu_impl_of(be));
+}
+
+/* ---- staging and timing ---------------------------------------------------------------------- */
+
+static void gpu_stage(mgt_backend *be, int slot, int count, void *const *dst,
+                      const void *const *src, const size_t *bytes) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (im->released_set[slot]) /* the copies overwrite what that step reads */
+        CHECK_CUDA(cudaStreamWaitEvent(im->copy_stream, im->released[slot], 0));
+    for (int i = 0; i < count; i++)
+        if (bytes[i])
+            CHECK_CUDA(
+                cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyHostToDevice, im->copy_stream));
+    CHECK_CUDA(cudaEventRecord(im->staged[slot], im->copy_stream));
+    CHECK_CUDA(cudaStreamWaitEvent(im->stream, im->staged[slot], 0));
+}
+
+static void gpu_stage_release(mgt_backend *be, int slot) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    CHECK_CUDA(cudaEventRecord(im->released[slot], im->stream));
+    im->released_set[slot] = 1;
+}
+
+static void gpu_stage_wait(mgt_backend *be, int slot) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    mgt_gpu_wait_event(im, im->staged[slot]);
+}
+
+static void gpu_time_mark(mgt_backend *be, int set, int point) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    CHECK_CUDA(cudaEventRecord(im->timing[set][point], im->stream));
+}
+
+static void gpu_time_read(mgt_backend *be, int set, int npoints, double *sec) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (npoints <= 0)
+        return;
+    mgt_gpu_wait_event(im, im->timing[set][npoints - 1]);
+    sec[0] = 0;
+    for (int i = 1; i < npoints; i++) {
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, im->timing[set][0], im->timing[set][i]));
+        sec[i] = 1e-3 * (double)ms;
+    }
 }
 
 /* Grows the workspace to `bytes` (never shrinks; the content is not kept). The stream is drained
@@ -151,19 +285,23 @@ static int grow_workspace(mgt_gpu_impl *im, size_t bytes) {
     if (bytes <= im->ws_bytes)
         return 0;
     size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-    CHECK_CUDA(cudaStreamSynchronize(im->stream));
+    drain(im);
     void *p = NULL;
     if (cudaMalloc(&p, rounded) != cudaSuccess) {
         /* perhaps only without the old buffer beside it */
         (void)cudaGetLastError();
         if (im->ws)
             CHECK_CUDA(cudaFree(im->ws));
+        account(im, 0, im->ws_bytes);
         im->ws = NULL;
         im->ws_bytes = 0;
         if (!(p = dev_malloc(rounded, "the convolution workspace")))
             return -1;
-    } else if (im->ws) {
-        CHECK_CUDA(cudaFree(im->ws));
+        account(im, rounded, 0);
+    } else {
+        account(im, rounded, im->ws_bytes); /* both were held for a moment */
+        if (im->ws)
+            CHECK_CUDA(cudaFree(im->ws));
     }
     im->ws = p;
     im->ws_bytes = rounded;
@@ -187,6 +325,8 @@ static void gpu_destroy(mgt_backend *be) {
         /* Best effort: a destroy after a failure must not fail again. */
         if (im->stream)
             (void)cudaStreamSynchronize(im->stream);
+        if (im->copy_stream)
+            (void)cudaStreamSynchronize(im->copy_stream);
         mgt_gpu_conv_cache_free(im);
         if (im->cudnn)
             (void)cudnnDestroy((cudnnHandle_t)im->cudnn);
@@ -200,8 +340,21 @@ static void gpu_destroy(mgt_backend *be) {
             (void)cudaFree(im->part.a);
         if (im->part.b)
             (void)cudaFree(im->part.b);
+        cudaEvent_t *evs[] = {&im->wait_ev, &im->staged[0], &im->staged[1], &im->released[0],
+                              &im->released[1]};
+        for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+            if (*evs[i])
+                (void)cudaEventDestroy(*evs[i]);
+        for (int i = 0; i < MGT_TIME_SETS; i++)
+            for (int k = 0; k < MGT_TIME_POINTS; k++)
+                if (im->timing[i][k])
+                    (void)cudaEventDestroy(im->timing[i][k]);
+        if (im->copy_stream)
+            (void)cudaStreamDestroy(im->copy_stream);
         if (im->stream)
             (void)cudaStreamDestroy(im->stream);
+        free(im->alloc_p);
+        free(im->alloc_n);
         free(im);
     }
     be->impl = NULL;
@@ -357,6 +510,13 @@ static void gpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const f
         mgt_k_transpose(mgt_gpu_impl_of(be)->stream, (size_t)n, (size_t)c, (size_t)h * w, x, y);
 }
 
+static void gpu_synthetic(mgt_backend *be, int n, int64_t elems, int classes, uint64_t pixel_key,
+                          uint64_t template_key, int64_t first, const int64_t *ids, float *x,
+                          int32_t *labels, float *targets) {
+    mgt_k_synthetic(mgt_gpu_impl_of(be)->stream, n, elems, classes, pixel_key, template_key, first,
+                    ids, x, labels, targets);
+}
+
 static void gpu_sgd(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
                     float momentum, int nesterov, float wd, float scale) {
     mgt_k_sgd(mgt_gpu_impl_of(be)->stream, count, w, g, vel, lr, momentum, nesterov, wd, scale);
@@ -381,7 +541,15 @@ static const mgt_ops gpu_ops = {
     .copy = gpu_copy,
     .zero = gpu_zero,
     .add = gpu_add,
+    .host_alloc = gpu_host_alloc,
+    .host_free = gpu_host_free,
     .sync = gpu_sync,
+    .stage = gpu_stage,
+    .stage_release = gpu_stage_release,
+    .stage_wait = gpu_stage_wait,
+    .time_mark = gpu_time_mark,
+    .time_read = gpu_time_read,
+    .synthetic = gpu_synthetic,
     .reserve = gpu_reserve,
     .destroy = gpu_destroy,
     .dense_fwd = gpu_dense_fwd,
@@ -463,6 +631,15 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
     cudnnHandle_t dnn = NULL;
     INIT_CUDA(cudaSetDevice(device));
     INIT_CUDA(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    INIT_CUDA(cudaStreamCreateWithFlags(&im->copy_stream, cudaStreamNonBlocking));
+    INIT_CUDA(cudaEventCreateWithFlags(&im->wait_ev, cudaEventDisableTiming));
+    for (int i = 0; i < 2; i++) {
+        INIT_CUDA(cudaEventCreateWithFlags(&im->staged[i], cudaEventDisableTiming));
+        INIT_CUDA(cudaEventCreateWithFlags(&im->released[i], cudaEventDisableTiming));
+    }
+    for (int i = 0; i < MGT_TIME_SETS; i++)
+        for (int k = 0; k < MGT_TIME_POINTS; k++)
+            INIT_CUDA(cudaEventCreate(&im->timing[i][k]));
     INIT_CUBLAS(cublasCreate(&blas));
     im->cublas = blas;
     INIT_CUBLAS(cublasSetStream(blas, im->stream));
@@ -475,6 +652,7 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
     INIT_CUDNN(cudnnSetStream(dnn, im->stream));
     INIT_CUDA(cudaMalloc((void **)&im->part.a, sizeof(double) * MGT_GPU_PART_CAP));
     INIT_CUDA(cudaMalloc((void **)&im->part.b, sizeof(double) * MGT_GPU_PART_CAP));
+    account(im, MGT_GPU_BLAS_WS + 2 * sizeof(double) * MGT_GPU_PART_CAP, 0);
     INIT_CUDA(cudaStreamSynchronize(im->stream));
     return 0;
 fail:

@@ -12,9 +12,11 @@
  * Host files are C (compiled by the project's C compiler with its warnings); only the kernels go
  * through nvcc, so this header is read both as C and as CUDA C++.
  *
- * Streams: everything a backend does is queued on ONE stream (im->stream): kernels, cuBLAS,
- * cuDNN, copies and the NCCL all-reduce. Work is therefore ordered without events, and the host
- * waits only in to_host(), sync() and the all-reduce's completion poll.
+ * Streams: the compute stream (im->stream) carries kernels, cuBLAS, cuDNN and the copies of
+ * to_device/to_host; a copy stream carries the staged batches (stage()), and the NCCL transport
+ * has its own stream; events order them. The host waits only in to_host(), sync(),
+ * stage_wait() and time_read(), always by polling an event (mgt_gpu_wait_event), so that a wait
+ * behind a collective that never completes can end the job instead of hanging.
  *
  * No file holds mutable globals: everything per instance lives in mgt_gpu_impl (be->impl). */
 #ifndef MGT_GPU_INTERNAL_H
@@ -56,7 +58,29 @@ typedef struct mgt_gpu_impl {
     void *blas_ws; /* cuBLAS's workspace, set once so that it never allocates in the step loop */
     mgt_gpu_part part;
     struct mgt_gpu_conv_cache *conv;
+    /* Host waits poll this event (recorded where the wait must reach) and call watch() between
+     * polls with the seconds waited so far; the NCCL transport sets watch to check its
+     * communicator and its timeout. */
+    cudaEvent_t wait_ev;
+    void (*watch)(void *ctx, double waited);
+    void *watch_ctx;
+    /* Staging (stage()): the copy stream, and per slot the copies' event and the event after the
+     * last op that reads the slot's device buffers (recorded yet or not). */
+    cudaStream_t copy_stream;
+    cudaEvent_t staged[2], released[2];
+    int released_set[2];
+    /* Device memory mgtrain holds (its cudaMalloc calls: tensors, workspaces, partials), now and
+     * at most; live tensors and their sizes for gpu_free. */
+    size_t mem_now, mem_peak;
+    void **alloc_p;
+    size_t *alloc_n;
+    int nalloc, alloc_cap;
+    /* Timing points (time_mark / time_read). */
+    cudaEvent_t timing[MGT_TIME_SETS][MGT_TIME_POINTS];
 } mgt_gpu_impl;
+
+/* Waits until `ev` has completed, polling (see watch above). */
+void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev);
 
 static inline mgt_gpu_impl *mgt_gpu_impl_of(mgt_backend *be) {
     return (mgt_gpu_impl *)be->impl;
@@ -181,6 +205,12 @@ void mgt_k_rmsprop(cudaStream_t st, size_t count, float *w, const float *g, floa
                    float rho, float eps, float wd, float scale);
 void mgt_k_adam(cudaStream_t st, size_t count, float *w, const float *g, float *m, float *v,
                 float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+
+/* Synthetic samples (backend.h: synthetic): rows first + ids[i] into x, labels and, unless NULL,
+ * one-hot targets. */
+void mgt_k_synthetic(cudaStream_t st, int n, int64_t elems, int classes, uint64_t pixel_key,
+                     uint64_t template_key, int64_t first, const int64_t *ids, float *x,
+                     int32_t *labels, float *targets);
 
 /* The device RNG compiled for the host (the same source as the kernels use), so that a test on
  * any machine can check it against util.h bit for bit. */

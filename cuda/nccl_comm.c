@@ -5,17 +5,18 @@
  * the device was bound by the GPU backend's init (cudaSetDevice) before this is called.
  *
  * The communicator is NON-BLOCKING (config.blocking = 0): no NCCL call waits for a peer. Every
- * call may return ncclInProgress, and completion is polled: ncclCommGetAsyncError for the
- * communicator's state, cudaEventQuery for the collective's kernels. A dead or stopped peer thus
- * shows up as a timeout on this side (after c->timeout seconds, the --comm-timeout): the
- * communicator is aborted (ncclCommAbort, which also releases the kernels stuck on the GPU) and
- * the job ends naming what happened. NCCL's own asynchronous errors (a peer's network failing)
- * end it likewise, as soon as they are seen. The comm.c watchdog (mgt_allreduce_sum's
- * enter/leave) covers the same waits from its own thread as a second line of defence.
+ * call may return ncclInProgress, and the communicator's state is polled (ncclCommGetAsyncError).
  *
- * The all-reduce runs on the backend's stream, in place, so it is ordered after the backward pass
- * and before the optimizer step with no events between streams; one event recorded after it is
- * what the host polls. Counts are ELEMENTS (floats), as everywhere in comm.h. */
+ * The all-reduce runs in place on the transport's own stream, ordered by events: it waits for
+ * the gradients (an event on the compute stream after the backward pass), and the compute stream
+ * waits for it (an event after it) before the optimizer step. The host does NOT wait for it: the
+ * step returns at once, and the next host wait of the GPU backend (a metric read, a staged
+ * batch's slot, a sync) is where a collective that never completes would be noticed. Every such
+ * wait polls an event and calls this transport's watch() between polls, which checks the
+ * communicator for asynchronous errors and, while an all-reduce is outstanding, the timeout: past
+ * c->timeout seconds (--comm-timeout) of waiting, the communicator is aborted (ncclCommAbort,
+ * which also releases the kernels stuck on the GPU) and the job ends naming what happened.
+ * Counts are ELEMENTS (floats), as everywhere in comm.h. */
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,8 +32,12 @@
 
 typedef struct nccl_state {
     ncclComm_t comm;
-    cudaStream_t stream; /* the backend's */
-    cudaEvent_t done;
+    mgt_gpu_impl *gpu;   /* the backend: its compute stream, and its host waits' watch hook */
+    cudaStream_t stream; /* the transport's own */
+    cudaEvent_t ready;   /* compute stream: the gradients are complete */
+    cudaEvent_t done;    /* transport stream: the all-reduce is complete */
+    int outstanding;     /* an all-reduce was queued and not yet seen complete */
+    size_t count;        /* its size, for messages */
     int device;
 } nccl_state;
 
@@ -75,12 +80,48 @@ static void nccl_abort_die(nccl_state *s, const char *what, double timeout, size
             what, count, timeout);
 }
 
+/* Ends the job when the communicator reports an asynchronous error (a peer's network, say). */
+static void check_async(nccl_state *s, size_t count) {
+    ncclResult_t st = ncclSuccess;
+    CHECK_NCCL(ncclCommGetAsyncError(s->comm, &st));
+    if (st == ncclSuccess || st == ncclInProgress)
+        return;
+    char last[256]; /* copied: the string may live in the communicator */
+    const char *l = ncclGetLastError(s->comm);
+    snprintf(last, sizeof last, "%s", l ? l : "");
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+    mgt_die("NCCL all-reduce of %zu floats failed: %s%s%s; the communicator was aborted and the "
+            "job ends (another rank may have died; see its messages)",
+            count, ncclGetErrorString(st), last[0] ? ": " : "", last);
+}
+
+/* The GPU backend's host waits call this between polls (waited: seconds into the wait). */
+static void nccl_watch(void *ctx, double waited) {
+    mgt_comm *c = ctx;
+    nccl_state *s = c->impl;
+    if (!s || !s->comm || !s->outstanding)
+        return;
+    cudaError_t e = cudaEventQuery(s->done);
+    if (e == cudaSuccess) {
+        s->outstanding = 0;
+        return;
+    }
+    if (e != cudaErrorNotReady)
+        mgt_gpu_fail_cuda((int)e, "cudaEventQuery after ncclAllReduce", __FILE__, __LINE__);
+    check_async(s, s->count);
+    if (c->timeout > 0 && waited > c->timeout)
+        nccl_abort_die(s, "all-reduce", c->timeout, s->count);
+}
+
 static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
     nccl_state *s = c->impl;
     if (count > SIZE_MAX / sizeof(float))
         mgt_die("NCCL all-reduce of %zu floats: the byte count does not fit size_t", count);
     if (count == 0)
         return;
+    CHECK_CUDA(cudaEventRecord(s->ready, s->gpu->stream));
+    CHECK_CUDA(cudaStreamWaitEvent(s->stream, s->ready, 0));
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, s->comm, s->stream);
     if (r == ncclInProgress) /* enqueueing may itself be in progress on a non-blocking comm */
         r = wait_comm(s->comm, c->timeout);
@@ -89,37 +130,20 @@ static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
     if (r != ncclSuccess)
         mgt_gpu_fail_nccl((int)r, "ncclAllReduce", __FILE__, __LINE__);
     CHECK_CUDA(cudaEventRecord(s->done, s->stream));
-    /* Completion: the event (the collective's kernels, and everything queued before them) or an
-     * asynchronous NCCL error, whichever comes first; or the timeout. */
-    const double t0 = mgt_now();
-    for (;;) {
-        cudaError_t e = cudaEventQuery(s->done);
-        if (e == cudaSuccess)
-            return;
-        if (e != cudaErrorNotReady)
-            mgt_gpu_fail_cuda((int)e, "cudaEventQuery after ncclAllReduce", __FILE__, __LINE__);
-        ncclResult_t st = ncclSuccess;
-        CHECK_NCCL(ncclCommGetAsyncError(s->comm, &st));
-        if (st != ncclSuccess && st != ncclInProgress) {
-            char last[256]; /* copied: the string may live in the communicator */
-            const char *l = ncclGetLastError(s->comm);
-            snprintf(last, sizeof last, "%s", l ? l : "");
-            ncclCommAbort(s->comm);
-            s->comm = NULL;
-            mgt_die("NCCL all-reduce of %zu floats failed: %s%s%s; the communicator was aborted "
-                    "and the job ends (another rank may have died; see its messages)",
-                    count, ncclGetErrorString(st), last[0] ? ": " : "", last);
-        }
-        if (c->timeout > 0 && mgt_now() - t0 > c->timeout)
-            nccl_abort_die(s, "all-reduce", c->timeout, count);
-        poll_pause();
-    }
+    CHECK_CUDA(cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
+    s->outstanding = 1;
+    s->count = count;
+    check_async(s, count); /* cheap: an error already known ends the job now */
 }
 
 static void nccl_destroy(mgt_comm *c) {
     nccl_state *s = c->impl;
     if (!s)
         return;
+    if (s->gpu && s->gpu->watch == nccl_watch) {
+        s->gpu->watch = NULL;
+        s->gpu->watch_ctx = NULL;
+    }
     if (s->comm) {
         /* Non-blocking: Finalize flushes outstanding work (polled, bounded by the timeout),
          * then Destroy frees; on a timeout or an error Abort instead. */
@@ -131,8 +155,14 @@ static void nccl_destroy(mgt_comm *c) {
         else
             (void)ncclCommAbort(s->comm);
     }
+    if (s->stream)
+        (void)cudaStreamSynchronize(s->stream);
     if (s->done)
         (void)cudaEventDestroy(s->done);
+    if (s->ready)
+        (void)cudaEventDestroy(s->ready);
+    if (s->stream)
+        (void)cudaStreamDestroy(s->stream);
     free(s);
     c->impl = NULL;
 }
@@ -153,13 +183,17 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
     nccl_state *s = calloc(1, sizeof *s);
     if (!s)
         return mgt_errf(err, "out of host memory starting NCCL");
-    s->stream = im->stream;
+    s->gpu = im;
     s->device = im->device;
     c->impl = s;
-    cudaError_t ce = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
+    cudaError_t ce = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming);
+    if (ce == cudaSuccess)
+        ce = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
     if (ce != cudaSuccess)
-        return mgt_errf(err, "GPU %d: cudaEventCreateWithFlags failed: %s", im->device,
-                        cudaGetErrorString(ce));
+        return mgt_errf(err, "GPU %d: creating the NCCL stream and its events failed: %s",
+                        im->device, cudaGetErrorString(ce));
 
     /* Rank 0's id, with its status, to everyone. */
     struct {
@@ -207,5 +241,7 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
                         "ranks on one GPU, or a network problem? NCCL_DEBUG=WARN tells more)",
                         c->rank, c->world, im->device, ncclGetErrorString(r));
     }
+    im->watch = nccl_watch;
+    im->watch_ctx = c;
     return 0;
 }

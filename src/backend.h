@@ -40,6 +40,8 @@ typedef struct mgt_pool_shape {
 
 typedef struct mgt_ops mgt_ops;
 
+enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 8 };
+
 /* A backend instance: the table plus its private state (BLAS threads, scratch, handles). */
 typedef struct mgt_backend {
     const mgt_ops *ops;
@@ -64,6 +66,35 @@ struct mgt_ops {
     void (*host_free)(mgt_backend *be, void *p);
     /* Waits until every op issued so far has finished (no-op on the CPU). */
     void (*sync)(mgt_backend *be);
+
+    /* Batch staging (optional; NULL where host memory is the backend's, as on the CPU): the
+     * copies of a batch run on their own queue, overlapping the steps before it. Two slots, used
+     * in turn, each with its own device buffers:
+     *   stage(slot, count, dst, src, bytes): copies count host buffers (host_alloc memory) into
+     *     the slot's device buffers once the step that used the slot before has released it, and
+     *     makes every op issued afterwards wait for the copies;
+     *   stage_release(slot): the ops issued so far are the last to read the slot's buffers;
+     *   stage_wait(slot): returns when the slot's copies are done (its host buffers may then be
+     *     refilled). */
+    void (*stage)(mgt_backend *be, int slot, int count, void *const *dst, const void *const *src,
+                  const size_t *bytes);
+    void (*stage_release)(mgt_backend *be, int slot);
+    void (*stage_wait)(mgt_backend *be, int slot);
+
+    /* Device-side timing (optional; NULL where the host's clock times the ops, as on the CPU):
+     * time_mark(set, point) queues point `point` of timing set `set`; time_read(set, npoints,
+     * sec) waits until the set's points have run and gives sec[i], the seconds from point 0 to
+     * point i. Up to MGT_TIME_SETS sets of MGT_TIME_POINTS points. */
+    void (*time_mark)(mgt_backend *be, int set, int point);
+    void (*time_read)(mgt_backend *be, int set, int npoints, double *sec);
+
+    /* Synthetic samples generated in backend memory (optional): for generated sample indices
+     * first + ids[i] (ids: backend memory), the values x[i], labels[i] and, if targets is not
+     * NULL, one-hot targets[i], exactly as dataset.h defines them (mgt_dataset_synthetic_keys).
+     * elems = values per sample. */
+    void (*synthetic)(mgt_backend *be, int n, int64_t elems, int classes, uint64_t pixel_key,
+                      uint64_t template_key, int64_t first, const int64_t *ids, float *x,
+                      int32_t *labels, float *targets);
 
     /* Scratch memory: reserve() is called while the model is built with the largest size any op
      * will ask for (conv2d_scratch); the ops then use it without allocating in the step loop.

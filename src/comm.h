@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
+#include "util.h"
+
 typedef struct mgt_comm mgt_comm;
 
 typedef struct mgt_comm_ops {
@@ -31,11 +34,17 @@ struct mgt_comm {
     MPI_Comm mpi;      /* host collectives, and the bootstrap of other transports */
     void *impl;        /* the transport's state */
     double timeout;    /* seconds a collective may take before the job is ended (0: forever) */
+    int always;        /* all-reduce even in a world of one (to time the transport) */
     struct mgt_watchdog *dog;
 };
 
 /* The MPI transport over `mpi` (host memory). timeout_s <= 0: no watchdog. */
 void mgt_comm_init_mpi(mgt_comm *c, MPI_Comm mpi, double timeout_s);
+/* The MPI transport for device buffers (cuda/, GPU builds): each all-reduce copies the buffer to
+ * pinned host memory, reduces it over MPI and copies it back (MPI here is not CUDA-aware). For
+ * ranks that NCCL will not connect; slower than NCCL. Returns -1 with err on failure. */
+int mgt_comm_init_mpi_staged(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s,
+                             mgt_err *err);
 /* The common part every transport's init calls first: ranks, MPI communicator, watchdog. */
 void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s);
 void mgt_comm_destroy(mgt_comm *c);

@@ -20,6 +20,10 @@ void mgt_gpu_describe(int device, char *buf, size_t n);
 /* Binds this process to `device` and builds the GPU op table on it (cuDNN, cuBLAS, kernels);
  * tf32 != 0 lets cuDNN and cuBLAS use TF32 tensor cores for float32. */
 int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err);
+/* The most device memory the backend has held at once: its own allocations (tensors, arenas,
+ * workspaces), the CUDA context and the libraries' handles excluded, as PyTorch's
+ * torch.cuda.max_memory_allocated counts. */
+size_t mgt_gpu_peak_bytes(const mgt_backend *be);
 /* The NCCL transport for device buffers, bootstrapped over `mpi` (rank 0's unique id broadcast
  * with MPI_Bcast). Host-side collectives (broadcast, gathers, metric sums) stay on MPI. */
 int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s,

@@ -50,6 +50,9 @@ static const flag flags[] = {
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},
     {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
+    {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
+     "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
+     "through host memory"},
     {"comm-timeout", "SECONDS", C_TRAIN | C_EVAL | C_PREDICT, "300",
      "end the job if a collective waits longer (a peer died)"},
     {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
@@ -248,6 +251,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "device")) o.device = v;
         else if (!strcmp(n, "gpus")) o.gpus = v;
         else if (!strcmp(n, "tf32")) o.tf32 = 1;
+        else if (!strcmp(n, "transport")) o.transport = v;
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
         else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 1);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);

@@ -25,8 +25,42 @@ int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be,
         if (!p->dur[i] || !p->spans)
             return mgt_errf(err, "out of memory for the profile of %lld steps",
                             (long long)max_steps);
+    p->device = be && be->ops->time_mark && be->ops->time_read;
+    for (int i = 0; i < MGT_TIME_SETS; i++)
+        p->set_step[i] = -1;
     p->origin = mgt_now();
     return 0;
+}
+
+static void add_span(mgt_profile *p, double start, double dur, int phase, int64_t step) {
+    if (p->nspans < p->cap)
+        p->spans[p->nspans++] = (mgt_span){start - p->origin, dur, phase, (int32_t)step};
+}
+
+static void store_step(mgt_profile *p, const double *cur) {
+    if (p->nsteps >= p->step_cap)
+        return;
+    for (int i = 0; i < MGT_PH_COUNT; i++)
+        p->dur[i][p->nsteps] = cur[i];
+    p->nsteps++;
+}
+
+/* Reads device timing set k (waiting for its last point) into a step's phases. */
+static void collect(mgt_profile *p, int k) {
+    if (p->set_step[k] < 0 || p->set_points[k] < 2) {
+        p->set_step[k] = -1;
+        return;
+    }
+    double sec[MGT_TIME_POINTS], cur[MGT_PH_COUNT] = {0};
+    int n = p->set_points[k];
+    p->be->ops->time_read(p->be, k, n, sec);
+    for (int i = 1; i < n; i++) {
+        double d = sec[i] - sec[i - 1];
+        cur[p->set_phase[k][i]] += d;
+        add_span(p, p->set_t0[k] + sec[i - 1], d, p->set_phase[k][i], p->set_step[k]);
+    }
+    store_step(p, cur);
+    p->set_step[k] = -1;
 }
 
 void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
@@ -35,27 +69,62 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
     p->step = step;
     memset(p->cur, 0, sizeof p->cur);
     p->mark = mgt_now();
+    if (p->device) {
+        int k = (int)(step % MGT_TIME_SETS);
+        p->set = k;
+        if (p->set_step[k] == step && p->set_points[k] == 1)
+            return; /* point 0 was queued at the end of the previous step */
+        collect(p, k); /* the step that used this set before, MGT_TIME_SETS steps ago */
+        p->set_step[k] = step;
+        p->set_points[k] = 1;
+        p->set_t0[k] = p->mark;
+        p->be->ops->time_mark(p->be, k, 0);
+    }
 }
 
 void mgt_profile_phase(mgt_profile *p, int phase) {
     if (!p->on)
         return;
-    if (p->be)
-        p->be->ops->sync(p->be); /* a GPU queues work: time it, not its launch */
+    if (p->device) {
+        int k = p->set, i = p->set_points[k];
+        if (i < MGT_TIME_POINTS) {
+            p->be->ops->time_mark(p->be, k, i);
+            p->set_phase[k][i] = phase;
+            p->set_points[k] = i + 1;
+        }
+        return;
+    }
     double now = mgt_now();
     p->cur[phase] += now - p->mark;
-    if (p->nspans < p->cap)
-        p->spans[p->nspans++] = (mgt_span){p->mark - p->origin, now - p->mark, phase,
-                                           (int32_t)p->step};
+    add_span(p, p->mark, now - p->mark, phase, p->step);
     p->mark = now;
 }
 
+/* On the device, the next step's point 0 is queued right after this step's last one: the device
+ * timeline is tiled without gaps, and whatever keeps the device idle between two steps (a host
+ * that is late with the next batch or launch) counts as the next step's data wait. */
 void mgt_profile_end_step(mgt_profile *p) {
-    if (!p->on || p->nsteps >= p->step_cap)
+    if (!p->on)
         return;
-    for (int i = 0; i < MGT_PH_COUNT; i++)
-        p->dur[i][p->nsteps] = p->cur[i];
-    p->nsteps++;
+    if (!p->device) {
+        store_step(p, p->cur);
+        return;
+    }
+    int64_t next = p->step + 1;
+    int k = (int)(next % MGT_TIME_SETS);
+    collect(p, k);
+    p->set_step[k] = next;
+    p->set_points[k] = 1;
+    p->set_t0[k] = mgt_now();
+    p->be->ops->time_mark(p->be, k, 0);
+}
+
+void mgt_profile_gap(mgt_profile *p) {
+    if (!p->on || !p->device)
+        return;
+    int k = (int)((p->step + 1) % MGT_TIME_SETS);
+    if (p->set_step[k] == p->step + 1 && p->set_points[k] == 1)
+        p->set_step[k] = -1; /* begin_step queues a fresh point 0 */
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -119,6 +188,10 @@ static int write_trace(const char *path, const mgt_span *spans, const int64_t *c
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err) {
     if (!p->on)
         return 0;
+    if (p->device) /* the sets still pending, oldest first (the next step's lone point 0 is dropped) */
+        for (int64_t s = p->step - MGT_TIME_SETS + 2; s <= p->step + 1; s++)
+            if (s >= 0)
+                collect(p, (int)(s % MGT_TIME_SETS));
     int world = c->world, root = c->rank == 0;
     double mine[NSTAT], *all = root ? malloc(sizeof(double) * NSTAT * (size_t)world) : NULL;
     size_t *counts = root ? malloc(sizeof(size_t) * (size_t)world) : NULL;

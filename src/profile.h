@@ -1,6 +1,12 @@
 /* profile.h: where a step's time goes. One mechanism for --profile (per-rank mean and p95 of each
  * phase, printed by rank 0) and --timeline FILE (a Chrome-trace JSON: each rank a process, each
- * phase a span, rank 0 merging every rank's spans). Spans live in a buffer sized before the loop. */
+ * phase a span, rank 0 merging every rank's spans). Spans live in a buffer sized before the loop.
+ *
+ * On a backend with device timing (a GPU: time_mark/time_read) a phase is timed on the device,
+ * between timing points queued at the phase boundaries, so the host keeps running ahead and the
+ * figures are the device's: "data" is how long the device waited for its batch. A step's points
+ * are read MGT_TIME_SETS - 1 steps later, when they have long run. Elsewhere the host's clock
+ * times each phase. */
 #ifndef MGT_PROFILE_H
 #define MGT_PROFILE_H
 
@@ -21,7 +27,15 @@ typedef struct mgt_span {
 
 typedef struct mgt_profile {
     int on;            /* --profile or --timeline */
-    mgt_backend *be;   /* waited for at each phase boundary, so device work is timed too */
+    mgt_backend *be;   /* device timing when its ops have time_mark */
+    int device;        /* timing on the device */
+    /* Device timing: per set, its step (-1: free), points queued, the phase each point ends and
+     * the host time of point 0. */
+    int64_t set_step[MGT_TIME_SETS];
+    int set_points[MGT_TIME_SETS];
+    int set_phase[MGT_TIME_SETS][MGT_TIME_POINTS];
+    double set_t0[MGT_TIME_SETS];
+    int set;
     double origin;     /* mgt_now() at a common barrier */
     mgt_span *spans;
     int64_t nspans, cap;
@@ -32,12 +46,14 @@ typedef struct mgt_profile {
     int64_t step;
 } mgt_profile;
 
-/* be: the backend whose queued work each phase includes (sync at every boundary while on). */
+/* be: the backend whose queued work each phase includes. */
 int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be, mgt_err *err);
 void mgt_profile_begin_step(mgt_profile *p, int64_t step);
 /* Ends the phase that started at the last mark, and starts the next one. */
 void mgt_profile_phase(mgt_profile *p, int phase);
 void mgt_profile_end_step(mgt_profile *p);
+/* Between steps the host does other work (evaluation, a checkpoint): not the next step's time. */
+void mgt_profile_gap(mgt_profile *p);
 /* Collective: rank 0 prints the per-rank table and, if path != NULL, writes the trace. */
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err);
 void mgt_profile_free(mgt_profile *p);

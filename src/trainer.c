@@ -54,6 +54,12 @@ typedef struct job {
     int32_t *hl;        /* host staging: labels */
     int64_t *idx;       /* sample indices of a local batch */
     float *hw, *hbuf;   /* host copies of the arenas */
+    /* Staged batches (backends with stage(), i.e. GPUs): two sets of device input buffers, set 0
+     * being the model's own, and pinned one-hot targets per set. */
+    int staged, dev_synth; /* dev_synth: synthetic batches generated on the device */
+    float *in_x[2], *in_t[2], *sht[2];
+    int32_t *in_l[2];
+    int64_t *in_ids[2];
     float *hslot[2];
     size_t reduce_count; /* gradient floats + the step's metric sums */
     char out[512];
@@ -109,6 +115,11 @@ static int parse_gpu_list(const char *list, int *ids, int max) {
 
 static void init_backend(job *j) {
     const char *d = j->o->device;
+    const char *tr = j->o->transport ? j->o->transport : "auto";
+    if (strcmp(tr, "auto") && strcmp(tr, "nccl") && strcmp(tr, "mpi"))
+        mgt_die_all("--transport %s: unknown; use auto, nccl or mpi", tr);
+    if (!strcmp(tr, "nccl") && !strcmp(d, "cpu"))
+        mgt_die_all("--transport nccl needs the GPU backend (not --device cpu)");
     mgt_runtime *rt = j->rt;
     if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
         mgt_die_all("--device %s: unknown; use cpu, gpu or auto", d);
@@ -158,10 +169,16 @@ static void init_backend(job *j) {
         mgt_err e;
         if (mgt_gpu_backend_init(&j->be, dev, j->o->tf32, &e) < 0)
             mgt_die("%s", e.msg);
-        /* NCCL for more than one rank; a world of one has nothing to reduce. */
-        if (rt->world > 1) {
+        /* NCCL for more than one rank (a world of one has nothing to reduce), unless the
+         * transport is named: then it runs even for one rank, so that its cost can be timed. */
+        if (!strcmp(tr, "mpi") && rt->world > 1) {
+            if (mgt_comm_init_mpi_staged(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout,
+                                         &e) < 0)
+                mgt_die("%s", e.msg);
+        } else if (!strcmp(tr, "nccl") || (!strcmp(tr, "auto") && rt->world > 1)) {
             if (mgt_comm_init_nccl(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout, &e) < 0)
                 mgt_die("%s", e.msg);
+            j->comm.always = !strcmp(tr, "nccl");
         } else {
             mgt_comm_init_mpi(&j->comm, MPI_COMM_WORLD, j->o->comm_timeout);
         }
@@ -177,6 +194,8 @@ static void init_backend(job *j) {
 #endif
     if (j->o->tf32 && rt->rank == 0)
         fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
+    if (!strcmp(tr, "nccl"))
+        mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
     int cores = mgt_runtime_cores(rt);
     if (mgt_cpu_backend_init(&j->be, cores) < 0)
         mgt_die("cannot start the CPU backend");
@@ -281,6 +300,26 @@ static void alloc_all(job *j) {
         j->hslot[i] = calloc(m->param_count + 1, sizeof(float));
     if (!j->hx || !j->ht || !j->hl || !j->idx || !j->hw || !j->hbuf)
         mgt_die("out of host memory for a batch of %d samples", max_batch);
+    const mgt_ops *o = j->be.ops;
+    j->staged = o->stage && o->host_alloc;
+    if (j->staged) {
+        size_t xb = sizeof(float) * in * (size_t)max_batch;
+        size_t tb = sizeof(float) * (size_t)m->classes * (size_t)max_batch;
+        j->in_x[0] = m->x;
+        j->in_l[0] = m->labels;
+        j->in_t[0] = m->targets;
+        j->in_x[1] = o->alloc(&j->be, xb);
+        j->in_l[1] = o->alloc(&j->be, sizeof(int32_t) * (size_t)max_batch);
+        j->in_t[1] = o->alloc(&j->be, tb);
+        for (int i = 0; i < 2; i++) {
+            j->sht[i] = o->host_alloc(&j->be, tb);
+            j->in_ids[i] = o->alloc(&j->be, sizeof(int64_t) * (size_t)max_batch);
+        }
+        if (!j->in_x[1] || !j->in_l[1] || !j->in_t[1] || !j->sht[0] || !j->sht[1] ||
+            !j->in_ids[0] || !j->in_ids[1])
+            mgt_die("out of %s memory for a second batch of %d samples (input staging); a "
+                    "smaller per-GPU batch needs less", o->name, max_batch);
+    }
     j->reduce_count = (size_t)(m->sums - m->g) + 2;
 }
 
@@ -553,23 +592,74 @@ static void start_state(job *j, const char *weights, int resume) {
 
 /* ---- the loops ----------------------------------------------------------------------------- */
 
+/* One-hot targets of n labels into t (categorical loss). */
+static void one_hot(const mgt_model *m, const int32_t *labels, int n, float *t) {
+    memset(t, 0, sizeof(float) * (size_t)m->classes * (size_t)n);
+    for (int i = 0; i < n; i++)
+        t[(size_t)i * (size_t)m->classes + (size_t)labels[i]] = 1.0f;
+}
+
+/* The MGT_FAULT "nan" hook poisons a training batch's inputs. */
+static void fault_poison(job *j, float *x, int n) {
+    if (j->fault_action == 3 && j->global_step >= j->fault_step)
+        for (size_t i = 0, e = (size_t)n * (size_t)mgt_shape_elems(j->m.input); i < e; i++)
+            x[i] = NAN;
+}
+
 /* Copies a batch from host memory to the backend: inputs, labels and (categorical loss) one-hot
- * targets. The MGT_FAULT "nan" hook poisons the inputs here. */
+ * targets, on the compute queue (evaluation, prediction, and training on the CPU). */
 static void upload_batch(job *j, float *x, const int32_t *labels, int n) {
     mgt_model *m = &j->m;
     const mgt_ops *o = j->be.ops;
     size_t in = (size_t)mgt_shape_elems(m->input);
-    if (j->fault_action == 3 && j->global_step >= j->fault_step)
-        for (size_t i = 0; i < (size_t)n * in; i++)
-            x[i] = NAN;
     o->to_device(&j->be, m->x, x, sizeof(float) * in * (size_t)n);
     o->to_device(&j->be, m->labels, labels, sizeof(int32_t) * (size_t)n);
     if (m->train.loss == MGT_LOSS_CE) {
-        memset(j->ht, 0, sizeof(float) * (size_t)m->classes * (size_t)n);
-        for (int i = 0; i < n; i++)
-            j->ht[(size_t)i * (size_t)m->classes + (size_t)labels[i]] = 1.0f;
+        one_hot(m, labels, n, j->ht);
         o->to_device(&j->be, m->targets, j->ht, sizeof(float) * (size_t)m->classes * (size_t)n);
     }
+}
+
+/* A training batch through the backend's staging (see backend.h): the copies into input set
+ * `slot` run on the copy queue, and the model reads that set for this step. */
+static void stage_batch(job *j, int slot, const mgt_batch *bt) {
+    mgt_model *m = &j->m;
+    size_t in = (size_t)mgt_shape_elems(m->input), n = (size_t)bt->n;
+    int ce = m->train.loss == MGT_LOSS_CE;
+    const mgt_ops *o = j->be.ops;
+    if (j->dev_synth) { /* only the rows travel; the samples are made where they are read */
+        void *dst = j->in_ids[slot];
+        const void *src = bt->ids;
+        size_t bytes = sizeof(int64_t) * n;
+        uint64_t pkey, tkey;
+        mgt_dataset_synthetic_keys(&j->train, &pkey, &tkey);
+        o->stage(&j->be, slot, 1, &dst, &src, &bytes);
+        o->synthetic(&j->be, bt->n, (int64_t)in, m->classes, pkey, tkey, j->train.first,
+                     j->in_ids[slot], j->in_x[slot], j->in_l[slot], ce ? j->in_t[slot] : NULL);
+        m->x = j->in_x[slot];
+        m->labels = j->in_l[slot];
+        m->targets = j->in_t[slot];
+        return;
+    }
+    if (ce)
+        one_hot(m, bt->labels, bt->n, j->sht[slot]);
+    void *dst[3] = {j->in_x[slot], j->in_l[slot], j->in_t[slot]};
+    const void *src[3] = {bt->x, bt->labels, j->sht[slot]};
+    size_t bytes[3] = {sizeof(float) * in * n, sizeof(int32_t) * n,
+                       ce ? sizeof(float) * (size_t)m->classes * n : 0};
+    o->stage(&j->be, slot, 3, dst, src, bytes);
+    m->x = j->in_x[slot];
+    m->labels = j->in_l[slot];
+    m->targets = j->in_t[slot];
+}
+
+/* After a staged step is queued: the set is free once the queued ops have run, and the model
+ * reads set 0 again (evaluation uploads into it). */
+static void unstage_batch(job *j, int slot) {
+    j->be.ops->stage_release(&j->be, slot);
+    j->m.x = j->in_x[0];
+    j->m.labels = j->in_l[0];
+    j->m.targets = j->in_t[0];
 }
 
 /* Gathers samples ids[0..n) of ds and uploads them (evaluation and prediction). */
@@ -685,6 +775,15 @@ static void startup_block(job *j, const char *what) {
 static void free_job(job *j) {
     if (j->acc)
         j->be.ops->free(&j->be, j->acc);
+    if (j->staged) {
+        j->be.ops->free(&j->be, j->in_x[1]);
+        j->be.ops->free(&j->be, j->in_l[1]);
+        j->be.ops->free(&j->be, j->in_t[1]);
+        for (int i = 0; i < 2; i++) {
+            j->be.ops->host_free(&j->be, j->sht[i]);
+            j->be.ops->free(&j->be, j->in_ids[i]);
+        }
+    }
     mgt_optim_free(&j->opt, &j->be);
     mgt_model_free(&j->m);
     mgt_dataset_free(&j->train);
@@ -730,8 +829,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     mgt_err e;
     /* A loader thread pays where the rank has a core to spare for it, or a GPU computes. */
     int threaded = strcmp(ops->name, "cpu") || mgt_runtime_cores(rt) > 1;
+    /* Synthetic batches are generated on the device when it can (not with the NaN fault hook,
+     * which poisons host buffers). */
+    j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3;
     mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank,
-                                           rt->world, m->max_batch, threaded, &e);
+                                           rt->world, m->max_batch, threaded, j->dev_synth, &e);
     if (!loader)
         mgt_die("%s", e.msg);
     int epochs = m->train.epochs;
@@ -754,6 +856,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         mgt_die("out of %s memory for the metric sums", ops->name);
 
     for (; j->epoch < epochs && j->global_step < limit; j->epoch++) {
+        if (j->staged) /* the loader refills both slots now; evaluation may have used set 0 */
+            for (int k = 0; k < 2; k++) {
+                ops->stage_wait(&j->be, k);
+                ops->stage_release(&j->be, k);
+            }
         mgt_loader_begin_epoch(loader, j->epoch, j->step_in_epoch);
         double t_epoch = mgt_now();
         int64_t seen_before = (int64_t)j->ep[2], first_step = j->step_in_epoch;
@@ -761,13 +868,24 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             fault_point(j);
             int64_t step = j->step_in_epoch;
             mgt_profile_begin_step(&prof, j->global_step);
+            int slot = (int)(j->global_step & 1);
+            /* The loader refills the previous step's host buffers once we ask for the next
+             * batch: their copies must be done by then (this also bounds how far the host runs
+             * ahead of the device). */
+            if (j->staged)
+                ops->stage_wait(&j->be, slot ^ 1);
             const mgt_batch *bt = mgt_loader_next(loader);
             if (bt->step != step)
                 mgt_die("data loader delivered step %lld for step %lld; please report this",
                         (long long)bt->step, (long long)step);
             int64_t b = bt->global_n;
             mgt_range r = {bt->first, bt->n};
-            upload_batch(j, bt->x, bt->labels, bt->n);
+            if (!j->dev_synth)
+                fault_poison(j, bt->x, bt->n);
+            if (j->staged)
+                stage_batch(j, slot, bt);
+            else
+                upload_batch(j, bt->x, bt->labels, bt->n);
             ops->zero(&j->be, m->sums, 2 * sizeof(float));
             mgt_profile_phase(&prof, MGT_PH_DATA);
             mgt_step s = {.be = &j->be, .n = (int)r.count, .training = 1,
@@ -802,12 +920,16 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                 read_at = next;
             }
             mgt_optim_step(&j->opt, &j->be, m->w, m->g, b);
+            if (j->staged)
+                unstage_batch(j, slot);
             mgt_profile_phase(&prof, MGT_PH_UPDATE);
             mgt_profile_end_step(&prof);
             j->global_step++;
             trained++;
-            if (o->debug_check > 0 && j->global_step % o->debug_check == 0)
+            if (o->debug_check > 0 && j->global_step % o->debug_check == 0) {
                 check_same_weights(j, "during training (debug check)");
+                mgt_profile_gap(&prof);
+            }
             if (rt->rank == 0 && mt.verbose == 1 && j->ep[2] > 0) {
                 double el = mgt_now() - t_epoch;
                 double eta = el / (double)(step + 1 - first_step) * (double)(steps - step - 1);
@@ -818,8 +940,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                 j->step_in_epoch++; /* the position saved is the NEXT step */
                 save_checkpoint(j);
                 j->step_in_epoch--;
+                mgt_profile_gap(&prof);
             }
         }
+        mgt_profile_gap(&prof); /* evaluation and saving are no step's */
         double secs = mgt_now() - t_epoch;
         train_seconds += secs;
         int finished = j->step_in_epoch == steps;
@@ -881,6 +1005,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                "%s/weights.safetensors\n", (long long)trained, train_seconds,
                train_seconds > 0 ? (double)trained * (double)B / train_seconds : 0.0,
                mgt_now() - t_start, j->out);
+#ifdef MGT_HAVE_CUDA
+        if (!strcmp(j->be.ops->name, "gpu"))
+            printf("Peak GPU memory: %.1f MiB on rank 0 (mgtrain's own allocations, the CUDA "
+                   "context excluded)\n", (double)mgt_gpu_peak_bytes(&j->be) / 1048576.0);
+#endif
         fflush(stdout);
     }
     mgt_metrics_free(&mt);

@@ -42,6 +42,14 @@ int mgt_dataset_load_idx(mgt_dataset *ds, const char *dir, const char *prefix, i
 void mgt_dataset_synthetic(mgt_dataset *ds, int64_t n, int h, int w, int c, int classes,
                            uint64_t seed, uint64_t split_salt);
 
+/* The two streams a synthetic dataset's values come from (util.h's mgt_rand64 keys): value j of
+ * generated sample i is byte j % 8 of mgt_rand64(pixel_key, i * ceil(elems / 8) + j / 8), mapped
+ * to (byte + 0.5) / 256, and class c's template is row c of template_key alike; the label is the
+ * class whose template, centred as 2 * byte - 255, has the largest integer dot product with the
+ * sample centred alike (ties to the lowest class). A backend that generates batches itself
+ * (backend.h: synthetic) follows this definition. */
+void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key, uint64_t *template_key);
+
 /* Copies samples idx[0..count) into x (count*h*w*c floats, NHWC, scaled to [0,1]) and their
  * labels into labels (int32). */
 void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,

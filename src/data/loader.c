@@ -25,7 +25,7 @@ struct mgt_loader {
     uint64_t seed;
     int64_t batch, steps;
     int rank, world;
-    int threaded;
+    int threaded, ids_only;
     int64_t *perm, *idx;
     slot s[SLOTS];
 
@@ -44,8 +44,10 @@ static void fill(mgt_loader *l, slot *s, int64_t step) {
     int64_t n = l->ds->n;
     int64_t b = mgt_shard_batch_size(n, l->batch, step);
     mgt_range r = mgt_shard_range(b, l->rank, l->world);
-    mgt_dataset_gather(l->ds, l->perm + step * l->batch + r.first, (int)r.count, s->b.x,
-                       s->b.labels);
+    const int64_t *rows = l->perm + step * l->batch + r.first;
+    memcpy(s->b.ids, rows, sizeof(int64_t) * (size_t)r.count);
+    if (!l->ids_only)
+        mgt_dataset_gather(l->ds, rows, (int)r.count, s->b.x, s->b.labels);
     s->b.n = (int)r.count;
     s->b.first = r.first;
     s->b.global_n = b;
@@ -85,7 +87,8 @@ static void *run(void *arg) {
 }
 
 mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
-                              int rank, int world, int max_local, int threaded, mgt_err *err) {
+                              int rank, int world, int max_local, int threaded, int ids_only,
+                              mgt_err *err) {
     mgt_loader *l = calloc(1, sizeof *l);
     if (!l) {
         mgt_errf(err, "out of host memory for the data loader");
@@ -98,6 +101,7 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     l->rank = rank;
     l->world = world;
     l->threaded = threaded;
+    l->ids_only = ids_only;
     l->steps = 0;
     l->perm_epoch = -1;
     l->perm = malloc(sizeof(int64_t) * (size_t)(ds->n ? ds->n : 1));
@@ -105,9 +109,14 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     int ok = l->perm != NULL;
     for (int i = 0; i < SLOTS && ok; i++) {
         size_t xb = sizeof(float) * in * (size_t)max_local, lb = sizeof(int32_t) * (size_t)max_local;
+        size_t ib = sizeof(int64_t) * (size_t)max_local;
+        l->s[i].b.ids = be->ops->host_alloc ? be->ops->host_alloc(be, ib) : malloc(ib);
+        ok = l->s[i].b.ids != NULL;
+        if (ids_only)
+            continue;
         l->s[i].b.x = be->ops->host_alloc ? be->ops->host_alloc(be, xb) : malloc(xb);
         l->s[i].b.labels = be->ops->host_alloc ? be->ops->host_alloc(be, lb) : malloc(lb);
-        ok = l->s[i].b.x && l->s[i].b.labels;
+        ok = ok && l->s[i].b.x && l->s[i].b.labels;
     }
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
@@ -177,12 +186,14 @@ void mgt_loader_destroy(mgt_loader *l) {
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     for (int i = 0; i < SLOTS; i++) {
-        if (l->be->ops->host_free) {
-            l->be->ops->host_free(l->be, l->s[i].b.x);
-            l->be->ops->host_free(l->be, l->s[i].b.labels);
-        } else {
-            free(l->s[i].b.x);
-            free(l->s[i].b.labels);
+        void *bufs[] = {l->s[i].b.x, l->s[i].b.labels, l->s[i].b.ids};
+        for (int k = 0; k < 3; k++) {
+            if (!bufs[k])
+                continue;
+            if (l->be->ops->host_free)
+                l->be->ops->host_free(l->be, bufs[k]);
+            else
+                free(bufs[k]);
         }
     }
     free(l->perm);

@@ -17,8 +17,9 @@
 typedef struct mgt_loader mgt_loader;
 
 typedef struct mgt_batch {
-    float *x;          /* n samples, NHWC, scaled to [0,1] */
-    int32_t *labels;   /* n labels */
+    float *x;          /* n samples, NHWC, scaled to [0,1] (NULL with ids_only) */
+    int32_t *labels;   /* n labels (NULL with ids_only) */
+    int64_t *ids;      /* the n samples' rows in the dataset */
     int n;             /* this rank's samples */
     int64_t first;     /* position of this rank's first sample within the global batch */
     int64_t global_n;  /* samples in the global batch */
@@ -28,10 +29,12 @@ typedef struct mgt_batch {
 /* A loader for `ds` split over `world` ranks with global batch `batch`; max_local is the most
  * samples a rank gets in one step. threaded = 0 builds each batch in the caller's thread when it
  * is asked for (a rank with one core: a second thread would only preempt the compute and make
- * the ranks wait for each other at the all-reduce). Returns NULL (with err) when memory or the
+ * the ranks wait for each other at the all-reduce). ids_only = 1 hands out the sample rows only
+ * (a backend that generates synthetic samples itself). Returns NULL (with err) when memory or the
  * thread cannot be had. */
 mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
-                              int rank, int world, int max_local, int threaded, mgt_err *err);
+                              int rank, int world, int max_local, int threaded, int ids_only,
+                              mgt_err *err);
 /* Starts producing epoch `epoch` from step `first_step` (ends any epoch in progress). */
 void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step);
 /* The next step's batch, waiting for it if the thread is behind. Valid until the next call. */

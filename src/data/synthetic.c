@@ -105,12 +105,18 @@ static int32_t dot16(const int16_t *a, const int16_t *b, int len16) {
     return s;
 }
 
+void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key,
+                                uint64_t *template_key) {
+    *pixel_key = mgt_key3(ds->seed, ds->split_salt, SYN_PIXELS);
+    *template_key = mgt_key3(ds->seed, SYN_TEMPLATES, 0);
+}
+
 static void gather_synthetic(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
                              int32_t *labels) {
     const int64_t elems = (int64_t)ds->h * ds->w * ds->c;
     const int64_t words = (elems + 7) / 8;
-    const uint64_t pkey = mgt_key3(ds->seed, ds->split_salt, SYN_PIXELS);
-    const uint64_t tkey = mgt_key3(ds->seed, SYN_TEMPLATES, 0);
+    uint64_t pkey, tkey;
+    mgt_dataset_synthetic_keys(ds, &pkey, &tkey);
     const int classes = ds->classes > 0 ? ds->classes : 1;
 
     value_luts lut;

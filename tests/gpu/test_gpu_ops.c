@@ -7,6 +7,7 @@
  * backward, dropout masks, layout changes, copies, the accuracy count) must be identical bits.
  * Backward ops are also run with n == 0 (parameter gradients must become zeros) and with
  * dx == NULL. Needs a GPU: without one it prints SKIPPED and exits 77. */
+#include "data/dataset.h"
 #include "gpu_test.h"
 
 static const double TOL = 1e-4;
@@ -433,6 +434,38 @@ static void test_optim(pair *p, size_t count) {
     hfree_all();
 }
 
+/* ---- synthetic samples: generated on the device, identical bits to mgt_dataset_gather ---- */
+
+static void test_synthetic(pair *p, int n, int h, int w, int c, int classes, int64_t first) {
+    mgt_backend *g = &p->gpu;
+    mgt_dataset ds;
+    mgt_dataset_synthetic(&ds, 100000, h, w, c, classes, 42, 1);
+    mgt_dataset view = mgt_dataset_slice(&ds, first, 50000);
+    size_t elems = (size_t)h * w * c;
+    int64_t *ids = hbuf(sizeof(int64_t) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int64_t)((i * 7919) % 50000);
+    float *x = hf((size_t)n * elems), *t = hf((size_t)n * (size_t)classes);
+    int32_t *l = hbuf(sizeof(int32_t) * (size_t)n);
+    mgt_dataset_gather(&view, ids, n, x, l);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < classes; k++)
+            t[(size_t)i * classes + k] = k == l[i] ? 1.0f : 0.0f;
+    int64_t *gids = dbuf(g, sizeof(int64_t) * (size_t)n);
+    g->ops->to_device(g, gids, ids, sizeof(int64_t) * (size_t)n);
+    float *gx = dnan(g, (size_t)n * elems), *gt = dnan(g, (size_t)n * classes);
+    int32_t *gl = dbuf(g, sizeof(int32_t) * (size_t)n);
+    uint64_t pk, tk;
+    mgt_dataset_synthetic_keys(&view, &pk, &tk);
+    g->ops->synthetic(g, n, (int64_t)elems, classes, pk, tk, view.first, gids, gx, gl, gt);
+    printf("  synthetic n=%d %dx%dx%d, %d classes\n", n, h, w, c, classes);
+    expect_same("synthetic samples", g, gx, x, sizeof(float) * (size_t)n * elems);
+    expect_same("synthetic labels", g, gl, l, sizeof(int32_t) * (size_t)n);
+    expect_same("synthetic one-hot targets", g, gt, t, sizeof(float) * (size_t)n * classes);
+    dfree_all();
+    hfree_all();
+}
+
 int main(void) {
     require_gpu();
     pair p;
@@ -488,6 +521,9 @@ int main(void) {
     test_layout(&p, 2, 13, 11, 40);
 
     test_optim(&p, 10007);
+
+    test_synthetic(&p, 64, 28, 28, 1, 10, 0);
+    test_synthetic(&p, 5, 13, 11, 3, 37, 12345); /* several class passes, a partial last draw */
 
     pair_free(&p);
     return finish("test_gpu_ops");

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# mgtrain's GPU path end to end on emulated GPUs (MGT_BIN = mgtrain_emu, see emu.h): the trainer
+# against the CPU binary, ranks on several GPUs over the NCCL transport, the staged MPI transport,
+# placement and its errors, the fault hook with NCCL, and two ranks on one GPU.
+source "$MGT_SRC/tests/cli/lib.bash"
+: "${MGT_CPU_BIN:?}" "${MGT_NCCL_TEST:?}"
+export OPENBLAS_NUM_THREADS=1 # emulated ranks share this machine's cores
+SMALL="$MGT_SRC/examples/smallconv.cfg"
+run=(--data synthetic --synthetic-samples 768 --batch-size 96 --max-steps 8 --verbose 2
+     --no-validation)
+emu() { # emu GPUS NP ARGS...
+  local g=$1 np=$2; shift 2
+  MGT_EMU_GPUS=$g timeout 600 mpirun --oversubscribe --bind-to none -x MGT_EMU_GPUS -np "$np" \
+    "$MGT_BIN" "$@"
+}
+
+# 1. One emulated GPU against the CPU backend: the same run, the same weights (the batches are
+#    generated on the device here, the host there).
+out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --out "$T/g1" 2>&1)
+echo "$out" | tail -4
+grep -q "backend gpu, transport mpi" <<<"$out" && ok "one rank trains on the emulated GPU" \
+  || bad "one rank on the emulated GPU: $(tail -3 <<<"$out")"
+"$MGT_CPU_BIN" train --model "$SMALL" "${run[@]}" --device cpu --out "$T/c1" >/dev/null 2>&1
+same "GPU and CPU weights after 8 steps (ConvNet, batchnorm, dropout, RMSprop)" \
+  "$T/g1/weights.safetensors" "$T/c1/weights.safetensors" 1e-4
+
+# 2. Two ranks on two GPUs over NCCL: the same weights as one rank.
+out=$(emu 2 2 train --model "$SMALL" "${run[@]}" --out "$T/g2" 2>&1)
+grep -q "backend gpu, transport nccl" <<<"$out" && ok "two ranks use the NCCL transport" \
+  || bad "two ranks: $(tail -5 <<<"$out")"
+grep -q "rank 1: .*local rank 1, GPU 1: Emulated GPU 1, PCI 00000000:19:00.0" <<<"$out" \
+  && ok "the start-up block shows each rank's GPU and bus id" \
+  || bad "start-up block: $(grep -i 'gpu' <<<"$out" | head -4)"
+same "2 ranks (NCCL) against 1 rank" "$T/g2/weights.safetensors" "$T/g1/weights.safetensors" 1e-5
+
+# 3. The staged MPI transport gives the same result.
+out=$(emu 2 2 train --model "$SMALL" "${run[@]}" --transport mpi --out "$T/g2m" 2>&1)
+grep -q "transport mpi-staged" <<<"$out" && ok "--transport mpi on GPUs stages through the host" \
+  || bad "--transport mpi: $(tail -5 <<<"$out")"
+same "2 ranks (staged MPI) against 2 ranks (NCCL)" "$T/g2m/weights.safetensors" \
+  "$T/g2/weights.safetensors" 1e-6
+
+# 4. --transport nccl on one rank runs the all-reduce (timed by --profile), same weights.
+out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --transport nccl --profile --out "$T/g1n" 2>&1)
+grep -q "transport nccl" <<<"$out" && grep -q "^Profile" <<<"$out" \
+  && ok "--transport nccl on one rank, with the device-timed profile" \
+  || bad "--transport nccl, one rank: $(tail -5 <<<"$out")"
+same "one rank with the NCCL all-reduce against without" "$T/g1n/weights.safetensors" \
+  "$T/g1/weights.safetensors" 0
+
+# 5. Real data (staged copies of pinned batches, one-hot targets) on 2 GPUs against the CPU.
+if [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ]; then
+  mlp=(--data "$DATA" --batch-size 128 --max-steps 12 --verbose 2 --no-validation)
+  emu 2 2 train "${mlp[@]}" --out "$T/r2" >/dev/null 2>&1
+  "$MGT_CPU_BIN" train "${mlp[@]}" --device cpu --out "$T/rc" >/dev/null 2>&1
+  same "Fashion-MNIST MLP, 2 emulated GPUs against the CPU" "$T/r2/weights.safetensors" \
+    "$T/rc/weights.safetensors" 1e-4
+fi
+
+# 6. Placement errors, before any work.
+expect_fail "more ranks than GPUs" \
+  "rank [01] on node .*: 2 ranks on this node but only 1 GPUs are visible \(CUDA_VISIBLE_DEVICES=unset\); start fewer ranks or list more GPUs" \
+  emu 1 2 train "${run[@]}" --out "$T/p1"
+expect_fail "a --gpus id that does not exist" "--gpus 0,7: device 7 does not exist on .*: 2 GPUs" \
+  emu 2 2 train "${run[@]}" --gpus 0,7 --out "$T/p2"
+expect_fail "more ranks than --gpus ids" "3 ranks on this node but only 2 GPUs are listed in --gpus" \
+  emu 4 3 train "${run[@]}" --gpus 3,1 --out "$T/p3"
+out=$(emu 4 2 train --model "$SMALL" "${run[@]}" --gpus 3,1 --max-steps 2 --out "$T/p4" 2>&1)
+grep -q "rank 0: .*GPU 3: Emulated GPU 3" <<<"$out" && grep -q "rank 1: .*GPU 1: Emulated GPU 1" <<<"$out" \
+  && ok "--gpus 3,1 maps local rank i to the i-th listed GPU" \
+  || bad "--gpus 3,1: $(grep -i gpu <<<"$out" | head -4)"
+out=$(CUDA_VISIBLE_DEVICES=2 emu 4 1 train --model "$SMALL" "${run[@]}" --max-steps 2 \
+      --out "$T/p5" 2>&1)
+grep -q "GPU 0: Emulated GPU 2, PCI 00000000:1A:00.0" <<<"$out" \
+  && ok "CUDA_VISIBLE_DEVICES is honoured (visible GPU 0 is the machine's GPU 2)" \
+  || bad "CUDA_VISIBLE_DEVICES=2: $(grep -i gpu <<<"$out" | head -3)"
+expect_fail "--transport nccl with --device cpu" "--transport nccl needs the GPU backend" \
+  "$MGT_BIN" train "${run[@]}" --device cpu --transport nccl --out "$T/p6"
+
+# 7. Faults with NCCL: a rank that dies, and a rank that stops (its peer's next host wait times
+#    out, aborts the communicator and ends the job).
+t0=$(date +%s)
+MGT_FAULT=1:3:exit emu 2 2 train "${run[@]}" --max-steps 50 --out "$T/f1" >f1.log 2>&1; rc=$?
+t1=$(date +%s)
+[ $rc -ne 0 ] && [ $((t1 - t0)) -lt 60 ] \
+  && ok "a rank that exits at step 3 ends the job (exit $rc, $((t1 - t0)) s)" \
+  || { bad "a dead rank: exit $rc after $((t1 - t0)) s"; tail -5 f1.log; }
+t0=$(date +%s)
+MGT_FAULT=1:3:sleep emu 2 2 train "${run[@]}" --max-steps 50 --comm-timeout 4 --out "$T/f2" \
+  >f2.log 2>&1; rc=$?
+t1=$(date +%s)
+[ $rc -ne 0 ] && [ $((t1 - t0)) -lt 60 ] && grep -q "did not complete within 4 s" f2.log \
+  && ok "a rank that stops at step 3: the job ends after the 4 s timeout ($((t1 - t0)) s)" \
+  || { bad "a stopped rank: exit $rc after $((t1 - t0)) s"; tail -5 f2.log; }
+grep -q "NCCL all-reduce of [0-9]* floats did not complete" f2.log \
+  && ok "... and the NCCL transport's watch names the all-reduce" \
+  || bad "no NCCL timeout message: $(grep -i 'rank' f2.log | head -3)"
+MGT_FAULT=0:2:nan emu 1 1 train "${run[@]}" --out "$T/f3" >f3.log 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "the loss became NaN at step" f3.log \
+  && ok "a NaN loss on the GPU stops with the step named" \
+  || { bad "NaN on the GPU: exit $rc"; tail -3 f3.log; }
+
+# 8. Two ranks on ONE GPU through NCCL: refused as a duplicate GPU unless each rank names a
+#    different host (NCCL_HOSTID), as NCCL documents; the transport test then sums across ranks.
+expect_fail "two ranks on one GPU without NCCL_HOSTID" "Duplicate GPU|two ranks on one GPU" \
+  env MGT_EMU_GPUS=1 timeout 300 mpirun --oversubscribe -x MGT_EMU_GPUS -np 2 "$MGT_NCCL_TEST"
+out=$(MGT_EMU_GPUS=1 timeout 300 mpirun --oversubscribe -x MGT_EMU_GPUS -np 2 \
+      bash -c 'NCCL_HOSTID=host$OMPI_COMM_WORLD_RANK exec "$0"' "$MGT_NCCL_TEST" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "checks passed" <<<"$out" \
+  && ok "two ranks on one GPU with distinct NCCL_HOSTID: all-reduces sum across ranks" \
+  || bad "two ranks on one GPU with NCCL_HOSTID (exit $rc): $(tail -5 <<<"$out")"
+finish
