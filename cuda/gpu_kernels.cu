@@ -783,10 +783,9 @@ void mgt_k_transpose(cudaStream_t st, size_t batch, size_t rows, size_t cols, co
                      float *dst) {
     if (!batch || !rows || !cols)
         return;
-    const size_t gz = batch < 65535 ? batch : 65535;
-    const dim3 grid((unsigned)((cols + kTile - 1) / kTile), (unsigned)((rows + kTile - 1) / kTile),
-                    (unsigned)gz);
-    if (grid.y > 65535)
+    const size_t gz = batch < 65535 ? batch : 65535, gy = (rows + kTile - 1) / kTile;
+    const dim3 grid((unsigned)((cols + kTile - 1) / kTile), (unsigned)gy, (unsigned)gz);
+    if (gy > 65535) /* checked before the narrowing to unsigned */
         mgt_gpu_fail_cuda((int)cudaErrorInvalidConfiguration, "k_transpose (more than 2M rows)",
                           __FILE__, __LINE__);
     MGT_LAUNCH(k_transpose, grid, dim3(kTile, kTileRows), 0, st)(batch, rows, cols, src, dst);

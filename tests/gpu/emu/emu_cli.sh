@@ -57,7 +57,31 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ub
     "$T/rc/weights.safetensors" 1e-4
 fi
 
-# 6. Placement errors, before any work.
+# 6. Memory: no allocation inside the step loop (a 24-step run makes as many as a 4-step one),
+#    TF32 changes the numbers only slightly, and running out of memory says what to do.
+for s in 4 24; do
+  MGT_EMU_STATS="$T/stats$s" emu 1 1 train --model "$SMALL" "${run[@]}" --synthetic-samples 3072 \
+    --max-steps $s --out "$T/m$s" >/dev/null 2>&1
+done
+a=$(cat "$T/stats4" 2>/dev/null); b=$(cat "$T/stats24" 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] \
+  && ok "no device or pinned allocation inside the step loop ($a, for 4 and for 24 steps)" \
+  || bad "allocations differ between 4 and 24 steps: '$a' / '$b'"
+out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --tf32 --out "$T/tf" 2>&1)
+l32=$(sed -n 's/.* - loss: \([0-9.]*\).*/\1/p' <<<"$(emu 1 1 train --model "$SMALL" "${run[@]}" --out "$T/f32" 2>&1)")
+ltf=$(sed -n 's/.* - loss: \([0-9.]*\).*/\1/p' <<<"$out")
+if "$MGT_COMPARE" "$T/tf/weights.safetensors" "$T/f32/weights.safetensors" 0 >/dev/null; then
+  bad "--tf32 gave bit-identical weights: TF32 was not used"
+elif awk -v a="$l32" -v b="$ltf" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d < 0.02 * a) }'; then
+  ok "--tf32 changes the weights, and the training loss only slightly ($l32 -> $ltf)"
+else
+  bad "--tf32: training loss $ltf against $l32 in FP32"
+fi
+expect_fail "out of GPU memory names the sizes and a smaller batch" \
+  "cudaMalloc of [0-9.]+ MiB for .* failed: [0-9.]+ MiB free of 64.0 MiB on this GPU; a smaller per-GPU batch" \
+  env MGT_EMU_MEM_MB=64 bash -c "$(declare -f emu); emu 1 1 train --model $MGT_SRC/examples/convnet.cfg --data synthetic --batch-size 512 --max-steps 2 --out $T/oom"
+
+# 7. Placement errors, before any work.
 expect_fail "more ranks than GPUs" \
   "rank [01] on node .*: 2 ranks on this node but only 1 GPUs are visible \(CUDA_VISIBLE_DEVICES=unset\); start fewer ranks or list more GPUs" \
   emu 1 2 train "${run[@]}" --out "$T/p1"
@@ -77,7 +101,7 @@ grep -q "GPU 0: Emulated GPU 2, PCI 00000000:1A:00.0" <<<"$out" \
 expect_fail "--transport nccl with --device cpu" "--transport nccl needs the GPU backend" \
   "$MGT_BIN" train "${run[@]}" --device cpu --transport nccl --out "$T/p6"
 
-# 7. Faults with NCCL: a rank that dies, and a rank that stops (its peer's next host wait times
+# 8. Faults with NCCL: a rank that dies, and a rank that stops (its peer's next host wait times
 #    out, aborts the communicator and ends the job).
 t0=$(date +%s)
 MGT_FAULT=1:3:exit emu 2 2 train "${run[@]}" --max-steps 50 --out "$T/f1" >f1.log 2>&1; rc=$?
@@ -100,7 +124,7 @@ MGT_FAULT=0:2:nan emu 1 1 train "${run[@]}" --out "$T/f3" >f3.log 2>&1; rc=$?
   && ok "a NaN loss on the GPU stops with the step named" \
   || { bad "NaN on the GPU: exit $rc"; tail -3 f3.log; }
 
-# 8. Two ranks on ONE GPU through NCCL: refused as a duplicate GPU unless each rank names a
+# 9. Two ranks on ONE GPU through NCCL: refused as a duplicate GPU unless each rank names a
 #    different host (NCCL_HOSTID), as NCCL documents; the transport test then sums across ranks.
 expect_fail "two ranks on one GPU without NCCL_HOSTID" "Duplicate GPU|two ranks on one GPU" \
   env MGT_EMU_GPUS=1 timeout 300 mpirun --oversubscribe -x MGT_EMU_GPUS -np 2 "$MGT_NCCL_TEST"

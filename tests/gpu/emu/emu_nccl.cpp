@@ -96,11 +96,21 @@ ncclResult_t advance(ncclComm *c) {
 
 MPI_Datatype mpi_type(ncclDataType_t t, size_t *size) {
     switch (t) {
-    case ncclFloat32: *size = 4; return MPI_FLOAT;
-    case ncclFloat64: *size = 8; return MPI_DOUBLE;
-    case ncclInt32: *size = 4; return MPI_INT;
-    case ncclInt64: *size = 8; return MPI_INT64_T;
-    default: *size = 0; return MPI_DATATYPE_NULL;
+    case ncclFloat32:
+        *size = 4;
+        return MPI_FLOAT;
+    case ncclFloat64:
+        *size = 8;
+        return MPI_DOUBLE;
+    case ncclInt32:
+        *size = 4;
+        return MPI_INT;
+    case ncclInt64:
+        *size = 8;
+        return MPI_INT64_T;
+    default:
+        *size = 0;
+        return MPI_DATATYPE_NULL;
     }
 }
 
@@ -110,15 +120,24 @@ extern "C" {
 
 const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
     }
 }
 
@@ -192,31 +211,38 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
         return ncclSuccess;
     if (!emu::is_device(send, count * size) || !emu::is_device(recv, count * size))
         emu::fail("ncclAllReduce of %zu elements of %zu bytes: the buffers %p, %p are not that "
-                  "much device memory (NCCL counts are elements, not bytes)", count, size, send,
-                  recv);
+                  "much device memory (NCCL counts are elements, not bytes)",
+                  count, size, send, recv);
     auto p = std::make_shared<Pending>();
     comm->pending.push_back(p);
     ncclComm *c = comm;
     int n = c->nranks;
-    emu::enqueue(stream, [p, c, send, count, size, dt] {
-        if (c->aborted)
-            return;
-        p->stage.assign((const char *)send, (const char *)send + count * size);
-        MPI_Iallreduce(MPI_IN_PLACE, p->stage.data(), (int)count, dt, MPI_SUM, c->comm, &p->req);
-        p->started = true;
-    }, "ncclAllReduce (start)");
-    emu::enqueue_gate(stream, [p, c, recv, type, op, n] {
-        if (c->aborted) /* ncclCommAbort releases the stream */
+    emu::enqueue(
+        stream,
+        [p, c, send, count, size, dt] {
+            if (c->aborted)
+                return;
+            p->stage.assign((const char *)send, (const char *)send + count * size);
+            MPI_Iallreduce(MPI_IN_PLACE, p->stage.data(), (int)count, dt, MPI_SUM, c->comm,
+                           &p->req);
+            p->started = true;
+        },
+        "ncclAllReduce (start)");
+    emu::enqueue_gate(
+        stream,
+        [p, c, recv, type, op, n] {
+            if (c->aborted) /* ncclCommAbort releases the stream */
+                return p->done = true;
+            if (!mpi_done(&p->req))
+                return false;
+            if (op == ncclAvg && type == ncclFloat32)
+                for (float *f = (float *)p->stage.data(), *e = f + p->stage.size() / 4; f < e; f++)
+                    *f /= (float)n;
+            memcpy(recv, p->stage.data(), p->stage.size());
+            std::vector<char>().swap(p->stage);
             return p->done = true;
-        if (!mpi_done(&p->req))
-            return false;
-        if (op == ncclAvg && type == ncclFloat32)
-            for (float *f = (float *)p->stage.data(), *e = f + p->stage.size() / 4; f < e; f++)
-                *f /= (float)n;
-        memcpy(recv, p->stage.data(), p->stage.size());
-        std::vector<char>().swap(p->stage);
-        return p->done = true;
-    }, "ncclAllReduce (complete)");
+        },
+        "ncclAllReduce (complete)");
     /* A non-blocking communicator may report the first enqueue as in progress. */
     if (!c->blocking && c->first_collective) {
         c->first_collective = false;

@@ -7,6 +7,9 @@
  *   MGT_EMU_MEM_MB   memory of each GPU in MiB (default 4096)
  *   CUDA_VISIBLE_DEVICES  honoured as the driver does: a list of machine indices; an entry that
  *                    is not a valid index ends the list.
+ *   MGT_EMU_STATS    a file to which the process appends, at exit, how many device and pinned
+ *                    allocations it made ("cudaMalloc N cudaFree N cudaHostAlloc N"), so a
+ *                    test can check that a longer run makes no more of them.
  *
  * All state is behind one mutex: the API is callable from any thread, as CUDA's is. */
 #include <errno.h>
@@ -52,6 +55,19 @@ namespace {
 
 std::recursive_mutex mu;
 cudaError_t last_error = cudaSuccess;
+
+struct Stats {
+    long malloc_calls = 0, free_calls = 0, host_allocs = 0;
+    ~Stats() {
+        const char *path = getenv("MGT_EMU_STATS");
+        FILE *f = path && *path ? fopen(path, "a") : NULL;
+        if (!f)
+            return;
+        fprintf(f, "cudaMalloc %ld cudaFree %ld cudaHostAlloc %ld\n", malloc_calls, free_calls,
+                host_allocs);
+        fclose(f);
+    }
+} stats;
 thread_local int cur_device = 0;
 
 CUstream_st legacy_stream;
@@ -84,7 +100,8 @@ std::vector<int> visible() {
     size_t at = 0;
     while (at <= str.size()) {
         size_t comma = str.find(',', at);
-        std::string item = str.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        std::string item =
+            str.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
         char *end = NULL;
         long id = strtol(item.c_str(), &end, 10);
         if (item.empty() || *end || id < 0 || id >= n ||
@@ -108,9 +125,9 @@ cudaError_t err(cudaError_t e) {
 
 const size_t kReserve = (size_t)1 << 37, kAlign = 256;
 char *base = NULL;
-size_t high = 0;     /* bytes of the range ever handed out (page-rounded when opened) */
+size_t high = 0; /* bytes of the range ever handed out (page-rounded when opened) */
 size_t in_use = 0;
-std::map<size_t, size_t> live; /* offset -> size */
+std::map<size_t, size_t> live;  /* offset -> size */
 std::map<size_t, size_t> holes; /* offset -> size, free space below `high` */
 int open_depth = 0;
 std::map<void *, size_t> pinned;
@@ -137,8 +154,8 @@ struct MemOpen {
 
 void *dev_alloc(size_t bytes) {
     if (!base) {
-        void *p = mmap(NULL, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-                       0);
+        void *p =
+            mmap(NULL, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED)
             emu::fail("cannot reserve the device range: %s", strerror(errno));
         base = (char *)p;
@@ -326,31 +343,51 @@ cudaError_t cudaPeekAtLastError(void) {
 
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+        return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice:
+        return "cudaErrorNoDevice";
+    case cudaErrorNotReady:
+        return "cudaErrorNotReady";
+    case cudaErrorInvalidResourceHandle:
+        return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalAddress:
+        return "cudaErrorIllegalAddress";
+    default:
+        return "cudaErrorUnknown";
     }
 }
 
 const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    default: return "unknown error";
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    case cudaErrorNotReady:
+        return "device not ready";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
+    default:
+        return "unknown error";
     }
 }
 
@@ -416,6 +453,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (!p)
         return err(cudaErrorInvalidValue);
     *p = NULL;
+    stats.malloc_calls++;
     if (bytes == 0)
         return cudaSuccess;
     *p = dev_alloc(bytes);
@@ -426,6 +464,7 @@ cudaError_t cudaFree(void *p) {
     LOCK;
     if (!p)
         return cudaSuccess;
+    stats.free_calls++;
     const auto *a = find_live(p);
     if (!a || base + a->first != (char *)p)
         return err(cudaErrorInvalidValue);
@@ -459,6 +498,7 @@ cudaError_t cudaFree(void *p) {
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
     (void)flags;
     LOCK;
+    stats.host_allocs++;
     *p = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (!*p)
         return err(cudaErrorMemoryAllocation);
@@ -545,12 +585,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
         return err(cudaErrorInvalidResourceHandle);
     /* CUDA defers the release until the event's pending record has run. */
     if (e->completed < e->recorded)
-        emu::enqueue_gate(NULL, [e] {
-            if (e->completed < e->recorded)
-                return false;
-            delete e;
-            return true;
-        }, "event release");
+        emu::enqueue_gate(
+            NULL,
+            [e] {
+                if (e->completed < e->recorded)
+                    return false;
+                delete e;
+                return true;
+            },
+            "event release");
     else
         delete e;
     return cudaSuccess;
@@ -561,10 +604,13 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!e || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
     uint64_t gen = ++e->recorded;
-    emu::enqueue(s, [e, gen] {
-        e->completed = gen;
-        e->when = now();
-    }, "event record");
+    emu::enqueue(
+        s,
+        [e, gen] {
+            e->completed = gen;
+            e->when = now();
+        },
+        "event record");
     return cudaSuccess;
 }
 
@@ -602,7 +648,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     if (!e || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
     uint64_t gen = e->recorded; /* the record most recent at this call */
-    emu::enqueue_gate(s, [e, gen] { return e->completed >= gen; }, "stream wait event");
+    emu::enqueue_gate(
+        s, [e, gen] { return e->completed >= gen; }, "stream wait event");
     return cudaSuccess;
 }
 
@@ -623,16 +670,19 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
         /* Name what is wrong: a device pointer that is not (wholly) device memory is a bug. */
         if ((want_dd && !dd) || (want_sd && !sd))
             emu::fail("cudaMemcpy%s of %zu bytes: the %s pointer %p is not %zu bytes of device "
-                      "memory", sync ? "" : "Async", n, want_dd && !dd ? "destination" : "source",
+                      "memory",
+                      sync ? "" : "Async", n, want_dd && !dd ? "destination" : "source",
                       want_dd && !dd ? dst : src, n);
         return err(cudaErrorInvalidValue);
     }
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
         /* Pageable source: the driver stages it before returning. */
         auto snap = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
-        emu::enqueue(s, [dst, snap] { memcpy(dst, snap->data(), snap->size()); }, "memcpy H2D");
+        emu::enqueue(
+            s, [dst, snap] { memcpy(dst, snap->data(), snap->size()); }, "memcpy H2D");
     } else {
-        emu::enqueue(s, [dst, src, n] { memcpy(dst, src, n); }, "memcpy");
+        emu::enqueue(
+            s, [dst, src, n] { memcpy(dst, src, n); }, "memcpy");
     }
     /* A copy to pageable host memory returns when it is done. */
     if (sync || (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n))) {
@@ -662,7 +712,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
         return cudaSuccess;
     if (!emu::is_device(p, n))
         emu::fail("cudaMemsetAsync of %zu bytes at %p: not device memory", n, p);
-    emu::enqueue(s, [p, value, n] { memset(p, value, n); }, "memset");
+    emu::enqueue(
+        s, [p, value, n] { memset(p, value, n); }, "memset");
     return cudaSuccess;
 }
 
