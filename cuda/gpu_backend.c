@@ -517,6 +517,13 @@ static void gpu_synthetic(mgt_backend *be, int n, int64_t elems, int classes, ui
                     ids, x, labels, targets);
 }
 
+static void gpu_gather_u8(mgt_backend *be, int n, int64_t elems, int classes, const uint8_t *pixels,
+                          const uint8_t *labels, const int64_t *ids, float *x, int32_t *labels_out,
+                          float *targets) {
+    mgt_k_gather_u8(mgt_gpu_impl_of(be)->stream, n, elems, classes, pixels, labels, ids, x,
+                    labels_out, targets);
+}
+
 static void gpu_sgd(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
                     float momentum, int nesterov, float wd, float scale) {
     mgt_k_sgd(mgt_gpu_impl_of(be)->stream, count, w, g, vel, lr, momentum, nesterov, wd, scale);
@@ -550,6 +557,7 @@ static const mgt_ops gpu_ops = {
     .time_mark = gpu_time_mark,
     .time_read = gpu_time_read,
     .synthetic = gpu_synthetic,
+    .gather_u8 = gpu_gather_u8,
     .reserve = gpu_reserve,
     .destroy = gpu_destroy,
     .dense_fwd = gpu_dense_fwd,

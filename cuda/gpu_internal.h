@@ -36,7 +36,7 @@ extern "C" {
 /* Reduction partials: two arrays of this many doubles, allocated once at init. Column sums over
  * many rows are done in two deterministic passes (per-chunk partial sums, then a fixed-order sum
  * of the partials), so a result never depends on thread scheduling. */
-enum { MGT_GPU_PART_CAP = 1 << 19 };
+enum { MGT_GPU_PART_CAP = 1 << 16 };
 
 typedef struct mgt_gpu_part {
     double *a, *b; /* device, MGT_GPU_PART_CAP each */
@@ -211,6 +211,11 @@ void mgt_k_adam(cudaStream_t st, size_t count, float *w, const float *g, float *
 void mgt_k_synthetic(cudaStream_t st, int n, int64_t elems, int classes, uint64_t pixel_key,
                      uint64_t template_key, int64_t first, const int64_t *ids, float *x,
                      int32_t *labels, float *targets);
+
+/* A batch from a byte dataset in device memory (backend.h: gather_u8). */
+void mgt_k_gather_u8(cudaStream_t st, int n, int64_t elems, int classes, const uint8_t *pixels,
+                     const uint8_t *labels, const int64_t *ids, float *x, int32_t *labels_out,
+                     float *targets);
 
 /* The device RNG compiled for the host (the same source as the kernels use), so that a test on
  * any machine can check it against util.h bit for bit. */

@@ -703,6 +703,28 @@ __global__ void k_synthetic(int n, int64_t elems, int classes, uint64_t pkey, ui
     }
 }
 
+/* ---- batches gathered from a byte dataset on the device (dataset.h's scaling) ---- */
+
+__global__ void k_gather_u8(size_t total, int64_t elems, const uint8_t *__restrict__ pixels,
+                            const int64_t *__restrict__ ids, float *__restrict__ x) {
+    GRID_STRIDE(i, total) {
+        const size_t s = i / (size_t)elems, j = i % (size_t)elems;
+        x[i] = (float)pixels[(size_t)ids[s] * (size_t)elems + j] / 255.0f;
+    }
+}
+
+__global__ void k_gather_labels(int n, int classes, const uint8_t *__restrict__ labels,
+                                const int64_t *__restrict__ ids, int32_t *__restrict__ out,
+                                float *__restrict__ targets) {
+    GRID_STRIDE(s, (size_t)n) {
+        const int label = labels[ids[s]];
+        out[s] = label;
+        if (targets)
+            for (int c = 0; c < classes; c++)
+                targets[s * (size_t)classes + c] = c == label ? 1.0f : 0.0f;
+    }
+}
+
 } /* namespace */
 
 /* ================================ launchers ================================ */
@@ -986,6 +1008,21 @@ void mgt_k_synthetic(cudaStream_t st, int n, int64_t elems, int classes, uint64_
     MGT_LAUNCH(k_synthetic, grid, kThreads, 0, st)
     (n, elems, classes, pixel_key, template_key, first, ids, x, labels, targets);
     CHECK_LAUNCH("k_synthetic");
+}
+
+void mgt_k_gather_u8(cudaStream_t st, int n, int64_t elems, int classes, const uint8_t *pixels,
+                     const uint8_t *labels, const int64_t *ids, float *x, int32_t *labels_out,
+                     float *targets) {
+    if (n <= 0)
+        return;
+    const size_t total = (size_t)n * (size_t)elems;
+    if (total) {
+        MGT_LAUNCH(k_gather_u8, blocks_for(total), kThreads, 0, st)(total, elems, pixels, ids, x);
+        CHECK_LAUNCH("k_gather_u8");
+    }
+    MGT_LAUNCH(k_gather_labels, blocks_for((size_t)n), kThreads, 0, st)
+    (n, classes, labels, ids, labels_out, targets);
+    CHECK_LAUNCH("k_gather_labels");
 }
 
 uint64_t mgt_gpu_rand64_twin(uint64_t key, uint64_t counter) {

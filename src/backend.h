@@ -95,6 +95,12 @@ struct mgt_ops {
     void (*synthetic)(mgt_backend *be, int n, int64_t elems, int classes, uint64_t pixel_key,
                       uint64_t template_key, int64_t first, const int64_t *ids, float *x,
                       int32_t *labels, float *targets);
+    /* A batch gathered from a byte dataset kept in backend memory (optional): x[i] = the elems
+     * bytes of sample ids[i] of `pixels`, each as (float)byte / 255 (dataset.h's scaling),
+     * labels[i] = its byte of `labels`, and one-hot targets unless NULL. ids: backend memory. */
+    void (*gather_u8)(mgt_backend *be, int n, int64_t elems, int classes, const uint8_t *pixels,
+                      const uint8_t *labels, const int64_t *ids, float *x, int32_t *labels_out,
+                      float *targets);
 
     /* Scratch memory: reserve() is called while the model is built with the largest size any op
      * will ask for (conv2d_scratch); the ops then use it without allocating in the step loop.

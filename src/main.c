@@ -53,6 +53,8 @@ static const flag flags[] = {
     {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
      "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
      "through host memory"},
+    {"device-data", "auto|off", C_TRAIN, "auto", "GPUs: keep a training set of up to 1 GiB on "
+     "each GPU and gather batches there; off: gather on the host and copy each batch"},
     {"comm-timeout", "SECONDS", C_TRAIN | C_EVAL | C_PREDICT, "300",
      "end the job if a collective waits longer (a peer died)"},
     {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
@@ -252,6 +254,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "gpus")) o.gpus = v;
         else if (!strcmp(n, "tf32")) o.tf32 = 1;
         else if (!strcmp(n, "transport")) o.transport = v;
+        else if (!strcmp(n, "device-data")) {
+            if (strcmp(v, "auto") && strcmp(v, "off"))
+                mgt_die_all("--device-data %s: use auto or off", v);
+            o.device_data = !strcmp(v, "auto");
+        }
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
         else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 1);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);

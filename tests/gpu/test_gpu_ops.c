@@ -434,36 +434,85 @@ static void test_optim(pair *p, size_t count) {
     hfree_all();
 }
 
-/* ---- synthetic samples: generated on the device, identical bits to mgt_dataset_gather ---- */
+/* ---- batches made on the device (synthetic, or gathered from a byte dataset kept there):
+ * identical bits to mgt_dataset_gather and the trainer's one-hot targets ---- */
+
+/* A batch made on the device: its samples x, labels and one-hot targets, NaN/garbage-filled. */
+typedef struct dev_batch {
+    int n, classes;
+    size_t elems;
+    int64_t *ids; /* device, copied from the host's */
+    float *x, *t;
+    int32_t *l;
+} dev_batch;
+
+static dev_batch dev_batch_new(mgt_backend *g, const int64_t *ids, int n, size_t elems,
+                               int classes) {
+    dev_batch d = {n, classes, elems, dbuf(g, sizeof(int64_t) * (size_t)n),
+                   dnan(g, (size_t)n * elems), dnan(g, (size_t)n * classes),
+                   dbuf(g, sizeof(int32_t) * (size_t)n)};
+    g->ops->to_device(g, d.ids, ids, sizeof(int64_t) * (size_t)n);
+    return d;
+}
+
+/* Compares a device batch with the host's gather of the same rows of ds. */
+static void expect_batch(const char *what, mgt_backend *g, const dev_batch *d,
+                         const mgt_dataset *ds, const int64_t *ids) {
+    size_t n = (size_t)d->n, k = (size_t)d->classes;
+    float *x = hf(n * d->elems), *t = hf(n * k);
+    int32_t *l = hbuf(sizeof(int32_t) * n);
+    mgt_dataset_gather(ds, ids, d->n, x, l);
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < k; c++)
+            t[i * k + c] = (int32_t)c == l[i] ? 1.0f : 0.0f;
+    char name[96];
+    snprintf(name, sizeof name, "%s: samples", what);
+    expect_same(name, g, d->x, x, sizeof(float) * n * d->elems);
+    snprintf(name, sizeof name, "%s: labels", what);
+    expect_same(name, g, d->l, l, sizeof(int32_t) * n);
+    snprintf(name, sizeof name, "%s: one-hot targets", what);
+    expect_same(name, g, d->t, t, sizeof(float) * n * k);
+    dfree_all();
+    hfree_all();
+}
 
 static void test_synthetic(pair *p, int n, int h, int w, int c, int classes, int64_t first) {
     mgt_backend *g = &p->gpu;
     mgt_dataset ds;
     mgt_dataset_synthetic(&ds, 100000, h, w, c, classes, 42, 1);
     mgt_dataset view = mgt_dataset_slice(&ds, first, 50000);
-    size_t elems = (size_t)h * w * c;
     int64_t *ids = hbuf(sizeof(int64_t) * (size_t)n);
     for (int i = 0; i < n; i++)
         ids[i] = (int64_t)((i * 7919) % 50000);
-    float *x = hf((size_t)n * elems), *t = hf((size_t)n * (size_t)classes);
-    int32_t *l = hbuf(sizeof(int32_t) * (size_t)n);
-    mgt_dataset_gather(&view, ids, n, x, l);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < classes; k++)
-            t[(size_t)i * classes + k] = k == l[i] ? 1.0f : 0.0f;
-    int64_t *gids = dbuf(g, sizeof(int64_t) * (size_t)n);
-    g->ops->to_device(g, gids, ids, sizeof(int64_t) * (size_t)n);
-    float *gx = dnan(g, (size_t)n * elems), *gt = dnan(g, (size_t)n * classes);
-    int32_t *gl = dbuf(g, sizeof(int32_t) * (size_t)n);
+    dev_batch d = dev_batch_new(g, ids, n, (size_t)h * w * c, classes);
     uint64_t pk, tk;
     mgt_dataset_synthetic_keys(&view, &pk, &tk);
-    g->ops->synthetic(g, n, (int64_t)elems, classes, pk, tk, view.first, gids, gx, gl, gt);
+    g->ops->synthetic(g, n, (int64_t)d.elems, classes, pk, tk, view.first, d.ids, d.x, d.l, d.t);
     printf("  synthetic n=%d %dx%dx%d, %d classes\n", n, h, w, c, classes);
-    expect_same("synthetic samples", g, gx, x, sizeof(float) * (size_t)n * elems);
-    expect_same("synthetic labels", g, gl, l, sizeof(int32_t) * (size_t)n);
-    expect_same("synthetic one-hot targets", g, gt, t, sizeof(float) * (size_t)n * classes);
-    dfree_all();
-    hfree_all();
+    expect_batch("synthetic", g, &d, &view, ids);
+}
+
+static void test_gather_u8(pair *p, int n, int h, int w, int c, int classes) {
+    mgt_backend *g = &p->gpu;
+    const int64_t rows = 300;
+    size_t elems = (size_t)h * w * c;
+    mgt_dataset ds = {.n = rows, .h = h, .w = w, .c = c, .classes = classes};
+    ds.pixels = hbuf(elems * (size_t)rows);
+    ds.labels = hbuf((size_t)rows);
+    for (size_t i = 0; i < elems * (size_t)rows; i++)
+        ds.pixels[i] = (uint8_t)(mgt_rand64(OPCHECK_KEY, i) & 255);
+    for (int64_t i = 0; i < rows; i++)
+        ds.labels[i] = (uint8_t)(mgt_rand64(OPCHECK_KEY + 1, (uint64_t)i) % (uint64_t)classes);
+    int64_t *ids = hbuf(sizeof(int64_t) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        ids[i] = (int64_t)(mgt_rand64(OPCHECK_KEY + 2, (uint64_t)i) % (uint64_t)rows);
+    dev_batch d = dev_batch_new(g, ids, n, elems, classes);
+    uint8_t *gp = dbuf(g, elems * (size_t)rows), *glab = dbuf(g, (size_t)rows);
+    g->ops->to_device(g, gp, ds.pixels, elems * (size_t)rows);
+    g->ops->to_device(g, glab, ds.labels, (size_t)rows);
+    g->ops->gather_u8(g, n, (int64_t)elems, classes, gp, glab, d.ids, d.x, d.l, d.t);
+    printf("  gather_u8 n=%d %dx%dx%d, %d classes\n", n, h, w, c, classes);
+    expect_batch("gathered", g, &d, &ds, ids);
 }
 
 int main(void) {
@@ -524,6 +573,8 @@ int main(void) {
 
     test_synthetic(&p, 64, 28, 28, 1, 10, 0);
     test_synthetic(&p, 5, 13, 11, 3, 37, 12345); /* several class passes, a partial last draw */
+    test_gather_u8(&p, 64, 28, 28, 1, 10);
+    test_gather_u8(&p, 7, 5, 3, 2, 3);
 
     pair_free(&p);
     return finish("test_gpu_ops");

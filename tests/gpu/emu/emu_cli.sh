@@ -48,13 +48,17 @@ grep -q "transport nccl" <<<"$out" && grep -q "^Profile" <<<"$out" \
 same "one rank with the NCCL all-reduce against without" "$T/g1n/weights.safetensors" \
   "$T/g1/weights.safetensors" 0
 
-# 5. Real data (staged copies of pinned batches, one-hot targets) on 2 GPUs against the CPU.
+# 5. Real data on 2 GPUs against the CPU: batches gathered on the device from the training set
+#    kept there, and (--device-data off) gathered on the host into pinned buffers and copied.
 if [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ]; then
   mlp=(--data "$DATA" --batch-size 128 --max-steps 12 --verbose 2 --no-validation)
   emu 2 2 train "${mlp[@]}" --out "$T/r2" >/dev/null 2>&1
+  emu 2 2 train "${mlp[@]}" --device-data off --out "$T/r2h" >/dev/null 2>&1
   "$MGT_CPU_BIN" train "${mlp[@]}" --device cpu --out "$T/rc" >/dev/null 2>&1
-  same "Fashion-MNIST MLP, 2 emulated GPUs against the CPU" "$T/r2/weights.safetensors" \
-    "$T/rc/weights.safetensors" 1e-4
+  same "Fashion-MNIST MLP, 2 emulated GPUs (data on the GPUs) against the CPU" \
+    "$T/r2/weights.safetensors" "$T/rc/weights.safetensors" 1e-4
+  same "... and with the batches copied from the host" "$T/r2h/weights.safetensors" \
+    "$T/r2/weights.safetensors" 0
 fi
 
 # 6. Memory: no allocation inside the step loop (a 24-step run makes as many as a 4-step one),
