@@ -603,22 +603,17 @@ static const mgt_ops gpu_ops = {
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
-#define INIT_CUBLAS(call)                                                                          \
+/* A library call at init (cuBLAS, cuDNN): `ok` is its success status, describe() its words. */
+#define INIT_LIB(call, ok, describe)                                                               \
     do {                                                                                           \
-        cublasStatus_t st_ = (call);                                                               \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-            mgt_errf(err, "GPU %d: %s failed: %s", device, #call, cublasGetStatusString(st_));     \
+        __typeof__(call) st_ = (call);                                                             \
+        if (st_ != (ok)) {                                                                         \
+            mgt_errf(err, "GPU %d: %s failed: %s", device, #call, describe(st_));                  \
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
-#define INIT_CUDNN(call)                                                                           \
-    do {                                                                                           \
-        cudnnStatus_t st_ = (call);                                                                \
-        if (st_ != CUDNN_STATUS_SUCCESS) {                                                         \
-            mgt_errf(err, "GPU %d: %s failed: %s", device, #call, cudnnGetErrorString(st_));       \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
+#define INIT_CUBLAS(call) INIT_LIB(call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
+#define INIT_CUDNN(call) INIT_LIB(call, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
 
 int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
     char why[256] = "";

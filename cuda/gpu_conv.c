@@ -205,6 +205,12 @@ typedef struct cand {
     cudnnMathType_t math;
 } cand;
 
+/* The three directions' result structs differ in type only: copy the fields we use. */
+#define CANDS(r)                                                                                   \
+    for (int i = 0; i < got; i++)                                                                  \
+        out[i] = (cand){(int)(r)[i].algo, (r)[i].status,                                           \
+                        (r)[i].determinism == CUDNN_DETERMINISTIC, (r)[i].mathType}
+
 static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, cand *out) {
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
     int got = 0;
@@ -212,26 +218,21 @@ static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, cand *out) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
             h, p->xd, p->wd, p->cd[dir], p->yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
-        for (int i = 0; i < got; i++)
-            out[i] = (cand){(int)r[i].algo, r[i].status, r[i].determinism == CUDNN_DETERMINISTIC,
-                            r[i].mathType};
+        CANDS(r);
     } else if (dir == DIR_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
             h, p->wd, p->yd, p->cd[dir], p->xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-        for (int i = 0; i < got; i++)
-            out[i] = (cand){(int)r[i].algo, r[i].status, r[i].determinism == CUDNN_DETERMINISTIC,
-                            r[i].mathType};
+        CANDS(r);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             h, p->xd, p->yd, p->cd[dir], p->wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-        for (int i = 0; i < got; i++)
-            out[i] = (cand){(int)r[i].algo, r[i].status, r[i].determinism == CUDNN_DETERMINISTIC,
-                            r[i].mathType};
+        CANDS(r);
     }
     return got;
 }
+#undef CANDS
 
 static cudnnStatus_t algo_ws(mgt_gpu_impl *im, conv_plan *p, int dir, int algo, size_t *bytes) {
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;

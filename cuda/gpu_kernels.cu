@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cpu/bn_math.h"
+#include "cpu/optim_math.h"
 #include "gpu_internal.h"
 #include "util.h"
 
@@ -582,18 +583,12 @@ __global__ void k_sum2(int n, const double *__restrict__ a, const double *__rest
 
 /* ---- optimizers: one fused pass over the arena each (Keras' formulas, cpu_optim.c) ---- */
 
+/* The optimizers: one element each per thread, cpu/optim_math.h's formulas. */
 __global__ void k_sgd(size_t count, float *__restrict__ w, const float *__restrict__ g,
                       float *__restrict__ vel, float lr, float momentum, int nesterov, float wd,
                       float scale) {
     GRID_STRIDE(i, count) {
-        const float gt = g[i] * scale + wd * w[i];
-        if (!vel) {
-            w[i] -= lr * gt;
-        } else {
-            const float v = momentum * vel[i] - lr * gt;
-            vel[i] = v;
-            w[i] += nesterov ? momentum * v - lr * gt : v;
-        }
+        mgt_sgd_elem(&w[i], vel ? &vel[i] : nullptr, g[i], lr, momentum, nesterov, wd, scale);
     }
 }
 
@@ -601,10 +596,7 @@ __global__ void k_rmsprop(size_t count, float *__restrict__ w, const float *__re
                           float *__restrict__ ms, float lr, float rho, float eps, float wd,
                           float scale) {
     GRID_STRIDE(i, count) {
-        const float gt = g[i] * scale + wd * w[i];
-        const float m = rho * ms[i] + (1.0f - rho) * gt * gt;
-        ms[i] = m;
-        w[i] -= lr * gt / sqrtf(m + eps);
+        mgt_rmsprop_elem(&w[i], &ms[i], g[i], lr, rho, eps, wd, scale);
     }
 }
 
@@ -612,12 +604,7 @@ __global__ void k_adam(size_t count, float *__restrict__ w, const float *__restr
                        float *__restrict__ m, float *__restrict__ v, float lr_t, float beta1,
                        float beta2, float eps, float wd, float scale) {
     GRID_STRIDE(i, count) {
-        const float gt = g[i] * scale + wd * w[i];
-        const float mi = beta1 * m[i] + (1.0f - beta1) * gt;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * gt * gt;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] -= lr_t * mi / (sqrtf(vi) + eps);
+        mgt_adam_elem(&w[i], &m[i], &v[i], g[i], lr_t, beta1, beta2, eps, wd, scale);
     }
 }
 
@@ -725,6 +712,27 @@ __global__ void k_gather_labels(int n, int classes, const uint8_t *__restrict__ 
     }
 }
 
+/* One column-reduction slice (mgt_k_colreduce): the partials pass, then the fixed-order sum. */
+struct colreduce_args {
+    size_t rows;
+    int width, ld;
+    size_t chunks, rows_per_chunk;
+    const float *a, *b, *mean, *invstd;
+    float *out1, *out2;
+};
+
+template <int MODE>
+void colreduce_launch(cudaStream_t st, const mgt_gpu_part *part, dim3 grid,
+                      const colreduce_args &r) {
+    MGT_LAUNCH(k_colreduce_part<MODE>, grid, dim3(kRedCols, kRedLanes), 0, st)
+    (r.rows, r.width, r.ld, r.rows_per_chunk, r.a, r.b, r.mean, part->a, part->b);
+    CHECK_LAUNCH("k_colreduce_part");
+    MGT_LAUNCH(k_colreduce_final<MODE>, (unsigned)((r.width + kThreads - 1) / kThreads), kThreads,
+               0, st)
+    (r.width, (int)r.chunks, part->a, part->b, r.invstd, r.out1, r.out2);
+    CHECK_LAUNCH("k_colreduce_final");
+}
+
 } /* namespace */
 
 /* ================================ launchers ================================ */
@@ -767,37 +775,17 @@ void mgt_k_colreduce(cudaStream_t st, const mgt_gpu_part *part, int mode, size_t
         if (chunks < 1)
             chunks = 1;
         const size_t per = (rows + chunks - 1) / chunks;
-        const dim3 grid((unsigned)colblocks, (unsigned)chunks), block(kRedCols, kRedLanes);
+        const dim3 grid((unsigned)colblocks, (unsigned)chunks);
         const float *ac = a ? a + c0 : nullptr, *bc = b ? b + c0 : nullptr;
         const float *mc = mean ? mean + c0 : nullptr, *ic = invstd ? invstd + c0 : nullptr;
         float *o1 = out1 ? out1 + c0 : nullptr, *o2 = out2 ? out2 + c0 : nullptr;
-        const unsigned fb = (unsigned)((width + kThreads - 1) / kThreads);
-        switch (mode) {
-        case MGT_RED_SUM:
-            MGT_LAUNCH(k_colreduce_part<MGT_RED_SUM>, grid, block, 0, st)
-            (rows, width, cols, per, ac, bc, mc, part->a, part->b);
-            CHECK_LAUNCH("k_colreduce_part<SUM>");
-            MGT_LAUNCH(k_colreduce_final<MGT_RED_SUM>, fb, kThreads, 0, st)
-            (width, (int)chunks, part->a, part->b, ic, o1, o2);
-            CHECK_LAUNCH("k_colreduce_final<SUM>");
-            break;
-        case MGT_RED_SUMSQ:
-            MGT_LAUNCH(k_colreduce_part<MGT_RED_SUMSQ>, grid, block, 0, st)
-            (rows, width, cols, per, ac, bc, mc, part->a, part->b);
-            CHECK_LAUNCH("k_colreduce_part<SUMSQ>");
-            MGT_LAUNCH(k_colreduce_final<MGT_RED_SUMSQ>, fb, kThreads, 0, st)
-            (width, (int)chunks, part->a, part->b, ic, o1, o2);
-            CHECK_LAUNCH("k_colreduce_final<SUMSQ>");
-            break;
-        default:
-            MGT_LAUNCH(k_colreduce_part<MGT_RED_BN_BWD>, grid, block, 0, st)
-            (rows, width, cols, per, ac, bc, mc, part->a, part->b);
-            CHECK_LAUNCH("k_colreduce_part<BN_BWD>");
-            MGT_LAUNCH(k_colreduce_final<MGT_RED_BN_BWD>, fb, kThreads, 0, st)
-            (width, (int)chunks, part->a, part->b, ic, o1, o2);
-            CHECK_LAUNCH("k_colreduce_final<BN_BWD>");
-            break;
-        }
+        const colreduce_args r = {rows, width, cols, chunks, per, ac, bc, mc, ic, o1, o2};
+        if (mode == MGT_RED_SUM)
+            colreduce_launch<MGT_RED_SUM>(st, part, grid, r);
+        else if (mode == MGT_RED_SUMSQ)
+            colreduce_launch<MGT_RED_SUMSQ>(st, part, grid, r);
+        else
+            colreduce_launch<MGT_RED_BN_BWD>(st, part, grid, r);
     }
 }
 

@@ -158,36 +158,31 @@ void mgt_bcast(mgt_comm *c, void *buf, size_t bytes, int root, const char *what)
     mgt_comm_leave(c);
 }
 
-void mgt_gatherv(mgt_comm *c, const float *send, size_t count, float *recv, const size_t *counts,
-                 int root, const char *what) {
+/* Both gathers: `count` items of MPI type t (size bytes each) from every rank to root. */
+static void gatherv(mgt_comm *c, const void *send, size_t count, MPI_Datatype t, size_t size,
+                    void *recv, const size_t *counts, int root, const char *what) {
     if (c->world == 1) {
         if (count && recv != send)
-            memcpy(recv, send, count * sizeof(float));
+            memcpy(recv, send, count * size);
         return;
     }
     int *rc = gather_layout(c, counts, root, what);
     mgt_comm_enter(c, what);
-    mpi_check(MPI_Gatherv(send, (int)count, MPI_FLOAT, recv, rc, rc ? rc + c->world : NULL,
-                          MPI_FLOAT, root, c->mpi),
+    mpi_check(MPI_Gatherv(send, (int)count, t, recv, rc, rc ? rc + c->world : NULL, t, root,
+                          c->mpi),
               "MPI_Gatherv", what);
     mgt_comm_leave(c);
     free(rc);
 }
 
+void mgt_gatherv(mgt_comm *c, const float *send, size_t count, float *recv, const size_t *counts,
+                 int root, const char *what) {
+    gatherv(c, send, count, MPI_FLOAT, sizeof(float), recv, counts, root, what);
+}
+
 void mgt_gather_host(mgt_comm *c, const void *send, size_t bytes, void *recv, const size_t *counts,
                      int root, const char *what) {
-    if (c->world == 1) {
-        if (bytes && recv != send)
-            memcpy(recv, send, bytes);
-        return;
-    }
-    int *rc = gather_layout(c, counts, root, what);
-    mgt_comm_enter(c, what);
-    mpi_check(MPI_Gatherv(send, (int)bytes, MPI_BYTE, recv, rc, rc ? rc + c->world : NULL,
-                          MPI_BYTE, root, c->mpi),
-              "MPI_Gatherv", what);
-    mgt_comm_leave(c);
-    free(rc);
+    gatherv(c, send, bytes, MPI_BYTE, 1, recv, counts, root, what);
 }
 
 void mgt_allreduce_host_f64(mgt_comm *c, double *buf, size_t count, const char *what) {

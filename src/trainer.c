@@ -61,6 +61,7 @@ typedef struct job {
      * kept on the device (dev_pixels, dev_labels) and batches gathered there. */
     int staged, dev_synth, dev_data;
     uint8_t *dev_pixels, *dev_labels;
+    uint64_t synth_keys[2]; /* dev_synth: the training set's pixel and template keys */
     float *in_x[2], *in_t[2], *sht[2];
     int32_t *in_l[2];
     int64_t *in_ids[2];
@@ -641,10 +642,9 @@ static void stage_batch(job *j, int slot, const mgt_batch *bt) {
             o->gather_u8(&j->be, bt->n, (int64_t)in, m->classes, j->dev_pixels, j->dev_labels,
                          j->in_ids[slot], j->in_x[slot], j->in_l[slot], t);
         } else {
-            uint64_t pkey, tkey;
-            mgt_dataset_synthetic_keys(&j->train, &pkey, &tkey);
-            o->synthetic(&j->be, bt->n, (int64_t)in, m->classes, pkey, tkey, j->train.first,
-                         j->in_ids[slot], j->in_x[slot], j->in_l[slot], t);
+            o->synthetic(&j->be, bt->n, (int64_t)in, m->classes, j->synth_keys[0],
+                         j->synth_keys[1], j->train.first, j->in_ids[slot], j->in_x[slot],
+                         j->in_l[slot], t);
         }
         m->x = j->in_x[slot];
         m->labels = j->in_l[slot];
@@ -868,6 +868,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     /* Synthetic batches are generated on the device when it can (not with the NaN fault hook,
      * which poisons host buffers). */
     j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3;
+    if (j->dev_synth)
+        mgt_dataset_synthetic_keys(&j->train, &j->synth_keys[0], &j->synth_keys[1]);
     place_train_data(j);
     mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank, rt->world,
                                            m->max_batch, threaded, j->dev_synth || j->dev_data, &e);
