@@ -97,6 +97,12 @@ const char *mgt_layer_type_names(void);                  /* "dense, conv2d, ..."
 const char *const *mgt_layer_required_keys(const mgt_layer_type *t);
 void mgt_layer_defaults(mgt_layer *l);
 
+/* A conv2d layer's geometry (layers/conv2d.c), Keras' rule: "valid" (same = 0) pads nothing, an
+ * input smaller than the kernel giving oh or ow 0; "same" gives out = ceil(in / stride), padding
+ * split with the odd row/column at the bottom/right. */
+mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, int kw, int stride,
+                                   int same);
+
 /* [train] keys (train_cfg.c): shared by the model file and the CLI's overrides. */
 void mgt_train_defaults(mgt_train_cfg *t);
 int mgt_train_set(mgt_train_cfg *t, const char *key, const char *value, mgt_err *err);

@@ -35,11 +35,11 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     return 0;
 }
 
-static mgt_conv_shape geometry(const mgt_layer *l, int n) {
-    const mgt_layer_cfg *c = &l->cfg;
-    mgt_conv_shape s = {.n = n, .h = l->in.h, .w = l->in.w, .c = l->in.c, .oc = c->filters,
-                        .kh = c->kernel, .kw = c->kernel_w, .stride = c->stride};
-    if (c->same) {
+mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, int kw, int stride,
+                                   int same) {
+    mgt_conv_shape s = {
+        .n = n, .h = h, .w = w, .c = c, .oc = oc, .kh = kh, .kw = kw, .stride = stride};
+    if (same) {
         s.oh = (s.h + s.stride - 1) / s.stride;
         s.ow = (s.w + s.stride - 1) / s.stride;
         int ph = (s.oh - 1) * s.stride + s.kh - s.h, pw = (s.ow - 1) * s.stride + s.kw - s.w;
@@ -50,6 +50,12 @@ static mgt_conv_shape geometry(const mgt_layer *l, int n) {
         s.ow = s.w >= s.kw ? (s.w - s.kw) / s.stride + 1 : 0;
     }
     return s;
+}
+
+static mgt_conv_shape geometry(const mgt_layer *l, int n) {
+    const mgt_layer_cfg *c = &l->cfg;
+    return mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, c->filters, c->kernel, c->kernel_w,
+                               c->stride, c->same);
 }
 
 static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {

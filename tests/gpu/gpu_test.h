@@ -124,22 +124,7 @@ static inline float *hcopy(const float *src, size_t n) {
     return h;
 }
 
-/* ---- comparisons ---- */
-
-/* max |a - ref| / max(max |ref|, floor); +inf if any value is not finite (NaN poison left). */
-static inline double rel_err(const float *a, const float *ref, size_t n, double floor) {
-    double err = 0.0, scale = floor;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(ref[i]))
-            return INFINITY;
-        const double d = fabs((double)a[i] - ref[i]);
-        if (d > err)
-            err = d;
-        if (fabs(ref[i]) > scale)
-            scale = fabs(ref[i]);
-    }
-    return err / scale;
-}
+/* ---- comparisons (rel_err: opcheck.h) ---- */
 
 /* The GPU result (device) against the CPU one (host): relative error at most tol. */
 static inline void expect_close(const char *what, mgt_backend *gpu, const float *dev,

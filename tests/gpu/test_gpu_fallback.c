@@ -9,6 +9,7 @@
  *     empty batch, at least the 16 MiB allowance otherwise, never less for a larger batch. */
 #include "gpu_internal.h"
 #include "gpu_test.h"
+#include "model.h"
 
 static void test_count(void) {
     char why[256] = "";
@@ -52,37 +53,17 @@ static void test_rng_twin(void) {
 }
 
 static void test_scratch(void) {
-    mgt_conv_shape s = {.n = 0,
-                        .h = 28,
-                        .w = 28,
-                        .c = 16,
-                        .oc = 32,
-                        .kh = 3,
-                        .kw = 3,
-                        .stride = 1,
-                        .pad_top = 1,
-                        .pad_left = 1,
-                        .oh = 28,
-                        .ow = 28};
+    /* 28x28x16 -> 32, 3x3 "same": stride 1 pads 1 all round */
+    mgt_conv_shape s = mgt_conv2d_geometry(0, 28, 28, 16, 32, 3, 3, 1, 1);
     CHECK(mgt_gpu_conv2d_scratch(&s) == 0, "scratch for n = 0 is %zu", mgt_gpu_conv2d_scratch(&s));
     s.n = 8;
     size_t a = mgt_gpu_conv2d_scratch(&s);
     s.n = 512;
     size_t b = mgt_gpu_conv2d_scratch(&s);
     CHECK(a >= ((size_t)16 << 20) && b >= a, "scratch %zu for n = 8, %zu for n = 512", a, b);
-    /* asymmetric "same" (stride 2 on an even size): the padded input is part of it */
-    mgt_conv_shape t = {.n = 512,
-                        .h = 28,
-                        .w = 28,
-                        .c = 16,
-                        .oc = 32,
-                        .kh = 3,
-                        .kw = 3,
-                        .stride = 2,
-                        .pad_top = 0,
-                        .pad_left = 0,
-                        .oh = 14,
-                        .ow = 14};
+    /* asymmetric "same" (stride 2 on an even size, 14x14 out): no padding at the top/left, one
+     * row/column at the bottom/right; the padded input is part of it */
+    mgt_conv_shape t = mgt_conv2d_geometry(512, 28, 28, 16, 32, 3, 3, 2, 1);
     size_t pad = (size_t)512 * 29 * 29 * 16 * 4;
     CHECK(mgt_gpu_conv2d_scratch(&t) >= pad, "scratch %zu misses the padded input (%zu)",
           mgt_gpu_conv2d_scratch(&t), pad);

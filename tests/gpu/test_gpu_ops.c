@@ -9,6 +9,7 @@
  * dx == NULL. Needs a GPU: without one it prints SKIPPED and exits 77. */
 #include "data/dataset.h"
 #include "gpu_test.h"
+#include "model.h"
 
 static const double TOL = 1e-4;
 
@@ -84,37 +85,14 @@ typedef struct conv_case {
     int n, h, w, c, oc, kh, kw, stride, same, bias;
 } conv_case;
 
-/* layers/conv2d.c's geometry (Keras' rule) */
-static mgt_conv_shape conv_geometry(const conv_case *k) {
-    mgt_conv_shape s = {.n = k->n,
-                        .h = k->h,
-                        .w = k->w,
-                        .c = k->c,
-                        .oc = k->oc,
-                        .kh = k->kh,
-                        .kw = k->kw,
-                        .stride = k->stride};
-    if (k->same) {
-        s.oh = (s.h + s.stride - 1) / s.stride;
-        s.ow = (s.w + s.stride - 1) / s.stride;
-        int ph = (s.oh - 1) * s.stride + s.kh - s.h, pw = (s.ow - 1) * s.stride + s.kw - s.w;
-        s.pad_top = ph > 0 ? ph / 2 : 0;
-        s.pad_left = pw > 0 ? pw / 2 : 0;
-    } else {
-        s.oh = (s.h - s.kh) / s.stride + 1;
-        s.ow = (s.w - s.kw) / s.stride + 1;
-    }
-    return s;
-}
-
 static void test_conv(pair *p, const conv_case *k) {
     mgt_backend *c = &p->cpu, *g = &p->gpu;
-    mgt_conv_shape s = conv_geometry(k);
+    mgt_conv_shape s =
+        mgt_conv2d_geometry(k->n, k->h, k->w, k->c, k->oc, k->kh, k->kw, k->stride, k->same);
     char what[160];
     snprintf(what, sizeof what, "conv n=%d %dx%dx%d->%dx%dx%d k=%dx%d s=%d pad=%d,%d bias=%d", s.n,
              s.h, s.w, s.c, s.oh, s.ow, s.oc, s.kh, s.kw, s.stride, s.pad_top, s.pad_left, k->bias);
-    const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.oh * s.ow * s.oc;
-    const size_t nw = (size_t)s.oc * s.c * s.kh * s.kw;
+    const size_t nx = conv_nx(&s), ny = conv_ny(&s), nw = conv_nw(&s);
     CHECK(c->ops->reserve(c, c->ops->conv2d_scratch(&s)) == 0, "%s: CPU reserve", what);
     CHECK(g->ops->reserve(g, g->ops->conv2d_scratch(&s)) == 0, "%s: GPU reserve", what);
     float *x = hrand(nx, -1, 1), *w = hrand(nw, -0.5f, 0.5f);
@@ -385,6 +363,29 @@ static void test_layout(pair *p, int n, int h, int w, int c) {
 
 /* ---- optimizers ---- */
 
+/* One step of optimizer `kind` (0 to 4) on backend be; returns its name. */
+static const char *optim_step(mgt_backend *be, int kind, size_t count, float *w, const float *gr,
+                              float *a, float *b) {
+    const float scale = 1.0f / 64, wd = 1e-3f;
+    switch (kind) {
+    case 0:
+        be->ops->sgd_step(be, count, w, gr, a, 0.1f, 0.0f, 0, wd, scale);
+        return "sgd";
+    case 1:
+        be->ops->sgd_step(be, count, w, gr, a, 0.1f, 0.9f, 0, wd, scale);
+        return "sgd momentum";
+    case 2:
+        be->ops->sgd_step(be, count, w, gr, a, 0.1f, 0.9f, 1, wd, scale);
+        return "sgd nesterov";
+    case 3:
+        be->ops->rmsprop_step(be, count, w, gr, a, 1e-3f, 0.9f, 1e-7f, wd, scale);
+        return "rmsprop";
+    default:
+        be->ops->adam_step(be, count, w, gr, a, b, 1e-3f, 0.9f, 0.999f, 1e-7f, wd, scale);
+        return "adam";
+    }
+}
+
 static void test_optim(pair *p, size_t count) {
     mgt_backend *cb = &p->cpu, *g = &p->gpu;
     float *w0 = hrand(count, -1, 1), *gr = hrand(count, -50, 50), *s0 = hrand(count, 0, 0.1f);
@@ -393,35 +394,8 @@ static void test_optim(pair *p, size_t count) {
         float *w = hcopy(w0, count), *a = hcopy(s0, count), *b = hcopy(s1, count);
         float *gw = dput(g, w0, count), *gg = dput(g, gr, count), *ga = dput(g, s0, count);
         float *gb = dput(g, s1, count);
-        const float scale = 1.0f / 64, wd = 1e-3f;
-        const char *name = "";
-        switch (kind) {
-        case 0:
-            name = "sgd";
-            cb->ops->sgd_step(cb, count, w, gr, a, 0.1f, 0.0f, 0, wd, scale);
-            g->ops->sgd_step(g, count, gw, gg, ga, 0.1f, 0.0f, 0, wd, scale);
-            break;
-        case 1:
-            name = "sgd momentum";
-            cb->ops->sgd_step(cb, count, w, gr, a, 0.1f, 0.9f, 0, wd, scale);
-            g->ops->sgd_step(g, count, gw, gg, ga, 0.1f, 0.9f, 0, wd, scale);
-            break;
-        case 2:
-            name = "sgd nesterov";
-            cb->ops->sgd_step(cb, count, w, gr, a, 0.1f, 0.9f, 1, wd, scale);
-            g->ops->sgd_step(g, count, gw, gg, ga, 0.1f, 0.9f, 1, wd, scale);
-            break;
-        case 3:
-            name = "rmsprop";
-            cb->ops->rmsprop_step(cb, count, w, gr, a, 1e-3f, 0.9f, 1e-7f, wd, scale);
-            g->ops->rmsprop_step(g, count, gw, gg, ga, 1e-3f, 0.9f, 1e-7f, wd, scale);
-            break;
-        default:
-            name = "adam";
-            cb->ops->adam_step(cb, count, w, gr, a, b, 1e-3f, 0.9f, 0.999f, 1e-7f, wd, scale);
-            g->ops->adam_step(g, count, gw, gg, ga, gb, 1e-3f, 0.9f, 0.999f, 1e-7f, wd, scale);
-            break;
-        }
+        const char *name = optim_step(cb, kind, count, w, gr, a, b);
+        optim_step(g, kind, count, gw, gg, ga, gb);
         char what[64];
         snprintf(what, sizeof what, "%s weights (%zu)", name, count);
         expect_close(what, g, gw, w, count, TOL);

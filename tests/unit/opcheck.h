@@ -1,5 +1,6 @@
 /* opcheck.h: what the op tests share: the CHECK counter, a buffer arena freed all at once
- * (LeakSanitizer-clean), seeded random fills through the library's own RNG, and NaN poison.
+ * (LeakSanitizer-clean), seeded random fills through the library's own RNG, NaN poison, the
+ * relative-error measure, the CPU reference backend and convolution shapes with explicit padding.
  * A test defines OPCHECK_KEY (its RNG key) before including this. */
 #ifndef MGT_TEST_OPCHECK_H
 #define MGT_TEST_OPCHECK_H
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend.h"
 #include "util.h"
 
 #ifndef OPCHECK_KEY
@@ -89,6 +91,59 @@ static inline int all_zero(const float *a, size_t n) {
         if (a[i] != 0.0f)
             return 0;
     return 1;
+}
+
+/* max |a - ref| / max(max |ref|, floor); +inf if any value is not finite (NaN poison left). */
+static inline double rel_err(const float *a, const float *ref, size_t n, double floor) {
+    double err = 0.0, scale = floor;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(ref[i]))
+            return INFINITY;
+        const double d = fabs((double)a[i] - ref[i]);
+        if (d > err)
+            err = d;
+        if (fabs(ref[i]) > scale)
+            scale = fabs(ref[i]);
+    }
+    return err / scale;
+}
+
+/* The CPU reference backend, BLAS threads left as they are; exits 2 if it cannot start. */
+static inline mgt_backend opcheck_cpu_backend(const char *test_name) {
+    mgt_backend be = {0};
+    if (mgt_cpu_backend_init(&be, 0) != 0) {
+        fprintf(stderr, "%s: mgt_cpu_backend_init failed\n", test_name);
+        exit(2);
+    }
+    return be;
+}
+
+/* A convolution with explicit zero padding (top, bottom, left, right); the output size follows. */
+static inline mgt_conv_shape opcheck_conv_shape(int n, int h, int w, int c, int oc, int kh, int kw,
+                                                int stride, int pt, int pb, int pl, int pr) {
+    return (mgt_conv_shape){.n = n,
+                            .h = h,
+                            .w = w,
+                            .c = c,
+                            .oc = oc,
+                            .kh = kh,
+                            .kw = kw,
+                            .stride = stride,
+                            .pad_top = pt,
+                            .pad_left = pl,
+                            .oh = (h + pt + pb - kh) / stride + 1,
+                            .ow = (w + pl + pr - kw) / stride + 1};
+}
+
+/* Element counts of a convolution's input (NHWC), weights (OIHW) and output (NHWC). */
+static inline size_t conv_nx(const mgt_conv_shape *s) {
+    return (size_t)s->n * s->h * s->w * s->c;
+}
+static inline size_t conv_nw(const mgt_conv_shape *s) {
+    return (size_t)s->oc * s->c * s->kh * s->kw;
+}
+static inline size_t conv_ny(const mgt_conv_shape *s) {
+    return (size_t)s->n * s->oh * s->ow * s->oc;
 }
 
 #endif

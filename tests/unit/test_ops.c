@@ -48,23 +48,6 @@ static int all_finite(const float *a, size_t n) {
     return 1;
 }
 
-/* max |a - ref| / max |ref| (NaN anywhere gives +inf). */
-static double rel_err(const float *a, const float *ref, size_t n) {
-    double err = 0.0, scale = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(ref[i]))
-            return INFINITY;
-        const double d = fabs((double)a[i] - ref[i]);
-        if (d > err)
-            err = d;
-        if (fabs(ref[i]) > scale)
-            scale = fabs(ref[i]);
-    }
-    return err / (scale > 1e-30 ? scale : 1e-30);
-}
-
-
-
 /* ---- finite differences ---- */
 
 typedef double (*objective_fn)(void *ctx);
@@ -114,17 +97,6 @@ static void fd_check(const char *what, objective_fn f, void *ctx, float *p, size
           what, worst / norm, worst_i, worst_num, worst_ana, scale);
 }
 
-/* ---- backends ---- */
-
-static mgt_backend new_backend(void) {
-    mgt_backend be = {0};
-    if (mgt_cpu_backend_init(&be, 0) != 0) {
-        fprintf(stderr, "test_ops: mgt_cpu_backend_init failed\n");
-        exit(2);
-    }
-    return be;
-}
-
 /* =============================== dense =============================== */
 
 typedef struct {
@@ -165,7 +137,7 @@ static void test_dense(mgt_backend *be) {
             poison(y, n * out);
             be->ops->dense_fwd(be, n, in, out, x, w, bb, y);
             ref_dense(n, in, out, x, w, bb, ref);
-            const double e = rel_err(y, ref, n * out);
+            const double e = rel_err(y, ref, n * out, 1e-30);
             CHECK(e <= 1e-4, "dense_fwd (bias %d) vs naive: rel err %.3g", with_bias, e);
         }
         tmp_free_all();
@@ -194,8 +166,8 @@ static void test_dense(mgt_backend *be) {
         float *dw2 = fbuf(nw);
         poison(dw2, nw);
         be->ops->dense_bwd(be, c.n, c.in, c.out, c.x, c.w, c.r, NULL, dw2, NULL);
-        CHECK(rel_err(dw2, dw, nw) == 0.0, "dense_bwd with dx NULL: dW differs (rel %.3g)",
-              rel_err(dw2, dw, nw));
+        CHECK(rel_err(dw2, dw, nw, 1e-30) == 0.0, "dense_bwd with dx NULL: dW differs (rel %.3g)",
+              rel_err(dw2, dw, nw, 1e-30));
         tmp_free_all();
     }
     /* n == 0: dW and db overwritten with zeros */
@@ -218,29 +190,8 @@ typedef struct {
 } conv_cfg;
 
 static mgt_conv_shape conv_shape_of(const conv_cfg *k) {
-    mgt_conv_shape s = {.n = k->n,
-                        .h = k->h,
-                        .w = k->w,
-                        .c = k->c,
-                        .oc = k->oc,
-                        .kh = k->kh,
-                        .kw = k->kw,
-                        .stride = k->stride,
-                        .pad_top = k->pt,
-                        .pad_left = k->pl};
-    s.oh = (k->h + k->pt + k->pb - k->kh) / k->stride + 1;
-    s.ow = (k->w + k->pl + k->pr - k->kw) / k->stride + 1;
-    return s;
-}
-
-static size_t conv_nx(const mgt_conv_shape *s) {
-    return (size_t)s->n * s->h * s->w * s->c;
-}
-static size_t conv_nw(const mgt_conv_shape *s) {
-    return (size_t)s->oc * s->c * s->kh * s->kw;
-}
-static size_t conv_ny(const mgt_conv_shape *s) {
-    return (size_t)s->n * s->oh * s->ow * s->oc;
+    return opcheck_conv_shape(k->n, k->h, k->w, k->c, k->oc, k->kh, k->kw, k->stride, k->pt, k->pb,
+                              k->pl, k->pr);
 }
 
 /* Direct nested-loop cross-correlation in double, indices spelled out from the layouts. */
@@ -279,7 +230,7 @@ static double conv_obj(void *p) {
 }
 
 static void test_conv_cfg(const conv_cfg *k) {
-    mgt_backend be = new_backend();
+    mgt_backend be = opcheck_cpu_backend("test_ops");
     conv_ctx c = {.be = &be, .s = conv_shape_of(k)};
     const mgt_conv_shape *s = &c.s;
     char name[160];
@@ -298,7 +249,7 @@ static void test_conv_cfg(const conv_cfg *k) {
     float *ref = fbuf(ny);
     conv_obj(&c);
     ref_conv(s, c.x, c.w, c.b, ref);
-    const double e = rel_err(c.y, ref, ny);
+    const double e = rel_err(c.y, ref, ny, 1e-30);
     CHECK(e <= 1e-4, "%s: forward vs naive: rel err %.3g", name, e);
 
     float *dx = fbuf(nx), *dw = fbuf(nw), *db = fbuf(s->oc);
@@ -368,7 +319,7 @@ static void test_conv_chunking_cfg(const conv_cfg *k, int im2col) {
     float *y[5], *dx[5], *dw[5], *db[5];
     CHECK(s.n > 1 && one.n == 1, "chunking test setup");
     for (int v = 0; v < 5; v++) {
-        mgt_backend be = new_backend();
+        mgt_backend be = opcheck_cpu_backend("test_ops");
         if (v == 0 && !im2col)
             sizes[0] = be.ops->conv2d_scratch(&s);
         size_t bytes = v == 3 ? be.ops->conv2d_scratch(&one) : sizes[v];
@@ -394,11 +345,11 @@ static void test_conv_chunking_cfg(const conv_cfg *k, int im2col) {
     }
     float *ref = fbuf(ny);
     ref_conv(&s, x, w, b, ref);
-    CHECK(rel_err(y[0], ref, ny) <= 1e-4, "conv chunking: whole-batch forward vs naive %.3g",
-          rel_err(y[0], ref, ny));
+    CHECK(rel_err(y[0], ref, ny, 1e-30) <= 1e-4, "conv chunking: whole-batch forward vs naive %.3g",
+          rel_err(y[0], ref, ny, 1e-30));
     for (int v = 1; v < 5; v++) {
-        double ey = rel_err(y[v], y[0], ny), ex = rel_err(dx[v], dx[0], nx),
-               ew = rel_err(dw[v], dw[0], nw), eb = rel_err(db[v], db[0], s.oc);
+        double ey = rel_err(y[v], y[0], ny, 1e-30), ex = rel_err(dx[v], dx[0], nx, 1e-30),
+               ew = rel_err(dw[v], dw[0], nw, 1e-30), eb = rel_err(db[v], db[0], s.oc, 1e-30);
         CHECK(ey <= 1e-5 && ex <= 1e-5 && ew <= 1e-5 && eb <= 1e-5,
               "conv chunking (%s) vs whole batch: y %.3g dx %.3g dW %.3g db %.3g", label[v], ey, ex,
               ew, eb);
@@ -423,8 +374,8 @@ static void test_conv_chunking_cfg(const conv_cfg *k, int im2col) {
                             }
                     dwref[((o * s.c + ch) * s.kh + i) * s.kw + j] = (float)acc;
                 }
-    CHECK(rel_err(dw[1], dwref, nw) <= 1e-4, "conv chunked dW vs naive: rel err %.3g",
-          rel_err(dw[1], dwref, nw));
+    CHECK(rel_err(dw[1], dwref, nw, 1e-30) <= 1e-4, "conv chunked dW vs naive: rel err %.3g",
+          rel_err(dw[1], dwref, nw, 1e-30));
 
     tmp_free_all();
 }
@@ -441,7 +392,7 @@ static void test_conv_chunking(void) {
     /* The size conv2d_scratch asks for a big layer: bounded (16 MB of columns; Winograd's
      * buffers, for layers that use it, stay under 64 MB) but at least one sample. */
     {
-        mgt_backend be = new_backend();
+        mgt_backend be = opcheck_cpu_backend("test_ops");
         const conv_cfg big = {128, 26, 26, 32, 256, 3, 3, 1, 0, 0, 0, 0, 1};
         const mgt_conv_shape bs = conv_shape_of(&big);
         const size_t per_sample = (size_t)bs.oh * bs.ow * bs.c * 9 * sizeof(float);
@@ -468,7 +419,7 @@ static void test_conv_chunking(void) {
 }
 
 static void test_conv_n0(void) {
-    mgt_backend be = new_backend();
+    mgt_backend be = opcheck_cpu_backend("test_ops");
     const conv_cfg k = {0, 5, 5, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1};
     const mgt_conv_shape s = conv_shape_of(&k);
     const size_t nw = conv_nw(&s);
@@ -584,8 +535,8 @@ static void test_pool(mgt_backend *be) {
         for (size_t i = 0; i < ny; i++)
             c.am[i] = -7;
         pool_obj(&c);
-        CHECK(rel_err(c.y, rmax, ny) <= 1e-6, "%s: maxpool forward vs naive %.3g", name,
-              rel_err(c.y, rmax, ny));
+        CHECK(rel_err(c.y, rmax, ny, 1e-30) <= 1e-6, "%s: maxpool forward vs naive %.3g", name,
+              rel_err(c.y, rmax, ny, 1e-30));
         CHECK(memcmp(c.am, ram, ny * sizeof(int32_t)) == 0, "%s: maxpool argmax differs", name);
         poison(dx, nx);
         be->ops->maxpool_bwd(be, &c.s, c.r, c.am, dx);
@@ -595,8 +546,8 @@ static void test_pool(mgt_backend *be) {
 
         c.is_max = 0;
         pool_obj(&c);
-        CHECK(rel_err(c.y, ravg, ny) <= 1e-5, "%s: avgpool forward vs naive %.3g", name,
-              rel_err(c.y, ravg, ny));
+        CHECK(rel_err(c.y, ravg, ny, 1e-30) <= 1e-5, "%s: avgpool forward vs naive %.3g", name,
+              rel_err(c.y, ravg, ny, 1e-30));
         poison(dx, nx);
         be->ops->avgpool_bwd(be, &c.s, c.r, dx);
         snprintf(what, sizeof what, "%s avgpool dx", name);
@@ -945,8 +896,8 @@ static void test_act(mgt_backend *be) {
                     ref[i * a.row + j] = (float)ref_act1(acts[t], a.x[i * a.row + j]);
             }
         }
-        CHECK(rel_err(a.y, ref, cnt) <= 1e-5, "%s forward vs reference: rel err %.3g", names[t],
-              rel_err(a.y, ref, cnt));
+        CHECK(rel_err(a.y, ref, cnt, 1e-30) <= 1e-5, "%s forward vs reference: rel err %.3g",
+              names[t], rel_err(a.y, ref, cnt, 1e-30));
         /* backward from y */
         float *dx = fbuf(cnt);
         memcpy(dx, a.r, cnt * sizeof(float));
@@ -1264,7 +1215,7 @@ static void test_memory(mgt_backend *be) {
 }
 
 int main(void) {
-    mgt_backend be = new_backend();
+    mgt_backend be = opcheck_cpu_backend("test_ops");
     test_memory(&be);
     test_dense(&be);
     test_conv_grads();
