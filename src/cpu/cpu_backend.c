@@ -62,6 +62,7 @@ static int cpu_reserve(mgt_backend *be, size_t bytes) {
 static void cpu_destroy(mgt_backend *be) {
     mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     if (im) {
+        mgt_cpu_lanes_destroy(im->lanes);
         free(im->scratch);
         free(im);
     }
@@ -230,6 +231,10 @@ int mgt_cpu_backend_init(mgt_backend *be, int threads) {
     im->threads = threads;
     if (threads > 0)
         openblas_set_num_threads(threads);
+    /* Winograd's lanes: one per BLAS thread this rank was given. Without workers (threads
+     * unavailable) the passes still run, on the calling thread. */
+    const int lanes = threads > 0 ? threads : openblas_get_num_threads();
+    im->lanes = mgt_cpu_lanes_create(lanes > 0 ? lanes : 1);
     be->ops = &cpu_ops;
     be->impl = im;
     return 0;

@@ -93,12 +93,6 @@ int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s) {
     return mgt_cpu_wino_scratch(s, m) <= MGT_CPU_CONV_MAX_SCRATCH ? m : 0;
 }
 
-/* Threads for Winograd's lanes: the BLAS threads this rank was given. */
-static int conv_lanes(const mgt_cpu_impl *im) {
-    const int t = im->threads > 0 ? im->threads : openblas_get_num_threads();
-    return t > 0 ? t : 1;
-}
-
 size_t mgt_cpu_conv2d_scratch(const mgt_conv_shape *s) {
     if (conv_is_pointwise(s))
         return 0;
@@ -321,7 +315,7 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     const int m = mgt_cpu_conv_wino_tile(s);
     if (m &&
-        mgt_cpu_wino_fwd(im->scratch, im->scratch_bytes, conv_lanes(im), m, s, x, w, b, y) == 0)
+        mgt_cpu_wino_fwd(im->scratch, im->scratch_bytes, im->lanes, m, s, x, w, b, y) == 0)
         return;
     const size_t chunk = conv_chunk_rows(im, s);
     if (chunk == 0) {
@@ -364,12 +358,12 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     }
     mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     /* Winograd takes each of the two products it can; whatever is left goes through im2col. */
-    const int m = mgt_cpu_conv_wino_tile(s), lanes = conv_lanes(im);
+    const int m = mgt_cpu_conv_wino_tile(s);
     if (m && dw &&
-        mgt_cpu_wino_bwd_filter(im->scratch, im->scratch_bytes, lanes, m, s, x, dy, dw) == 0)
+        mgt_cpu_wino_bwd_filter(im->scratch, im->scratch_bytes, im->lanes, m, s, x, dy, dw) == 0)
         dw = NULL;
     if (m && dx &&
-        mgt_cpu_wino_bwd_data(im->scratch, im->scratch_bytes, lanes, m, s, w, dy, dx) == 0)
+        mgt_cpu_wino_bwd_data(im->scratch, im->scratch_bytes, im->lanes, m, s, w, dy, dx) == 0)
         dx = NULL;
     if (!dw && !dx)
         return;

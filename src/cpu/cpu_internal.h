@@ -20,12 +20,23 @@
 
 #include "backend.h"
 
+/* cpu_lanes.c: worker threads started with the backend, for passes split in lanes. */
+typedef struct mgt_cpu_lanes mgt_cpu_lanes;
+/* n lanes: the calling thread and n - 1 workers (fewer if threads cannot be had). */
+mgt_cpu_lanes *mgt_cpu_lanes_create(int n);
+int mgt_cpu_lanes_count(const mgt_cpu_lanes *l); /* NULL: 1 */
+/* Runs fn(ctx, lane) for lane = 0 .. lanes - 1, lane 0 on the calling thread, the others on the
+ * workers (or the caller, beyond them), and returns when all are done. l may be NULL. */
+void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int lane), void *ctx);
+void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
+
 typedef struct mgt_cpu_impl {
     /* Scratch for the ops' own use (the convolution's column buffer). 64-byte aligned; only
      * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
     float *scratch;
     size_t scratch_bytes;
     int threads; /* OpenBLAS threads asked for at init (0: left as the library had it) */
+    mgt_cpu_lanes *lanes; /* one per BLAS thread, for the Winograd passes */
 } mgt_cpu_impl;
 
 static inline mgt_cpu_impl *mgt_cpu_impl_of(mgt_backend *be) {
@@ -53,8 +64,8 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
 int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s);
 
 /* cpu_winograd.c: 3x3 stride-1 convolution (forward, backward data, backward filter) by
- * Winograd F(m x m, 3 x 3), m = 2 or 4, through the given scratch buffer, on `lanes` threads
- * (the calling one included). Each pass returns 0 when done and -1, having written nothing,
+ * Winograd F(m x m, 3 x 3), m = 2 or 4, through the given scratch buffer, on the lanes of
+ * `lanes` (NULL: the calling thread alone). Each pass returns 0 when done and -1, having written nothing,
  * when the shape does not qualify or the scratch cannot hold one tile's buffers (the caller
  * then takes another path). n == 0 writes nothing (backward filter: zeros). */
 int mgt_cpu_wino_fits(const mgt_conv_shape *s); /* 3x3, stride 1, non-empty */
@@ -63,11 +74,11 @@ int mgt_cpu_wino_fits(const mgt_conv_shape *s); /* 3x3, stride 1, non-empty */
 size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m);
 /* Scratch bytes for chunks of `tiles` tiles on `lanes` lanes, c and oc channels. */
 size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes);
-int mgt_cpu_wino_fwd(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
                      const float *x, const float *w, const float *b, float *y);
-int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
                           const float *w, const float *dy, float *dx);
-int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
                             const float *x, const float *dy, float *dw);
 
 /* cpu_pool.c */

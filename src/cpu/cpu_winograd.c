@@ -44,7 +44,6 @@
  * transforms (c x oc small 3x3 filters per call, little next to the tiles) are done in
  * double. */
 #include <cblas.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -519,20 +518,18 @@ size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m) {
 }
 
 /* ---- lanes -------------------------------------------------------------------------------- *
- * A pass runs on `lanes` threads (the caller's BLAS thread count): the calling thread and
- * lanes - 1 threads started for the call and joined before it returns (nothing outlives an
- * op). Each lane takes whole chunks - transform, P GEMMs, inverse transform - on its own
+ * A pass runs on up to `lanes` lanes of the backend's workers (cpu_lanes.c; the calling thread
+ * is lane 0). Each lane takes whole chunks - transform, P GEMMs, inverse transform - on its own
  * L2-sized buffers, so the transforms run in parallel too, and the GEMMs, small enough for
- * OpenBLAS's single-threaded small-matrix path, need no synchronisation. If a thread cannot
- * be started, the calling thread does that lane's share itself. The threads are all an op
- * acquires (their stacks come from glibc's cache after the first call): every buffer is in
- * the reserved scratch, and the lanes' only shared state is the job below. */
+ * OpenBLAS's single-threaded small-matrix path, need no synchronisation. Every buffer is in the
+ * reserved scratch, and the lanes' only shared state is the job below. */
 
 typedef struct wino_job wino_job;
 typedef void (*wino_task)(wino_job *job, int lane);
 
 struct wino_job {
     const wino_geom *g;
+    mgt_cpu_lanes *pool;
     int lanes;
     size_t tc, nchunks; /* tiles per chunk, chunks */
     atomic_size_t next; /* next chunk to take (forward, backward data) */
@@ -547,33 +544,14 @@ struct wino_job {
     wino_task task;
 };
 
-typedef struct {
-    wino_job *job;
-    int lane;
-} wino_lane_arg;
-
-static void *wino_lane_main(void *p) {
-    wino_lane_arg *a = p;
-    a->job->task(a->job, a->lane);
-    return NULL;
+static void wino_lane(void *ctx, int lane) {
+    wino_job *job = ctx;
+    job->task(job, lane);
 }
 
 static void wino_run(wino_job *job, int lanes, wino_task task) {
-    pthread_t th[WINO_MAX_LANES];
-    wino_lane_arg arg[WINO_MAX_LANES];
-    int started[WINO_MAX_LANES] = {0};
     job->task = task;
-    for (int l = 1; l < lanes; l++) {
-        arg[l] = (wino_lane_arg){job, l};
-        started[l] = pthread_create(&th[l], NULL, wino_lane_main, &arg[l]) == 0;
-    }
-    task(job, 0);
-    for (int l = 1; l < lanes; l++) {
-        if (started[l])
-            pthread_join(th[l], NULL);
-        else
-            task(job, l);
-    }
+    mgt_cpu_lanes_run(job->pool, lanes, wino_lane, job);
 }
 
 /* Lane l's share [lo, hi) of n items split in `lanes` contiguous parts. */
@@ -583,8 +561,9 @@ static void wino_share(int n, int lane, int lanes, int *lo, int *hi) {
 }
 
 /* Plans a pass: tiles per chunk and lanes that the scratch allows (0 tiles: it cannot run). */
-static void wino_plan(wino_job *job, float *scratch, size_t bytes, int lanes) {
+static void wino_plan(wino_job *job, float *scratch, size_t bytes) {
     const wino_geom *g = job->g;
+    int lanes = mgt_cpu_lanes_count(job->pool);
     const int P = g->P, a = g->ic, b = g->oc;
     const size_t floats = scratch ? bytes / sizeof(float) : 0;
     job->plane = align16((size_t)P * a * b);
@@ -656,10 +635,11 @@ static void wino_task_corr(wino_job *job, int lane) {
     }
 }
 
-static int wino_corr(float *scratch, size_t bytes, int lanes, const wino_geom *g, const float *w,
-                     int flip, const float *in, const float *bias, float *out) {
-    wino_job job = {.g = g, .w = w, .flip = flip, .in = in, .bias = bias, .out = out};
-    wino_plan(&job, scratch, bytes, lanes);
+static int wino_corr(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const wino_geom *g,
+                     const float *w, int flip, const float *in, const float *bias, float *out) {
+    wino_job job = {
+        .g = g, .pool = lanes, .w = w, .flip = flip, .in = in, .bias = bias, .out = out};
+    wino_plan(&job, scratch, bytes);
     if (job.tc == 0)
         return -1;
     wino_run(&job, job.lanes, wino_task_filter);
@@ -701,10 +681,10 @@ static void wino_task_grad_filter(wino_job *job, int lane) {
     wino_filter_grad(g->m, g->oc, g->ic, job->U, job->U + job->plane, job->out, o0, o1);
 }
 
-static int wino_grad(float *scratch, size_t bytes, int lanes, const wino_geom *g, const float *x,
-                     const float *dy, float *dw) {
-    wino_job job = {.g = g, .in = x, .dy = dy, .out = dw};
-    wino_plan(&job, scratch, bytes, lanes);
+static int wino_grad(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const wino_geom *g,
+                     const float *x, const float *dy, float *dw) {
+    wino_job job = {.g = g, .pool = lanes, .in = x, .dy = dy, .out = dw};
+    wino_plan(&job, scratch, bytes);
     if (job.tc == 0)
         return -1;
     wino_run(&job, job.lanes < WINO_GROUPS ? job.lanes : WINO_GROUPS, wino_task_grad);
@@ -712,7 +692,7 @@ static int wino_grad(float *scratch, size_t bytes, int lanes, const wino_geom *g
     return 0;
 }
 
-int mgt_cpu_wino_fwd(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
                      const float *x, const float *w, const float *b, float *y) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
@@ -723,7 +703,7 @@ int mgt_cpu_wino_fwd(float *scratch, size_t bytes, int lanes, int m, const mgt_c
     return wino_corr(scratch, bytes, lanes, &g, w, 0, x, b, y);
 }
 
-int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
                           const float *w, const float *dy, float *dx) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
@@ -736,7 +716,7 @@ int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, int lanes, int m, const 
     return wino_corr(scratch, bytes, lanes, &g, w, 1, dy, NULL, dx);
 }
 
-int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, int lanes, int m, const mgt_conv_shape *s,
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
                             const float *x, const float *dy, float *dw) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;

@@ -1,29 +1,25 @@
-/* test_winograd.c: the CPU backend's Winograd convolution
- * (src/cpu/cpu_winograd.c) against a naive reference in double, and the op
- * table's use of it (src/cpu/cpu_conv.c).
+/* test_winograd.c: the CPU backend's Winograd convolution (src/cpu/cpu_winograd.c) against a
+ * naive reference in double, and the op table's use of it (src/cpu/cpu_conv.c).
  *
  * What is checked:
- *  - F(2x2,3x3) and F(4x4,3x3), called directly, for the forward pass (with and
- * without bias), backward data and backward filter, on shapes with odd and even
- * sizes, valid, same and asymmetric padding, outputs smaller than one tile,
- * channel counts that are not multiples of the vector width or of the
- * transform's channel block, n = 1, n >= 2 and n = 0; inputs like a network's
- * (ReLU outputs, Glorot weights) and signed ones; tolerance 1e-4 relative to
- * the largest reference value;
- *  - chunking and threads: the same pass run with scratch for its largest
- * chunks, for a few tiles (chunks that straddle samples) and for one tile, on 1
- * to 4 threads, gives the same result (bit for bit across thread counts); too
- * little scratch makes the pass decline (return -1) without writing anything;
- *  - the op table: 3x3 stride-1 layers go through Winograd (bit-identical to a
- * direct call with the same scratch), F(2x2) or F(4x4) as chosen, dW/db are
- * overwritten, dx may be NULL, n == 0 writes zeros, the backend's thread count
- * changes no bit, and too little reserved scratch falls back to im2col or the
- * direct loop with the same result;
- *  - conv2d_scratch stays bounded (64 MB) and covers Winograd's need, for the
- * seed ConvNet's layers at batch 128 and for layers too wide for F(4x4)
- * (F(2x2), then im2col). Finite-difference gradient checks of Winograd layers
- * are in test_ops.c (test_conv_grads). Each failing check prints its numbers;
- * main returns non-zero if any check failed. */
+ *  - F(2x2,3x3) and F(4x4,3x3), called directly, for the forward pass (with and without bias),
+ *    backward data and backward filter, on shapes with odd and even sizes, valid, same and
+ *    asymmetric padding, outputs smaller than one tile, channel counts that are not multiples
+ *    of the vector width or of the transform's channel block, n = 1, n >= 2 and n = 0; inputs
+ *    like a network's (ReLU outputs, Glorot weights) and signed ones; tolerance 1e-4 relative
+ *    to the largest reference value;
+ *  - chunking and threads: the same pass run with scratch for its largest chunks, for a few
+ *    tiles (chunks that straddle samples) and for one tile, on 1 to 4 threads, gives the same
+ *    result (bit for bit across thread counts); too little scratch makes the pass decline
+ *    (return -1) without writing anything;
+ *  - the op table: 3x3 stride-1 layers go through Winograd (bit-identical to a direct call
+ *    with the same scratch), F(2x2) or F(4x4) as chosen, dW/db are overwritten, dx may be
+ *    NULL, n == 0 writes zeros, the backend's thread count changes no bit, and too little
+ *    reserved scratch falls back to im2col or the direct loop with the same result;
+ *  - conv2d_scratch stays bounded (64 MB) and covers Winograd's need, for the seed ConvNet's
+ *    layers at batch 128 and for layers too wide for F(4x4) (F(2x2), then im2col).
+ * Finite-difference gradient checks of Winograd layers are in test_ops.c (test_conv_grads).
+ * Each failing check prints its numbers; main returns non-zero if any check failed. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,107 +33,116 @@
 #define OPCHECK_KEY 0x3a3a5eedULL
 #include "opcheck.h"
 
-static double *dbuf(size_t n) { return tmp_alloc(n * sizeof(double), 0); }
+static double *dbuf(size_t n) {
+    return tmp_alloc(n * sizeof(double), 0);
+}
 
-/* max |a - ref| / max |ref| (NaN anywhere gives +inf; all-zero ref: the
- * absolute error). */
+/* max |a - ref| / max |ref| (NaN anywhere gives +inf; all-zero ref: the absolute error). */
 static double rel_err_d(const float *a, const double *ref, size_t n) {
-  double err = 0.0, scale = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    if (!isfinite(a[i]))
-      return INFINITY;
-    const double d = fabs((double)a[i] - ref[i]);
-    err = d > err ? d : err;
-    scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
-  }
-  return err / (scale > 1e-30 ? scale : 1.0);
+    double err = 0.0, scale = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]))
+            return INFINITY;
+        const double d = fabs((double)a[i] - ref[i]);
+        err = d > err ? d : err;
+        scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
+    }
+    return err / (scale > 1e-30 ? scale : 1.0);
 }
 
 static int all_nan(const float *a, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!isnan(a[i]))
-      return 0;
-  return 1;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(a[i]))
+            return 0;
+    return 1;
+}
+
+/* The passes' worker lanes, as the CPU backend starts them, one set per lane count (made once,
+ * ended at exit). */
+enum { LANES_MAX_TEST = 64 };
+static mgt_cpu_lanes *g_lanes[LANES_MAX_TEST + 1];
+
+static mgt_cpu_lanes *lanes_of(int n) {
+    n = n < 1 ? 1 : n > LANES_MAX_TEST ? LANES_MAX_TEST : n;
+    if (!g_lanes[n] && !(g_lanes[n] = mgt_cpu_lanes_create(n))) {
+        fprintf(stderr, "test_winograd: cannot start %d lanes\n", n);
+        exit(2);
+    }
+    return g_lanes[n];
 }
 
 /* ---- shapes and the reference ---- */
 
 typedef struct {
-  int n, h, w, c, oc, pt, pb, pl, pr;
+    int n, h, w, c, oc, pt, pb, pl, pr;
 } wcfg;
 
 /* 3x3, stride 1 */
 static mgt_conv_shape shape_of(const wcfg *k) {
-  return opcheck_conv_shape(k->n, k->h, k->w, k->c, k->oc, 3, 3, 1, k->pt,
-                            k->pb, k->pl, k->pr);
+    return opcheck_conv_shape(k->n, k->h, k->w, k->c, k->oc, 3, 3, 1, k->pt, k->pb, k->pl, k->pr);
 }
 
-/* y = x (*) w + b, dx = dy (*)^T w, dW = sum dy x, db = sum dy, all in double
- * from the layouts' definitions (NHWC x/y, OIHW w), one output position and tap
- * at a time. */
-static void ref_conv_all(const mgt_conv_shape *s, const float *x,
-                         const float *w, const float *b, const float *dy,
-                         double *y, double *dx, double *dw, double *db) {
-  memset(dx, 0, sizeof(double) * conv_nx(s));
-  memset(dw, 0, sizeof(double) * conv_nw(s));
-  memset(db, 0, sizeof(double) * (size_t)s->oc);
-  for (int n = 0; n < s->n; n++)
-    for (int oy = 0; oy < s->oh; oy++)
-      for (int ox = 0; ox < s->ow; ox++)
-        for (int o = 0; o < s->oc; o++) {
-          const size_t yi = (((size_t)n * s->oh + oy) * s->ow + ox) * s->oc + o;
-          double acc = b ? b[o] : 0.0;
-          db[o] += dy[yi];
-          for (int ch = 0; ch < s->c; ch++)
-            for (int i = 0; i < 3; i++)
-              for (int j = 0; j < 3; j++) {
-                const int iy = oy - s->pad_top + i, ix = ox - s->pad_left + j;
-                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
-                  continue;
-                const size_t xi =
-                    (((size_t)n * s->h + iy) * s->w + ix) * s->c + ch;
-                const size_t wi = (((size_t)o * s->c + ch) * 3 + i) * 3 + j;
-                acc += (double)w[wi] * x[xi];
-                dx[xi] += (double)dy[yi] * w[wi];
-                dw[wi] += (double)dy[yi] * x[xi];
-              }
-          y[yi] = acc;
-        }
+/* y = x (*) w + b, dx = dy (*)^T w, dW = sum dy x, db = sum dy, all in double from the layouts'
+ * definitions (NHWC x/y, OIHW w), one output position and tap at a time. */
+static void ref_conv_all(const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                         const float *dy, double *y, double *dx, double *dw, double *db) {
+    memset(dx, 0, sizeof(double) * conv_nx(s));
+    memset(dw, 0, sizeof(double) * conv_nw(s));
+    memset(db, 0, sizeof(double) * (size_t)s->oc);
+    for (int n = 0; n < s->n; n++)
+        for (int oy = 0; oy < s->oh; oy++)
+            for (int ox = 0; ox < s->ow; ox++)
+                for (int o = 0; o < s->oc; o++) {
+                    const size_t yi = (((size_t)n * s->oh + oy) * s->ow + ox) * s->oc + o;
+                    double acc = b ? b[o] : 0.0;
+                    db[o] += dy[yi];
+                    for (int ch = 0; ch < s->c; ch++)
+                        for (int i = 0; i < 3; i++)
+                            for (int j = 0; j < 3; j++) {
+                                const int iy = oy - s->pad_top + i, ix = ox - s->pad_left + j;
+                                if (iy < 0 || iy >= s->h || ix < 0 || ix >= s->w)
+                                    continue;
+                                const size_t xi = (((size_t)n * s->h + iy) * s->w + ix) * s->c + ch;
+                                const size_t wi = (((size_t)o * s->c + ch) * 3 + i) * 3 + j;
+                                acc += (double)w[wi] * x[xi];
+                                dx[xi] += (double)dy[yi] * w[wi];
+                                dw[wi] += (double)dy[yi] * x[xi];
+                            }
+                    y[yi] = acc;
+                }
 }
 
 /* Tensors of one test case: inputs in float, reference results in double. */
 typedef struct {
-  mgt_conv_shape s;
-  float *x, *w, *b, *dy;
-  double *y, *y_nob, *dx, *dw, *db;
+    mgt_conv_shape s;
+    float *x, *w, *b, *dy;
+    double *y, *y_nob, *dx, *dw, *db;
 } wcase;
 
-/* relu_like: x in [0, 1] as after a ReLU; otherwise in [-1, 1]. Glorot-uniform
- * weights. */
+/* relu_like: x in [0, 1] as after a ReLU; otherwise in [-1, 1]. Glorot-uniform weights. */
 static wcase make_case(const wcfg *k, int relu_like) {
-  wcase t = {.s = shape_of(k)};
-  const mgt_conv_shape *s = &t.s;
-  t.x = fbuf(conv_nx(s)), t.w = fbuf(conv_nw(s)), t.b = fbuf((size_t)s->oc),
-  t.dy = fbuf(conv_ny(s));
-  fill(t.x, conv_nx(s), relu_like ? 0.0f : -1.0f, 1.0f);
-  const float lim = sqrtf(6.0f / (9.0f * (float)(s->c + s->oc)));
-  fill(t.w, conv_nw(s), -lim, lim);
-  fill(t.b, (size_t)s->oc, -0.1f, 0.1f);
-  fill(t.dy, conv_ny(s), -1.0f, 1.0f);
-  t.y = dbuf(conv_ny(s)), t.y_nob = dbuf(conv_ny(s)), t.dx = dbuf(conv_nx(s)),
-  t.dw = dbuf(conv_nw(s)), t.db = dbuf((size_t)s->oc);
-  ref_conv_all(s, t.x, t.w, t.b, t.dy, t.y, t.dx, t.dw, t.db);
-  for (size_t i = 0; i < conv_ny(s);
-       i++) { /* the bias enters each output once, exactly */
-    const int o = (int)(i % (size_t)s->oc);
-    t.y_nob[i] = t.y[i] - t.b[o];
-  }
-  return t;
+    wcase t = {.s = shape_of(k)};
+    const mgt_conv_shape *s = &t.s;
+    t.x = fbuf(conv_nx(s)), t.w = fbuf(conv_nw(s)), t.b = fbuf((size_t)s->oc),
+    t.dy = fbuf(conv_ny(s));
+    fill(t.x, conv_nx(s), relu_like ? 0.0f : -1.0f, 1.0f);
+    const float lim = sqrtf(6.0f / (9.0f * (float)(s->c + s->oc)));
+    fill(t.w, conv_nw(s), -lim, lim);
+    fill(t.b, (size_t)s->oc, -0.1f, 0.1f);
+    fill(t.dy, conv_ny(s), -1.0f, 1.0f);
+    t.y = dbuf(conv_ny(s)), t.y_nob = dbuf(conv_ny(s)), t.dx = dbuf(conv_nx(s)),
+    t.dw = dbuf(conv_nw(s)), t.db = dbuf((size_t)s->oc);
+    ref_conv_all(s, t.x, t.w, t.b, t.dy, t.y, t.dx, t.dw, t.db);
+    for (size_t i = 0; i < conv_ny(s); i++) { /* the bias enters each output once, exactly */
+        const int o = (int)(i % (size_t)s->oc);
+        t.y_nob[i] = t.y[i] - t.b[o];
+    }
+    return t;
 }
 
 static void shape_name(char *buf, size_t len, const wcfg *k) {
-  snprintf(buf, len, "n%d %dx%dx%d oc%d pad(%d,%d,%d,%d)", k->n, k->h, k->w,
-           k->c, k->oc, k->pt, k->pb, k->pl, k->pr);
+    snprintf(buf, len, "n%d %dx%dx%d oc%d pad(%d,%d,%d,%d)", k->n, k->h, k->w, k->c, k->oc, k->pt,
+             k->pb, k->pl, k->pr);
 }
 
 /* ---- direct calls: accuracy ---- */
@@ -145,366 +150,324 @@ static void shape_name(char *buf, size_t len, const wcfg *k) {
 static const double TOL = 1e-4;
 
 static void test_direct(void) {
-  static const wcfg cfgs[] = {
-      /* n  h   w   c  oc  pt pb pl pr */
-      {2, 7, 6, 3, 4, 0, 0, 0, 0},    /* valid, odd x even, tiny channels */
-      {3, 6, 7, 5, 2, 1, 1, 1, 1},    /* same */
-      {1, 9, 11, 19, 21, 1, 1, 1, 1}, /* n = 1, channels not multiples of 8 */
-      {2, 10, 8, 67, 13, 0, 0, 0,
-       0}, /* c crosses the 64-channel transform block */
-      {2, 8, 9, 13, 70, 1, 1, 1, 1}, /* oc crosses it */
-      {2, 5, 5, 4, 3, 0, 2, 2,
-       0}, /* asymmetric padding: bottom and left only */
-      {2, 3, 4, 6, 5, 0, 0, 0, 0},     /* 1 x 2 output: less than one tile */
-      {2, 14, 13, 32, 40, 0, 0, 0, 0}, /* the seed's conv2 in miniature */
-      {2, 12, 11, 72, 36, 0, 0, 0, 0}, /* and its conv3 */
-  };
-  double worst[2][3] = {{0}};
-  for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++)
-    for (int relu_like = 0; relu_like < 2; relu_like++) {
-      const wcfg *k = &cfgs[ci];
-      wcase t = make_case(k, relu_like);
-      const mgt_conv_shape *s = &t.s;
-      char name[96];
-      shape_name(name, sizeof name, k);
-      const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
-      float *y = fbuf(ny), *dx = fbuf(nx), *dw = fbuf(nw);
-      for (int m = 2; m <= 4; m += 2) {
-        const size_t bytes = mgt_cpu_wino_scratch(s, m);
-        const int lanes = 1 + (int)(ci % 3); /* 1, 2 or 3 threads */
-        float *scr = tmp_alloc(bytes, 1);
-        for (int with_bias = 0; with_bias < 2; with_bias++) {
-          poison(y, ny);
-          const int rc = mgt_cpu_wino_fwd(scr, bytes, lanes, m, s, t.x, t.w,
-                                          with_bias ? t.b : NULL, y);
-          const double e = rel_err_d(y, with_bias ? t.y : t.y_nob, ny);
-          CHECK(rc == 0 && e <= TOL,
-                "F(%d) fwd %s bias %d x%s: rc %d rel err %.3g", m, name,
-                with_bias, relu_like ? ">=0" : "+-", rc, e);
-          worst[m / 4][0] = e > worst[m / 4][0] ? e : worst[m / 4][0];
+    static const wcfg cfgs[] = {
+        /* n  h   w   c  oc  pt pb pl pr */
+        {2, 7, 6, 3, 4, 0, 0, 0, 0},     /* valid, odd x even, tiny channels */
+        {3, 6, 7, 5, 2, 1, 1, 1, 1},     /* same */
+        {1, 9, 11, 19, 21, 1, 1, 1, 1},  /* n = 1, channels not multiples of 8 */
+        {2, 10, 8, 67, 13, 0, 0, 0, 0},  /* c crosses the 64-channel transform block */
+        {2, 8, 9, 13, 70, 1, 1, 1, 1},   /* oc crosses it */
+        {2, 5, 5, 4, 3, 0, 2, 2, 0},     /* asymmetric padding: bottom and left only */
+        {2, 3, 4, 6, 5, 0, 0, 0, 0},     /* 1 x 2 output: less than one tile */
+        {2, 14, 13, 32, 40, 0, 0, 0, 0}, /* the seed's conv2 in miniature */
+        {2, 12, 11, 72, 36, 0, 0, 0, 0}, /* and its conv3 */
+    };
+    double worst[2][3] = {{0}};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++)
+        for (int relu_like = 0; relu_like < 2; relu_like++) {
+            const wcfg *k = &cfgs[ci];
+            wcase t = make_case(k, relu_like);
+            const mgt_conv_shape *s = &t.s;
+            char name[96];
+            shape_name(name, sizeof name, k);
+            const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
+            float *y = fbuf(ny), *dx = fbuf(nx), *dw = fbuf(nw);
+            for (int m = 2; m <= 4; m += 2) {
+                const size_t bytes = mgt_cpu_wino_scratch(s, m);
+                const int lanes = 1 + (int)(ci % 3); /* 1, 2 or 3 threads */
+                float *scr = tmp_alloc(bytes, 1);
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    poison(y, ny);
+                    const int rc = mgt_cpu_wino_fwd(scr, bytes, lanes_of(lanes), m, s, t.x, t.w,
+                                                    with_bias ? t.b : NULL, y);
+                    const double e = rel_err_d(y, with_bias ? t.y : t.y_nob, ny);
+                    CHECK(rc == 0 && e <= TOL, "F(%d) fwd %s bias %d x%s: rc %d rel err %.3g", m,
+                          name, with_bias, relu_like ? ">=0" : "+-", rc, e);
+                    worst[m / 4][0] = e > worst[m / 4][0] ? e : worst[m / 4][0];
+                }
+                poison(dx, nx);
+                int rc = mgt_cpu_wino_bwd_data(scr, bytes, lanes_of(lanes), m, s, t.w, t.dy, dx);
+                double e = rel_err_d(dx, t.dx, nx);
+                CHECK(rc == 0 && e <= TOL, "F(%d) bwd data %s: rc %d rel err %.3g", m, name, rc, e);
+                worst[m / 4][1] = e > worst[m / 4][1] ? e : worst[m / 4][1];
+                poison(dw, nw);
+                rc = mgt_cpu_wino_bwd_filter(scr, bytes, lanes_of(lanes), m, s, t.x, t.dy, dw);
+                e = rel_err_d(dw, t.dw, nw);
+                CHECK(rc == 0 && e <= TOL, "F(%d) bwd filter %s: rc %d rel err %.3g", m, name, rc,
+                      e);
+                worst[m / 4][2] = e > worst[m / 4][2] ? e : worst[m / 4][2];
+            }
+            tmp_free_all();
         }
-        poison(dx, nx);
-        int rc = mgt_cpu_wino_bwd_data(scr, bytes, lanes, m, s, t.w, t.dy, dx);
-        double e = rel_err_d(dx, t.dx, nx);
-        CHECK(rc == 0 && e <= TOL, "F(%d) bwd data %s: rc %d rel err %.3g", m,
-              name, rc, e);
-        worst[m / 4][1] = e > worst[m / 4][1] ? e : worst[m / 4][1];
-        poison(dw, nw);
-        rc = mgt_cpu_wino_bwd_filter(scr, bytes, lanes, m, s, t.x, t.dy, dw);
-        e = rel_err_d(dw, t.dw, nw);
-        CHECK(rc == 0 && e <= TOL, "F(%d) bwd filter %s: rc %d rel err %.3g", m,
-              name, rc, e);
-        worst[m / 4][2] = e > worst[m / 4][2] ? e : worst[m / 4][2];
-      }
-      tmp_free_all();
-    }
-  printf("test_winograd: worst rel err vs double: F(2x2) fwd %.2g dx %.2g dW "
-         "%.2g; "
-         "F(4x4) fwd %.2g dx %.2g dW %.2g\n",
-         worst[0][0], worst[0][1], worst[0][2], worst[1][0], worst[1][1],
-         worst[1][2]);
+    printf("test_winograd: worst rel err vs double: F(2x2) fwd %.2g dx %.2g dW %.2g; "
+           "F(4x4) fwd %.2g dx %.2g dW %.2g\n",
+           worst[0][0], worst[0][1], worst[0][2], worst[1][0], worst[1][1], worst[1][2]);
 
-  /* n == 0: nothing to write for y and dx, zeros for dW */
-  {
-    const wcfg k = {0, 6, 6, 8, 8, 1, 1, 1, 1};
-    const mgt_conv_shape s = shape_of(&k);
-    float dummy[1] = {0}, *dw = fbuf(conv_nw(&s));
-    for (int m = 2; m <= 4; m += 2) {
-      const size_t bytes = mgt_cpu_wino_scratch(&s, m);
-      float *scr = tmp_alloc(bytes, 1);
-      poison(dw, conv_nw(&s));
-      CHECK(mgt_cpu_wino_fwd(scr, bytes, 2, m, &s, dummy, dummy, dummy,
-                             dummy) == 0 &&
-                mgt_cpu_wino_bwd_data(scr, bytes, 2, m, &s, dummy, dummy,
-                                      dummy) == 0 &&
-                mgt_cpu_wino_bwd_filter(scr, bytes, 2, m, &s, dummy, dummy,
-                                        dw) == 0,
-            "F(%d) n = 0 should succeed", m);
-      CHECK(all_zero(dw, conv_nw(&s)), "F(%d) n = 0: dW not all zero", m);
+    /* n == 0: nothing to write for y and dx, zeros for dW */
+    {
+        const wcfg k = {0, 6, 6, 8, 8, 1, 1, 1, 1};
+        const mgt_conv_shape s = shape_of(&k);
+        float dummy[1] = {0}, *dw = fbuf(conv_nw(&s));
+        for (int m = 2; m <= 4; m += 2) {
+            const size_t bytes = mgt_cpu_wino_scratch(&s, m);
+            float *scr = tmp_alloc(bytes, 1);
+            poison(dw, conv_nw(&s));
+            CHECK(
+                mgt_cpu_wino_fwd(scr, bytes, lanes_of(2), m, &s, dummy, dummy, dummy, dummy) == 0 &&
+                    mgt_cpu_wino_bwd_data(scr, bytes, lanes_of(2), m, &s, dummy, dummy, dummy) ==
+                        0 &&
+                    mgt_cpu_wino_bwd_filter(scr, bytes, lanes_of(2), m, &s, dummy, dummy, dw) == 0,
+                "F(%d) n = 0 should succeed", m);
+            CHECK(all_zero(dw, conv_nw(&s)), "F(%d) n = 0: dW not all zero", m);
+        }
+        tmp_free_all();
     }
-    tmp_free_all();
-  }
-  /* shapes Winograd does not do are declined */
-  {
-    mgt_conv_shape s = shape_of(&(wcfg){1, 6, 6, 4, 4, 0, 0, 0, 0});
-    CHECK(mgt_cpu_wino_fits(&s), "3x3 stride 1 should fit");
-    s.stride = 2;
-    CHECK(!mgt_cpu_wino_fits(&s) && mgt_cpu_wino_scratch(&s, 2) == 0,
-          "stride 2 should not");
-    s.stride = 1;
-    s.kw = 5;
-    CHECK(!mgt_cpu_wino_fits(&s), "3x5 should not fit");
-  }
+    /* shapes Winograd does not do are declined */
+    {
+        mgt_conv_shape s = shape_of(&(wcfg){1, 6, 6, 4, 4, 0, 0, 0, 0});
+        CHECK(mgt_cpu_wino_fits(&s), "3x3 stride 1 should fit");
+        s.stride = 2;
+        CHECK(!mgt_cpu_wino_fits(&s) && mgt_cpu_wino_scratch(&s, 2) == 0, "stride 2 should not");
+        s.stride = 1;
+        s.kw = 5;
+        CHECK(!mgt_cpu_wino_fits(&s), "3x5 should not fit");
+    }
 }
 
 /* ---- direct calls: chunking and threads ---- */
 
 static void test_chunking(void) {
-  /* 8 samples of 24 x 23 outputs (same padding): 288 tiles for F(4), 1152 for
-   * F(2), enough work for Winograd to use up to 4 threads */
-  const wcfg k = {8, 24, 23, 48, 40, 1, 1, 1, 1};
-  wcase t = make_case(&k, 1);
-  const mgt_conv_shape *s = &t.s;
-  const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
-  for (int m = 2; m <= 4; m += 2) {
-    /* the largest chunks Winograd takes, chunks of 7 tiles (straddling samples)
-     * on 1, 2 and 3 threads, chunks of 1 tile on 1 and 4 threads */
-    const size_t dx_tiles =
-        (size_t)s->n * ((s->h + m - 1) / m) * ((s->w + m - 1) / m);
-    enum { NV = 6 };
-    const size_t tiles[NV] = {dx_tiles, 7, 7, 7, 1, 1};
-    const int lanes[NV] = {1, 1, 2, 3, 1, 4};
-    float *y[NV], *dx[NV], *dw[NV];
-    for (int v = 0; v < NV; v++) {
-      const size_t bytes =
-          mgt_cpu_wino_scratch_tiles(m, s->c, s->oc, tiles[v], lanes[v]);
-      float *scr = tmp_alloc(bytes, 1);
-      y[v] = fbuf(ny), dx[v] = fbuf(nx), dw[v] = fbuf(nw);
-      poison(y[v], ny);
-      poison(dx[v], nx);
-      poison(dw[v], nw);
-      const int rc =
-          mgt_cpu_wino_fwd(scr, bytes, lanes[v], m, s, t.x, t.w, t.b, y[v]) |
-          mgt_cpu_wino_bwd_data(scr, bytes, lanes[v], m, s, t.w, t.dy, dx[v]) |
-          mgt_cpu_wino_bwd_filter(scr, bytes, lanes[v], m, s, t.x, t.dy, dw[v]);
-      CHECK(rc == 0, "F(%d) with scratch for %zu tiles x %d threads: rc %d", m,
-            tiles[v], lanes[v], rc);
+    /* 8 samples of 24 x 23 outputs (same padding): 288 tiles for F(4), 1152 for F(2), enough
+     * work for Winograd to use up to 4 threads */
+    const wcfg k = {8, 24, 23, 48, 40, 1, 1, 1, 1};
+    wcase t = make_case(&k, 1);
+    const mgt_conv_shape *s = &t.s;
+    const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
+    for (int m = 2; m <= 4; m += 2) {
+        /* the largest chunks Winograd takes, chunks of 7 tiles (straddling samples) on 1, 2
+         * and 3 threads, chunks of 1 tile on 1 and 4 threads */
+        const size_t dx_tiles = (size_t)s->n * ((s->h + m - 1) / m) * ((s->w + m - 1) / m);
+        enum { NV = 6 };
+        const size_t tiles[NV] = {dx_tiles, 7, 7, 7, 1, 1};
+        const int lanes[NV] = {1, 1, 2, 3, 1, 4};
+        float *y[NV], *dx[NV], *dw[NV];
+        for (int v = 0; v < NV; v++) {
+            const size_t bytes = mgt_cpu_wino_scratch_tiles(m, s->c, s->oc, tiles[v], lanes[v]);
+            float *scr = tmp_alloc(bytes, 1);
+            y[v] = fbuf(ny), dx[v] = fbuf(nx), dw[v] = fbuf(nw);
+            poison(y[v], ny);
+            poison(dx[v], nx);
+            poison(dw[v], nw);
+            const int rc =
+                mgt_cpu_wino_fwd(scr, bytes, lanes_of(lanes[v]), m, s, t.x, t.w, t.b, y[v]) |
+                mgt_cpu_wino_bwd_data(scr, bytes, lanes_of(lanes[v]), m, s, t.w, t.dy, dx[v]) |
+                mgt_cpu_wino_bwd_filter(scr, bytes, lanes_of(lanes[v]), m, s, t.x, t.dy, dw[v]);
+            CHECK(rc == 0, "F(%d) with scratch for %zu tiles x %d threads: rc %d", m, tiles[v],
+                  lanes[v], rc);
+        }
+        CHECK(rel_err_d(y[0], t.y, ny) <= TOL && rel_err_d(dx[0], t.dx, nx) <= TOL &&
+                  rel_err_d(dw[0], t.dw, nw) <= TOL,
+              "F(%d) chunking: large chunks vs reference: y %.3g dx %.3g dW %.3g", m,
+              rel_err_d(y[0], t.y, ny), rel_err_d(dx[0], t.dx, nx), rel_err_d(dw[0], t.dw, nw));
+        for (int v = 1; v < NV; v++) {
+            const double ey = rel_err(y[v], y[0], ny, 1e-30), ex = rel_err(dx[v], dx[0], nx, 1e-30),
+                         ew = rel_err(dw[v], dw[0], nw, 1e-30);
+            CHECK(ey <= 1e-6 && ex <= 1e-6 && ew <= 1e-5,
+                  "F(%d) chunks of %zu tiles on %d threads vs large chunks: y %.3g dx %.3g dW %.3g",
+                  m, tiles[v], lanes[v], ey, ex, ew);
+        }
+        /* the thread count does not change a bit of any result, whatever the chunking */
+        for (int v = 2; v < NV; v++) {
+            const int u = v < 4 ? 1 : 4;
+            if (v == u)
+                continue;
+            CHECK(memcmp(y[v], y[u], ny * sizeof(float)) == 0 &&
+                      memcmp(dx[v], dx[u], nx * sizeof(float)) == 0 &&
+                      memcmp(dw[v], dw[u], nw * sizeof(float)) == 0,
+                  "F(%d) chunks of %zu tiles: %d threads differ from 1 thread", m, tiles[v],
+                  lanes[v]);
+        }
+        /* less than one tile's worth: declined, nothing written */
+        const size_t small = mgt_cpu_wino_scratch_tiles(m, s->c, s->oc, 1, 1) - sizeof(float);
+        float *scr = tmp_alloc(small, 1), *yy = fbuf(ny), *dd = fbuf(nx), *ww = fbuf(nw);
+        poison(yy, ny);
+        poison(dd, nx);
+        poison(ww, nw);
+        CHECK(mgt_cpu_wino_fwd(scr, small, lanes_of(2), m, s, t.x, t.w, t.b, yy) == -1 &&
+                  mgt_cpu_wino_bwd_data(scr, small, lanes_of(2), m, s, t.w, t.dy, dd) == -1 &&
+                  mgt_cpu_wino_bwd_filter(scr, small, lanes_of(2), m, s, t.x, t.dy, ww) == -1 &&
+                  mgt_cpu_wino_fwd(NULL, 0, lanes_of(1), m, s, t.x, t.w, t.b, yy) == -1,
+              "F(%d) with too little scratch should decline", m);
+        CHECK(all_nan(yy, ny) && all_nan(dd, nx) && all_nan(ww, nw),
+              "F(%d) declined but wrote its outputs", m);
     }
-    CHECK(rel_err_d(y[0], t.y, ny) <= TOL &&
-              rel_err_d(dx[0], t.dx, nx) <= TOL &&
-              rel_err_d(dw[0], t.dw, nw) <= TOL,
-          "F(%d) chunking: large chunks vs reference: y %.3g dx %.3g dW %.3g",
-          m, rel_err_d(y[0], t.y, ny), rel_err_d(dx[0], t.dx, nx),
-          rel_err_d(dw[0], t.dw, nw));
-    for (int v = 1; v < NV; v++) {
-      const double ey = rel_err(y[v], y[0], ny, 1e-30),
-                   ex = rel_err(dx[v], dx[0], nx, 1e-30),
-                   ew = rel_err(dw[v], dw[0], nw, 1e-30);
-      CHECK(ey <= 1e-6 && ex <= 1e-6 && ew <= 1e-5,
-            "F(%d) chunks of %zu tiles on %d threads vs large chunks: y %.3g "
-            "dx %.3g dW %.3g",
-            m, tiles[v], lanes[v], ey, ex, ew);
-    }
-    /* the thread count does not change a bit of any result, whatever the
-     * chunking */
-    for (int v = 2; v < NV; v++) {
-      const int u = v < 4 ? 1 : 4;
-      if (v == u)
-        continue;
-      CHECK(memcmp(y[v], y[u], ny * sizeof(float)) == 0 &&
-                memcmp(dx[v], dx[u], nx * sizeof(float)) == 0 &&
-                memcmp(dw[v], dw[u], nw * sizeof(float)) == 0,
-            "F(%d) chunks of %zu tiles: %d threads differ from 1 thread", m,
-            tiles[v], lanes[v]);
-    }
-    /* less than one tile's worth: declined, nothing written */
-    const size_t small =
-        mgt_cpu_wino_scratch_tiles(m, s->c, s->oc, 1, 1) - sizeof(float);
-    float *scr = tmp_alloc(small, 1), *yy = fbuf(ny), *dd = fbuf(nx),
-          *ww = fbuf(nw);
-    poison(yy, ny);
-    poison(dd, nx);
-    poison(ww, nw);
-    CHECK(mgt_cpu_wino_fwd(scr, small, 2, m, s, t.x, t.w, t.b, yy) == -1 &&
-              mgt_cpu_wino_bwd_data(scr, small, 2, m, s, t.w, t.dy, dd) == -1 &&
-              mgt_cpu_wino_bwd_filter(scr, small, 2, m, s, t.x, t.dy, ww) ==
-                  -1 &&
-              mgt_cpu_wino_fwd(NULL, 0, 1, m, s, t.x, t.w, t.b, yy) == -1,
-          "F(%d) with too little scratch should decline", m);
-    CHECK(all_nan(yy, ny) && all_nan(dd, nx) && all_nan(ww, nw),
-          "F(%d) declined but wrote its outputs", m);
-  }
-  tmp_free_all();
+    tmp_free_all();
 }
 
 /* ---- through the op table ---- */
 
-/* A layer that qualifies: results right, the pass goes through Winograd
- * (bit-identical to a direct call given the same scratch), gradients
- * overwritten, dx NULL allowed, and reserving too little scratch falls back to
- * im2col / the direct loop with the same results. */
+/* A layer that qualifies: results right, the pass goes through Winograd (bit-identical to a
+ * direct call given the same scratch), gradients overwritten, dx NULL allowed, and reserving too
+ * little scratch falls back to im2col / the direct loop with the same results. */
 static void test_op_table_case(const wcfg *k, int m) {
-  wcase t = make_case(k, 1);
-  CHECK(mgt_cpu_conv_wino_tile(&t.s) == m,
-        "op table should choose F(%dx%d), chooses %d", m, m,
-        mgt_cpu_conv_wino_tile(&t.s));
-  const mgt_conv_shape *s = &t.s;
-  char name[96];
-  shape_name(name, sizeof name, k);
-  const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
-  mgt_backend be = opcheck_cpu_backend("test_winograd");
-  const size_t bytes = be.ops->conv2d_scratch(s);
-  CHECK(bytes >= mgt_cpu_wino_scratch(s, m),
-        "%s: conv2d_scratch %zu below Winograd's %zu", name, bytes,
-        mgt_cpu_wino_scratch(s, m));
-  CHECK(be.ops->reserve(&be, bytes) == 0, "%s: reserve failed", name);
-  float *y = fbuf(ny), *dx = fbuf(nx), *dw = fbuf(nw),
-        *db = fbuf((size_t)s->oc);
-  poison(y, ny);
-  poison(dx, nx);
-  poison(dw, nw);
-  poison(db, (size_t)s->oc);
-  be.ops->conv2d_fwd(&be, s, t.x, t.w, t.b, y);
-  be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, dx, dw, db);
-  CHECK(rel_err_d(y, t.y, ny) <= TOL && rel_err_d(dx, t.dx, nx) <= TOL &&
-            rel_err_d(dw, t.dw, nw) <= TOL &&
-            rel_err_d(db, t.db, (size_t)s->oc) <= 1e-5,
-        "op table %s vs reference: y %.3g dx %.3g dW %.3g db %.3g", name,
-        rel_err_d(y, t.y, ny), rel_err_d(dx, t.dx, nx), rel_err_d(dw, t.dw, nw),
-        rel_err_d(db, t.db, (size_t)s->oc));
+    wcase t = make_case(k, 1);
+    CHECK(mgt_cpu_conv_wino_tile(&t.s) == m, "op table should choose F(%dx%d), chooses %d", m, m,
+          mgt_cpu_conv_wino_tile(&t.s));
+    const mgt_conv_shape *s = &t.s;
+    char name[96];
+    shape_name(name, sizeof name, k);
+    const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
+    mgt_backend be = opcheck_cpu_backend("test_winograd");
+    const size_t bytes = be.ops->conv2d_scratch(s);
+    CHECK(bytes >= mgt_cpu_wino_scratch(s, m), "%s: conv2d_scratch %zu below Winograd's %zu", name,
+          bytes, mgt_cpu_wino_scratch(s, m));
+    CHECK(be.ops->reserve(&be, bytes) == 0, "%s: reserve failed", name);
+    float *y = fbuf(ny), *dx = fbuf(nx), *dw = fbuf(nw), *db = fbuf((size_t)s->oc);
+    poison(y, ny);
+    poison(dx, nx);
+    poison(dw, nw);
+    poison(db, (size_t)s->oc);
+    be.ops->conv2d_fwd(&be, s, t.x, t.w, t.b, y);
+    be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, dx, dw, db);
+    CHECK(rel_err_d(y, t.y, ny) <= TOL && rel_err_d(dx, t.dx, nx) <= TOL &&
+              rel_err_d(dw, t.dw, nw) <= TOL && rel_err_d(db, t.db, (size_t)s->oc) <= 1e-5,
+          "op table %s vs reference: y %.3g dx %.3g dW %.3g db %.3g", name, rel_err_d(y, t.y, ny),
+          rel_err_d(dx, t.dx, nx), rel_err_d(dw, t.dw, nw), rel_err_d(db, t.db, (size_t)s->oc));
 
-  /* the same passes called directly with a scratch of the same size */
-  {
-    float *scr = tmp_alloc(bytes, 1), *y2 = fbuf(ny), *dx2 = fbuf(nx),
-          *dw2 = fbuf(nw);
-    const int lanes = openblas_get_num_threads(); /* what the op table uses */
-    mgt_cpu_wino_fwd(scr, bytes, lanes, m, s, t.x, t.w, t.b, y2);
-    mgt_cpu_wino_bwd_data(scr, bytes, lanes, m, s, t.w, t.dy, dx2);
-    mgt_cpu_wino_bwd_filter(scr, bytes, lanes, m, s, t.x, t.dy, dw2);
-    CHECK(memcmp(y, y2, ny * sizeof(float)) == 0 &&
-              memcmp(dx, dx2, nx * sizeof(float)) == 0 &&
-              memcmp(dw, dw2, nw * sizeof(float)) == 0,
-          "op table %s did not go through Winograd F(%dx%d)", name, m, m);
-  }
-  /* dx NULL: the same dW and db; overwritten again (not accumulated) */
-  {
-    float *dw2 = fbuf(nw), *db2 = fbuf((size_t)s->oc);
-    poison(dw2, nw);
-    poison(db2, (size_t)s->oc);
-    be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, NULL, dw2, db2);
-    be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, NULL, dw2, db2);
-    CHECK(memcmp(dw, dw2, nw * sizeof(float)) == 0 &&
-              memcmp(db, db2, (size_t)s->oc * sizeof(float)) == 0,
-          "op table %s: dx NULL changed dW/db, or a second call accumulated",
-          name);
-  }
-  mgt_backend_destroy(&be);
+    /* the same passes called directly with a scratch of the same size */
+    {
+        float *scr = tmp_alloc(bytes, 1), *y2 = fbuf(ny), *dx2 = fbuf(nx), *dw2 = fbuf(nw);
+        const int lanes = openblas_get_num_threads(); /* what the op table uses */
+        mgt_cpu_wino_fwd(scr, bytes, lanes_of(lanes), m, s, t.x, t.w, t.b, y2);
+        mgt_cpu_wino_bwd_data(scr, bytes, lanes_of(lanes), m, s, t.w, t.dy, dx2);
+        mgt_cpu_wino_bwd_filter(scr, bytes, lanes_of(lanes), m, s, t.x, t.dy, dw2);
+        CHECK(memcmp(y, y2, ny * sizeof(float)) == 0 && memcmp(dx, dx2, nx * sizeof(float)) == 0 &&
+                  memcmp(dw, dw2, nw * sizeof(float)) == 0,
+              "op table %s did not go through Winograd F(%dx%d)", name, m, m);
+    }
+    /* dx NULL: the same dW and db; overwritten again (not accumulated) */
+    {
+        float *dw2 = fbuf(nw), *db2 = fbuf((size_t)s->oc);
+        poison(dw2, nw);
+        poison(db2, (size_t)s->oc);
+        be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, NULL, dw2, db2);
+        be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, NULL, dw2, db2);
+        CHECK(memcmp(dw, dw2, nw * sizeof(float)) == 0 &&
+                  memcmp(db, db2, (size_t)s->oc * sizeof(float)) == 0,
+              "op table %s: dx NULL changed dW/db, or a second call accumulated", name);
+    }
+    mgt_backend_destroy(&be);
 
-  /* reserved scratch too small for one Winograd tile: im2col; none at all: the
-   * direct loop */
-  const size_t fallback[2] = {
-      mgt_cpu_wino_scratch_tiles(m, s->c, s->oc, 1, 1) / 2, 0};
-  for (int v = 0; v < 2; v++) {
-    mgt_backend b2 = opcheck_cpu_backend("test_winograd");
-    if (fallback[v])
-      CHECK(b2.ops->reserve(&b2, fallback[v]) == 0, "reserve(%zu) failed",
-            fallback[v]);
-    float *y2 = fbuf(ny), *dx2 = fbuf(nx), *dw2 = fbuf(nw),
-          *db2 = fbuf((size_t)s->oc);
-    poison(y2, ny);
-    poison(dx2, nx);
-    poison(dw2, nw);
-    b2.ops->conv2d_fwd(&b2, s, t.x, t.w, t.b, y2);
-    b2.ops->conv2d_bwd(&b2, s, t.x, t.w, t.dy, dx2, dw2, db2);
-    CHECK(rel_err_d(y2, t.y, ny) <= TOL && rel_err_d(dx2, t.dx, nx) <= TOL &&
-              rel_err_d(dw2, t.dw, nw) <= TOL,
-          "op table %s with %zu bytes of scratch (fallback) vs reference: y "
-          "%.3g dx %.3g "
-          "dW %.3g",
-          name, fallback[v], rel_err_d(y2, t.y, ny), rel_err_d(dx2, t.dx, nx),
-          rel_err_d(dw2, t.dw, nw));
-    CHECK(rel_err(y2, y, ny, 1e-30) <= 1e-4 &&
-              rel_err(dx2, dx, nx, 1e-30) <= 1e-4 &&
-              rel_err(dw2, dw, nw, 1e-30) <= 1e-4,
-          "op table %s: fallback and Winograd disagree", name);
-    mgt_backend_destroy(&b2);
-  }
-  tmp_free_all();
+    /* reserved scratch too small for one Winograd tile: im2col; none at all: the direct loop */
+    const size_t fallback[2] = {mgt_cpu_wino_scratch_tiles(m, s->c, s->oc, 1, 1) / 2, 0};
+    for (int v = 0; v < 2; v++) {
+        mgt_backend b2 = opcheck_cpu_backend("test_winograd");
+        if (fallback[v])
+            CHECK(b2.ops->reserve(&b2, fallback[v]) == 0, "reserve(%zu) failed", fallback[v]);
+        float *y2 = fbuf(ny), *dx2 = fbuf(nx), *dw2 = fbuf(nw), *db2 = fbuf((size_t)s->oc);
+        poison(y2, ny);
+        poison(dx2, nx);
+        poison(dw2, nw);
+        b2.ops->conv2d_fwd(&b2, s, t.x, t.w, t.b, y2);
+        b2.ops->conv2d_bwd(&b2, s, t.x, t.w, t.dy, dx2, dw2, db2);
+        CHECK(rel_err_d(y2, t.y, ny) <= TOL && rel_err_d(dx2, t.dx, nx) <= TOL &&
+                  rel_err_d(dw2, t.dw, nw) <= TOL,
+              "op table %s with %zu bytes of scratch (fallback) vs reference: y %.3g dx %.3g "
+              "dW %.3g",
+              name, fallback[v], rel_err_d(y2, t.y, ny), rel_err_d(dx2, t.dx, nx),
+              rel_err_d(dw2, t.dw, nw));
+        CHECK(rel_err(y2, y, ny, 1e-30) <= 1e-4 && rel_err(dx2, dx, nx, 1e-30) <= 1e-4 &&
+                  rel_err(dw2, dw, nw, 1e-30) <= 1e-4,
+              "op table %s: fallback and Winograd disagree", name);
+        mgt_backend_destroy(&b2);
+    }
+    tmp_free_all();
 }
 
 static void test_op_table(void) {
-  /* n  h   w   c  oc  pt pb pl pr */
-  const wcfg f4 = {3, 14, 13, 32, 48, 0, 0, 0, 0};     /* conv2-like: F(4x4) */
-  const wcfg f4same = {2, 11, 10, 96, 64, 1, 1, 1, 1}; /* F(4x4) */
-  const wcfg f2same = {3, 6, 6, 24, 17,
-                       1, 1, 1, 1}; /* 6x6 output: F(2x2) tiles it exactly */
-  const wcfg f1 = {4, 10, 9, 1, 8,
-                   0, 0,  0, 0}; /* one input channel, like conv1 */
-  test_op_table_case(&f4, 4);
-  test_op_table_case(&f4same, 4);
-  test_op_table_case(&f2same, 2);
-  test_op_table_case(&f1, 4);
+    /* n  h   w   c  oc  pt pb pl pr */
+    const wcfg f4 = {3, 14, 13, 32, 48, 0, 0, 0, 0};     /* conv2-like: F(4x4) */
+    const wcfg f4same = {2, 11, 10, 96, 64, 1, 1, 1, 1}; /* F(4x4) */
+    const wcfg f2same = {3, 6, 6, 24, 17, 1, 1, 1, 1};   /* 6x6 output: F(2x2) tiles it exactly */
+    const wcfg f1 = {4, 10, 9, 1, 8, 0, 0, 0, 0};        /* one input channel, like conv1 */
+    test_op_table_case(&f4, 4);
+    test_op_table_case(&f4same, 4);
+    test_op_table_case(&f2same, 2);
+    test_op_table_case(&f1, 4);
 
-  /* the backend's thread count (Winograd's lanes) changes no bit of any result
-   */
-  {
-    const wcfg k = {8, 24, 23, 48, 40,
-                    1, 1,  1,  1}; /* enough work for 3 threads */
-    wcase t = make_case(&k, 1);
-    const mgt_conv_shape *s = &t.s;
-    const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
-    const int before = openblas_get_num_threads();
-    float *y[3], *dx[3], *dw[3];
-    for (int v = 0; v < 3; v++) {
-      mgt_backend be = {0};
-      CHECK(mgt_cpu_backend_init(&be, v + 1) == 0, "backend with %d threads",
-            v + 1);
-      be.ops->reserve(&be, be.ops->conv2d_scratch(s));
-      y[v] = fbuf(ny), dx[v] = fbuf(nx), dw[v] = fbuf(nw);
-      be.ops->conv2d_fwd(&be, s, t.x, t.w, t.b, y[v]);
-      be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, dx[v], dw[v], NULL);
-      mgt_backend_destroy(&be);
+    /* the backend's thread count (Winograd's lanes) changes no bit of any result */
+    {
+        const wcfg k = {8, 24, 23, 48, 40, 1, 1, 1, 1}; /* enough work for 3 threads */
+        wcase t = make_case(&k, 1);
+        const mgt_conv_shape *s = &t.s;
+        const size_t nx = conv_nx(s), nw = conv_nw(s), ny = conv_ny(s);
+        const int before = openblas_get_num_threads();
+        float *y[3], *dx[3], *dw[3];
+        for (int v = 0; v < 3; v++) {
+            mgt_backend be = {0};
+            CHECK(mgt_cpu_backend_init(&be, v + 1) == 0, "backend with %d threads", v + 1);
+            be.ops->reserve(&be, be.ops->conv2d_scratch(s));
+            y[v] = fbuf(ny), dx[v] = fbuf(nx), dw[v] = fbuf(nw);
+            be.ops->conv2d_fwd(&be, s, t.x, t.w, t.b, y[v]);
+            be.ops->conv2d_bwd(&be, s, t.x, t.w, t.dy, dx[v], dw[v], NULL);
+            mgt_backend_destroy(&be);
+        }
+        openblas_set_num_threads(before);
+        for (int v = 1; v < 3; v++)
+            CHECK(memcmp(y[v], y[0], ny * sizeof(float)) == 0 &&
+                      memcmp(dx[v], dx[0], nx * sizeof(float)) == 0 &&
+                      memcmp(dw[v], dw[0], nw * sizeof(float)) == 0,
+                  "op table: %d threads differ from 1 thread", v + 1);
+        CHECK(rel_err_d(y[0], t.y, ny) <= TOL && rel_err_d(dw[0], t.dw, nw) <= TOL,
+              "op table thread test vs reference: y %.3g dW %.3g", rel_err_d(y[0], t.y, ny),
+              rel_err_d(dw[0], t.dw, nw));
+        tmp_free_all();
     }
-    openblas_set_num_threads(before);
-    for (int v = 1; v < 3; v++)
-      CHECK(memcmp(y[v], y[0], ny * sizeof(float)) == 0 &&
-                memcmp(dx[v], dx[0], nx * sizeof(float)) == 0 &&
-                memcmp(dw[v], dw[0], nw * sizeof(float)) == 0,
-            "op table: %d threads differ from 1 thread", v + 1);
-    CHECK(rel_err_d(y[0], t.y, ny) <= TOL && rel_err_d(dw[0], t.dw, nw) <= TOL,
-          "op table thread test vs reference: y %.3g dW %.3g",
-          rel_err_d(y[0], t.y, ny), rel_err_d(dw[0], t.dw, nw));
-    tmp_free_all();
-  }
-  /* n == 0 through the op table: dW and db zeros, nothing else touched */
-  {
-    mgt_backend be = opcheck_cpu_backend("test_winograd");
-    const mgt_conv_shape s = shape_of(&(wcfg){0, 6, 6, 32, 64, 1, 1, 1, 1});
-    be.ops->reserve(&be, be.ops->conv2d_scratch(&s));
-    float *dw = fbuf(conv_nw(&s)), *db = fbuf((size_t)s.oc), dummy[1] = {0};
-    poison(dw, conv_nw(&s));
-    poison(db, (size_t)s.oc);
-    be.ops->conv2d_fwd(&be, &s, dummy, dummy, dummy, dummy);
-    be.ops->conv2d_bwd(&be, &s, dummy, dummy, dummy, NULL, dw, db);
-    CHECK(all_zero(dw, conv_nw(&s)) && all_zero(db, (size_t)s.oc),
-          "op table n = 0: dW/db not all zero");
-    mgt_backend_destroy(&be);
-    tmp_free_all();
-  }
-  /* the seed ConvNet's layers at batch 128: F(4x4), bounded scratch that holds
-   * its chunks */
-  {
-    mgt_backend be = opcheck_cpu_backend("test_winograd");
-    /* ... and wider layers: F(2x2) once F(4x4)'s filters would not fit 64 MB,
-     * then im2col */
-    const wcfg layers[] = {{128, 28, 28, 1, 32, 0, 0, 0, 0},
-                           {128, 26, 26, 32, 256, 0, 0, 0, 0},
-                           {128, 24, 24, 256, 128, 0, 0, 0, 0},
-                           {4096, 24, 24, 256, 128, 1, 1, 1, 1},
-                           {2, 8, 8, 512, 512, 1, 1, 1, 1},
-                           {2, 8, 8, 1024, 1024, 1, 1, 1, 1}};
-    const int expect[] = {4, 4, 4, 4, 2, 0};
-    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
-      const mgt_conv_shape s = shape_of(&layers[i]);
-      const size_t sz = be.ops->conv2d_scratch(&s);
-      CHECK(sz <= ((size_t)64 << 20),
-            "conv2d_scratch(layer %zu) = %zu: over 64 MB", i, sz);
-      const int m = mgt_cpu_conv_wino_tile(&s);
-      CHECK(m == expect[i], "layer %zu: Winograd F(%d) chosen, expected %d", i,
-            m, expect[i]);
-      if (m)
-        CHECK(sz >= mgt_cpu_wino_scratch(&s, m),
-              "conv2d_scratch(layer %zu) = %zu: less than Winograd's %zu", i,
-              sz, mgt_cpu_wino_scratch(&s, m));
+    /* n == 0 through the op table: dW and db zeros, nothing else touched */
+    {
+        mgt_backend be = opcheck_cpu_backend("test_winograd");
+        const mgt_conv_shape s = shape_of(&(wcfg){0, 6, 6, 32, 64, 1, 1, 1, 1});
+        be.ops->reserve(&be, be.ops->conv2d_scratch(&s));
+        float *dw = fbuf(conv_nw(&s)), *db = fbuf((size_t)s.oc), dummy[1] = {0};
+        poison(dw, conv_nw(&s));
+        poison(db, (size_t)s.oc);
+        be.ops->conv2d_fwd(&be, &s, dummy, dummy, dummy, dummy);
+        be.ops->conv2d_bwd(&be, &s, dummy, dummy, dummy, NULL, dw, db);
+        CHECK(all_zero(dw, conv_nw(&s)) && all_zero(db, (size_t)s.oc),
+              "op table n = 0: dW/db not all zero");
+        mgt_backend_destroy(&be);
+        tmp_free_all();
     }
-    mgt_backend_destroy(&be);
-  }
+    /* the seed ConvNet's layers at batch 128: F(4x4), bounded scratch that holds its chunks */
+    {
+        mgt_backend be = opcheck_cpu_backend("test_winograd");
+        /* ... and wider layers: F(2x2) once F(4x4)'s filters would not fit 64 MB, then im2col */
+        const wcfg layers[] = {
+            {128, 28, 28, 1, 32, 0, 0, 0, 0},    {128, 26, 26, 32, 256, 0, 0, 0, 0},
+            {128, 24, 24, 256, 128, 0, 0, 0, 0}, {4096, 24, 24, 256, 128, 1, 1, 1, 1},
+            {2, 8, 8, 512, 512, 1, 1, 1, 1},     {2, 8, 8, 1024, 1024, 1, 1, 1, 1}};
+        const int expect[] = {4, 4, 4, 4, 2, 0};
+        for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
+            const mgt_conv_shape s = shape_of(&layers[i]);
+            const size_t sz = be.ops->conv2d_scratch(&s);
+            CHECK(sz <= ((size_t)64 << 20), "conv2d_scratch(layer %zu) = %zu: over 64 MB", i, sz);
+            const int m = mgt_cpu_conv_wino_tile(&s);
+            CHECK(m == expect[i], "layer %zu: Winograd F(%d) chosen, expected %d", i, m, expect[i]);
+            if (m)
+                CHECK(sz >= mgt_cpu_wino_scratch(&s, m),
+                      "conv2d_scratch(layer %zu) = %zu: less than Winograd's %zu", i, sz,
+                      mgt_cpu_wino_scratch(&s, m));
+        }
+        mgt_backend_destroy(&be);
+    }
 }
 
 int main(void) {
-  test_direct();
-  test_chunking();
-  test_op_table();
-  tmp_free_all();
-  return opcheck_finish("test_winograd");
+    test_direct();
+    test_chunking();
+    test_op_table();
+    tmp_free_all();
+    for (int i = 0; i <= LANES_MAX_TEST; i++)
+        mgt_cpu_lanes_destroy(g_lanes[i]);
+    return opcheck_finish("test_winograd");
 }
