@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "tensor_io.h"
 
 /* Is the person watching a terminal? mpirun hands its ranks a pseudo-terminal as stdout even when
  * its own output goes to a file, so a rank started by a launcher (launched) that is on a pty also

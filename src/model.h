@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "backend.h"
-#include "checkpoint.h"
+#include "tensor_io.h"
 #include "util.h"
 
 struct mgt_comm;

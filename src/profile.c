@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "tensor_io.h"
 
 static const char *phase_names[MGT_PH_COUNT] = {"data", "forward", "backward", "allreduce",
                                                 "update"};

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "tensor_io.h"
 #include "comm.h"
 #include "data/dataset.h"
 #include "data/loader.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "tensor_io.h"
 
 static float *read_npy(const char *path, long *n) {
     FILE *f = fopen(path, "rb");

@@ -1,4 +1,4 @@
-/* checkpoint.c: safetensors files (weights, checkpoints), .npy outputs and atomic writes.
+/* tensor_io.c: safetensors files (weights, checkpoints), .npy outputs and atomic writes.
  *
  * All three writers go through one small "atomic file" helper: the bytes are streamed into
  * PATH.tmp.<pid> in the same folder (so no large concatenated buffer is ever built), which is
@@ -12,7 +12,7 @@
  * relative to the data section) and "__metadata__" to string pairs, to which the writer adds
  * "crc32": the zlib CRC-32 of the data section, checked by the reader when present. The reader
  * validates everything before handing out pointers into the one buffer holding the data. */
-#include "checkpoint.h"
+#include "tensor_io.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -27,7 +27,7 @@
 #include <zlib.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "checkpoint.c writes host floats as little-endian data: port it for big-endian hosts"
+#error "tensor_io.c writes host floats as little-endian data: port it for big-endian hosts"
 #endif
 
 /* Headers larger than this are damage, not tensors (the safetensors reference reader uses the

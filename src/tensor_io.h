@@ -1,4 +1,4 @@
-/* checkpoint.h: safetensors files (weights, checkpoints) and .npy outputs.
+/* tensor_io.h: safetensors files (weights, checkpoints) and .npy outputs.
  *
  * safetensors: 8-byte little-endian header length, a JSON header (cJSON) mapping each tensor
  * name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]} plus "__metadata__" (string
@@ -8,8 +8,8 @@
  * Every write is atomic: PATH.tmp.<pid> is written, fsync'ed, renamed onto PATH and the directory
  * fsync'ed, so a crash leaves the old file or the new one, never half of one. A failed write
  * removes its temporary file and leaves PATH as it was. */
-#ifndef MGT_CHECKPOINT_H
-#define MGT_CHECKPOINT_H
+#ifndef MGT_TENSOR_IO_H
+#define MGT_TENSOR_IO_H
 
 #include <stddef.h>
 #include <stdint.h>

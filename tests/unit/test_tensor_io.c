@@ -1,4 +1,4 @@
-/* test_checkpoint.c: safetensors files, .npy outputs and atomic writes (src/checkpoint.c).
+/* test_tensor_io.c: safetensors files, .npy outputs and atomic writes (src/tensor_io.c).
  *
  * Round trip of several tensors (including a scalar, an empty and a 4-d one) and metadata with
  * characters JSON must escape; the on-disk layout (length prefix, space-padded header, tensor
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "tensor_io.h"
 
 #include "tally.h"
 
@@ -479,7 +479,7 @@ int main(void) {
     if (system(cmd) != 0)
         fprintf(stderr, "warning: could not remove %s\n", dir);
 
-    printf("test_checkpoint: %d checks passed", T.pass);
+    printf("test_tensor_io: %d checks passed", T.pass);
     if (T.fail)
         printf(", %d FAILED", T.fail);
     printf("\n");
