@@ -142,6 +142,7 @@ enum { IM2COL_MAX_TAPS = 256 };
  * Windows that touch the padding take the general path: for each window position (i, j) the
  * pixel's c channels are read contiguously (NHWC), or zeros used, and written with stride
  * kh*kw into the row; a row is K floats (a few KB at most), so the strided writes stay in L1. */
+MGT_SIMD
 static void im2col(const mgt_conv_shape *s, const float *restrict x, size_t r0, size_t r1,
                    float *restrict col) {
     const int c = s->c, kh = s->kh, kw = s->kw, h = s->h, w = s->w;
@@ -185,6 +186,7 @@ static void im2col(const mgt_conv_shape *s, const float *restrict x, size_t r0, 
 
 /* The adjoint of im2col: adds dcol's rows [r0, r1) into dx at the pixels they were read from
  * (padding positions are dropped). dx must have been zeroed before the first chunk. */
+MGT_SIMD
 static void col2im(const mgt_conv_shape *s, const float *restrict dcol, size_t r0, size_t r1,
                    float *restrict dx) {
     const int c = s->c, kh = s->kh, kw = s->kw, h = s->h, w = s->w;
@@ -226,6 +228,7 @@ static void conv_gemm_fwd(size_t rows, size_t K, int oc, const float *col, const
 
 /* ---- direct fallback (no scratch at all) ---- */
 
+MGT_SIMD
 static void conv_direct_fwd(const mgt_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y) {
     const int c = s->c, kh = s->kh, kw = s->kw, oc = s->oc;
@@ -256,6 +259,7 @@ static void conv_direct_fwd(const mgt_conv_shape *s, const float *x, const float
     }
 }
 
+MGT_SIMD
 static void conv_direct_bwd(const mgt_conv_shape *s, const float *x, const float *w,
                             const float *dy, float *dx, float *dw) {
     const int c = s->c, kh = s->kh, kw = s->kw, oc = s->oc;

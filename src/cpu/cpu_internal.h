@@ -30,6 +30,18 @@ int mgt_cpu_lanes_count(const mgt_cpu_lanes *l); /* NULL: 1 */
 void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int lane), void *ctx);
 void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
 
+/* The hot loops are compiled twice, for x86-64-v3 (AVX2, FMA) and for the build's own target,
+ * and the dynamic loader picks one per CPU (GCC's function multi-versioning, an ifunc): one
+ * binary runs on every x86-64 CPU and still vectorises its loops 8 wide where it can. Not
+ * needed where the build already targets AVX2 (MGT_ARCH=x86-64-v3 or native), or with other
+ * compilers or CPUs. On a CPU with and one without AVX2 the results of these loops differ in
+ * the last bits (contraction into FMA), as OpenBLAS's kernels do between CPUs. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)
+#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MGT_SIMD
+#endif
+
 typedef struct mgt_cpu_impl {
     /* Scratch for the ops' own use (the convolution's column buffer). 64-byte aligned; only
      * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
