@@ -22,6 +22,13 @@ typedef enum { MGT_F32 = 0 } mgt_dtype;
 
 typedef enum { MGT_ACT_NONE = 0, MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX } mgt_act;
 
+/* Which algorithm a convolution may use ([conv2d] algo, --conv-algo), as cuDNN's algorithm
+ * choice: AUTO lets the backend take the fastest (on the CPU: Winograd for every 3x3 stride-1
+ * layer, im2col + GEMM otherwise); DIRECT never uses Winograd, so the products are plain fp32
+ * dot products (an all-zero window gives exactly 0, as PyTorch's CPU convolution does);
+ * WINOGRAD asks for Winograd where the shape allows it. */
+typedef enum { MGT_CONV_AUTO = 0, MGT_CONV_DIRECT, MGT_CONV_WINOGRAD } mgt_conv_algo;
+
 /* Geometry of one 2-D convolution (NHWC in, NHWC out, OIHW weights). */
 typedef struct mgt_conv_shape {
     int n, h, w, c;        /* input */
@@ -29,6 +36,7 @@ typedef struct mgt_conv_shape {
     int stride;            /* same in both directions */
     int pad_top, pad_left; /* zero padding before the first row/column ("same" pads the rest) */
     int oh, ow;            /* output, computed by the caller */
+    mgt_conv_algo algo;    /* zero (AUTO) unless the layer or --conv-algo says otherwise */
 } mgt_conv_shape;
 
 /* Geometry of one pooling window (NHWC, no padding). */

@@ -50,6 +50,9 @@ static const flag flags[] = {
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},
     {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
+    {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
+     "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
+     "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
     {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
      "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
      "through host memory"},
@@ -240,11 +243,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "optimizer")) o.optimizer = v;
         else if (!strcmp(n, "lr")) o.lr = v;
         else if (!strcmp(n, "seed")) o.seed = v;
-        else if (!strcmp(n, "max-steps")) o.max_steps = need_i64(n, v, 1);
+        else if (!strcmp(n, "max-steps")) o.max_steps = need_i64(n, v, 0);
         else if (!strcmp(n, "out")) o.out = v;
         else if (!strcmp(n, "init-weights")) o.init_weights = v;
         else if (!strcmp(n, "val-split")) o.val_split = need_double(n, v, 1e-6, 0.999);
-        else if (!strcmp(n, "save-every")) o.save_every = need_i64(n, v, 1);
+        else if (!strcmp(n, "save-every")) o.save_every = need_i64(n, v, 0);
         else if (!strcmp(n, "resume")) o.resume = 1;
         else if (!strcmp(n, "no-validation")) o.no_validation = 1;
         else if (!strcmp(n, "profile")) o.profile = 1;
@@ -253,6 +256,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "device")) o.device = v;
         else if (!strcmp(n, "gpus")) o.gpus = v;
         else if (!strcmp(n, "tf32")) o.tf32 = 1;
+        else if (!strcmp(n, "conv-algo")) o.conv_algo = v;
         else if (!strcmp(n, "transport")) o.transport = v;
         else if (!strcmp(n, "device-data")) {
             if (strcmp(v, "auto") && strcmp(v, "off"))
@@ -260,7 +264,7 @@ int main(int argc, char **argv) {
             o.device_data = !strcmp(v, "auto");
         }
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
-        else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 1);
+        else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 0);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);
         else if (!strcmp(n, "weights")) o.weights = v;
         else if (!strcmp(n, "split")) o.split = v;

@@ -102,6 +102,9 @@ void mgt_layer_defaults(mgt_layer *l);
  * split with the odd row/column at the bottom/right. */
 mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, int kw, int stride,
                                    int same);
+/* --conv-algo: sets every conv2d layer's algorithm ("auto", "direct" or "winograd"; winograd
+ * only on the layers it applies to, 3x3 stride 1, the others keeping auto). -1 on a bad name. */
+int mgt_conv2d_set_algo(mgt_model *m, const char *algo, mgt_err *err);
 
 /* [train] keys (train_cfg.c): shared by the model file and the CLI's overrides. */
 void mgt_train_defaults(mgt_train_cfg *t);
@@ -120,6 +123,7 @@ typedef struct mgt_layer_cfg {
     int sync;                    /* batchnorm: global statistics */
     mgt_act act_type;            /* [activation] */
     int size_set, stride_set;    /* pool keys seen */
+    mgt_conv_algo algo;          /* conv2d: algo = auto|direct|winograd */
 } mgt_layer_cfg;
 
 struct mgt_layer {

@@ -96,6 +96,8 @@ static void load_model(job *j) {
     override(j, "--optimizer", "optimizer", o->optimizer);
     override(j, "--lr", "learning_rate", o->lr);
     override(j, "--seed", "seed", o->seed);
+    if (o->conv_algo && mgt_conv2d_set_algo(&j->m, o->conv_algo, &e) < 0)
+        mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
     mgt_train_cfg *t = &j->m.train;
     if (t->lr < 0)
         t->lr = t->optimizer == MGT_OPT_SGD ? 0.01f : 0.001f;

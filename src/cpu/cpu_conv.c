@@ -60,7 +60,8 @@ static size_t conv_target_rows(const mgt_conv_shape *s) {
 }
 
 /* Winograd's output tile side for this layer (2 or 4), or 0 for im2col.
- * Every 3x3 stride-1 convolution goes through Winograd. Measured at batch 128 on this 2-core
+ * Every 3x3 stride-1 convolution goes through Winograd unless its algorithm is DIRECT (AUTO and
+ * WINOGRAD take it alike: it is the faster wherever it applies). Measured at batch 128 on this 2-core
  * Xeon (OpenBLAS 0.3.21, 2 threads; ms fwd / bwd data / bwd filter, best of 5 to 9 interleaved
  * runs), it beats im2col by a wide margin wherever the channel counts are not tiny and is no
  * slower with one input channel (im2col's GEMMs are thin there, Winograd's lanes run the
@@ -78,7 +79,7 @@ static size_t conv_target_rows(const mgt_conv_shape *s) {
  * the largest output, F(2x2) stays around 1e-7..1e-6 and F(4x4) around 1e-6..1.3e-5 of the
  * direct convolution in float32, both within 1e-4 (tests/unit/test_winograd.c). */
 int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s) {
-    if (!mgt_cpu_wino_fits(s))
+    if (s->algo == MGT_CONV_DIRECT || !mgt_cpu_wino_fits(s))
         return 0;
     /* backward data tiles dx (h x w), the other passes y (oh x ow): count both */
     const long long t2 = (long long)((s->oh + 1) / 2) * ((s->ow + 1) / 2) +

@@ -384,6 +384,54 @@ static void test_op_table(void) {
     test_op_table_case(&f2same, 2);
     test_op_table_case(&f1, 4);
 
+    /* algo DIRECT (the layer's algo = direct, --conv-algo direct): never Winograd. On an image
+     * with a zero background (Fashion-MNIST's), every output whose 3x3 window is all zero is
+     * exactly the bias through a direct convolution, as in PyTorch, while Winograd's transforms
+     * leave rounding residue there (its tiles also cover non-zero pixels): after a ReLU with a
+     * zero bias that residue opens gates PyTorch keeps closed. */
+    {
+        const wcfg k = {2, 12, 12, 1, 8, 0, 0, 0, 0};
+        wcase t = make_case(&k, 1);
+        mgt_conv_shape *s = &t.s;
+        const size_t nx = conv_nx(s), ny = conv_ny(s);
+        for (size_t i = 0; i < nx; i++) { /* a 4x4 blob on a zero background */
+            const size_t px = i / (size_t)s->c, yy = px / (size_t)s->w % (size_t)s->h,
+                         xx = px % (size_t)s->w;
+            if (yy < 4 || yy >= 8 || xx < 4 || xx >= 8)
+                t.x[i] = 0.0f;
+        }
+        float *zb = fbuf((size_t)s->oc), *yw = fbuf(ny), *yd = fbuf(ny);
+        mgt_backend be = opcheck_cpu_backend("test_winograd");
+        s->algo = MGT_CONV_AUTO;
+        be.ops->reserve(&be, be.ops->conv2d_scratch(s));
+        be.ops->conv2d_fwd(&be, s, t.x, t.w, zb, yw);
+        s->algo = MGT_CONV_DIRECT;
+        CHECK(mgt_cpu_conv_wino_tile(s) == 0, "algo DIRECT still chooses Winograd F(%d)",
+              mgt_cpu_conv_wino_tile(s));
+        be.ops->conv2d_fwd(&be, s, t.x, t.w, zb, yd);
+        int zero_windows = 0, exact = 0, residue = 0;
+        for (int n = 0; n < s->n; n++)
+            for (int oy = 0; oy < s->oh; oy++)
+                for (int ox = 0; ox < s->ow; ox++) {
+                    if (!(oy + 2 < 4 || oy >= 8 || ox + 2 < 4 || ox >= 8))
+                        continue; /* the window touches the blob */
+                    zero_windows++;
+                    for (int o = 0; o < s->oc; o++) {
+                        const size_t i = (((size_t)n * s->oh + oy) * s->ow + ox) * s->oc + o;
+                        exact += yd[i] == 0.0f;
+                        residue += yw[i] != 0.0f;
+                    }
+                }
+        CHECK(zero_windows > 0 && exact == zero_windows * s->oc,
+              "algo DIRECT: %d of %d outputs over all-zero windows are exactly 0", exact,
+              zero_windows * s->oc);
+        printf("test_winograd: outputs over all-zero windows: Winograd leaves %d of %d non-zero, "
+               "direct none\n",
+               residue, zero_windows * s->oc);
+        mgt_backend_destroy(&be);
+        tmp_free_all();
+    }
+
     /* the backend's thread count (Winograd's lanes) changes no bit of any result */
     {
         const wcfg k = {8, 24, 23, 48, 40, 1, 1, 1, 1}; /* enough work for 3 threads */
