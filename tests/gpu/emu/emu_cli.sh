@@ -128,8 +128,10 @@ MGT_FAULT=0:2:nan emu 1 1 train "${run[@]}" --out "$T/f3" >f3.log 2>&1; rc=$?
   && ok "a NaN loss on the GPU stops with the step named" \
   || { bad "NaN on the GPU: exit $rc"; tail -3 f3.log; }
 
-# 9. Two ranks on ONE GPU through NCCL: refused as a duplicate GPU unless each rank names a
-#    different host (NCCL_HOSTID), as NCCL documents; the transport test then sums across ranks.
+# 9. Two ranks on ONE GPU through NCCL, which NCCL's user guide calls unsupported: refused as a
+#    duplicate GPU unless each rank names a different host through NCCL_HOSTID (undocumented; in
+#    NCCL 2.28, which the emulator follows, it replaces the host hash); the transport test then
+#    sums across ranks. NCCL 2.30's documented route is NCCL_MULTI_RANK_GPU_ENABLE=1.
 expect_fail "two ranks on one GPU without NCCL_HOSTID" "Duplicate GPU|two ranks on one GPU" \
   env MGT_EMU_GPUS=1 timeout 300 mpirun --oversubscribe -x MGT_EMU_GPUS -np 2 "$MGT_NCCL_TEST"
 out=$(MGT_EMU_GPUS=1 timeout 300 mpirun --oversubscribe -x MGT_EMU_GPUS -np 2 \
