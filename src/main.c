@@ -43,6 +43,8 @@ static const flag flags[] = {
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
     {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank count)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
+    {"no-tensorboard", NULL, C_TRAIN, "off (written)",
+     "write no TensorBoard event files to OUT/tb"},
     {"timeline", "FILE", C_TRAIN, "none", "write a Chrome-trace JSON of every step phase"},
     {"verbose", "0|1|2", C_TRAIN, "1 on a terminal, 2 otherwise", "0 quiet, 1 progress bar, 2 "
                                                                   "epoch lines"},
@@ -251,6 +253,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "resume")) o.resume = 1;
         else if (!strcmp(n, "no-validation")) o.no_validation = 1;
         else if (!strcmp(n, "profile")) o.profile = 1;
+        else if (!strcmp(n, "no-tensorboard")) o.no_tensorboard = 1;
         else if (!strcmp(n, "timeline")) o.timeline = v;
         else if (!strcmp(n, "verbose")) o.verbose = (int)need_i64(n, v, 0);
         else if (!strcmp(n, "device")) o.device = v;

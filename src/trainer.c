@@ -887,6 +887,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         mgt_die("%s", e.msg);
     mgt_metrics mt;
     mgt_metrics_init(&mt, rt->rank == 0 ? o->verbose : 0, epochs, j->out, rt->launched);
+    if (rt->rank == 0 && !o->no_tensorboard && mgt_metrics_tb(&mt, &prof, j->global_step, &e) < 0)
+        mgt_die("%s", e.msg);
     double last_val[3] = {-1, 0, 0};
     int64_t last_val_step = -1, trained = 0;
     double train_seconds = 0;
@@ -1000,7 +1002,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             .epoch = j->epoch + 1, .step = j->global_step, .loss = j->ep[0] / j->ep[2],
             .acc = j->ep[1] / j->ep[2], .val_loss = last_val[0], .val_acc = last_val[1],
             .samples_per_s = secs > 0 ? (j->ep[2] - (double)seen_before) / secs : 0,
-            .seconds = secs};
+            .seconds = secs, .lr = m->train.lr};
         if (rt->rank == 0 && mgt_metrics_epoch(&mt, &row, &e) < 0)
             mgt_die("%s", e.msg);
         if (finished) {

@@ -28,6 +28,7 @@ typedef struct mgt_options {
     int64_t save_every;  /* 0: only at epoch ends */
     int resume;
     int profile;
+    int no_tensorboard;  /* no event files in OUT/tb */
     const char *timeline;
     int verbose;         /* -1: auto */
     double comm_timeout; /* seconds */
