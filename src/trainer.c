@@ -12,6 +12,7 @@
 
 #include "tensor_io.h"
 #include "comm.h"
+#include "data/augment.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/shard.h"
@@ -73,6 +74,9 @@ typedef struct job {
     double ep[3];       /* this epoch so far: loss sum, correct, samples */
     int64_t fault_step;
     int fault_action;   /* 0 none, 1 exit, 2 sleep, 3 nan */
+    /* Training augmentation: batches are then gathered on the host, never made on the device
+     * (no device kernel augments them). */
+    mgt_augment augment;
 } job;
 
 /* ---- set-up ------------------------------------------------------------------------------ */
@@ -280,6 +284,10 @@ static void load_data(job *j, int want_train, const char *eval_split) {
         snprintf(j->data_desc, sizeof j->data_desc, "synthetic %dx%dx%d, %d classes", h, w, c, k);
     else
         snprintf(j->data_desc, sizeof j->data_desc, "%s", dir);
+    char aug[96];
+    if (mgt_augment_on(&j->augment)) /* training only */
+        snprintf(j->data_desc + strlen(j->data_desc), sizeof j->data_desc - strlen(j->data_desc),
+                 "; augmented: %s", mgt_augment_describe(&j->augment, aug, sizeof aug));
 }
 
 static void alloc_all(job *j) {
@@ -664,15 +672,15 @@ static void stage_batch(job *j, int slot, const mgt_batch *bt) {
 /* The training set's bytes on the device, where batches are then gathered (--device-data auto,
  * a backend with gather_u8, up to 1 GiB: Fashion-MNIST's 47 MB costs less device memory than a
  * host gather costs time per step on a fast GPU). Only for byte samples with byte labels (not a
- * float32 .npy set, nor more than 256 classes), and not with the NaN fault hook, which poisons
- * host buffers. */
+ * float32 .npy set, nor more than 256 classes), and not with augmentation, which is done on the
+ * host, nor with the NaN fault hook, which poisons host buffers. */
 static void place_train_data(job *j) {
     const mgt_ops *o = j->be.ops;
     const mgt_dataset *ds = &j->train;
     size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
     size_t bytes = elems * n + n;
     if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || !ds->labels ||
-        j->fault_action == 3 || bytes > ((size_t)1 << 30) || n == 0)
+        j->fault_action == 3 || bytes > ((size_t)1 << 30) || n == 0 || mgt_augment_on(&j->augment))
         return;
     j->dev_pixels = o->alloc(&j->be, elems * n);
     j->dev_labels = o->alloc(&j->be, n);
@@ -849,6 +857,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                     (long long)B, (long long)B);
     init_backend(j);
     parse_fault(j);
+    j->augment = (mgt_augment){m->train.augment_flip, m->train.augment_crop};
     load_data(j, 1, NULL);
     make_out_dir(j);
     write_run_info(j);
@@ -866,13 +875,14 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     int threaded = strcmp(ops->name, "cpu") || mgt_runtime_cores(rt) > 1;
     /* Synthetic batches are generated on the device when it can (not with the NaN fault hook,
      * which poisons host buffers). */
-    j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3;
+    j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3 &&
+                   !mgt_augment_on(&j->augment);
     if (j->dev_synth)
         mgt_dataset_synthetic_keys(&j->train, &j->synth_keys[0], &j->synth_keys[1]);
     place_train_data(j);
     mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank, rt->world,
                                            m->max_batch, threaded, j->dev_synth || j->dev_data, &e);
-    if (!loader)
+    if (!loader || mgt_loader_augment(loader, &j->augment, &e) < 0)
         mgt_die("%s", e.msg);
     int epochs = m->train.epochs;
     int64_t limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
