@@ -40,7 +40,7 @@ void mgt_augment_apply(const mgt_augment_draw *d, int h, int w, int c, const flo
 void mgt_augment_batch(const mgt_augment *a, uint64_t seed, int64_t epoch, const int64_t *rows,
                        int n, int h, int w, int c, float *x, float *scratch);
 
-/* "flip, crop 4" / "off": for the start-up block. */
+/* "horizontal flip, pad 4 and random crop", or "off": for the start-up block. */
 const char *mgt_augment_describe(const mgt_augment *a, char *buf, int cap);
 
 #endif
