@@ -38,6 +38,7 @@ typedef struct mgt_train_cfg {
     int64_t batch_size; /* GLOBAL batch */
     int epochs;
     uint64_t seed;
+    int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
 } mgt_train_cfg;
 
 /* One named tensor of an arena. */

@@ -41,7 +41,8 @@ typedef struct pstate {
 static const char *const input_keys[] = {"shape", NULL};
 static const char *const train_keys[] = {"optimizer", "learning_rate", "momentum", "nesterov",
                                          "rho", "beta_1", "beta_2", "epsilon", "weight_decay",
-                                         "loss", "batch_size", "epochs", "seed", NULL};
+                                         "loss", "batch_size", "epochs", "seed",
+                                         "augment_flip", "augment_crop", NULL};
 static const char *const train_required[] = {"optimizer", "loss", "batch_size", NULL};
 
 static int fail(pstate *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -108,5 +108,21 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
         t->seed = (uint64_t)x;
         return 0;
     }
+    /* Data augmentation (data/augment.h), applied to training batches only. */
+    if (!strcmp(key, "augment_flip")) {
+        if (mgt_parse_bool(v, &t->augment_flip) < 0)
+            return mgt_errf(err, "augment_flip = %s: expected true or false", v);
+        return 0;
+    }
+    if (!strcmp(key, "augment_crop")) {
+        int x;
+        if (mgt_parse_int(v, &x) < 0 || x < 0 || x > 4096)
+            return mgt_errf(err,
+                            "augment_crop = %s: expected the padding in pixels, a whole "
+                            "number from 0 (off) to 4096, e.g. augment_crop = 4",
+                            v);
+        t->augment_crop = x;
+        return 0;
+    }
     return mgt_errf(err, "unknown key %s", key);
 }

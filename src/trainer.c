@@ -12,6 +12,7 @@
 
 #include "tensor_io.h"
 #include "comm.h"
+#include "data/augment.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/shard.h"
@@ -73,6 +74,9 @@ typedef struct job {
     double ep[3];       /* this epoch so far: loss sum, correct, samples */
     int64_t fault_step;
     int fault_action;   /* 0 none, 1 exit, 2 sleep, 3 nan */
+    /* Training augmentation: batches are then gathered on the host, never made on the device
+     * (no device kernel augments them). */
+    mgt_augment augment;
 } job;
 
 /* ---- set-up ------------------------------------------------------------------------------ */
@@ -235,16 +239,13 @@ static void load_data(job *j, int want_train, const char *eval_split) {
                         "dataset-fashion-mnist); using SYNTHETIC data instead\n", dir);
         }
     }
-    if (!synthetic && m->input.c != 1)
-        mgt_die_all("%s: IDX images have 1 channel but the model's [input] shape has %d; use "
-                    "--data synthetic or a 1-channel model", dir, m->input.c);
     mgt_err e;
     uint64_t seed = m->train.seed;
     int h = m->input.h, w = m->input.w, c = m->input.c, k = m->classes;
     if (want_train) {
         if (synthetic)
             mgt_dataset_synthetic(&j->train, o->synthetic_samples, h, w, c, k, seed, 1);
-        else if (mgt_dataset_load_idx(&j->train, dir, "train", h, w, k, &e) < 0)
+        else if (mgt_dataset_load(&j->train, dir, 0, h, w, c, k, &e) < 0)
             mgt_die_all("%s", e.msg);
         if (o->val_split > 0) {
             /* Keras' validation_split: the LAST fraction of the training data, before shuffling. */
@@ -268,8 +269,7 @@ static void load_data(job *j, int want_train, const char *eval_split) {
         if (synthetic)
             mgt_dataset_synthetic(&j->test, test_split ? 10000 : o->synthetic_samples, h, w, c, k,
                                   seed, test_split ? 2 : 1);
-        else if (mgt_dataset_load_idx(&j->test, dir, test_split ? "t10k" : "train", h, w, k,
-                                      &e) < 0)
+        else if (mgt_dataset_load(&j->test, dir, test_split, h, w, c, k, &e) < 0)
             mgt_die_all("%s", e.msg);
         j->have_test = 1;
         if (want_train) {
@@ -284,6 +284,10 @@ static void load_data(job *j, int want_train, const char *eval_split) {
         snprintf(j->data_desc, sizeof j->data_desc, "synthetic %dx%dx%d, %d classes", h, w, c, k);
     else
         snprintf(j->data_desc, sizeof j->data_desc, "%s", dir);
+    char aug[96];
+    if (mgt_augment_on(&j->augment)) /* training only */
+        snprintf(j->data_desc + strlen(j->data_desc), sizeof j->data_desc - strlen(j->data_desc),
+                 "; augmented: %s", mgt_augment_describe(&j->augment, aug, sizeof aug));
 }
 
 static void alloc_all(job *j) {
@@ -667,15 +671,16 @@ static void stage_batch(job *j, int slot, const mgt_batch *bt) {
 
 /* The training set's bytes on the device, where batches are then gathered (--device-data auto,
  * a backend with gather_u8, up to 1 GiB: Fashion-MNIST's 47 MB costs less device memory than a
- * host gather costs time per step on a fast GPU). Not with the NaN fault hook, which poisons
- * host buffers. */
+ * host gather costs time per step on a fast GPU). Only for byte samples with byte labels (not a
+ * float32 .npy set, nor more than 256 classes), and not with augmentation, which is done on the
+ * host, nor with the NaN fault hook, which poisons host buffers. */
 static void place_train_data(job *j) {
     const mgt_ops *o = j->be.ops;
     const mgt_dataset *ds = &j->train;
     size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
     size_t bytes = elems * n + n;
-    if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || j->fault_action == 3 ||
-        bytes > ((size_t)1 << 30) || n == 0)
+    if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || !ds->labels ||
+        j->fault_action == 3 || bytes > ((size_t)1 << 30) || n == 0 || mgt_augment_on(&j->augment))
         return;
     j->dev_pixels = o->alloc(&j->be, elems * n);
     j->dev_labels = o->alloc(&j->be, n);
@@ -852,6 +857,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                     (long long)B, (long long)B);
     init_backend(j);
     parse_fault(j);
+    j->augment = (mgt_augment){m->train.augment_flip, m->train.augment_crop};
     load_data(j, 1, NULL);
     make_out_dir(j);
     write_run_info(j);
@@ -869,13 +875,14 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     int threaded = strcmp(ops->name, "cpu") || mgt_runtime_cores(rt) > 1;
     /* Synthetic batches are generated on the device when it can (not with the NaN fault hook,
      * which poisons host buffers). */
-    j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3;
+    j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3 &&
+                   !mgt_augment_on(&j->augment);
     if (j->dev_synth)
         mgt_dataset_synthetic_keys(&j->train, &j->synth_keys[0], &j->synth_keys[1]);
     place_train_data(j);
     mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank, rt->world,
                                            m->max_batch, threaded, j->dev_synth || j->dev_data, &e);
-    if (!loader)
+    if (!loader || mgt_loader_augment(loader, &j->augment, &e) < 0)
         mgt_die("%s", e.msg);
     int epochs = m->train.epochs;
     int64_t limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
@@ -1025,13 +1032,15 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     } else if (j->val_is_test && last_val_step == j->global_step) {
         test[0] = last_val[0];
         test[1] = last_val[1];
+    } else if (!j->have_test && !j->synthetic && !mgt_dataset_has_split(j->data_dir, 1)) {
+        /* A folder without a test split (validated with --val-split): no final test. */
     } else {
         if (!j->have_test) {
             if (j->synthetic)
                 mgt_dataset_synthetic(&j->test, 10000, m->input.h, m->input.w, m->input.c,
                                       m->classes, m->train.seed, 2);
-            else if (mgt_dataset_load_idx(&j->test, j->data_dir, "t10k", m->input.h, m->input.w,
-                                          m->classes, &e) < 0)
+            else if (mgt_dataset_load(&j->test, j->data_dir, 1, m->input.h, m->input.w, m->input.c,
+                                      m->classes, &e) < 0)
                 mgt_die_all("%s", e.msg);
             j->have_test = 1;
         }
