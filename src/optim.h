@@ -6,12 +6,14 @@
 #include "backend.h"
 #include "model.h"
 
+enum { MGT_OPT_MAX_SLOTS = 2 };
+
 typedef struct mgt_optim {
     mgt_train_cfg cfg;
     size_t count;
     int nslots;
-    float *slot[2];         /* backend memory */
-    const char *slot_name[2];
+    float *slot[MGT_OPT_MAX_SLOTS]; /* backend memory */
+    const char *slot_name[MGT_OPT_MAX_SLOTS];
     int64_t t;              /* steps taken (Adam's bias correction) */
 } mgt_optim;
 

@@ -3,14 +3,13 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tensor_io.h"
+#include "checkpoint.h"
 #include "comm.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -22,8 +21,6 @@
 #include "optim.h"
 #include "parse.h"
 #include "profile.h"
-
-#define CKPT_FORMAT "mgtrain-checkpoint-1"
 
 void mgt_options_defaults(mgt_options *o) {
     memset(o, 0, sizeof *o);
@@ -394,16 +391,6 @@ static void write_run_info(job *j) {
 
 /* ---- state in and out -------------------------------------------------------------------- */
 
-static void put_meta(mgt_meta_entry *e, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void put_meta(mgt_meta_entry *e, const char *key, const char *fmt, ...) {
-    snprintf(e->key, sizeof e->key, "%s", key);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->value, sizeof e->value, fmt, ap);
-    va_end(ap);
-}
-
 /* Batchnorm running statistics are per replica while training; before anything is saved (or
  * validated) every rank takes the average, so all replicas hold the same model. */
 static void average_buffers(job *j) {
@@ -438,160 +425,73 @@ static void fetch_state(job *j) {
                     (long long)j->global_step, j->out);
 }
 
+/* The host copies of the state, as the checkpoint module reads and writes them. */
+static mgt_ckpt_arrays host_arrays(job *j) {
+    mgt_ckpt_arrays a = {.w = j->hw, .buf = j->hbuf};
+    for (int i = 0; i < j->opt.nslots; i++)
+        a.slot[i] = j->hslot[i];
+    return a;
+}
+
 /* Collective. Rank 0 writes OUT/checkpoint.safetensors atomically. */
 static void save_checkpoint(job *j) {
     average_buffers(j);
     if (j->rt->rank != 0)
         return;
-    mgt_model *m = &j->m;
     fetch_state(j);
-    int cap = m->nparams + m->nbuffers + 2;
-    mgt_tensor_entry *t = calloc((size_t)cap, sizeof *t);
-    if (!t)
-        mgt_die("out of host memory");
-    int nt = mgt_model_weights_entries(m, j->hw, j->hbuf, t, cap);
-    for (int i = 0; i < j->opt.nslots; i++) {
-        snprintf(t[nt].name, sizeof t[nt].name, "%s", j->opt.slot_name[i]);
-        t[nt].ndim = 1;
-        t[nt].shape[0] = (int64_t)m->param_count;
-        t[nt].data = j->hslot[i];
-        nt++;
-    }
-    mgt_meta_entry meta[16];
-    int nm = 0;
-    put_meta(&meta[nm++], "format", CKPT_FORMAT);
-    put_meta(&meta[nm++], "model", "%s", m->name);
-    put_meta(&meta[nm++], "optimizer", "%s", mgt_opt_name(m->train.optimizer));
-    put_meta(&meta[nm++], "optimizer_t", "%lld", (long long)j->opt.t);
-    put_meta(&meta[nm++], "step", "%lld", (long long)j->global_step);
-    put_meta(&meta[nm++], "epoch", "%d", j->epoch);
-    put_meta(&meta[nm++], "step_in_epoch", "%lld", (long long)j->step_in_epoch);
-    put_meta(&meta[nm++], "seed", "%llu", (unsigned long long)m->train.seed);
-    put_meta(&meta[nm++], "global_batch", "%lld", (long long)m->train.batch_size);
-    put_meta(&meta[nm++], "world", "%d", j->rt->world);
-    put_meta(&meta[nm++], "epoch_sums", "%.17g %.17g %.17g", j->ep[0], j->ep[1], j->ep[2]);
-    char path[600];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", j->out);
+    mgt_ckpt_pos pos = {.step = j->global_step, .epoch = j->epoch,
+                        .step_in_epoch = j->step_in_epoch, .optimizer_t = j->opt.t,
+                        .seed = j->m.train.seed};
+    memcpy(pos.epoch_sums, j->ep, sizeof j->ep);
+    mgt_ckpt_arrays a = host_arrays(j);
     mgt_err e;
-    if (mgt_safetensors_write(path, t, nt, meta, nm, &e) < 0)
+    if (mgt_ckpt_write(j->out, &j->m, &j->opt, &a, &pos, j->rt->world, &e) < 0)
         mgt_die("%s", e.msg);
-    free(t);
 }
 
 static void save_weights(job *j) {
     average_buffers(j);
     if (j->rt->rank != 0)
         return;
-    mgt_model *m = &j->m;
     fetch_state(j);
-    int cap = m->nparams + m->nbuffers;
-    mgt_tensor_entry *t = calloc((size_t)cap + 1, sizeof *t);
-    if (!t)
-        mgt_die("out of host memory");
-    int nt = mgt_model_weights_entries(m, j->hw, j->hbuf, t, cap);
-    mgt_meta_entry meta[4];
-    int nm = 0;
-    put_meta(&meta[nm++], "format", "pt");
-    put_meta(&meta[nm++], "model", "%s", m->name);
-    put_meta(&meta[nm++], "step", "%lld", (long long)j->global_step);
-    char path[600];
-    snprintf(path, sizeof path, "%s/weights.safetensors", j->out);
     mgt_err e;
-    if (mgt_safetensors_write(path, t, nt, meta, nm, &e) < 0)
+    if (mgt_ckpt_write_weights(j->out, &j->m, j->hw, j->hbuf, j->global_step, &e) < 0)
         mgt_die("%s", e.msg);
-    free(t);
-}
-
-static int64_t meta_int(const mgt_safetensors *st, const char *path, const char *key) {
-    const char *v = mgt_safetensors_meta(st, key);
-    char *end;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || *end)
-        mgt_die("%s: checkpoint metadata '%s' is missing or not a number; the file is not a "
-                "checkpoint of this mgtrain version", path, key);
-    return x;
-}
-
-/* Rank 0: fills the host arrays and the position from OUT/checkpoint.safetensors. */
-static void read_checkpoint(job *j, int64_t pos[4]) {
-    mgt_model *m = &j->m;
-    char path[600];
-    snprintf(path, sizeof path, "%s/checkpoint.safetensors", j->out);
-    if (access(path, F_OK) != 0)
-        mgt_die("--resume: no checkpoint at %s; start without --resume, or pass the --out "
-                "folder of the run to resume", path);
-    mgt_safetensors st;
-    mgt_err e;
-    if (mgt_safetensors_read(path, &st, &e) < 0)
-        mgt_die("%s", e.msg);
-    const char *fmt = mgt_safetensors_meta(&st, "format");
-    if (!fmt || strcmp(fmt, CKPT_FORMAT))
-        mgt_die("%s is not an mgtrain checkpoint (format %s); pass the folder of a run saved by "
-                "mgtrain train", path, fmt ? fmt : "missing");
-    const char *opt = mgt_safetensors_meta(&st, "optimizer");
-    if (!opt || strcmp(opt, mgt_opt_name(m->train.optimizer)))
-        mgt_die("%s was saved with optimizer %s but this run uses %s; resume with --optimizer %s",
-                path, opt ? opt : "?", mgt_opt_name(m->train.optimizer), opt ? opt : "?");
-    int64_t gb = meta_int(&st, path, "global_batch");
-    if (gb != m->train.batch_size)
-        mgt_die("%s was saved with global batch %lld but this run uses %lld; resume with "
-                "--batch-size %lld (any number of ranks is fine)", path, (long long)gb,
-                (long long)m->train.batch_size, (long long)gb);
-    if (mgt_model_take_weights(m, &st, path, j->hw, j->hbuf, &e) < 0)
-        mgt_die("%s", e.msg);
-    for (int i = 0; i < j->opt.nslots; i++) {
-        const mgt_tensor_entry *t = mgt_safetensors_find(&st, j->opt.slot_name[i]);
-        if (!t || t->ndim != 1 || (size_t)t->shape[0] != m->param_count)
-            mgt_die("%s: optimizer state '%s' is missing or has the wrong size; the checkpoint "
-                    "belongs to another model or optimizer setting", path, j->opt.slot_name[i]);
-        memcpy(j->hslot[i], t->data, m->param_count * sizeof(float));
-    }
-    pos[0] = meta_int(&st, path, "step");
-    pos[1] = meta_int(&st, path, "epoch");
-    pos[2] = meta_int(&st, path, "step_in_epoch");
-    pos[3] = meta_int(&st, path, "optimizer_t");
-    m->train.seed = (uint64_t)meta_int(&st, path, "seed");
-    const char *sums = mgt_safetensors_meta(&st, "epoch_sums");
-    if (!sums || sscanf(sums, "%lf %lf %lf", &j->ep[0], &j->ep[1], &j->ep[2]) != 3)
-        mgt_die("%s: checkpoint metadata 'epoch_sums' is missing", path);
-    mgt_safetensors_free(&st);
 }
 
 /* Rank 0 initialises, loads or resumes; everything is broadcast; every rank checks. */
 static void start_state(job *j, const char *weights, int resume) {
     mgt_model *m = &j->m;
     const mgt_ops *o = j->be.ops;
-    int64_t pos[4] = {0, 0, 0, 0};
-    double sums_seed[4] = {0, 0, 0, 0};
+    mgt_ckpt_pos pos = {.seed = m->train.seed};
     if (j->rt->rank == 0) {
         mgt_err e;
-        if (resume)
-            read_checkpoint(j, pos);
-        else if (weights) {
+        mgt_ckpt_arrays a = host_arrays(j);
+        if (resume) {
+            if (mgt_ckpt_read(j->out, m, &j->opt, &a, &pos, &e) < 0)
+                mgt_die("%s", e.msg);
+        } else if (weights) {
             if (mgt_model_load_weights(m, weights, j->hw, j->hbuf, &e) < 0)
                 mgt_die("%s", e.msg);
         } else
             mgt_model_init_host(m, m->train.seed, j->hw, j->hbuf);
-        memcpy(sums_seed, j->ep, sizeof j->ep);
-        sums_seed[3] = (double)m->train.seed;
     }
     mgt_bcast(&j->comm, j->hw, m->param_count * sizeof(float), 0, "weight broadcast");
     mgt_bcast(&j->comm, j->hbuf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
     for (int i = 0; i < j->opt.nslots; i++)
         mgt_bcast(&j->comm, j->hslot[i], m->param_count * sizeof(float), 0,
                   "optimizer state broadcast");
-    mgt_bcast(&j->comm, pos, sizeof pos, 0, "position broadcast");
-    mgt_bcast(&j->comm, sums_seed, sizeof sums_seed, 0, "position broadcast");
+    mgt_ckpt_bcast_pos(&j->comm, &pos, 0);
     o->to_device(&j->be, m->w, j->hw, m->param_count * sizeof(float));
     o->to_device(&j->be, m->buf, j->hbuf, m->buffer_count * sizeof(float));
     for (int i = 0; i < j->opt.nslots; i++)
         o->to_device(&j->be, j->opt.slot[i], j->hslot[i], m->param_count * sizeof(float));
-    j->global_step = pos[0];
-    j->epoch = (int)pos[1];
-    j->step_in_epoch = pos[2];
-    j->opt.t = pos[3];
-    memcpy(j->ep, sums_seed, sizeof j->ep);
-    m->train.seed = (uint64_t)sums_seed[3];
+    j->global_step = pos.step;
+    j->epoch = (int)pos.epoch;
+    j->step_in_epoch = pos.step_in_epoch;
+    j->opt.t = pos.optimizer_t;
+    memcpy(j->ep, pos.epoch_sums, sizeof j->ep);
+    m->train.seed = pos.seed;
     check_same_weights(j, "after the initial broadcast");
 }
 
@@ -850,11 +750,12 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                     (long long)B, (long long)B);
     init_backend(j);
     parse_fault(j);
-    load_data(j, 1, NULL);
     make_out_dir(j);
-    write_run_info(j);
     alloc_all(j);
     start_state(j, o->resume ? NULL : o->init_weights, o->resume);
+    /* After the start: a resumed run's seed is the checkpoint's, and it keys synthetic data. */
+    load_data(j, 1, NULL);
+    write_run_info(j);
     startup_block(j, o->resume ? "resuming" : "training");
     if (o->resume && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %d, step %lld\n", j->out,
