@@ -15,6 +15,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "default_model.h"
+#include "fault.h"
 #include "gpu.h"
 #include "metrics.h"
 #include "model.h"
@@ -68,8 +69,7 @@ typedef struct job {
     int64_t global_step, step_in_epoch;
     int epoch;
     double ep[3];       /* this epoch so far: loss sum, correct, samples */
-    int64_t fault_step;
-    int fault_action;   /* 0 none, 1 exit, 2 sleep, 3 nan */
+    mgt_fault fault;
 } job;
 
 /* ---- set-up ------------------------------------------------------------------------------ */
@@ -504,13 +504,6 @@ static void one_hot(const mgt_model *m, const int32_t *labels, int n, float *t) 
         t[(size_t)i * (size_t)m->classes + (size_t)labels[i]] = 1.0f;
 }
 
-/* The MGT_FAULT "nan" hook poisons a training batch's inputs. */
-static void fault_poison(job *j, float *x, int n) {
-    if (j->fault_action == 3 && j->global_step >= j->fault_step)
-        for (size_t i = 0, e = (size_t)n * (size_t)mgt_shape_elems(j->m.input); i < e; i++)
-            x[i] = NAN;
-}
-
 /* Copies a batch from host memory to the backend: inputs, labels and (categorical loss) one-hot
  * targets, on the compute queue (evaluation, prediction, and training on the CPU). */
 static void upload_batch(job *j, float *x, const int32_t *labels, int n) {
@@ -572,7 +565,7 @@ static void place_train_data(job *j) {
     const mgt_dataset *ds = &j->train;
     size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
     size_t bytes = elems * n + n;
-    if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || j->fault_action == 3 ||
+    if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || mgt_fault_host_batches(&j->fault) ||
         bytes > ((size_t)1 << 30) || n == 0)
         return;
     j->dev_pixels = o->alloc(&j->be, elems * n);
@@ -635,40 +628,6 @@ static void evaluate(job *j, const mgt_dataset *ds, double res[3], float *output
     }
     mgt_allreduce_host_f64(&j->comm, part, 3, "evaluation metrics");
     memcpy(res, part, sizeof part);
-}
-
-static void parse_fault(job *j) {
-    /* Test hook: MGT_FAULT=RANK:STEP:exit|sleep|nan makes one rank fail at an optimizer step. */
-    const char *f = getenv("MGT_FAULT");
-    if (!f)
-        return;
-    int rank;
-    long long step;
-    char what[16];
-    if (sscanf(f, "%d:%lld:%15s", &rank, &step, what) != 3)
-        mgt_die_all("MGT_FAULT=%s: expected RANK:STEP:exit|sleep|nan", f);
-    if (rank != j->rt->rank)
-        return;
-    j->fault_step = step;
-    j->fault_action = !strcmp(what, "exit") ? 1 : !strcmp(what, "sleep") ? 2 : 3;
-}
-
-static void fault_point(job *j) {
-    if (!j->fault_action || j->global_step != j->fault_step)
-        return;
-    if (j->fault_action == 1) {
-        fprintf(stderr, "rank %d: MGT_FAULT: exiting at step %lld\n", j->rt->rank,
-                (long long)j->global_step);
-        fflush(stderr);
-        _exit(3);
-    }
-    if (j->fault_action == 2) {
-        fprintf(stderr, "rank %d: MGT_FAULT: stopping at step %lld\n", j->rt->rank,
-                (long long)j->global_step);
-        fflush(stderr);
-        for (;;)
-            pause();
-    }
 }
 
 static void startup_block(job *j, const char *what) {
@@ -749,7 +708,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                     "per step; start at most %lld ranks or raise --batch-size", rt->world,
                     (long long)B, (long long)B);
     init_backend(j);
-    parse_fault(j);
+    mgt_fault_init(&j->fault, rt->rank);
     make_out_dir(j);
     alloc_all(j);
     start_state(j, o->resume ? NULL : o->init_weights, o->resume);
@@ -768,7 +727,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     int threaded = strcmp(ops->name, "cpu") || mgt_runtime_cores(rt) > 1;
     /* Synthetic batches are generated on the device when it can (not with the NaN fault hook,
      * which poisons host buffers). */
-    j->dev_synth = j->staged && j->synthetic && ops->synthetic && j->fault_action != 3;
+    j->dev_synth = j->staged && j->synthetic && ops->synthetic && !mgt_fault_host_batches(&j->fault);
     if (j->dev_synth)
         mgt_dataset_synthetic_keys(&j->train, &j->synth_keys[0], &j->synth_keys[1]);
     place_train_data(j);
@@ -805,7 +764,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         double t_epoch = mgt_now();
         int64_t seen_before = (int64_t)j->ep[2], first_step = j->step_in_epoch;
         for (; j->step_in_epoch < steps && j->global_step < limit; j->step_in_epoch++) {
-            fault_point(j);
+            mgt_fault_point(&j->fault, j->global_step);
             int64_t step = j->step_in_epoch;
             mgt_profile_begin_step(&prof, j->global_step);
             int slot = (int)(j->global_step & 1);
@@ -821,7 +780,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             int64_t b = bt->global_n;
             mgt_range r = {bt->first, bt->n};
             if (bt->x) /* NULL when the batch is made on the device */
-                fault_poison(j, bt->x, bt->n);
+                mgt_fault_poison(&j->fault, j->global_step, bt->x,
+                                 (size_t)bt->n * (size_t)mgt_shape_elems(m->input));
             if (j->staged)
                 stage_batch(j, slot, bt);
             else
