@@ -21,6 +21,7 @@
 #include "model.h"
 #include "optim.h"
 #include "parse.h"
+#include "placement.h"
 #include "profile.h"
 
 void mgt_options_defaults(mgt_options *o) {
@@ -39,15 +40,13 @@ typedef struct job {
     mgt_runtime *rt;
     const mgt_options *o;
     mgt_model m;
-    mgt_backend be;
-    mgt_comm comm;
+    mgt_placement pl;
     mgt_optim opt;
     mgt_dataset train, val, test;
     int val_is_test, have_val, have_test;
     int synthetic;
     char data_dir[512];
     char data_desc[600];
-    char device_desc[160];
     float *acc;         /* backend memory: metric sums since the last read */
     float *hx, *ht;     /* host staging: inputs, one-hot targets */
     int32_t *hl;        /* host staging: labels */
@@ -98,112 +97,12 @@ static void load_model(job *j) {
         t->lr = t->optimizer == MGT_OPT_SGD ? 0.01f : 0.001f;
 }
 
-/* --gpus "0,2,3": the device of each local rank, validated before any work. Returns the count. */
-static int parse_gpu_list(const char *list, int *ids, int max) {
-    int n = mgt_parse_int_list(list, ids, max);
-    if (n < 1)
-        mgt_die_all("--gpus %s: expected a comma-separated list of device numbers, e.g. --gpus "
-                    "0,2,3", list);
-    for (int i = 0; i < n; i++) {
-        if (ids[i] < 0)
-            mgt_die_all("--gpus %s: device numbers start at 0", list);
-        for (int k = 0; k < i; k++)
-            if (ids[k] == ids[i])
-                mgt_die_all("--gpus %s: device %d is listed twice; one rank per GPU", list,
-                            ids[i]);
-    }
-    return n;
-}
-
+/* The backend and transport the command's options ask for. */
 static void init_backend(job *j) {
-    const char *d = j->o->device;
-    const char *tr = j->o->transport ? j->o->transport : "auto";
-    if (strcmp(tr, "auto") && strcmp(tr, "nccl") && strcmp(tr, "mpi"))
-        mgt_die_all("--transport %s: unknown; use auto, nccl or mpi", tr);
-    if (!strcmp(tr, "nccl") && !strcmp(d, "cpu"))
-        mgt_die_all("--transport nccl needs the GPU backend (not --device cpu)");
-    mgt_runtime *rt = j->rt;
-    if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
-        mgt_die_all("--device %s: unknown; use cpu, gpu or auto", d);
-    int ids[256], nids = 0;
-    if (j->o->gpus) {
-        nids = parse_gpu_list(j->o->gpus, ids, 256);
-        if (!strcmp(d, "cpu"))
-            mgt_die_all("--gpus %s goes with --device gpu or auto, not cpu", j->o->gpus);
-    }
-#ifdef MGT_HAVE_CUDA
-    char why[256] = "";
-    int ngpu = strcmp(d, "cpu") ? mgt_gpu_count(why, sizeof why) : -1;
-    if (ngpu <= 0 && (!strcmp(d, "gpu") || nids))
-        mgt_die_all("%s: no usable GPU on %s (%s); run with --device cpu", nids ? "--gpus" :
-                    "--device gpu", rt->host, ngpu == 0 ? "no device is visible" : why);
-    if (ngpu > 0) {
-        for (int i = 0; i < nids; i++)
-            if (ids[i] >= ngpu)
-                mgt_die_all("--gpus %s: device %d does not exist on %s: %d GPUs are visible "
-                            "(numbered 0 to %d)", j->o->gpus, ids[i], rt->host, ngpu, ngpu - 1);
-        int have = nids ? nids : ngpu;
-        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        int dev = nids ? ids[rt->local_rank] : rt->local_rank;
-        /* A launcher that binds one GPU to each task (Slurm's --gpus-per-task=1) shows every
-         * rank its own GPU as device 0: fine when the ranks of the node see DIFFERENT GPUs. */
-        if (!nids && ngpu == 1 && rt->local_size > 1 && rt->mpi) {
-            char mine[128], *all = malloc(sizeof mine * (size_t)rt->local_size);
-            if (!all)
-                mgt_die("out of host memory");
-            mgt_gpu_describe(0, mine, sizeof mine);
-            MPI_Allgather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, rt->node_comm);
-            int distinct = 1;
-            for (int a = 0; a < rt->local_size && distinct; a++)
-                for (int b = a + 1; b < rt->local_size && distinct; b++)
-                    distinct = strcmp(all + (size_t)a * sizeof mine, all + (size_t)b * sizeof mine);
-            free(all);
-            if (distinct) {
-                have = rt->local_size;
-                dev = 0;
-            }
-        }
-        if (rt->local_size > have)
-            mgt_die("rank %d on node %s: %d ranks on this node but only %d GPUs %s "
-                    "(CUDA_VISIBLE_DEVICES=%s); start fewer ranks or list more GPUs",
-                    rt->rank, rt->host, rt->local_size, have, nids ? "are listed in --gpus" :
-                    "are visible", vis ? vis : "unset");
-        mgt_err e;
-        if (mgt_gpu_backend_init(&j->be, dev, j->o->tf32, &e) < 0)
-            mgt_die("%s", e.msg);
-        /* NCCL for more than one rank (a world of one has nothing to reduce), unless the
-         * transport is named: then it runs even for one rank, so that its cost can be timed. */
-        if (!strcmp(tr, "mpi") && rt->world > 1) {
-            if (mgt_comm_init_mpi_staged(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout,
-                                         &e) < 0)
-                mgt_die("%s", e.msg);
-        } else if (!strcmp(tr, "nccl") || (!strcmp(tr, "auto") && rt->world > 1)) {
-            if (mgt_comm_init_nccl(&j->comm, MPI_COMM_WORLD, &j->be, j->o->comm_timeout, &e) < 0)
-                mgt_die("%s", e.msg);
-            j->comm.always = !strcmp(tr, "nccl");
-        } else {
-            mgt_comm_init_mpi(&j->comm, MPI_COMM_WORLD, j->o->comm_timeout);
-        }
-        char desc[128];
-        mgt_gpu_describe(dev, desc, sizeof desc);
-        snprintf(j->device_desc, sizeof j->device_desc, "GPU %d: %s", dev, desc);
-        return;
-    }
-#else
-    if (!strcmp(d, "gpu") || nids)
-        mgt_die_all("%s: this build of mgtrain has no GPU backend (no CUDA toolkit was found "
-                    "when it was built); run with --device cpu", nids ? "--gpus" : "--device gpu");
-#endif
-    if (j->o->tf32 && rt->rank == 0)
-        fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
-    if (!strcmp(tr, "nccl"))
-        mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
-    int cores = mgt_runtime_cores(rt);
-    if (mgt_cpu_backend_init(&j->be, cores) < 0)
-        mgt_die("cannot start the CPU backend");
-    mgt_comm_init_mpi(&j->comm, MPI_COMM_WORLD, j->o->comm_timeout);
-    snprintf(j->device_desc, sizeof j->device_desc, "cpu (%d BLAS thread%s)", cores,
-             cores == 1 ? "" : "s");
+    const mgt_options *o = j->o;
+    mgt_place_opts po = {.device = o->device, .gpus = o->gpus, .transport = o->transport,
+                         .tf32 = o->tf32, .comm_timeout = o->comm_timeout};
+    mgt_place_init(&j->pl, j->rt, &po);
 }
 
 static int idx_present(const char *dir, const char *stem) {
@@ -287,9 +186,9 @@ static void alloc_all(job *j) {
     int64_t b = m->train.batch_size;
     int max_batch = (int)((b + world - 1) / world);
     mgt_err e;
-    if (mgt_model_alloc(m, &j->be, max_batch, &e) < 0)
+    if (mgt_model_alloc(m, &j->pl.be, max_batch, &e) < 0)
         mgt_die("%s", e.msg);
-    if (mgt_optim_init(&j->opt, &m->train, &j->be, m->param_count, &e) < 0)
+    if (mgt_optim_init(&j->opt, &m->train, &j->pl.be, m->param_count, &e) < 0)
         mgt_die("%s", e.msg);
     size_t in = (size_t)mgt_shape_elems(m->input);
     j->hx = malloc(sizeof(float) * in * (size_t)max_batch);
@@ -302,7 +201,7 @@ static void alloc_all(job *j) {
         j->hslot[i] = calloc(m->param_count + 1, sizeof(float));
     if (!j->hx || !j->ht || !j->hl || !j->idx || !j->hw || !j->hbuf)
         mgt_die("out of host memory for a batch of %d samples", max_batch);
-    const mgt_ops *o = j->be.ops;
+    const mgt_ops *o = j->pl.be.ops;
     j->staged = o->stage && o->host_alloc;
     if (j->staged) {
         size_t xb = sizeof(float) * in * (size_t)max_batch;
@@ -310,12 +209,12 @@ static void alloc_all(job *j) {
         j->in_x[0] = m->x;
         j->in_l[0] = m->labels;
         j->in_t[0] = m->targets;
-        j->in_x[1] = o->alloc(&j->be, xb);
-        j->in_l[1] = o->alloc(&j->be, sizeof(int32_t) * (size_t)max_batch);
-        j->in_t[1] = o->alloc(&j->be, tb);
+        j->in_x[1] = o->alloc(&j->pl.be, xb);
+        j->in_l[1] = o->alloc(&j->pl.be, sizeof(int32_t) * (size_t)max_batch);
+        j->in_t[1] = o->alloc(&j->pl.be, tb);
         for (int i = 0; i < 2; i++) {
-            j->sht[i] = o->host_alloc(&j->be, tb);
-            j->in_ids[i] = o->alloc(&j->be, sizeof(int64_t) * (size_t)max_batch);
+            j->sht[i] = o->host_alloc(&j->pl.be, tb);
+            j->in_ids[i] = o->alloc(&j->pl.be, sizeof(int64_t) * (size_t)max_batch);
         }
         if (!j->in_x[1] || !j->in_l[1] || !j->in_t[1] || !j->sht[0] || !j->sht[1] ||
             !j->in_ids[0] || !j->in_ids[1])
@@ -328,7 +227,7 @@ static void alloc_all(job *j) {
 /* FNV-1a over the parameter arena as this rank holds it. */
 static uint64_t weights_checksum(job *j) {
     mgt_model *m = &j->m;
-    j->be.ops->to_host(&j->be, j->hw, m->w, m->param_count * sizeof(float));
+    j->pl.be.ops->to_host(&j->pl.be, j->hw, m->w, m->param_count * sizeof(float));
     const unsigned char *p = (const unsigned char *)j->hw;
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < m->param_count * sizeof(float); i++)
@@ -338,7 +237,7 @@ static uint64_t weights_checksum(job *j) {
 
 static void check_same_weights(job *j, const char *when) {
     uint64_t mine = weights_checksum(j), root = mine;
-    mgt_bcast(&j->comm, &root, sizeof root, 0, "weight checksum");
+    mgt_bcast(&j->pl.comm, &root, sizeof root, 0, "weight checksum");
     if (mine != root)
         mgt_die("weights differ from rank 0's %s (checksum %016llx, rank 0 has %016llx): the "
                 "replicas are out of step; please report this with the command line",
@@ -382,7 +281,7 @@ static void write_run_info(job *j) {
                      j->m.name, j->m.path, j->rt->world, j->rt->nodes,
                      (long long)j->m.train.batch_size, mgt_opt_name(j->m.train.optimizer),
                      j->m.train.lr, j->m.train.epochs, (unsigned long long)j->m.train.seed,
-                     j->be.ops->name, j->data_desc, MGT_VERSION);
+                     j->pl.be.ops->name, j->data_desc, MGT_VERSION);
     snprintf(path, sizeof path, "%s/run.json", j->out);
     mgt_err e;
     if (mgt_atomic_write(path, s, (size_t)n, &e) < 0)
@@ -397,27 +296,27 @@ static void average_buffers(job *j) {
     mgt_model *m = &j->m;
     if (!m->buffer_count || j->rt->world == 1)
         return;
-    const mgt_ops *o = j->be.ops;
-    o->to_host(&j->be, j->hbuf, m->buf, m->buffer_count * sizeof(float));
+    const mgt_ops *o = j->pl.be.ops;
+    o->to_host(&j->pl.be, j->hbuf, m->buf, m->buffer_count * sizeof(float));
     double *d = malloc(sizeof(double) * m->buffer_count);
     if (!d)
         mgt_die("out of host memory");
     for (size_t i = 0; i < m->buffer_count; i++)
         d[i] = j->hbuf[i];
-    mgt_allreduce_host_f64(&j->comm, d, m->buffer_count, "batchnorm statistics average");
+    mgt_allreduce_host_f64(&j->pl.comm, d, m->buffer_count, "batchnorm statistics average");
     for (size_t i = 0; i < m->buffer_count; i++)
         j->hbuf[i] = (float)(d[i] / j->rt->world);
     free(d);
-    o->to_device(&j->be, m->buf, j->hbuf, m->buffer_count * sizeof(float));
+    o->to_device(&j->pl.be, m->buf, j->hbuf, m->buffer_count * sizeof(float));
 }
 
 static void fetch_state(job *j) {
     mgt_model *m = &j->m;
-    const mgt_ops *o = j->be.ops;
-    o->to_host(&j->be, j->hw, m->w, m->param_count * sizeof(float));
-    o->to_host(&j->be, j->hbuf, m->buf, m->buffer_count * sizeof(float));
+    const mgt_ops *o = j->pl.be.ops;
+    o->to_host(&j->pl.be, j->hw, m->w, m->param_count * sizeof(float));
+    o->to_host(&j->pl.be, j->hbuf, m->buf, m->buffer_count * sizeof(float));
     for (int i = 0; i < j->opt.nslots; i++)
-        o->to_host(&j->be, j->hslot[i], j->opt.slot[i], m->param_count * sizeof(float));
+        o->to_host(&j->pl.be, j->hslot[i], j->opt.slot[i], m->param_count * sizeof(float));
     for (size_t i = 0; i < m->param_count; i++)
         if (!isfinite(j->hw[i]))
             mgt_die("the weights hold non-finite values at step %lld; nothing was saved and the "
@@ -462,7 +361,7 @@ static void save_weights(job *j) {
 /* Rank 0 initialises, loads or resumes; everything is broadcast; every rank checks. */
 static void start_state(job *j, const char *weights, int resume) {
     mgt_model *m = &j->m;
-    const mgt_ops *o = j->be.ops;
+    const mgt_ops *o = j->pl.be.ops;
     mgt_ckpt_pos pos = {.seed = m->train.seed};
     if (j->rt->rank == 0) {
         mgt_err e;
@@ -476,16 +375,16 @@ static void start_state(job *j, const char *weights, int resume) {
         } else
             mgt_model_init_host(m, m->train.seed, j->hw, j->hbuf);
     }
-    mgt_bcast(&j->comm, j->hw, m->param_count * sizeof(float), 0, "weight broadcast");
-    mgt_bcast(&j->comm, j->hbuf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
+    mgt_bcast(&j->pl.comm, j->hw, m->param_count * sizeof(float), 0, "weight broadcast");
+    mgt_bcast(&j->pl.comm, j->hbuf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
     for (int i = 0; i < j->opt.nslots; i++)
-        mgt_bcast(&j->comm, j->hslot[i], m->param_count * sizeof(float), 0,
+        mgt_bcast(&j->pl.comm, j->hslot[i], m->param_count * sizeof(float), 0,
                   "optimizer state broadcast");
-    mgt_ckpt_bcast_pos(&j->comm, &pos, 0);
-    o->to_device(&j->be, m->w, j->hw, m->param_count * sizeof(float));
-    o->to_device(&j->be, m->buf, j->hbuf, m->buffer_count * sizeof(float));
+    mgt_ckpt_bcast_pos(&j->pl.comm, &pos, 0);
+    o->to_device(&j->pl.be, m->w, j->hw, m->param_count * sizeof(float));
+    o->to_device(&j->pl.be, m->buf, j->hbuf, m->buffer_count * sizeof(float));
     for (int i = 0; i < j->opt.nslots; i++)
-        o->to_device(&j->be, j->opt.slot[i], j->hslot[i], m->param_count * sizeof(float));
+        o->to_device(&j->pl.be, j->opt.slot[i], j->hslot[i], m->param_count * sizeof(float));
     j->global_step = pos.step;
     j->epoch = (int)pos.epoch;
     j->step_in_epoch = pos.step_in_epoch;
@@ -508,13 +407,13 @@ static void one_hot(const mgt_model *m, const int32_t *labels, int n, float *t) 
  * targets, on the compute queue (evaluation, prediction, and training on the CPU). */
 static void upload_batch(job *j, float *x, const int32_t *labels, int n) {
     mgt_model *m = &j->m;
-    const mgt_ops *o = j->be.ops;
+    const mgt_ops *o = j->pl.be.ops;
     size_t in = (size_t)mgt_shape_elems(m->input);
-    o->to_device(&j->be, m->x, x, sizeof(float) * in * (size_t)n);
-    o->to_device(&j->be, m->labels, labels, sizeof(int32_t) * (size_t)n);
+    o->to_device(&j->pl.be, m->x, x, sizeof(float) * in * (size_t)n);
+    o->to_device(&j->pl.be, m->labels, labels, sizeof(int32_t) * (size_t)n);
     if (m->train.loss == MGT_LOSS_CE) {
         one_hot(m, labels, n, j->ht);
-        o->to_device(&j->be, m->targets, j->ht, sizeof(float) * (size_t)m->classes * (size_t)n);
+        o->to_device(&j->pl.be, m->targets, j->ht, sizeof(float) * (size_t)m->classes * (size_t)n);
     }
 }
 
@@ -524,18 +423,18 @@ static void stage_batch(job *j, int slot, const mgt_batch *bt) {
     mgt_model *m = &j->m;
     size_t in = (size_t)mgt_shape_elems(m->input), n = (size_t)bt->n;
     int ce = m->train.loss == MGT_LOSS_CE;
-    const mgt_ops *o = j->be.ops;
+    const mgt_ops *o = j->pl.be.ops;
     if (j->dev_synth || j->dev_data) { /* only the rows travel; the batch is made on the device */
         void *dst = j->in_ids[slot];
         const void *src = bt->ids;
         size_t bytes = sizeof(int64_t) * n;
-        o->stage(&j->be, slot, 1, &dst, &src, &bytes);
+        o->stage(&j->pl.be, slot, 1, &dst, &src, &bytes);
         float *t = ce ? j->in_t[slot] : NULL;
         if (j->dev_data) {
-            o->gather_u8(&j->be, bt->n, (int64_t)in, m->classes, j->dev_pixels, j->dev_labels,
+            o->gather_u8(&j->pl.be, bt->n, (int64_t)in, m->classes, j->dev_pixels, j->dev_labels,
                          j->in_ids[slot], j->in_x[slot], j->in_l[slot], t);
         } else {
-            o->synthetic(&j->be, bt->n, (int64_t)in, m->classes, j->synth_keys[0],
+            o->synthetic(&j->pl.be, bt->n, (int64_t)in, m->classes, j->synth_keys[0],
                          j->synth_keys[1], j->train.first, j->in_ids[slot], j->in_x[slot],
                          j->in_l[slot], t);
         }
@@ -550,7 +449,7 @@ static void stage_batch(job *j, int slot, const mgt_batch *bt) {
     const void *src[3] = {bt->x, bt->labels, j->sht[slot]};
     size_t bytes[3] = {sizeof(float) * in * n, sizeof(int32_t) * n,
                        ce ? sizeof(float) * (size_t)m->classes * n : 0};
-    o->stage(&j->be, slot, 3, dst, src, bytes);
+    o->stage(&j->pl.be, slot, 3, dst, src, bytes);
     m->x = j->in_x[slot];
     m->labels = j->in_l[slot];
     m->targets = j->in_t[slot];
@@ -561,27 +460,27 @@ static void stage_batch(job *j, int slot, const mgt_batch *bt) {
  * host gather costs time per step on a fast GPU). Not with the NaN fault hook, which poisons
  * host buffers. */
 static void place_train_data(job *j) {
-    const mgt_ops *o = j->be.ops;
+    const mgt_ops *o = j->pl.be.ops;
     const mgt_dataset *ds = &j->train;
     size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
     size_t bytes = elems * n + n;
     if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || mgt_fault_host_batches(&j->fault) ||
         bytes > ((size_t)1 << 30) || n == 0)
         return;
-    j->dev_pixels = o->alloc(&j->be, elems * n);
-    j->dev_labels = o->alloc(&j->be, n);
+    j->dev_pixels = o->alloc(&j->pl.be, elems * n);
+    j->dev_labels = o->alloc(&j->pl.be, n);
     if (!j->dev_pixels || !j->dev_labels)
         mgt_die("out of %s memory for the training set (%.0f MiB); train with --device-data off",
                 o->name, (double)bytes / 1048576.0);
-    o->to_device(&j->be, j->dev_pixels, ds->pixels, elems * n);
-    o->to_device(&j->be, j->dev_labels, ds->labels, n);
+    o->to_device(&j->pl.be, j->dev_pixels, ds->pixels, elems * n);
+    o->to_device(&j->pl.be, j->dev_labels, ds->labels, n);
     j->dev_data = 1;
 }
 
 /* After a staged step is queued: the set is free once the queued ops have run, and the model
  * reads set 0 again (evaluation uploads into it). */
 static void unstage_batch(job *j, int slot) {
-    j->be.ops->stage_release(&j->be, slot);
+    j->pl.be.ops->stage_release(&j->pl.be, slot);
     j->m.x = j->in_x[0];
     j->m.labels = j->in_l[0];
     j->m.targets = j->in_t[0];
@@ -597,9 +496,9 @@ static void load_batch(job *j, const mgt_dataset *ds, const int64_t *ids, int n)
  * With outputs != NULL also keeps this rank's outputs (rows of `classes`) in dataset order. */
 static void evaluate(job *j, const mgt_dataset *ds, double res[3], float *outputs, int labels) {
     mgt_model *m = &j->m;
-    const mgt_ops *o = j->be.ops;
+    const mgt_ops *o = j->pl.be.ops;
     mgt_range r = mgt_shard_range(ds->n, j->rt->rank, j->rt->world);
-    o->zero(&j->be, m->sums, 2 * sizeof(float));
+    o->zero(&j->pl.be, m->sums, 2 * sizeof(float));
     double part[3] = {0, 0, (double)r.count};
     float hs[2];
     for (int64_t done = 0; done < r.count;) {
@@ -607,79 +506,46 @@ static void evaluate(job *j, const mgt_dataset *ds, double res[3], float *output
         for (int i = 0; i < n; i++)
             j->idx[i] = r.first + done + i;
         load_batch(j, ds, j->idx, n);
-        mgt_step s = {.be = &j->be, .n = n, .training = 0, .global_step = j->global_step,
+        mgt_step s = {.be = &j->pl.be, .n = n, .training = 0, .global_step = j->global_step,
                       .first_sample = r.first + done, .global_n = ds->n, .seed = m->train.seed,
-                      .comm = &j->comm};
+                      .comm = &j->pl.comm};
         float *out = mgt_model_forward(m, &s);
         if (labels) {
             mgt_model_loss_backward(m, &s, 0);
             /* Per-batch float sums are folded into doubles so long evaluations stay exact. */
-            o->to_host(&j->be, hs, m->sums, sizeof hs);
+            o->to_host(&j->pl.be, hs, m->sums, sizeof hs);
             part[0] += hs[0];
             part[1] += hs[1];
-            o->zero(&j->be, m->sums, 2 * sizeof(float));
+            o->zero(&j->pl.be, m->sums, 2 * sizeof(float));
         } else {
             mgt_model_finish_output(m, &s, out);
         }
         if (outputs)
-            o->to_host(&j->be, outputs + (size_t)done * (size_t)m->classes, out,
+            o->to_host(&j->pl.be, outputs + (size_t)done * (size_t)m->classes, out,
                        sizeof(float) * (size_t)n * (size_t)m->classes);
         done += n;
     }
-    mgt_allreduce_host_f64(&j->comm, part, 3, "evaluation metrics");
+    mgt_allreduce_host_f64(&j->pl.comm, part, 3, "evaluation metrics");
     memcpy(res, part, sizeof part);
-}
-
-static void startup_block(job *j, const char *what) {
-    mgt_runtime *rt = j->rt;
-    mgt_model *m = &j->m;
-    char mine[256];
-    snprintf(mine, sizeof mine, "rank %d: %s, node %d, local rank %d, %s", rt->rank, rt->host,
-             rt->node, rt->local_rank, j->device_desc);
-    char *all = rt->rank == 0 ? malloc(sizeof mine * (size_t)rt->world) : NULL;
-    size_t *counts = rt->rank == 0 ? malloc(sizeof(size_t) * (size_t)rt->world) : NULL;
-    for (int r = 0; rt->rank == 0 && r < rt->world; r++)
-        counts[r] = sizeof mine;
-    mgt_gather_host(&j->comm, mine, sizeof mine, all, counts, 0, "start-up gather");
-    if (rt->rank == 0) {
-        int64_t b = m->train.batch_size;
-        size_t params = 0;
-        for (int i = 0; i < m->nparams; i++)
-            params += m->params[i].count;
-        printf("mgtrain %s: %s %s (%s)\n", MGT_VERSION, what, m->name, m->path);
-        printf("  world: %d rank%s on %d node%s, up to %d per node; backend %s, transport %s\n",
-               rt->world, rt->world > 1 ? "s" : "", rt->nodes, rt->nodes > 1 ? "s" : "",
-               rt->max_local_size, j->be.ops->name, j->comm.ops->name);
-        for (int r = 0; r < rt->world; r++)
-            printf("  %s\n", all + (size_t)r * sizeof mine);
-        printf("  data: %s\n", j->data_desc);
-        printf("  batch: global %lld, per rank %lld%s\n", (long long)b,
-               (long long)(b / rt->world), b % rt->world ? " or one more" : "");
-        printf("  model: %zu trainable parameters; %s, learning rate %g; out: %s\n", params,
-               mgt_opt_name(m->train.optimizer), m->train.lr, j->out);
-        fflush(stdout);
-    }
-    free(all);
-    free(counts);
 }
 
 static void free_job(job *j) {
     if (j->acc)
-        j->be.ops->free(&j->be, j->acc);
+        j->pl.be.ops->free(&j->pl.be, j->acc);
     if (j->dev_data) {
-        j->be.ops->free(&j->be, j->dev_pixels);
-        j->be.ops->free(&j->be, j->dev_labels);
+        j->pl.be.ops->free(&j->pl.be, j->dev_pixels);
+        j->pl.be.ops->free(&j->pl.be, j->dev_labels);
     }
     if (j->staged) {
-        j->be.ops->free(&j->be, j->in_x[1]);
-        j->be.ops->free(&j->be, j->in_l[1]);
-        j->be.ops->free(&j->be, j->in_t[1]);
+        j->pl.be.ops->free(&j->pl.be, j->in_x[1]);
+        j->pl.be.ops->free(&j->pl.be, j->in_l[1]);
+        j->pl.be.ops->free(&j->pl.be, j->in_t[1]);
         for (int i = 0; i < 2; i++) {
-            j->be.ops->host_free(&j->be, j->sht[i]);
-            j->be.ops->free(&j->be, j->in_ids[i]);
+            j->pl.be.ops->host_free(&j->pl.be, j->sht[i]);
+            j->pl.be.ops->free(&j->pl.be, j->in_ids[i]);
         }
     }
-    mgt_optim_free(&j->opt, &j->be);
+    mgt_optim_free(&j->opt, &j->pl.be);
     mgt_model_free(&j->m);
     mgt_dataset_free(&j->train);
     if (!j->val_is_test)
@@ -693,8 +559,7 @@ static void free_job(job *j) {
     free(j->hbuf);
     free(j->hslot[0]);
     free(j->hslot[1]);
-    mgt_comm_destroy(&j->comm);
-    mgt_backend_destroy(&j->be);
+    mgt_place_free(&j->pl);
 }
 
 int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
@@ -715,12 +580,14 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     /* After the start: a resumed run's seed is the checkpoint's, and it keys synthetic data. */
     load_data(j, 1, NULL);
     write_run_info(j);
-    startup_block(j, o->resume ? "resuming" : "training");
+    mgt_place_run run = {.what = o->resume ? "resuming" : "training", .m = m,
+                         .data = j->data_desc, .out = j->out};
+    mgt_place_report(&j->pl, rt, &run);
     if (o->resume && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %d, step %lld\n", j->out,
                j->epoch + 1, (long long)j->global_step);
 
-    const mgt_ops *ops = j->be.ops;
+    const mgt_ops *ops = j->pl.be.ops;
     int64_t n = j->train.n, steps = mgt_shard_steps(n, B);
     mgt_err e;
     /* A loader thread pays where the rank has a core to spare for it, or a GPU computes. */
@@ -731,7 +598,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     if (j->dev_synth)
         mgt_dataset_synthetic_keys(&j->train, &j->synth_keys[0], &j->synth_keys[1]);
     place_train_data(j);
-    mgt_loader *loader = mgt_loader_create(&j->be, &j->train, m->train.seed, B, rt->rank, rt->world,
+    mgt_loader *loader = mgt_loader_create(&j->pl.be, &j->train, m->train.seed, B, rt->rank, rt->world,
                                            m->max_batch, threaded, j->dev_synth || j->dev_data, &e);
     if (!loader)
         mgt_die("%s", e.msg);
@@ -741,7 +608,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     if (limit - j->global_step < total)
         total = limit - j->global_step;
     mgt_profile prof;
-    if (mgt_profile_init(&prof, o->profile || o->timeline, total > 0 ? total : 1, &j->be, &e) < 0)
+    if (mgt_profile_init(&prof, o->profile || o->timeline, total > 0 ? total : 1, &j->pl.be, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics mt;
     mgt_metrics_init(&mt, rt->rank == 0 ? o->verbose : 0, epochs, j->out, rt->launched);
@@ -750,15 +617,15 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     double train_seconds = 0;
     float hs[2];
     int64_t read_every = strcmp(ops->name, "cpu") ? 20 : 1, read_at = j->global_step, pending = 0;
-    j->acc = ops->alloc(&j->be, 16 * sizeof(float));
+    j->acc = ops->alloc(&j->pl.be, 16 * sizeof(float));
     if (!j->acc)
         mgt_die("out of %s memory for the metric sums", ops->name);
 
     for (; j->epoch < epochs && j->global_step < limit; j->epoch++) {
         if (j->staged) /* the loader refills both slots now; evaluation may have used set 0 */
             for (int k = 0; k < 2; k++) {
-                ops->stage_wait(&j->be, k);
-                ops->stage_release(&j->be, k);
+                ops->stage_wait(&j->pl.be, k);
+                ops->stage_release(&j->pl.be, k);
             }
         mgt_loader_begin_epoch(loader, j->epoch, j->step_in_epoch);
         double t_epoch = mgt_now();
@@ -772,7 +639,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
              * batch: their copies must be done by then (this also bounds how far the host runs
              * ahead of the device). */
             if (j->staged)
-                ops->stage_wait(&j->be, slot ^ 1);
+                ops->stage_wait(&j->pl.be, slot ^ 1);
             const mgt_batch *bt = mgt_loader_next(loader);
             if (bt->step != step)
                 mgt_die("data loader delivered step %lld for step %lld; please report this",
@@ -786,28 +653,28 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                 stage_batch(j, slot, bt);
             else
                 upload_batch(j, bt->x, bt->labels, bt->n);
-            ops->zero(&j->be, m->sums, 2 * sizeof(float));
+            ops->zero(&j->pl.be, m->sums, 2 * sizeof(float));
             mgt_profile_phase(&prof, MGT_PH_DATA);
-            mgt_step s = {.be = &j->be, .n = (int)r.count, .training = 1,
+            mgt_step s = {.be = &j->pl.be, .n = (int)r.count, .training = 1,
                           .global_step = j->global_step, .first_sample = r.first, .global_n = b,
-                          .seed = m->train.seed, .comm = &j->comm};
+                          .seed = m->train.seed, .comm = &j->pl.comm};
             mgt_model_forward(m, &s);
             mgt_profile_phase(&prof, MGT_PH_FORWARD);
             mgt_model_loss_backward(m, &s, 1);
             mgt_profile_phase(&prof, MGT_PH_BACKWARD);
             /* The one collective of the step: gradient sums and the step's loss/accuracy sums. */
-            mgt_allreduce_sum(&j->comm, m->g, j->reduce_count, "gradient all-reduce");
+            mgt_allreduce_sum(&j->pl.comm, m->g, j->reduce_count, "gradient all-reduce");
             mgt_profile_phase(&prof, MGT_PH_ALLREDUCE);
             /* Metrics stay in backend memory and are read once per interval (every step on the
              * CPU, where it is free; a GPU would otherwise wait on the host every step). */
-            ops->add(&j->be, 2, m->sums, j->acc);
+            ops->add(&j->pl.be, 2, m->sums, j->acc);
             pending += b;
             int64_t next = j->global_step + 1;
             if (next - read_at >= read_every || step + 1 == steps || next >= limit ||
                 (o->save_every > 0 && next % o->save_every == 0) ||
                 (o->debug_check > 0 && next % o->debug_check == 0)) {
-                ops->to_host(&j->be, hs, j->acc, sizeof hs);
-                ops->zero(&j->be, j->acc, 2 * sizeof(float));
+                ops->to_host(&j->pl.be, hs, j->acc, sizeof hs);
+                ops->zero(&j->pl.be, j->acc, 2 * sizeof(float));
                 if (!isfinite(hs[0]))
                     mgt_die_all("the loss became %s at step %lld%s (epoch %d): training stopped, "
                                 "nothing was saved over the last checkpoint; lower --lr or check "
@@ -819,7 +686,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                 pending = 0;
                 read_at = next;
             }
-            mgt_optim_step(&j->opt, &j->be, m->w, m->g, b);
+            mgt_optim_step(&j->opt, &j->pl.be, m->w, m->g, b);
             if (j->staged)
                 unstage_batch(j, slot);
             mgt_profile_phase(&prof, MGT_PH_UPDATE);
@@ -874,7 +741,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         }
     }
     mgt_loader_destroy(loader);
-    if (mgt_profile_report(&prof, &j->comm, o->timeline, &e) < 0)
+    if (mgt_profile_report(&prof, &j->pl.comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
     double test[3] = {-1, -1, -1};
     if (o->no_validation) {
@@ -906,9 +773,9 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                train_seconds > 0 ? (double)trained * (double)B / train_seconds : 0.0,
                mgt_now() - t_start, j->out);
 #ifdef MGT_HAVE_CUDA
-        if (!strcmp(j->be.ops->name, "gpu"))
+        if (!strcmp(j->pl.be.ops->name, "gpu"))
             printf("Peak GPU memory: %.1f MiB on rank 0 (mgtrain's own allocations, the CUDA "
-                   "context excluded)\n", (double)mgt_gpu_peak_bytes(&j->be) / 1048576.0);
+                   "context excluded)\n", (double)mgt_gpu_peak_bytes(&j->pl.be) / 1048576.0);
 #endif
         fflush(stdout);
     }
@@ -969,7 +836,7 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
     double res[3];
     evaluate(j, &j->test, res, mine, 0);
     /* Rank order = dataset order, because each rank's shard is one contiguous range. */
-    mgt_gatherv(&j->comm, mine, (size_t)r.count * (size_t)k, all, counts, 0, "prediction gather");
+    mgt_gatherv(&j->pl.comm, mine, (size_t)r.count * (size_t)k, all, counts, 0, "prediction gather");
     if (rt->rank == 0) {
         mgt_err e;
         if (mgt_npy_write(o->output, all, j->test.n, k, &e) < 0)
