@@ -136,7 +136,7 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
 }
 
 float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
-    const float *x = m->x;
+    const float *x = s->in.x;
     for (int i = 0; i < m->nlayers; i++) {
         mgt_layer *l = &m->layers[i];
         l->type->forward(m, l, s, x, l->y);
@@ -156,9 +156,9 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
     float *probs = last->fused_act ? last->y : m->probs;
     float *dlogits = backward ? m->grad[0] : NULL;
     if (m->train.loss == MGT_LOSS_SPARSE_CE)
-        o->xent_sparse(s->be, s->n, k, last->y, m->labels, probs, dlogits, 1.0f, m->sums);
+        o->xent_sparse(s->be, s->n, k, last->y, s->in.labels, probs, dlogits, 1.0f, m->sums);
     else
-        o->xent_dense(s->be, s->n, k, last->y, m->targets, probs, dlogits, 1.0f, m->sums);
+        o->xent_dense(s->be, s->n, k, last->y, s->in.targets, probs, dlogits, 1.0f, m->sums);
     if (!backward)
         return;
     int cur = 0;
@@ -168,7 +168,7 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
         float *dx = i > m->first_trainable ? m->grad[cur ^ 1] : NULL;
         if (l->act != MGT_ACT_NONE && !l->fused_act)
             o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y, dy);
-        const float *x = i ? m->layers[i - 1].y : m->x;
+        const float *x = i ? m->layers[i - 1].y : s->in.x;
         l->type->backward(m, l, s, x, l->y, dy, dx);
         if (!dx)
             break; /* nothing below has parameters */

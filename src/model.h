@@ -55,8 +55,16 @@ enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
 
+/* A batch in backend memory, as forward and the loss read it (staging.h hands it over). */
+typedef struct mgt_input {
+    const float *x;        /* [n][input], NHWC */
+    const int32_t *labels; /* [n] */
+    const float *targets;  /* [n][classes] one-hot, for categorical_crossentropy (else NULL) */
+} mgt_input;
+
 /* What a layer's forward/backward needs to know about the current step. */
 typedef struct mgt_step {
+    mgt_input in;           /* the batch */
     mgt_backend *be;
     int n;                  /* local batch (rows of this rank) */
     int training;           /* batch statistics, dropout on */
@@ -179,9 +187,9 @@ void mgt_model_free(mgt_model *m);
  * a pure function of the seed. Host arrays [param_count] and [buffer_count]. */
 void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf);
 
-/* Forward pass over s->n rows already in m->x. Returns the output (logits or probabilities). */
+/* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities). */
 float *mgt_model_forward(mgt_model *m, const mgt_step *s);
-/* Loss on the last forward's output with m->labels: adds to m->sums; when backward is set, also
+/* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also
  * back-propagates, writing the SUM over the rows of per-sample gradients into m->g. */
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward);
 /* Applies the final softmax where it was fused into the loss (predict without labels). */

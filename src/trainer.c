@@ -23,6 +23,7 @@
 #include "parse.h"
 #include "placement.h"
 #include "profile.h"
+#include "staging.h"
 
 void mgt_options_defaults(mgt_options *o) {
     memset(o, 0, sizeof *o);
@@ -48,20 +49,8 @@ typedef struct job {
     char data_dir[512];
     char data_desc[600];
     float *acc;         /* backend memory: metric sums since the last read */
-    float *hx, *ht;     /* host staging: inputs, one-hot targets */
-    int32_t *hl;        /* host staging: labels */
-    int64_t *idx;       /* sample indices of a local batch */
     float *hw, *hbuf;   /* host copies of the arenas */
-    /* Staged batches (backends with stage(), i.e. GPUs): two sets of device input buffers, set 0
-     * being the model's own, and pinned one-hot targets per set. */
-    /* dev_synth: synthetic batches generated on the device; dev_data: the training set's bytes
-     * kept on the device (dev_pixels, dev_labels) and batches gathered there. */
-    int staged, dev_synth, dev_data;
-    uint8_t *dev_pixels, *dev_labels;
-    uint64_t synth_keys[2]; /* dev_synth: the training set's pixel and template keys */
-    float *in_x[2], *in_t[2], *sht[2];
-    int32_t *in_l[2];
-    int64_t *in_ids[2];
+    mgt_stage st;
     float *hslot[2];
     size_t reduce_count; /* gradient floats + the step's metric sums */
     char out[512];
@@ -190,37 +179,14 @@ static void alloc_all(job *j) {
         mgt_die("%s", e.msg);
     if (mgt_optim_init(&j->opt, &m->train, &j->pl.be, m->param_count, &e) < 0)
         mgt_die("%s", e.msg);
-    size_t in = (size_t)mgt_shape_elems(m->input);
-    j->hx = malloc(sizeof(float) * in * (size_t)max_batch);
-    j->ht = malloc(sizeof(float) * (size_t)m->classes * (size_t)max_batch);
-    j->hl = malloc(sizeof(int32_t) * (size_t)max_batch);
-    j->idx = malloc(sizeof(int64_t) * (size_t)max_batch);
     j->hw = calloc(m->param_count + 1, sizeof(float));
     j->hbuf = calloc(m->buffer_count + 1, sizeof(float));
     for (int i = 0; i < j->opt.nslots; i++)
         j->hslot[i] = calloc(m->param_count + 1, sizeof(float));
-    if (!j->hx || !j->ht || !j->hl || !j->idx || !j->hw || !j->hbuf)
-        mgt_die("out of host memory for a batch of %d samples", max_batch);
-    const mgt_ops *o = j->pl.be.ops;
-    j->staged = o->stage && o->host_alloc;
-    if (j->staged) {
-        size_t xb = sizeof(float) * in * (size_t)max_batch;
-        size_t tb = sizeof(float) * (size_t)m->classes * (size_t)max_batch;
-        j->in_x[0] = m->x;
-        j->in_l[0] = m->labels;
-        j->in_t[0] = m->targets;
-        j->in_x[1] = o->alloc(&j->pl.be, xb);
-        j->in_l[1] = o->alloc(&j->pl.be, sizeof(int32_t) * (size_t)max_batch);
-        j->in_t[1] = o->alloc(&j->pl.be, tb);
-        for (int i = 0; i < 2; i++) {
-            j->sht[i] = o->host_alloc(&j->pl.be, tb);
-            j->in_ids[i] = o->alloc(&j->pl.be, sizeof(int64_t) * (size_t)max_batch);
-        }
-        if (!j->in_x[1] || !j->in_l[1] || !j->in_t[1] || !j->sht[0] || !j->sht[1] ||
-            !j->in_ids[0] || !j->in_ids[1])
-            mgt_die("out of %s memory for a second batch of %d samples (input staging); a "
-                    "smaller per-GPU batch needs less", o->name, max_batch);
-    }
+    if (!j->hw || !j->hbuf)
+        mgt_die("out of host memory for a copy of the weights");
+    if (mgt_stage_init(&j->st, &j->pl.be, m, &e) < 0)
+        mgt_die("%s", e.msg);
     j->reduce_count = (size_t)(m->sums - m->g) + 2;
 }
 
@@ -396,102 +362,6 @@ static void start_state(job *j, const char *weights, int resume) {
 
 /* ---- the loops ----------------------------------------------------------------------------- */
 
-/* One-hot targets of n labels into t (categorical loss). */
-static void one_hot(const mgt_model *m, const int32_t *labels, int n, float *t) {
-    memset(t, 0, sizeof(float) * (size_t)m->classes * (size_t)n);
-    for (int i = 0; i < n; i++)
-        t[(size_t)i * (size_t)m->classes + (size_t)labels[i]] = 1.0f;
-}
-
-/* Copies a batch from host memory to the backend: inputs, labels and (categorical loss) one-hot
- * targets, on the compute queue (evaluation, prediction, and training on the CPU). */
-static void upload_batch(job *j, float *x, const int32_t *labels, int n) {
-    mgt_model *m = &j->m;
-    const mgt_ops *o = j->pl.be.ops;
-    size_t in = (size_t)mgt_shape_elems(m->input);
-    o->to_device(&j->pl.be, m->x, x, sizeof(float) * in * (size_t)n);
-    o->to_device(&j->pl.be, m->labels, labels, sizeof(int32_t) * (size_t)n);
-    if (m->train.loss == MGT_LOSS_CE) {
-        one_hot(m, labels, n, j->ht);
-        o->to_device(&j->pl.be, m->targets, j->ht, sizeof(float) * (size_t)m->classes * (size_t)n);
-    }
-}
-
-/* A training batch through the backend's staging (see backend.h): the copies into input set
- * `slot` run on the copy queue, and the model reads that set for this step. */
-static void stage_batch(job *j, int slot, const mgt_batch *bt) {
-    mgt_model *m = &j->m;
-    size_t in = (size_t)mgt_shape_elems(m->input), n = (size_t)bt->n;
-    int ce = m->train.loss == MGT_LOSS_CE;
-    const mgt_ops *o = j->pl.be.ops;
-    if (j->dev_synth || j->dev_data) { /* only the rows travel; the batch is made on the device */
-        void *dst = j->in_ids[slot];
-        const void *src = bt->ids;
-        size_t bytes = sizeof(int64_t) * n;
-        o->stage(&j->pl.be, slot, 1, &dst, &src, &bytes);
-        float *t = ce ? j->in_t[slot] : NULL;
-        if (j->dev_data) {
-            o->gather_u8(&j->pl.be, bt->n, (int64_t)in, m->classes, j->dev_pixels, j->dev_labels,
-                         j->in_ids[slot], j->in_x[slot], j->in_l[slot], t);
-        } else {
-            o->synthetic(&j->pl.be, bt->n, (int64_t)in, m->classes, j->synth_keys[0],
-                         j->synth_keys[1], j->train.first, j->in_ids[slot], j->in_x[slot],
-                         j->in_l[slot], t);
-        }
-        m->x = j->in_x[slot];
-        m->labels = j->in_l[slot];
-        m->targets = j->in_t[slot];
-        return;
-    }
-    if (ce)
-        one_hot(m, bt->labels, bt->n, j->sht[slot]);
-    void *dst[3] = {j->in_x[slot], j->in_l[slot], j->in_t[slot]};
-    const void *src[3] = {bt->x, bt->labels, j->sht[slot]};
-    size_t bytes[3] = {sizeof(float) * in * n, sizeof(int32_t) * n,
-                       ce ? sizeof(float) * (size_t)m->classes * n : 0};
-    o->stage(&j->pl.be, slot, 3, dst, src, bytes);
-    m->x = j->in_x[slot];
-    m->labels = j->in_l[slot];
-    m->targets = j->in_t[slot];
-}
-
-/* The training set's bytes on the device, where batches are then gathered (--device-data auto,
- * a backend with gather_u8, up to 1 GiB: Fashion-MNIST's 47 MB costs less device memory than a
- * host gather costs time per step on a fast GPU). Not with the NaN fault hook, which poisons
- * host buffers. */
-static void place_train_data(job *j) {
-    const mgt_ops *o = j->pl.be.ops;
-    const mgt_dataset *ds = &j->train;
-    size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
-    size_t bytes = elems * n + n;
-    if (!j->staged || !o->gather_u8 || !j->o->device_data || !ds->pixels || mgt_fault_host_batches(&j->fault) ||
-        bytes > ((size_t)1 << 30) || n == 0)
-        return;
-    j->dev_pixels = o->alloc(&j->pl.be, elems * n);
-    j->dev_labels = o->alloc(&j->pl.be, n);
-    if (!j->dev_pixels || !j->dev_labels)
-        mgt_die("out of %s memory for the training set (%.0f MiB); train with --device-data off",
-                o->name, (double)bytes / 1048576.0);
-    o->to_device(&j->pl.be, j->dev_pixels, ds->pixels, elems * n);
-    o->to_device(&j->pl.be, j->dev_labels, ds->labels, n);
-    j->dev_data = 1;
-}
-
-/* After a staged step is queued: the set is free once the queued ops have run, and the model
- * reads set 0 again (evaluation uploads into it). */
-static void unstage_batch(job *j, int slot) {
-    j->pl.be.ops->stage_release(&j->pl.be, slot);
-    j->m.x = j->in_x[0];
-    j->m.labels = j->in_l[0];
-    j->m.targets = j->in_t[0];
-}
-
-/* Gathers samples ids[0..n) of ds and uploads them (evaluation and prediction). */
-static void load_batch(job *j, const mgt_dataset *ds, const int64_t *ids, int n) {
-    mgt_dataset_gather(ds, ids, n, j->hx, j->hl);
-    upload_batch(j, j->hx, j->hl, n);
-}
-
 /* Loss sum, correct count and sample count over ds, sharded contiguously across ranks, reduced.
  * With outputs != NULL also keeps this rank's outputs (rows of `classes`) in dataset order. */
 static void evaluate(job *j, const mgt_dataset *ds, double res[3], float *outputs, int labels) {
@@ -503,10 +373,8 @@ static void evaluate(job *j, const mgt_dataset *ds, double res[3], float *output
     float hs[2];
     for (int64_t done = 0; done < r.count;) {
         int n = (int)(r.count - done < m->max_batch ? r.count - done : m->max_batch);
-        for (int i = 0; i < n; i++)
-            j->idx[i] = r.first + done + i;
-        load_batch(j, ds, j->idx, n);
-        mgt_step s = {.be = &j->pl.be, .n = n, .training = 0, .global_step = j->global_step,
+        mgt_step s = {.in = mgt_stage_rows(&j->st, ds, r.first + done, n),
+                      .be = &j->pl.be, .n = n, .training = 0, .global_step = j->global_step,
                       .first_sample = r.first + done, .global_n = ds->n, .seed = m->train.seed,
                       .comm = &j->pl.comm};
         float *out = mgt_model_forward(m, &s);
@@ -532,29 +400,13 @@ static void evaluate(job *j, const mgt_dataset *ds, double res[3], float *output
 static void free_job(job *j) {
     if (j->acc)
         j->pl.be.ops->free(&j->pl.be, j->acc);
-    if (j->dev_data) {
-        j->pl.be.ops->free(&j->pl.be, j->dev_pixels);
-        j->pl.be.ops->free(&j->pl.be, j->dev_labels);
-    }
-    if (j->staged) {
-        j->pl.be.ops->free(&j->pl.be, j->in_x[1]);
-        j->pl.be.ops->free(&j->pl.be, j->in_l[1]);
-        j->pl.be.ops->free(&j->pl.be, j->in_t[1]);
-        for (int i = 0; i < 2; i++) {
-            j->pl.be.ops->host_free(&j->pl.be, j->sht[i]);
-            j->pl.be.ops->free(&j->pl.be, j->in_ids[i]);
-        }
-    }
+    mgt_stage_free(&j->st);
     mgt_optim_free(&j->opt, &j->pl.be);
     mgt_model_free(&j->m);
     mgt_dataset_free(&j->train);
     if (!j->val_is_test)
         mgt_dataset_free(&j->val);
     mgt_dataset_free(&j->test);
-    free(j->hx);
-    free(j->ht);
-    free(j->hl);
-    free(j->idx);
     free(j->hw);
     free(j->hbuf);
     free(j->hslot[0]);
@@ -592,15 +444,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     mgt_err e;
     /* A loader thread pays where the rank has a core to spare for it, or a GPU computes. */
     int threaded = strcmp(ops->name, "cpu") || mgt_runtime_cores(rt) > 1;
-    /* Synthetic batches are generated on the device when it can (not with the NaN fault hook,
-     * which poisons host buffers). */
-    j->dev_synth = j->staged && j->synthetic && ops->synthetic && !mgt_fault_host_batches(&j->fault);
-    if (j->dev_synth)
-        mgt_dataset_synthetic_keys(&j->train, &j->synth_keys[0], &j->synth_keys[1]);
-    place_train_data(j);
-    mgt_loader *loader = mgt_loader_create(&j->pl.be, &j->train, m->train.seed, B, rt->rank, rt->world,
-                                           m->max_batch, threaded, j->dev_synth || j->dev_data, &e);
-    if (!loader)
+    mgt_stage_train_opts so = {.seed = m->train.seed, .batch = B, .rank = rt->rank,
+                               .world = rt->world, .threaded = threaded,
+                               .device_data = o->device_data,
+                               .host_batches = mgt_fault_host_batches(&j->fault)};
+    if (mgt_stage_train(&j->st, &j->train, &so, &e) < 0)
         mgt_die("%s", e.msg);
     int epochs = m->train.epochs;
     int64_t limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
@@ -622,25 +470,14 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         mgt_die("out of %s memory for the metric sums", ops->name);
 
     for (; j->epoch < epochs && j->global_step < limit; j->epoch++) {
-        if (j->staged) /* the loader refills both slots now; evaluation may have used set 0 */
-            for (int k = 0; k < 2; k++) {
-                ops->stage_wait(&j->pl.be, k);
-                ops->stage_release(&j->pl.be, k);
-            }
-        mgt_loader_begin_epoch(loader, j->epoch, j->step_in_epoch);
+        mgt_stage_begin_epoch(&j->st, j->epoch, j->step_in_epoch);
         double t_epoch = mgt_now();
         int64_t seen_before = (int64_t)j->ep[2], first_step = j->step_in_epoch;
         for (; j->step_in_epoch < steps && j->global_step < limit; j->step_in_epoch++) {
             mgt_fault_point(&j->fault, j->global_step);
             int64_t step = j->step_in_epoch;
             mgt_profile_begin_step(&prof, j->global_step);
-            int slot = (int)(j->global_step & 1);
-            /* The loader refills the previous step's host buffers once we ask for the next
-             * batch: their copies must be done by then (this also bounds how far the host runs
-             * ahead of the device). */
-            if (j->staged)
-                ops->stage_wait(&j->pl.be, slot ^ 1);
-            const mgt_batch *bt = mgt_loader_next(loader);
+            const mgt_batch *bt = mgt_stage_next(&j->st);
             if (bt->step != step)
                 mgt_die("data loader delivered step %lld for step %lld; please report this",
                         (long long)bt->step, (long long)step);
@@ -649,13 +486,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             if (bt->x) /* NULL when the batch is made on the device */
                 mgt_fault_poison(&j->fault, j->global_step, bt->x,
                                  (size_t)bt->n * (size_t)mgt_shape_elems(m->input));
-            if (j->staged)
-                stage_batch(j, slot, bt);
-            else
-                upload_batch(j, bt->x, bt->labels, bt->n);
+            mgt_input in = mgt_stage_put(&j->st, bt);
             ops->zero(&j->pl.be, m->sums, 2 * sizeof(float));
             mgt_profile_phase(&prof, MGT_PH_DATA);
-            mgt_step s = {.be = &j->pl.be, .n = (int)r.count, .training = 1,
+            mgt_step s = {.in = in, .be = &j->pl.be, .n = (int)r.count, .training = 1,
                           .global_step = j->global_step, .first_sample = r.first, .global_n = b,
                           .seed = m->train.seed, .comm = &j->pl.comm};
             mgt_model_forward(m, &s);
@@ -687,8 +521,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                 read_at = next;
             }
             mgt_optim_step(&j->opt, &j->pl.be, m->w, m->g, b);
-            if (j->staged)
-                unstage_batch(j, slot);
+            mgt_stage_done(&j->st);
             mgt_profile_phase(&prof, MGT_PH_UPDATE);
             mgt_profile_end_step(&prof);
             j->global_step++;
@@ -740,7 +573,6 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
             break;
         }
     }
-    mgt_loader_destroy(loader);
     if (mgt_profile_report(&prof, &j->pl.comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
     double test[3] = {-1, -1, -1};
