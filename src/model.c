@@ -147,6 +147,19 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
     return m->layers[m->nlayers - 1].y;
 }
 
+/* Layer l's gradients to the step's listener: one range of the arena holds all its tensors, as
+ * a layer declares them one after another (mgt_model_add_param). */
+static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *s) {
+    size_t lo = (size_t)-1, hi = 0;
+    for (int j = 0; j < 4; j++)
+        if (l->param[j] >= 0) {
+            const mgt_param *p = &m->params[l->param[j]];
+            lo = p->offset < lo ? p->offset : lo;
+            hi = p->offset + p->count > hi ? p->offset + p->count : hi;
+        }
+    s->grads_ready(s->grads_ctx, l, lo, hi - lo);
+}
+
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
     const mgt_ops *o = s->be->ops;
     mgt_layer *last = &m->layers[m->nlayers - 1];
@@ -170,6 +183,8 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
             o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y, dy);
         const float *x = i ? m->layers[i - 1].y : s->in.x;
         l->type->backward(m, l, s, x, l->y, dy, dx);
+        if (s->grads_ready && l->param[0] >= 0)
+            grads_ready(m, l, s);
         if (!dx)
             break; /* nothing below has parameters */
         cur ^= 1;

@@ -73,6 +73,13 @@ typedef struct mgt_step {
     int64_t global_n;       /* samples in the global batch (all ranks) */
     uint64_t seed;          /* run seed: with global_step and the layer, keys dropout */
     struct mgt_comm *comm;  /* for synchronised batchnorm; NULL: local statistics */
+    /* Backward calls grads_ready(grads_ctx, l, offset, count) as soon as layer l's parameter
+     * gradients are final: layer by layer from the last, for each layer with parameters, once
+     * the ops writing m->g[offset .. offset + count) (all of l's tensors) are issued and before
+     * any op of the layers below it. A bucketed all-reduce starts its buckets' reductions here,
+     * overlapping the rest of backward. NULL: nobody listens. */
+    void (*grads_ready)(void *grads_ctx, const mgt_layer *l, size_t offset, size_t count);
+    void *grads_ctx;
 } mgt_step;
 
 /* A layer type: one file in layers/, one line in layers/registry.c. */
