@@ -393,9 +393,7 @@ static const mgt_ops gpu_ops = {
     .xent_dense = mgt_gpu_xent_dense,
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
-    .sgd_step = mgt_gpu_sgd_step,
-    .rmsprop_step = mgt_gpu_rmsprop_step,
-    .adam_step = mgt_gpu_adam_step,
+    .optim_step = mgt_gpu_optim_step,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */

@@ -1,31 +1,18 @@
 /* gpu_optim.cu: one optimizer step over the whole flat parameter arena per launch, one element
- * per thread, with cpu/optim_math.h's formulas (Keras'), which the CPU loops share. */
+ * per thread. The kernel is made from each rule of cpu/optim_math.h (Keras' formulas), which the
+ * CPU loops share, so adding an optimizer there adds its kernel here. */
 #include "cpu/optim_math.h"
 #include "gpu_launch.h"
 
 namespace {
 
-__global__ void k_sgd(size_t count, float *__restrict__ w, const float *__restrict__ g,
-                      float *__restrict__ vel, float lr, float momentum, int nesterov, float wd,
-                      float scale) {
-    GRID_STRIDE(i, count) {
-        mgt_sgd_elem(&w[i], vel ? &vel[i] : nullptr, g[i], lr, momentum, nesterov, wd, scale);
-    }
-}
+typedef void (*rule_fn)(float *w, float *s0, float *s1, float g, const mgt_opt_hyper *h);
 
-__global__ void k_rmsprop(size_t count, float *__restrict__ w, const float *__restrict__ g,
-                          float *__restrict__ ms, float lr, float rho, float eps, float wd,
-                          float scale) {
+template <rule_fn RULE>
+__global__ void k_optim(size_t count, float *__restrict__ w, const float *__restrict__ g,
+                        float *__restrict__ s0, float *__restrict__ s1, mgt_opt_hyper h) {
     GRID_STRIDE(i, count) {
-        mgt_rmsprop_elem(&w[i], &ms[i], g[i], lr, rho, eps, wd, scale);
-    }
-}
-
-__global__ void k_adam(size_t count, float *__restrict__ w, const float *__restrict__ g,
-                       float *__restrict__ m, float *__restrict__ v, float lr_t, float beta1,
-                       float beta2, float eps, float wd, float scale) {
-    GRID_STRIDE(i, count) {
-        mgt_adam_elem(&w[i], &m[i], &v[i], g[i], lr_t, beta1, beta2, eps, wd, scale);
+        RULE(&w[i], s0 ? &s0[i] : nullptr, s1 ? &s1[i] : nullptr, g[i], &h);
     }
 }
 
@@ -33,30 +20,24 @@ __global__ void k_adam(size_t count, float *__restrict__ w, const float *__restr
 
 extern "C" {
 
-void mgt_gpu_sgd_step(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
-                      float momentum, int nesterov, float wd, float scale) {
+void mgt_gpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
+                        float *const *slots, const mgt_opt_hyper *h) {
     if (!count)
         return;
-    if (momentum == 0.0f)
-        vel = nullptr; /* plain SGD: the velocity is not used (nor touched), as on the CPU */
-    MGT_LAUNCH(k_sgd, blocks_for(count), kThreads, mgt_gpu_stream(be), count, w, g, vel, lr,
-               momentum, nesterov, wd, scale);
-}
-
-void mgt_gpu_rmsprop_step(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
-                          float lr, float rho, float eps, float wd, float scale) {
-    if (!count)
+    cudaStream_t st = mgt_gpu_stream(be);
+    switch (kind) {
+#define GPU_OPT_CASE(id, rule)                                                                     \
+    case MGT_OPT_##id:                                                                             \
+        MGT_LAUNCH(k_optim<rule>, blocks_for(count), kThreads, st, count, w, g, slots[0],          \
+                   slots[1], *h);                                                                  \
         return;
-    MGT_LAUNCH(k_rmsprop, blocks_for(count), kThreads, mgt_gpu_stream(be), count, w, g, ms, lr, rho,
-               eps, wd, scale);
-}
-
-void mgt_gpu_adam_step(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
-                       float lr_t, float beta1, float beta2, float eps, float wd, float scale) {
-    if (!count)
-        return;
-    MGT_LAUNCH(k_adam, blocks_for(count), kThreads, mgt_gpu_stream(be), count, w, g, m, v, lr_t,
-               beta1, beta2, eps, wd, scale);
+        MGT_OPTIMIZERS(GPU_OPT_CASE)
+#undef GPU_OPT_CASE
+    case MGT_OPT_COUNT:
+        break;
+    }
+    mgt_gpu_fail(MGT_GPU_CUDA, (int)cudaErrorInvalidValue, "optimizer step of an unknown kind",
+                 __FILE__, __LINE__);
 }
 
 } /* extern "C" */

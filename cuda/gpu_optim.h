@@ -1,4 +1,4 @@
-/* gpu_optim.h: optimizer steps on the GPU (gpu_optim.cu), the op table's entries. */
+/* gpu_optim.h: optimizer steps on the GPU (gpu_optim.cu), the op table's optim_step. */
 #ifndef MGT_GPU_OPTIM_H
 #define MGT_GPU_OPTIM_H
 
@@ -10,12 +10,8 @@
 extern "C" {
 #endif
 
-void mgt_gpu_sgd_step(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
-                      float momentum, int nesterov, float wd, float scale);
-void mgt_gpu_rmsprop_step(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
-                          float lr, float rho, float eps, float wd, float scale);
-void mgt_gpu_adam_step(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
-                       float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+void mgt_gpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
+                        float *const *slots, const mgt_opt_hyper *h);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "cpu/optim_math.h" /* the optimizer kinds and their settings */
 #include "tensor_io.h"
 #include "util.h"
 
@@ -27,13 +28,12 @@ typedef struct mgt_shape {
 static inline int64_t mgt_shape_elems(mgt_shape s) { return (int64_t)s.h * s.w * s.c; }
 
 typedef enum { MGT_LOSS_SPARSE_CE = 0, MGT_LOSS_CE } mgt_loss;
-typedef enum { MGT_OPT_SGD = 0, MGT_OPT_RMSPROP, MGT_OPT_ADAM } mgt_opt_kind;
 
 /* [train]: everything the CLI may override. */
 typedef struct mgt_train_cfg {
     mgt_opt_kind optimizer;
-    float lr, momentum, rho, beta1, beta2, epsilon, weight_decay;
-    int nesterov;
+    float lr;             /* < 0: the optimizer's default (optim.h) */
+    mgt_opt_settings opt; /* the optimizer's other keys (optim.c's key table) */
     mgt_loss loss;
     int64_t batch_size; /* GLOBAL batch */
     int epochs;
@@ -121,6 +121,8 @@ mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, i
 /* [train] keys (train_cfg.c): shared by the model file and the CLI's overrides. */
 void mgt_train_defaults(mgt_train_cfg *t);
 int mgt_train_set(mgt_train_cfg *t, const char *key, const char *value, mgt_err *err);
+/* The keys [train] accepts, NULL-terminated in keys[max]; returns their count. */
+int mgt_train_keys(const char **keys, int max);
 const char *mgt_opt_name(mgt_opt_kind k);
 const char *mgt_loss_name(mgt_loss l);
 

@@ -72,7 +72,7 @@ static void load_model(session *s) {
     override(s, "--seed", "seed", o->seed);
     mgt_train_cfg *t = &s->m.train;
     if (t->lr < 0)
-        t->lr = t->optimizer == MGT_OPT_SGD ? 0.01f : 0.001f;
+        t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
 }
 
 /* The backend and transport the options ask for, and memory for the model, its optimizer, the
