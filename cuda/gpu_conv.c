@@ -44,6 +44,9 @@
 #include "gpu_internal.h"
 #include "runtime.h"
 
+/* The three directions a plan chooses an algorithm for. */
+enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2, NDIRS };
+
 typedef struct conv_plan {
     mgt_conv_shape s; /* the key */
     int padded;       /* explicit zero padding (asymmetric "same") */
@@ -51,14 +54,15 @@ typedef struct conv_plan {
     int transpose;    /* OIHW <-> KRSC transposes needed (c > 1 and kh*kw > 1) */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
-    cudnnConvolutionDescriptor_t cd[3]; /* per direction: the math type is per algorithm */
-    int chosen[3];
-    int algo[3];
-    size_t algo_ws[3];
+    cudnnConvolutionDescriptor_t cd[NDIRS]; /* per direction: the math type is per algorithm */
+    int chosen[NDIRS];
+    int algo[NDIRS];
+    size_t algo_ws[NDIRS];
 } conv_plan;
 
-enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
-static const char *const dir_name[3] = {"forward", "backward-data", "backward-filter"};
+static const char *const dir_name[] = {
+    [DIR_FWD] = "forward", [DIR_BWD_DATA] = "backward-data", [DIR_BWD_FILTER] = "backward-filter"};
+_Static_assert(sizeof dir_name / sizeof dir_name[0] == NDIRS, "one name per direction");
 
 struct mgt_gpu_conv_cache {
     conv_plan *plans;
@@ -128,7 +132,7 @@ static void plan_destroy(conv_plan *p) {
         cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd)
         cudnnDestroyFilterDescriptor(p->wd);
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < NDIRS; d++)
         if (p->cd[d])
             cudnnDestroyConvolutionDescriptor(p->cd[d]);
 }
@@ -181,7 +185,7 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
                                                 s->oc, s->oh, s->ow));
     GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, s->oc,
                                                 s->c, s->kh, s->kw));
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < NDIRS; d++) {
         GPU_CHECK(CUDNN, cudnnCreateConvolutionDescriptor(&p->cd[d]));
         GPU_CHECK(CUDNN,
                   cudnnSetConvolution2dDescriptor(p->cd[d], ph, pw, s->stride, s->stride, 1, 1,
