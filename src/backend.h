@@ -187,8 +187,9 @@ struct mgt_ops {
 
     /* One step of optimizer `kind` over a whole flat arena of `count` floats: its rule
      * (cpu/optim_math.h) on every element of w, with the state slots[0 .. MGT_OPT_MAX_SLOTS)
-     * (arenas of w's layout; NULL where the optimizer keeps none) and the step's values h.
-     * g is the SUM of per-sample gradients over the global batch. */
+     * (arenas of w's layout; NULL where the optimizer keeps none with these settings, as SGD
+     * without momentum) and the step's values h. g is the SUM of per-sample gradients over the
+     * global batch. */
     void (*optim_step)(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
                        float *const *slots, const mgt_opt_hyper *h);
 };

@@ -38,14 +38,17 @@ typedef struct mgt_opt_hyper {
 
 /* Every rule updates one element w with its state s0, s1 (NULL where the optimizer keeps none). */
 
-/* Plain:     w -= lr * gt                                  (no velocity, or momentum 0)
+/* Plain:     w -= lr * gt                                  (no velocity: momentum 0)
  * Momentum:  v = momentum * v - lr * gt;  w += v
- * Nesterov:  v as above;  w += momentum * v - lr * gt      (with the new v) */
+ * Nesterov:  v as above;  w += momentum * v - lr * gt      (with the new v)
+ * Without momentum no velocity is passed (optim.c keeps none), so the rule does not test the
+ * momentum itself: that test lets the compiler share lr * gt between the two paths and round
+ * differently from the plain and the momentum loops it was split into before. */
 MGT_HD static inline void mgt_sgd_rule(float *w, float *vel, float *unused, float g,
                                        const mgt_opt_hyper *h) {
     (void)unused;
     const float gt = g * h->scale + h->s.weight_decay * *w;
-    if (!vel || h->s.momentum == 0.0f) {
+    if (!vel) {
         *w -= h->lr * gt;
         return;
     }
