@@ -367,7 +367,7 @@ static void test_layout(pair *p, int n, int h, int w, int c) {
 static const char *optim_step(mgt_backend *be, int kind, size_t count, float *w, const float *gr,
                               float *a, float *b) {
     mgt_opt_hyper h = {.s = {.weight_decay = 1e-3f}, .lr = 0.1f, .scale = 1.0f / 64};
-    float *slots[MGT_OPT_MAX_SLOTS] = {a, NULL};
+    float *slots[MGT_OPT_MAX_SLOTS] = {kind == 0 ? NULL : a, NULL}; /* plain SGD: no velocity */
     mgt_opt_kind k = MGT_OPT_SGD;
     const char *name = "sgd";
     switch (kind) {
