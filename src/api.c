@@ -184,7 +184,8 @@ int mgt_predictor_predict(mgt_predictor *p, const float *x, int64_t n, float *ou
     for (int64_t done = 0; done < n;) {
         int rows = (int)(n - done < m->max_batch ? n - done : m->max_batch);
         o->to_device(&p->be, m->x, x + (size_t)done * in, sizeof(float) * in * (size_t)rows);
-        mgt_step s = {.be = &p->be,
+        mgt_step s = {.in = {.x = m->x},
+                      .be = &p->be,
                       .n = rows,
                       .training = 0,
                       .global_step = 0,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim.h"
 #include "parse.h"
 #include "plot.h"
 #include "runtime.h"
@@ -29,7 +30,7 @@ static const flag flags[] = {
      "folder of IDX files (train-*, t10k-*), or synthetic data"},
     {"epochs", "N", C_TRAIN, "[train] epochs", "epochs to train"},
     {"batch-size", "N", C_ALL, "[train] batch_size", "GLOBAL batch, split over the ranks"},
-    {"optimizer", "NAME", C_TRAIN, "[train] optimizer", "sgd, rmsprop or adam"},
+    {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
     {"lr", "X", C_TRAIN, "[train] learning_rate", "learning rate"},
     {"seed", "N", C_TRAIN, "[train] seed", "seed of initialisation, shuffling and dropout"},
     {"max-steps", "N", C_TRAIN, "0 (no limit)", "stop after N optimizer steps in all"},
@@ -102,7 +103,9 @@ static void usage(const char *cmd) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
                  flags[i].arg ? flags[i].arg : "");
-        printf("  %-30s %s", left, flags[i].help);
+        char names[128];
+        printf("  %-30s %s", left,
+               flags[i].help ? flags[i].help : mgt_opt_names(names, sizeof names));
         if (flags[i].def[0])
             printf(" (default: %s)", flags[i].def);
         printf("\n");

@@ -219,9 +219,7 @@ static const mgt_ops cpu_ops = {
     .xent_dense = mgt_cpu_xent_dense,
     .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
-    .sgd_step = mgt_cpu_sgd_step,
-    .rmsprop_step = mgt_cpu_rmsprop_step,
-    .adam_step = mgt_cpu_adam_step,
+    .optim_step = mgt_cpu_optim_step,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

@@ -9,7 +9,7 @@
  *   cpu_pool.c     max / average pooling;
  *   cpu_norm.c     batch normalisation;
  *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
- *   cpu_optim.c    SGD / RMSprop / Adam over the flat parameter arena.
+ *   cpu_optim.c    the optimizers' steps over the flat parameter arena.
  *
  * No file holds mutable globals: everything per instance lives in mgt_cpu_impl (be->impl). */
 #ifndef MGT_CPU_INTERNAL_H
@@ -129,11 +129,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
                         float *probs, float *dlogits, float scale, float *sums);
 
 /* cpu_optim.c */
-void mgt_cpu_sgd_step(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
-                      float momentum, int nesterov, float wd, float scale);
-void mgt_cpu_rmsprop_step(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
-                          float lr, float rho, float eps, float wd, float scale);
-void mgt_cpu_adam_step(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
-                       float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+void mgt_cpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
+                        float *const *slots, const mgt_opt_hyper *h);
 
 #endif

@@ -1204,21 +1204,22 @@ static void test_optim(mgt_backend *be) {
         const int has_state = cases[t].kind != 0 || cases[t].momentum != 0.0f;
         const int nvals = 3 + (has_state ? 3 : 0) + (cases[t].kind == 2 ? 3 : 0);
         for (int step = 1; step <= 2; step++) {
-            switch (cases[t].kind) {
-            case 0:
-                o->sgd_step(be, 3, st, g, has_state ? st + 3 : NULL, lr, cases[t].momentum,
-                            cases[t].nesterov, cases[t].wd, scale);
-                break;
-            case 1:
-                o->rmsprop_step(be, 3, st, g, st + 3, lr, 0.9f, 1e-7f, cases[t].wd, scale);
-                break;
-            default: {
-                const float b1 = 0.9f, b2 = 0.999f;
-                const float lr_t =
-                    lr * sqrtf(1.0f - powf(b2, (float)step)) / (1.0f - powf(b1, (float)step));
-                o->adam_step(be, 3, st, g, st + 3, st + 6, lr_t, b1, b2, 1e-7f, cases[t].wd, scale);
-            }
-            }
+            mgt_opt_hyper h = {.s = {.momentum = cases[t].momentum,
+                                     .nesterov = cases[t].nesterov,
+                                     .rho = 0.9f,
+                                     .beta1 = 0.9f,
+                                     .beta2 = 0.999f,
+                                     .epsilon = 1e-7f,
+                                     .weight_decay = cases[t].wd},
+                               .lr = lr,
+                               .scale = scale};
+            float *slots[MGT_OPT_MAX_SLOTS] = {has_state ? st + 3 : NULL,
+                                               cases[t].kind == 2 ? st + 6 : NULL};
+            if (cases[t].kind == 2) /* Adam's bias correction */
+                h.lr = lr * sqrtf(1.0f - powf(h.s.beta2, (float)step)) /
+                       (1.0f - powf(h.s.beta1, (float)step));
+            const mgt_opt_kind k[] = {MGT_OPT_SGD, MGT_OPT_RMSPROP, MGT_OPT_ADAM};
+            o->optim_step(be, k[cases[t].kind], 3, st, g, slots, &h);
             check_vec(cases[t].name, step, st, cases[t].want[step - 1], nvals);
         }
     }
