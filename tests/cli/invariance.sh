@@ -38,48 +38,7 @@ else
   data=(--data synthetic); echo "notice: no Fashion-MNIST; synthetic data"
 fi
 
-cat >smooth.cfg <<'CFG'
-[input]
-shape = 28,28,1
-[conv2d]
-name = conv1
-filters = 8
-kernel = 3
-use_bias = false
-activation = tanh
-algo = direct
-[conv2d]
-name = conv2
-filters = 16
-kernel = 3
-stride = 2
-use_bias = false
-activation = tanh
-algo = direct
-[batchnorm]
-name = bn
-sync = true
-[avgpool]
-size = 2
-[dropout]
-rate = 0.25
-[flatten]
-[dense]
-name = fc1
-units = 32
-activation = tanh
-[dropout]
-rate = 0.5
-[dense]
-name = fc2
-units = 10
-activation = softmax
-[train]
-optimizer = sgd
-learning_rate = 0.05
-loss = sparse_categorical_crossentropy
-batch_size = 100
-CFG
+SMOOTH="$MGT_SRC/tests/cli/smooth.cfg"
 
 # 1. One step's gradient sums.
 for B in 99 100; do
@@ -91,7 +50,7 @@ for B in 99 100; do
     MGT_DUMP_GRADIENTS=$PWD/mlp-b$B-np$np.st mpi $np --model "$MGT_SRC/examples/mlp.cfg" \
       "${data[@]}" --optimizer sgd --batch-size $B --max-steps 1 --no-validation --verbose 2 \
       --out mlp-b$B-np$np >mlp-b$B-np$np.log 2>&1 || { bad "MLP B=$B np $np"; tail -3 mlp-b$B-np$np.log; }
-    MGT_DUMP_GRADIENTS=$PWD/cnn-b$B-np$np.st mpi $np --model smooth.cfg "${data[@]}" \
+    MGT_DUMP_GRADIENTS=$PWD/cnn-b$B-np$np.st mpi $np --model "$SMOOTH" "${data[@]}" \
       --batch-size $B --max-steps 1 --no-validation --verbose 0 \
       --out cnn-b$B-np$np >cnn-b$B-np$np.log 2>&1 || { bad "ConvNet B=$B np $np"; tail -3 cnn-b$B-np$np.log; }
   done
@@ -109,7 +68,7 @@ l1=$(grep -o 'loss: [0-9.]*' mlp-b100-np1.log | head -1); l3=$(grep -o 'loss: [0
 
 # 2. Thirty steps of the smooth model.
 for np in 1 2 3 4; do
-  mpi $np --model smooth.cfg "${data[@]}" --max-steps 30 --no-validation --verbose 0 \
+  mpi $np --model "$SMOOTH" "${data[@]}" --max-steps 30 --no-validation --verbose 0 \
     --out s30-np$np >s30-np$np.log 2>&1 || { bad "30 steps, np $np"; tail -3 s30-np$np.log; }
 done
 for np in 2 3 4; do

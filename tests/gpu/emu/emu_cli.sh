@@ -14,52 +14,11 @@ emu() { # emu GPUS NP ARGS...
     "$MGT_BIN" "$@"
 }
 
-# A smooth ConvNet for the comparisons of numbers (tanh, average pooling, no bias in front of the
-# BatchNorm; see tests/cli/invariance.sh): the GPU and the CPU, or 1 and 2 GPUs, round their
-# sums differently, and a ReLU or max-pool gate at its threshold would turn that into a
-# different gate. Direct convolutions on the CPU (the emulated cuDNN sums in double).
-cat >"$T/smooth.cfg" <<'CFG'
-[input]
-shape = 28,28,1
-[conv2d]
-name = conv1
-filters = 8
-kernel = 3
-use_bias = false
-activation = tanh
-algo = direct
-[conv2d]
-name = conv2
-filters = 16
-kernel = 3
-stride = 2
-use_bias = false
-activation = tanh
-algo = direct
-[batchnorm]
-name = bn
-sync = true
-[avgpool]
-size = 2
-[dropout]
-rate = 0.25
-[flatten]
-[dense]
-name = fc1
-units = 32
-activation = tanh
-[dropout]
-rate = 0.5
-[dense]
-name = fc2
-units = 10
-activation = softmax
-[train]
-optimizer = rmsprop
-learning_rate = 0.001
-loss = sparse_categorical_crossentropy
-batch_size = 96
-CFG
+# The smooth ConvNet of tests/cli/smooth.cfg for the comparisons of numbers (the GPU and the
+# CPU, or 1 and 2 GPUs, round their sums differently), with RMSprop; direct convolutions on the
+# CPU (the emulated cuDNN sums in double).
+sed -e 's/^optimizer = sgd/optimizer = rmsprop/' -e 's/^learning_rate = .*/learning_rate = 0.001/' \
+  -e 's/^batch_size = .*/batch_size = 96/' "$MGT_SRC/tests/cli/smooth.cfg" >"$T/smooth.cfg"
 # addends per gradient element (tests/tools/gradcmp.py): 96 samples, times 26x26 output pixels
 # for conv1 and 12x12 for conv2 and the BatchNorm
 K=(conv1=$((96 * 26 * 26)) conv2=$((96 * 144)) bn=$((96 * 144)) fc=96)
