@@ -4,7 +4,18 @@
  *
  * Protocol, under one mutex: run() publishes (fn, ctx, lanes), bumps the generation and wakes
  * the workers; worker i runs lane i + 1 if that lane is wanted, then counts itself done. The
- * calling thread runs lane 0. If a worker could not be started, the caller runs its lane too. */
+ * calling thread runs lane 0. If a worker could not be started, the caller runs its lane too.
+ *
+ * While lanes run, OpenBLAS is held at one thread. The lanes are the parallelism: a GEMM a lane
+ * calls must not start OpenBLAS's own threads on the same cores. Which GEMMs would is up to the
+ * kernel OpenBLAS picks for the CPU: its SkylakeX / Cooperlake kernels take a single-threaded
+ * small-matrix path up to 10^6 multiply-adds (Winograd's chunks are sized for it), but the
+ * Haswell and Zen kernels that AMD EPYCs get have no such path, and OpenBLAS 0.3.21 threads any
+ * GEMM past 2.6 x 10^5 multiply-adds. Two lanes then each ran every GEMM on two OpenBLAS threads,
+ * which serialise on OpenBLAS's lock and spin on each other's cores: with the Haswell kernel the
+ * seed ConvNet's step (batch 128, two lanes) took 3.8 times the CPU time it takes with one
+ * OpenBLAS thread per lane (bench/layer_times.c, on a 2-core AMD EPYC). */
+#include <cblas.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,6 +96,10 @@ void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int la
     if (lanes < 1)
         lanes = 1;
     const int threaded = l ? (lanes - 1 < l->workers ? lanes - 1 : l->workers) : 0;
+    /* one OpenBLAS thread per lane (see the top of the file); a lone lane keeps the setting */
+    const int blas = threaded > 0 ? openblas_get_num_threads() : 1;
+    if (blas > 1)
+        openblas_set_num_threads(1);
     if (threaded > 0) {
         pthread_mutex_lock(&l->mu);
         l->fn = fn;
@@ -104,6 +119,8 @@ void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int la
             pthread_cond_wait(&l->done, &l->mu);
         pthread_mutex_unlock(&l->mu);
     }
+    if (blas > 1)
+        openblas_set_num_threads(blas);
 }
 
 void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l) {

@@ -31,9 +31,10 @@
  * sample-major and processed in chunks of T tiles. A chunk's transformed tiles are stored
  * position-major, [xi][tile][channel], so each position's GEMM operand is one contiguous
  * T x channels matrix. T is small (see wino_target_tiles): the chunk stays in L2 from the
- * transform through the GEMMs to the inverse transform, and the GEMMs stay within OpenBLAS's
- * single-threaded small-matrix path. The parallelism comes from lanes instead: each thread
- * takes whole chunks (see "lanes" below), so the transforms run in parallel too.
+ * transform through the GEMMs to the inverse transform, and on OpenBLAS's SkylakeX-family
+ * kernels the GEMMs stay within its copy-free small-matrix path. The parallelism comes from
+ * lanes instead: each thread takes whole chunks (see "lanes" below), so the transforms run in
+ * parallel too, and OpenBLAS runs one thread within each lane (cpu_lanes.c).
  * A tile's outputs depend only on that tile, so forward and backward-data results depend
  * neither on the chunking nor on the number of threads; backward filter sums its tiles in
  * two fixed halves, chunk by chunk, so its result does not depend on the number of threads
@@ -64,8 +65,7 @@ enum {
  * buffers stay within about the 2 MB L2 of a core... */
 #define WINO_LANE_BYTES ((size_t)2 << 20)
 /* ...and each of the chunk's GEMMs within 10^6 multiply-adds, the size up to which OpenBLAS
- * (0.3.21, AVX-512) takes its single-threaded, copy-free small-matrix path: the lanes supply the
- * parallelism, and a bigger GEMM would start OpenBLAS's own threads on top of them. */
+ * (0.3.21, SkylakeX and Cooperlake kernels) takes its copy-free small-matrix path. */
 #define WINO_GEMM_MACS 1000000.0
 /* Work (multiply-adds) below which a pass runs on the calling thread alone: starting a thread
  * costs tens of microseconds. */
@@ -499,8 +499,8 @@ size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes)
  * F(4x4), ms fwd / bwd data / bwd filter (best of 3 interleaved runs):
  *   26x26x32 -> 256:   25 tiles: 34/32/24   50 (these bounds): 35/32/23   101: 38/34/27
  *   24x24x256 -> 128:   7 tiles: 120/124/113   18: 87/87/80   30 (these bounds): 72/79/69
- *                      37 tiles, past the small-matrix bound: 192/206/184 (OpenBLAS packs and
- *                      starts its own threads under each lane) */
+ *                      37 tiles, past the small-matrix bound: 192/206/184 (OpenBLAS packed, and
+ *                      threaded each GEMM under the lanes, which cpu_lanes.c rules out) */
 static size_t wino_target_tiles(int P, int a, int b) {
     const size_t by_bytes = WINO_LANE_BYTES / (sizeof(float) * (size_t)P * ((size_t)a + b));
     const size_t by_gemm = (size_t)(WINO_GEMM_MACS / ((double)a * (double)b));
@@ -525,9 +525,9 @@ size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m) {
 /* ---- lanes -------------------------------------------------------------------------------- *
  * A pass runs on up to `lanes` lanes of the backend's workers (cpu_lanes.c; the calling thread
  * is lane 0). Each lane takes whole chunks - transform, P GEMMs, inverse transform - on its own
- * L2-sized buffers, so the transforms run in parallel too, and the GEMMs, small enough for
- * OpenBLAS's single-threaded small-matrix path, need no synchronisation. Every buffer is in the
- * reserved scratch, and the lanes' only shared state is the job below. */
+ * L2-sized buffers, so the transforms run in parallel too, and the GEMMs, on one OpenBLAS thread
+ * within each lane (cpu_lanes.c), need no synchronisation. Every buffer is in the reserved
+ * scratch, and the lanes' only shared state is the job below. */
 
 typedef struct wino_job wino_job;
 typedef void (*wino_task)(wino_job *job, int lane);
@@ -697,8 +697,9 @@ static int wino_grad(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const w
     return 0;
 }
 
-int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                     const float *x, const float *w, const float *b, float *y) {
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                     const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
     const wino_geom g =
@@ -708,8 +709,8 @@ int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, 
     return wino_corr(scratch, bytes, lanes, &g, w, 0, x, b, y);
 }
 
-int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                          const float *w, const float *dy, float *dx) {
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                          const mgt_conv_shape *s, const float *w, const float *dy, float *dx) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
     /* dx (h x w) = dy (oh x ow, zero outside) correlated with the rotated kernel: dx[iy] gets
@@ -721,8 +722,8 @@ int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, in
     return wino_corr(scratch, bytes, lanes, &g, w, 1, dy, NULL, dx);
 }
 
-int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                            const float *x, const float *dy, float *dw) {
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                            const mgt_conv_shape *s, const float *x, const float *dy, float *dw) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
     const wino_geom g =

@@ -10,14 +10,19 @@
  *    chunking and its choice by the op table: test_winograd.c);
  *  - n == 0 backward writing zeros; BatchNorm statistics; dropout's mask rule and its
  *    independence from how the batch is split; optimizer steps against hand-computed values;
- *    cross-entropy on small hand examples.
+ *    cross-entropy on small hand examples;
+ *  - the lanes (src/cpu/cpu_lanes.c): BLAS runs single-threaded inside a lane and gets its
+ *    thread count back after.
  * Each failing check prints its numbers; main returns non-zero if any check failed. */
+#include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_internal.h"
 #include "util.h"
 
 #define OPCHECK_KEY 0x7e57ULL
@@ -1251,6 +1256,36 @@ static void test_memory(mgt_backend *be) {
     CHECK(o->reserve(be, SIZE_MAX) == -1, "reserve(SIZE_MAX) should fail with -1");
 }
 
+/* ---- lanes ---- */
+
+static void lane_blas_threads(void *p, int lane) {
+    atomic_int *threads = p;
+    atomic_store(&threads[lane], openblas_get_num_threads());
+}
+
+static void test_lanes(void) {
+    for (int lanes = 1; lanes <= 4; lanes++) {
+        mgt_cpu_lanes *l = mgt_cpu_lanes_create(lanes);
+        CHECK(l != NULL, "mgt_cpu_lanes_create(%d) failed", lanes);
+        if (!l)
+            continue;
+        /* BLAS inside a lane: one thread (the lanes are the parallelism); restored after */
+        openblas_set_num_threads(3);
+        atomic_int threads[4];
+        for (int i = 0; i < 4; i++)
+            atomic_init(&threads[i], -1);
+        mgt_cpu_lanes_run(l, lanes, lane_blas_threads, threads);
+        int inside_ok = 1;
+        for (int i = 0; i < lanes; i++)
+            inside_ok &= atomic_load(&threads[i]) == (lanes > 1 ? 1 : 3);
+        CHECK(inside_ok && openblas_get_num_threads() == 3,
+              "%d lanes: BLAS threads inside the lanes %d %d %d %d (want %d), after %d (want 3)",
+              lanes, atomic_load(&threads[0]), atomic_load(&threads[1]), atomic_load(&threads[2]),
+              atomic_load(&threads[3]), lanes > 1 ? 1 : 3, openblas_get_num_threads());
+        mgt_cpu_lanes_destroy(l);
+    }
+}
+
 int main(void) {
     mgt_backend be = opcheck_cpu_backend("test_ops");
     test_memory(&be);
@@ -1265,6 +1300,7 @@ int main(void) {
     test_xent(&be);
     test_layout(&be);
     test_optim(&be);
+    test_lanes();
     mgt_backend_destroy(&be);
     tmp_free_all();
     return opcheck_finish("test_ops");
