@@ -29,6 +29,13 @@ int mgt_cpu_lanes_count(const mgt_cpu_lanes *l); /* NULL: 1 */
  * workers (or the caller, beyond them), and returns when all are done. l may be NULL. */
 void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int lane), void *ctx);
 void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
+/* fn(ctx, lo, hi) over [0, n) cut into parts of at least min_part items (boundaries at multiples
+ * of 16 items), which the lanes take in any order; the calling thread alone does all of [0, n)
+ * when there is one lane or too little work for two parts. For passes whose every item is
+ * computed the same way wherever the cuts fall (element-wise maps, per-channel sums over all
+ * rows), so that the results do not depend on the number of threads. */
+void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
+                       void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
 
 /* The hot loops are compiled twice, for x86-64-v3 (AVX2, FMA) and for the build's own target,
  * and the dynamic loader picks one per CPU (GCC's function multi-versioning, an ifunc): one
@@ -47,8 +54,8 @@ typedef struct mgt_cpu_impl {
      * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
     float *scratch;
     size_t scratch_bytes;
-    int threads; /* OpenBLAS threads asked for at init (0: left as the library had it) */
-    mgt_cpu_lanes *lanes; /* one per BLAS thread, for the Winograd passes */
+    int threads;          /* OpenBLAS threads asked for at init (0: left as the library had it) */
+    mgt_cpu_lanes *lanes; /* one per thread the backend was given, for the passes split in lanes */
 } mgt_cpu_impl;
 
 static inline mgt_cpu_impl *mgt_cpu_impl_of(mgt_backend *be) {
@@ -77,21 +84,22 @@ int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s);
 
 /* cpu_winograd.c: 3x3 stride-1 convolution (forward, backward data, backward filter) by
  * Winograd F(m x m, 3 x 3), m = 2 or 4, through the given scratch buffer, on the lanes of
- * `lanes` (NULL: the calling thread alone). Each pass returns 0 when done and -1, having written nothing,
- * when the shape does not qualify or the scratch cannot hold one tile's buffers (the caller
- * then takes another path). n == 0 writes nothing (backward filter: zeros). */
+ * `lanes` (NULL: the calling thread alone). Each pass returns 0 when done and -1, having written
+ * nothing, when the shape does not qualify or the scratch cannot hold one tile's buffers (the
+ * caller then takes another path). n == 0 writes nothing (backward filter: zeros). */
 int mgt_cpu_wino_fits(const mgt_conv_shape *s); /* 3x3, stride 1, non-empty */
 /* Scratch bytes for bounded chunks of tiles on up to 4 lanes (the three passes need the same);
  * 0 if the shape does not fit. */
 size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m);
 /* Scratch bytes for chunks of `tiles` tiles on `lanes` lanes, c and oc channels. */
 size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes);
-int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                     const float *x, const float *w, const float *b, float *y);
-int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                          const float *w, const float *dy, float *dx);
-int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                            const float *x, const float *dy, float *dw);
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                     const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y);
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                          const mgt_conv_shape *s, const float *w, const float *dy, float *dx);
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                            const mgt_conv_shape *s, const float *x, const float *dy, float *dw);
 
 /* cpu_pool.c */
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,

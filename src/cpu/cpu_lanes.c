@@ -1,6 +1,7 @@
 /* cpu_lanes.c: the CPU backend's worker threads for the passes that split their work in lanes
- * (Winograd). Started once, with the backend; a pass hands them a function and waits for them,
- * so no op starts a thread or allocates a stack inside the step loop.
+ * (Winograd, and the element-wise, BatchNorm and pooling passes). Started once, with the
+ * backend; a pass hands them a function and waits for them, so no op starts a thread or
+ * allocates a stack inside the step loop.
  *
  * Protocol, under one mutex: run() publishes (fn, ctx, lanes), bumps the generation and wakes
  * the workers; worker i runs lane i + 1 if that lane is wanted, then counts itself done. The
@@ -17,6 +18,7 @@
  * OpenBLAS thread per lane (bench/layer_times.c, on a 2-core AMD EPYC). */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -136,4 +138,51 @@ void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l) {
     pthread_cond_destroy(&l->go);
     pthread_cond_destroy(&l->done);
     free(l);
+}
+
+/* ---- ranges split in parts ------------------------------------------------------------------ */
+
+enum {
+    SPLIT_PARTS_PER_LANE = 4, /* parts a lane may take: a late or slowed lane leaves less behind */
+    SPLIT_ALIGN = 16,         /* part boundaries at multiples of 16 items (64 bytes of floats) */
+};
+
+typedef struct {
+    void (*fn)(void *ctx, size_t lo, size_t hi);
+    void *ctx;
+    size_t n, part, parts;
+    atomic_size_t next;
+} split_job;
+
+static void split_lane(void *p, int lane) {
+    (void)lane;
+    split_job *j = p;
+    for (;;) {
+        const size_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->parts)
+            return;
+        const size_t lo = k * j->part, hi = lo + j->part < j->n ? lo + j->part : j->n;
+        j->fn(j->ctx, lo, hi);
+    }
+}
+
+void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
+                       void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx) {
+    if (n == 0)
+        return;
+    const int lanes = mgt_cpu_lanes_count(l);
+    if (min_part < 1)
+        min_part = 1;
+    size_t parts = (size_t)lanes * SPLIT_PARTS_PER_LANE;
+    if (parts > n / min_part)
+        parts = n / min_part;
+    if (lanes < 2 || parts < 2) {
+        fn(ctx, 0, n);
+        return;
+    }
+    size_t part = (n + parts - 1) / parts;
+    part = (part + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
+    split_job j = {.fn = fn, .ctx = ctx, .n = n, .part = part, .parts = (n + part - 1) / part};
+    atomic_init(&j.next, 0);
+    mgt_cpu_lanes_run(l, lanes, split_lane, &j);
 }

@@ -11,8 +11,11 @@
  *  - n == 0 backward writing zeros; BatchNorm statistics; dropout's mask rule and its
  *    independence from how the batch is split; optimizer steps against hand-computed values;
  *    cross-entropy on small hand examples;
- *  - the lanes (src/cpu/cpu_lanes.c): BLAS runs single-threaded inside a lane and gets its
- *    thread count back after.
+ *  - the lanes (src/cpu/cpu_lanes.c): a split range visits every item exactly once in parts
+ *    cut at multiples of 16, BLAS runs single-threaded inside a lane and gets its thread count
+ *    back after, and every op that splits its work across lanes (activations, dropout,
+ *    BatchNorm, pooling) gives bit for bit the same result on 1 to 4 threads, on shapes large
+ *    enough to be split.
  * Each failing check prints its numbers; main returns non-zero if any check failed. */
 #include <cblas.h>
 #include <math.h>
@@ -1256,19 +1259,124 @@ static void test_memory(mgt_backend *be) {
     CHECK(o->reserve(be, SIZE_MAX) == -1, "reserve(SIZE_MAX) should fail with -1");
 }
 
-/* ---- lanes ---- */
+/* ---- lanes: split ranges, BLAS threads, ops bit for bit on any thread count ---- */
+
+typedef struct {
+    atomic_int *seen;
+    atomic_int misaligned, parts;
+} split_ctx;
+
+static void split_count(void *p, size_t lo, size_t hi) {
+    split_ctx *c = p;
+    if (lo % 16)
+        atomic_fetch_add(&c->misaligned, 1);
+    atomic_fetch_add(&c->parts, 1);
+    for (size_t i = lo; i < hi; i++)
+        atomic_fetch_add(&c->seen[i], 1);
+}
 
 static void lane_blas_threads(void *p, int lane) {
     atomic_int *threads = p;
     atomic_store(&threads[lane], openblas_get_num_threads());
 }
 
+/* Every op that splits its work, on a backend with `threads` lanes; outputs into out[]. The
+ * shapes are past the ops' thresholds for splitting (2^16 elements). */
+enum { LANE_OUTS = 24 }; /* outputs lane_outs() writes, at most */
+typedef struct {
+    int n, h, w, c; /* activation shape; pooling 2x2 stride 2 and 3x3 stride 2 on it */
+    const float *x, *dy, *gamma, *beta;
+} lane_case;
+
+/* Runs them all, output i into out[i] (len[i] elements written); returns how many. */
+static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t *len) {
+    const mgt_ops *o = be->ops;
+    const size_t cnt = (size_t)k->n * k->h * k->w * k->c;
+    const int rows = k->n * k->h * k->w, row = k->h * k->w * k->c;
+    size_t m = 0;
+    const mgt_act acts[] = {MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX};
+    for (int a = 0; a < 4; a++) { /* forward on a copy, then backward with that output */
+        float *y = out[m], *g = out[m + 1];
+        len[m] = len[m + 1] = cnt;
+        m += 2;
+        memcpy(y, k->x, sizeof(float) * cnt);
+        o->act_fwd(be, acts[a], k->n, row, y);
+        memcpy(g, k->dy, sizeof(float) * cnt);
+        o->act_bwd(be, acts[a], k->n, row, y, g);
+    }
+    float *d = out[m], *e = out[m + 1];
+    len[m] = len[m + 1] = cnt;
+    m += 2;
+    memcpy(d, k->x, sizeof(float) * cnt);
+    o->dropout_fwd(be, k->n, row, 0.3f, 99, 5, d);
+    memcpy(e, k->dy, sizeof(float) * cnt);
+    o->dropout_bwd(be, k->n, row, 0.6f, 7, 0, e);
+    /* BatchNorm: sums, mean/invstd from them, apply, and both backward passes (the six
+     * per-channel vectors side by side in one output) */
+    float *v = out[m], *y = out[m + 1], *dx = out[m + 2];
+    len[m++] = 6 * (size_t)k->c;
+    len[m] = len[m + 1] = cnt;
+    m += 2;
+    float *sum = v, *sumsq = v + k->c, *mean = v + 2 * k->c, *invstd = v + 3 * k->c;
+    float *dgamma = v + 4 * k->c, *dbeta = v + 5 * k->c;
+    o->bn_stats(be, rows, k->c, k->x, sum, sumsq);
+    o->bn_finalize(be, k->c, (float)rows, sum, sumsq, 1e-3f, 0.9f, mean, invstd, NULL, NULL);
+    o->bn_apply(be, rows, k->c, k->x, mean, invstd, k->gamma, k->beta, y);
+    o->bn_bwd_reduce(be, rows, k->c, k->x, k->dy, mean, invstd, dgamma, dbeta);
+    o->bn_bwd_apply(be, rows, k->c, (float)rows, k->x, k->dy, mean, invstd, k->gamma, dgamma, dbeta,
+                    dx);
+    /* pooling: 2x2 stride 2 and overlapping 3x3 stride 2 windows; the argmax indices are
+     * compared too */
+    for (int pz = 2; pz <= 3; pz++) {
+        const mgt_pool_shape ps = {.n = k->n,
+                                   .h = k->h,
+                                   .w = k->w,
+                                   .c = k->c,
+                                   .size = pz,
+                                   .stride = 2,
+                                   .oh = (k->h - pz) / 2 + 1,
+                                   .ow = (k->w - pz) / 2 + 1};
+        const size_t ny = (size_t)ps.n * ps.oh * ps.ow * ps.c;
+        float *py = out[m], *pdx = out[m + 1], *ay = out[m + 2], *adx = out[m + 3];
+        int32_t *am = (int32_t *)out[m + 4];
+        len[m++] = ny, len[m++] = cnt, len[m++] = ny, len[m++] = cnt, len[m++] = ny;
+        o->maxpool_fwd(be, &ps, k->x, py, am);
+        o->maxpool_bwd(be, &ps, k->dy, am, pdx);
+        o->avgpool_fwd(be, &ps, k->x, ay);
+        o->avgpool_bwd(be, &ps, k->dy, adx);
+    }
+    return m;
+}
+
 static void test_lanes(void) {
+    /* split ranges: each item once, parts cut at multiples of 16 */
+    const size_t ns[] = {0, 1, 15, 16, 17, 100, 1000, 100003};
+    const size_t mins[] = {1, 7, 1000};
+    atomic_int *seen = tmp_alloc(sizeof(atomic_int) * 100003, 0);
     for (int lanes = 1; lanes <= 4; lanes++) {
         mgt_cpu_lanes *l = mgt_cpu_lanes_create(lanes);
         CHECK(l != NULL, "mgt_cpu_lanes_create(%d) failed", lanes);
         if (!l)
             continue;
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof mins / sizeof mins[0]; b++) {
+                for (size_t i = 0; i < ns[a]; i++)
+                    atomic_init(&seen[i], 0);
+                split_ctx c = {.seen = seen};
+                atomic_init(&c.misaligned, 0);
+                atomic_init(&c.parts, 0);
+                mgt_cpu_lanes_for(l, ns[a], mins[b], split_count, &c);
+                size_t wrong = 0;
+                for (size_t i = 0; i < ns[a]; i++)
+                    wrong += atomic_load(&seen[i]) != 1;
+                const int parts = atomic_load(&c.parts);
+                CHECK(wrong == 0 && atomic_load(&c.misaligned) == 0 &&
+                          (ns[a] == 0 ? parts == 0 : parts >= 1) &&
+                          (size_t)parts <= (ns[a] + mins[b] - 1) / mins[b],
+                      "lanes_for(%zu items, parts >= %zu) on %d lanes: %zu items not visited "
+                      "exactly once, %d parts, %d not at a multiple of 16",
+                      ns[a], mins[b], lanes, wrong, parts, atomic_load(&c.misaligned));
+            }
         /* BLAS inside a lane: one thread (the lanes are the parallelism); restored after */
         openblas_set_num_threads(3);
         atomic_int threads[4];
@@ -1283,6 +1391,46 @@ static void test_lanes(void) {
               lanes, atomic_load(&threads[0]), atomic_load(&threads[1]), atomic_load(&threads[2]),
               atomic_load(&threads[3]), lanes > 1 ? 1 : 3, openblas_get_num_threads());
         mgt_cpu_lanes_destroy(l);
+    }
+
+    /* the split ops, bit for bit on 1 to 4 threads */
+    lane_case k = {.n = 24, .h = 13, .w = 11, .c = 40};
+    const size_t cnt = (size_t)k.n * k.h * k.w * k.c;
+    float *x = fbuf(cnt), *dy = fbuf(cnt), *gamma = fbuf(k.c), *beta = fbuf(k.c);
+    fill(x, cnt, -2, 2);
+    fill(dy, cnt, -1, 1);
+    fill(gamma, k.c, 0.5f, 1.5f);
+    fill(beta, k.c, -1, 1);
+    k.x = x, k.dy = dy, k.gamma = gamma, k.beta = beta;
+    float *ref[LANE_OUTS], *got[LANE_OUTS];
+    for (int i = 0; i < LANE_OUTS; i++) {
+        ref[i] = fbuf(cnt);
+        got[i] = fbuf(cnt);
+    }
+    mgt_backend one = {0};
+    CHECK(mgt_cpu_backend_init(&one, 1) == 0, "cpu backend with 1 thread failed to start");
+    size_t len[LANE_OUTS], len2[LANE_OUTS];
+    const size_t m = lane_outs(&k, &one, ref, len);
+    CHECK(m <= LANE_OUTS, "lane_outs wrote %zu outputs, more than %d", m, LANE_OUTS);
+    mgt_backend_destroy(&one);
+    for (int threads = 2; threads <= 4; threads++) {
+        mgt_backend be = {0};
+        CHECK(mgt_cpu_backend_init(&be, threads) == 0, "cpu backend with %d threads", threads);
+        for (size_t i = 0; i < m; i++)
+            poison(got[i], cnt);
+        lane_outs(&k, &be, got, len2);
+        for (size_t i = 0; i < m; i++) {
+            size_t first = len[i];
+            for (size_t e = 0; e < len[i] && first == len[i]; e++)
+                if (memcmp(&got[i][e], &ref[i][e], sizeof(float)) != 0)
+                    first = e;
+            CHECK(first == len[i],
+                  "split op output %zu on %d threads differs from 1 thread at "
+                  "element %zu: %g vs %g",
+                  i, threads, first, first < len[i] ? got[i][first] : 0.0,
+                  first < len[i] ? ref[i][first] : 0.0);
+        }
+        mgt_backend_destroy(&be);
     }
 }
 
