@@ -100,6 +100,16 @@ int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, in
                           const mgt_conv_shape *s, const float *w, const float *dy, float *dx);
 int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
                             const mgt_conv_shape *s, const float *x, const float *dy, float *dw);
+/* The passes' GEMM kernel, for the tests: the variants this CPU runs (the base one, then the
+ * x86-64-v3 and x86-64-v4 ones where the CPU has them; the passes use the last), and one
+ * product by variant `variant`: C = A B (acc: C += A B), rows a multiple of 6 and cols of 32,
+ * A(i, k) = a[i * ai + k * ak], B(k, j) = b[(j / 32) * bp + k * bk + j % 32],
+ * C(i, j) = c[i * ldc + j]. Returns the variant's name, NULL (and does nothing) when there is
+ * no such variant or the sizes are not multiples. */
+int mgt_cpu_wino_gemm_count(void);
+const char *mgt_cpu_wino_gemm(int variant, int rows, int cols, int K, int acc, const float *a,
+                              ptrdiff_t ai, ptrdiff_t ak, const float *b, ptrdiff_t bp,
+                              ptrdiff_t bk, float *c, ptrdiff_t ldc);
 
 /* cpu_pool.c */
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
