@@ -27,23 +27,31 @@
  * scaled by a power of two), which the loop tests on the integer bits. */
 typedef struct {
     int row;
-    uint64_t key, first_sample, keep_from; /* keep when the 24 bits are >= keep_from */
+    uint64_t key, first_sample;
+    uint32_t keep_from; /* keep when the 24 bits are >= keep_from (2^24: keep none) */
     float keep_scale;
     float *x;
 } dropout_job;
 
 MGT_SIMD
 static void dropout_rows(void *p, size_t r0, size_t r1) {
+    enum { BLOCK = 64 }; /* the mask's bits for a block of elements, then the block */
     const dropout_job *j = p;
     const int row = j->row;
-    const uint64_t key = j->key, keep_from = j->keep_from;
+    const uint64_t key = j->key;
+    const uint32_t keep_from = j->keep_from;
     const float keep_scale = j->keep_scale;
+    uint32_t bits[BLOCK];
     for (size_t i = r0; i < r1; i++) {
         float *restrict xr = j->x + i * (size_t)row;
         const uint64_t base = (j->first_sample + (uint64_t)i) * (uint64_t)row;
-        for (int c = 0; c < row; c++)
-            xr[c] = (mgt_rand64(key, base + (uint64_t)c) >> 40) >= keep_from ? xr[c] * keep_scale
-                                                                             : 0.0f;
+        for (int c0 = 0; c0 < row; c0 += BLOCK) {
+            const int len = row - c0 < BLOCK ? row - c0 : BLOCK;
+            for (int v = 0; v < len; v++)
+                bits[v] = (uint32_t)(mgt_rand64(key, base + (uint64_t)(c0 + v)) >> 40);
+            for (int v = 0; v < len; v++)
+                xr[c0 + v] = bits[v] >= keep_from ? xr[c0 + v] * keep_scale : 0.0f;
+        }
     }
 }
 
@@ -54,7 +62,8 @@ static void dropout_apply(mgt_backend *be, int n, int row, float rate, uint64_t 
     dropout_job j = {.row = row,
                      .key = key,
                      .first_sample = first_sample,
-                     .keep_from = (uint64_t)ceil((double)rate * 16777216.0),
+                     .keep_from = rate < 1.0f ? (uint32_t)ceil((double)rate * 16777216.0)
+                                              : (uint32_t)1 << 24,
                      .keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f,
                      .x = x};
     mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)n, ELEM_PART / (size_t)row + 1,
