@@ -342,8 +342,8 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     const int oc = s->oc > 0 ? s->oc : 0;
     const size_t x_count = (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * (s->c > 0 ? s->c : 0);
 
-    if (db)
-        mgt_cpu_colsum(rows, oc, dy, db); /* zeros when rows == 0 */
+    if (db) /* zeros when rows == 0 */
+        mgt_cpu_channel_sums(be, rows, oc, dy, db, NULL);
     if (rows == 0 || oc == 0 || K == 0) {
         /* Nothing flows: parameter gradients are overwritten with zeros, dx too. */
         if (dw)

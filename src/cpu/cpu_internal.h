@@ -127,6 +127,11 @@ void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
 void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
 
 /* cpu_norm.c */
+/* sum[j] (and sumsq[j] unless NULL) of column j of x[rows][c], each in double in row order
+ * (the same values as mgt_cpu_colsum), the columns split across the lanes: BatchNorm's
+ * statistics and a convolution's bias gradient. */
+void mgt_cpu_channel_sums(mgt_backend *be, size_t rows, int c, const float *x, float *sum,
+                          float *sumsq);
 void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq);
 void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
                       const float *invstd, const float *gamma, const float *beta, float *y);

@@ -26,6 +26,7 @@ enum { BN_BLOCK = 256 }; /* channels per block of stack accumulators */
 /* What the passes below share; each lane takes a range of channels (sums) or rows (maps). */
 typedef struct {
     int rows, c;
+    size_t nrows; /* the sums' rows (a convolution's bias gradient may have more than INT_MAX) */
     float count;
     const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma, *dbeta;
     float *out0, *out1; /* sum, sumsq / dgamma, dbeta / y / dx */
@@ -33,14 +34,15 @@ typedef struct {
 
 /* Channels per part of a per-channel sum: one contiguous range per lane, so each lane reads a
  * long run of every row. */
-static size_t bn_channel_part(mgt_backend *be, int c, int rows) {
+static size_t bn_channel_part(mgt_backend *be, int c, size_t rows) {
     const int lanes = mgt_cpu_lanes_count(mgt_cpu_impl_of(be)->lanes);
-    if ((size_t)c * (size_t)rows < BN_PART)
+    if ((size_t)c * rows < BN_PART)
         return (size_t)c;
     return ((size_t)c + (size_t)lanes - 1) / (size_t)lanes;
 }
 
-/* sum and sumsq of channels [c0, c1) over all rows, each summed in row order in double. */
+/* sum (and sumsq, unless NULL) of channels [lo, hi) over all rows, each summed in row order
+ * in double. */
 MGT_SIMD
 static void bn_stats_part(void *p, size_t lo, size_t hi) {
     const bn_job *j = p;
@@ -49,27 +51,41 @@ static void bn_stats_part(void *p, size_t lo, size_t hi) {
         const int nc = (int)hi - c0 < BN_BLOCK ? (int)hi - c0 : BN_BLOCK;
         for (int k = 0; k < nc; k++)
             s1[k] = s2[k] = 0.0;
-        for (int r = 0; r < j->rows; r++) {
-            const float *restrict xr = j->x + (size_t)r * j->c + c0;
-            for (int k = 0; k < nc; k++) {
-                const double v = xr[k];
-                s1[k] += v;
-                s2[k] += v * v;
+        if (j->out1) {
+            for (size_t r = 0; r < j->nrows; r++) {
+                const float *restrict xr = j->x + r * j->c + c0;
+                for (int k = 0; k < nc; k++) {
+                    const double v = xr[k];
+                    s1[k] += v;
+                    s2[k] += v * v;
+                }
+            }
+        } else {
+            for (size_t r = 0; r < j->nrows; r++) {
+                const float *restrict xr = j->x + r * j->c + c0;
+                for (int k = 0; k < nc; k++)
+                    s1[k] += xr[k];
             }
         }
         for (int k = 0; k < nc; k++) {
             j->out0[c0 + k] = (float)s1[k];
-            j->out1[c0 + k] = (float)s2[k];
+            if (j->out1)
+                j->out1[c0 + k] = (float)s2[k];
         }
     }
 }
 
-void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq) {
+void mgt_cpu_channel_sums(mgt_backend *be, size_t rows, int c, const float *x, float *sum,
+                          float *sumsq) {
     if (c <= 0)
         return;
-    bn_job j = {.rows = rows < 0 ? 0 : rows, .c = c, .x = x, .out0 = sum, .out1 = sumsq};
-    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, j.rows),
+    bn_job j = {.nrows = rows, .c = c, .x = x, .out0 = sum, .out1 = sumsq};
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, rows),
                       bn_stats_part, &j);
+}
+
+void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq) {
+    mgt_cpu_channel_sums(be, rows < 0 ? 0 : (size_t)rows, c, x, sum, sumsq);
 }
 
 MGT_SIMD
@@ -163,7 +179,7 @@ void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, con
                 .invstd = invstd,
                 .out0 = dgamma,
                 .out1 = dbeta};
-    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, j.rows),
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, (size_t)j.rows),
                       bn_bwd_reduce_part, &j);
 }
 

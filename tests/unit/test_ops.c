@@ -14,8 +14,8 @@
  *  - the lanes (src/cpu/cpu_lanes.c): a split range visits every item exactly once in parts
  *    cut at multiples of 16, BLAS runs single-threaded inside a lane and gets its thread count
  *    back after, and every op that splits its work across lanes (activations, dropout,
- *    BatchNorm, pooling) gives bit for bit the same result on 1 to 4 threads, on shapes large
- *    enough to be split.
+ *    BatchNorm, column sums, pooling) gives bit for bit the same result on 1 to 4 threads, on
+ *    shapes large enough to be split; the split column sums equal mgt_cpu_colsum's.
  * Each failing check prints its numbers; main returns non-zero if any check failed. */
 #include <cblas.h>
 #include <math.h>
@@ -1282,7 +1282,7 @@ static void lane_blas_threads(void *p, int lane) {
 
 /* Every op that splits its work, on a backend with `threads` lanes; outputs into out[]. The
  * shapes are past the ops' thresholds for splitting (2^16 elements). */
-enum { LANE_OUTS = 24 }; /* outputs lane_outs() writes, at most */
+enum { LANE_OUTS = 26 }; /* outputs lane_outs() writes, at most */
 typedef struct {
     int n, h, w, c; /* activation shape; pooling 2x2 stride 2 and 3x3 stride 2 on it */
     const float *x, *dy, *gamma, *beta;
@@ -1313,6 +1313,14 @@ static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t
     o->dropout_bwd(be, k->n, row, 0.6f, 7, 0, e);
     /* BatchNorm: sums, mean/invstd from them, apply, and both backward passes (the six
      * per-channel vectors side by side in one output) */
+    /* column sums alone (a convolution's bias gradient): mgt_cpu_colsum's values, bit for bit */
+    float *cs = out[m], *want = out[m + 1];
+    len[m] = len[m + 1] = (size_t)k->c;
+    m += 2;
+    mgt_cpu_channel_sums(be, (size_t)rows, k->c, k->dy, cs, NULL);
+    mgt_cpu_colsum((size_t)rows, k->c, k->dy, want);
+    CHECK(memcmp(cs, want, sizeof(float) * (size_t)k->c) == 0,
+          "mgt_cpu_channel_sums differs from mgt_cpu_colsum");
     float *v = out[m], *y = out[m + 1], *dx = out[m + 2];
     len[m++] = 6 * (size_t)k->c;
     len[m] = len[m + 1] = cnt;
