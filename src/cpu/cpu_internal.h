@@ -15,6 +15,7 @@
 #ifndef MGT_CPU_INTERNAL_H
 #define MGT_CPU_INTERNAL_H
 
+#include <cblas.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,12 @@ void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
  * rows), so that the results do not depend on the number of threads. */
 void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+/* C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm (OpenBLAS single-threaded): the
+ * larger GEMMs are cut into parts fixed by the shape alone (rows or columns of C) that the lanes
+ * take, so the result is the same on any number of threads. l may be NULL. */
+void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc);
 
 /* The hot loops are compiled three times, for x86-64-v4 (AVX-512: 64-bit multiplies, masks
  * and 32 vector registers; GCC still prefers 256-bit vectors there), for x86-64-v3 (AVX2, FMA)
@@ -61,7 +68,7 @@ typedef struct mgt_cpu_impl {
      * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
     float *scratch;
     size_t scratch_bytes;
-    int threads;          /* OpenBLAS threads asked for at init (0: left as the library had it) */
+    int threads;          /* threads asked for at init (0: as many as OpenBLAS would have used) */
     mgt_cpu_lanes *lanes; /* one per thread the backend was given, for the passes split in lanes */
 } mgt_cpu_impl;
 

@@ -12,10 +12,12 @@
  *    independence from how the batch is split; optimizer steps against hand-computed values;
  *    cross-entropy on small hand examples;
  *  - the lanes (src/cpu/cpu_lanes.c): a split range visits every item exactly once in parts
- *    cut at multiples of 16, BLAS runs single-threaded inside a lane and gets its thread count
- *    back after, and every op that splits its work across lanes (activations, dropout,
- *    BatchNorm, column sums, pooling) gives bit for bit the same result on 1 to 4 threads, on
- *    shapes large enough to be split; the split column sums equal mgt_cpu_colsum's.
+ *    cut at multiples of 16, BLAS runs single-threaded inside the lanes (one lane too) and gets
+ *    its thread count back after, and every op that splits its work across lanes (activations,
+ * dropout, BatchNorm, column sums, pooling) gives bit for bit the same result on 1 to 4 threads, on
+ *    shapes large enough to be split; the split column sums equal mgt_cpu_colsum's; GEMMs
+ *    split across the lanes (mgt_cpu_gemm), every transpose, within gamma(K + 2) of a double
+ *    reference and bit for bit the same on 1 to 4 lanes.
  * Each failing check prints its numbers; main returns non-zero if any check failed. */
 #include <cblas.h>
 #include <math.h>
@@ -1356,6 +1358,74 @@ static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t
     return m;
 }
 
+/* mgt_cpu_gemm against a double reference and bit for bit on 1 to 4 lanes. Shapes above and
+ * below the size it splits at, split by rows (M >= N) and by columns, every transpose, with
+ * leading dimensions wider than the matrices. */
+static void test_lanes_gemm(void) {
+    const int shapes[][3] = {
+        {8, 5, 3}, {300, 70, 250}, {70, 301, 260}, {128, 128, 600}, {1000, 40, 130}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            const CBLAS_TRANSPOSE ta = t & 1 ? CblasTrans : CblasNoTrans;
+            const CBLAS_TRANSPOSE tb = t & 2 ? CblasTrans : CblasNoTrans;
+            /* row-major storage: op(A) is M x K, stored K x M when transposed */
+            const int lda = (ta == CblasNoTrans ? K : M) + 3,
+                      ldb = (tb == CblasNoTrans ? N : K) + 5;
+            const int ldc = N + 7;
+            const size_t na = (size_t)(ta == CblasNoTrans ? M : K) * lda;
+            const size_t nb = (size_t)(tb == CblasNoTrans ? K : N) * ldb, nc = (size_t)M * ldc;
+            float *a = fbuf(na), *b = fbuf(nb), *c0 = fbuf(nc), *ref1 = fbuf(nc), *c = fbuf(nc);
+            fill(a, na, -1, 1);
+            fill(b, nb, -1, 1);
+            fill(c0, nc, -1, 1);
+            const float alpha = 0.75f, beta = t == 3 ? 0.0f : 0.5f;
+            /* the exact result and the sum of absolute terms, in double */
+            double worst = 0.0;
+            for (int lanes = 1; lanes <= 4; lanes++) {
+                mgt_cpu_lanes *l = mgt_cpu_lanes_create(lanes);
+                memcpy(c, c0, sizeof(float) * nc);
+                mgt_cpu_gemm(l, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+                mgt_cpu_lanes_destroy(l);
+                if (lanes == 1) {
+                    memcpy(ref1, c, sizeof(float) * nc);
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) {
+                            double r = 0.0, ar = 0.0;
+                            for (int k = 0; k < K; k++) {
+                                const double p =
+                                    (double)a[ta == CblasNoTrans ? i * lda + k : k * lda + i] *
+                                    b[tb == CblasNoTrans ? k * ldb + j : j * ldb + k];
+                                r += p;
+                                ar += fabs(p);
+                            }
+                            const double cij = c0[i * ldc + j];
+                            const double want = alpha * r + beta * cij;
+                            /* K products summed in any order (gamma(K)), times alpha, plus
+                             * beta C: gamma(K + 2) of the absolute terms */
+                            const double bound =
+                                opcheck_gamma(K + 2.0) * (fabs(alpha) * ar + fabs(beta * cij));
+                            const double e = fabs(c[i * ldc + j] - want) / (bound > 0 ? bound : 1);
+                            worst = e > worst ? e : worst;
+                        }
+                    int gaps = 1; /* columns past N are not written */
+                    for (int i = 0; i < M; i++)
+                        for (int j = N; j < ldc; j++)
+                            gaps &= c[i * ldc + j] == c0[i * ldc + j];
+                    CHECK(worst <= 1.0 && gaps,
+                          "mgt_cpu_gemm %dx%dx%d (%c%c): error %.3g of the bound, gap %s", M, N, K,
+                          ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', worst,
+                          gaps ? "untouched" : "written");
+                } else {
+                    CHECK(memcmp(c, ref1, sizeof(float) * nc) == 0,
+                          "mgt_cpu_gemm %dx%dx%d (%c%c) on %d lanes differs from 1 lane", M, N, K,
+                          ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', lanes);
+                }
+            }
+        }
+    tmp_free_all();
+}
+
 static void test_lanes(void) {
     /* split ranges: each item once, parts cut at multiples of 16 */
     const size_t ns[] = {0, 1, 15, 16, 17, 100, 1000, 100003};
@@ -1385,7 +1455,8 @@ static void test_lanes(void) {
                       "exactly once, %d parts, %d not at a multiple of 16",
                       ns[a], mins[b], lanes, wrong, parts, atomic_load(&c.misaligned));
             }
-        /* BLAS inside a lane: one thread (the lanes are the parallelism); restored after */
+        /* BLAS inside the lanes, one lane too: one thread (the lanes are the parallelism, and
+         * results must not depend on their number); restored after */
         openblas_set_num_threads(3);
         atomic_int threads[4];
         for (int i = 0; i < 4; i++)
@@ -1393,13 +1464,14 @@ static void test_lanes(void) {
         mgt_cpu_lanes_run(l, lanes, lane_blas_threads, threads);
         int inside_ok = 1;
         for (int i = 0; i < lanes; i++)
-            inside_ok &= atomic_load(&threads[i]) == (lanes > 1 ? 1 : 3);
+            inside_ok &= atomic_load(&threads[i]) == 1;
         CHECK(inside_ok && openblas_get_num_threads() == 3,
-              "%d lanes: BLAS threads inside the lanes %d %d %d %d (want %d), after %d (want 3)",
+              "%d lanes: BLAS threads inside the lanes %d %d %d %d (want 1), after %d (want 3)",
               lanes, atomic_load(&threads[0]), atomic_load(&threads[1]), atomic_load(&threads[2]),
-              atomic_load(&threads[3]), lanes > 1 ? 1 : 3, openblas_get_num_threads());
+              atomic_load(&threads[3]), openblas_get_num_threads());
         mgt_cpu_lanes_destroy(l);
     }
+    openblas_set_num_threads(1); /* as the backend holds it */
 
     /* the split ops, bit for bit on 1 to 4 threads */
     lane_case k = {.n = 24, .h = 13, .w = 11, .c = 40};
@@ -1457,6 +1529,7 @@ int main(void) {
     test_layout(&be);
     test_optim(&be);
     test_lanes();
+    test_lanes_gemm();
     mgt_backend_destroy(&be);
     tmp_free_all();
     return opcheck_finish("test_ops");
