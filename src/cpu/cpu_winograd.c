@@ -734,7 +734,7 @@ struct wino_job {
     int lanes;
     int c, oc;          /* the layer's channels (for backward data, g's are swapped) */
     size_t tc, nchunks; /* tiles per chunk, chunks */
-    atomic_size_t next; /* next chunk to take (forward, backward data) */
+    atomic_size_t next; /* next chunk (forward, backward data) or half (backward filter) */
     float *U;           /* transformed filters (or S0, with S1 = U + plane) */
     size_t plane;       /* floats of S0 (backward filter) */
     float *lane0;       /* lane l's buffers at lane0 + l * lane_floats */
@@ -882,13 +882,19 @@ static void wino_task_grad(wino_job *job, int lane) {
     float *vp = job->lane0 + (size_t)lane * job->lane_floats;
     const wino_buf X = wino_buf_at(vp, job->tc, xs);
     const wino_buf D = wino_buf_at(vp + align16(job->tc * P * xs), job->tc, ds);
-    memset(vp, 0, sizeof(float) * job->lane_floats);
+    int zeroed = 0;
     /* S_xi = sum over tiles of D_xi^T X_xi (rows oc), or of X_xi^T D_xi (rows c) */
     const wino_buf rows_op = roc ? D : X, cols_op = roc ? X : D;
     const size_t rows = pad_up((size_t)(roc ? oc : c), GEMM_MR);
     const size_t cols = pad_up((size_t)(roc ? c : oc), GEMM_NR);
-    const int lanes = job->lanes < WINO_GROUPS ? job->lanes : WINO_GROUPS;
-    for (int h = lane; h < WINO_GROUPS; h += lanes) {
+    for (;;) { /* the halves go to whichever lane is free: a late worker leaves its half */
+        const size_t h = atomic_fetch_add(&job->next, 1);
+        if (h >= WINO_GROUPS)
+            break;
+        if (!zeroed) {
+            memset(vp, 0, sizeof(float) * job->lane_floats);
+            zeroed = 1;
+        }
         float *S = job->U + (size_t)h * job->plane;
         const size_t k0 = job->nchunks * (size_t)h / WINO_GROUPS,
                      k1 = job->nchunks * (size_t)(h + 1) / WINO_GROUPS;
