@@ -44,14 +44,78 @@ static const char *errstr(int e) {
 
 typedef struct afile {
     FILE *f;
-    const char *path;
+    const char *path;      /* as the caller named it, for messages */
+    char target[PATH_MAX]; /* what is written: path, or the file a symbolic link at path names */
     char tmp[PATH_MAX + 32];
 } afile;
+
+/* The folder a path names a file in: "." for a bare name. */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m)                 ? "a folder"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISFIFO(m)              ? "a pipe"
+           : S_ISSOCK(m)              ? "a socket"
+                                      : "not a regular file";
+}
+
+/* The check of mgt_output_check; on success `target` holds the file to replace (for a symbolic
+ * link to a regular file, the file it names). */
+static int output_target(const char *path, const char *what, char *target, size_t cap,
+                         mgt_err *err) {
+    const char *sep = what ? " " : "";
+    what = what ? what : "";
+    size_t n = strlen(path);
+    if (n == 0 || n >= cap)
+        return mgt_errf(err, "%s%s%.80s: the path is empty or too long; choose a shorter path",
+                        what, sep, path);
+    memcpy(target, path, n + 1);
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        if (S_ISLNK(sb.st_mode)) {
+            char *real = realpath(path, NULL);
+            int ok = real && stat(real, &sb) == 0 && S_ISREG(sb.st_mode) && strlen(real) < cap;
+            if (ok)
+                snprintf(target, cap, "%s", real);
+            free(real);
+            if (!ok)
+                return mgt_errf(err,
+                                "%s%s%s is a symbolic link to something that is not a regular "
+                                "file (or to nothing); mgtrain writes regular files only: name a "
+                                "regular file or a new path",
+                                what, sep, path);
+        } else if (!S_ISREG(sb.st_mode)) {
+            return mgt_errf(err,
+                            "%s%s%s is %s, not a regular file: mgtrain writes a new file and "
+                            "renames it onto the path, which would replace it; name a regular "
+                            "file or a new path",
+                            what, sep, path, kind_of(sb.st_mode));
+        }
+    }
+    return 0; /* a new name: whether its folder can take it, creating the file tells */
+}
+
+int mgt_output_check(const char *path, const char *what, mgt_err *err) {
+    char target[PATH_MAX];
+    return output_target(path, what, target, sizeof target, err);
+}
 
 static int af_open(afile *a, const char *path, mgt_err *err) {
     a->f = NULL;
     a->path = path;
-    int n = snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    a->tmp[0] = 0;
+    if (output_target(path, NULL, a->target, sizeof a->target, err) < 0)
+        return -1;
+    int n = snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", a->target, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof a->tmp)
         return mgt_errf(err, "%s: path too long; choose a shorter output path", path);
     int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -106,7 +170,7 @@ static int af_commit(afile *a, mgt_err *err) {
         return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
                         errstr(e));
     }
-    if (rename(a->tmp, a->path) != 0) {
+    if (rename(a->tmp, a->target) != 0) {
         int e = errno;
         unlink(a->tmp);
         return mgt_errf(err, "%s: cannot write: renaming %s onto it failed (%s)", a->path, a->tmp,
@@ -115,13 +179,7 @@ static int af_commit(afile *a, mgt_err *err) {
 
     /* The folder entry: without this fsync the rename itself may not survive a crash. */
     char dir[PATH_MAX];
-    const char *slash = strrchr(a->path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == a->path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->path), a->path);
+    dir_of(a->target, dir, sizeof dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) { /* EINVAL: fs without folder fsync */
         int e = errno;

@@ -7,7 +7,8 @@
  *
  * Every write is atomic: PATH.tmp.<pid> is written, fsync'ed, renamed onto PATH and the directory
  * fsync'ed, so a crash leaves the old file or the new one, never half of one. A failed write
- * removes its temporary file and leaves PATH as it was. */
+ * removes its temporary file and leaves PATH as it was. Only regular files (or new names) are
+ * written: a PATH that is a device, folder or pipe is refused, never replaced. */
 #ifndef MGT_TENSOR_IO_H
 #define MGT_TENSOR_IO_H
 
@@ -56,5 +57,12 @@ int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t col
 
 /* Writes `len` bytes to path atomically (temporary file, fsync, rename, directory fsync). */
 int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err);
+
+/* Whether the writers above may write `path`: it must be a new name, or a regular file (or a
+ * symbolic link to one: the link is kept and its target replaced). Anything
+ * else, a device such as /dev/null, a folder, a pipe or a socket, is refused: the rename would
+ * replace it with a regular file. Every writer checks this itself; callers use it to refuse a
+ * bad path before any work. `what` (e.g. "--timeline", may be NULL) starts the message. */
+int mgt_output_check(const char *path, const char *what, mgt_err *err);
 
 #endif

@@ -354,22 +354,27 @@ static void make_out_dir(job *j) {
         snprintf(j->out, sizeof j->out, "%s", o->out);
     else
         snprintf(j->out, sizeof j->out, "runs/%s", j->m.name);
-    if (j->rt->rank != 0)
-        return;
-    char tmp[512];
+    /* Rank 0 creates it; a folder that cannot be made ends every rank alike. */
+    char tmp[512], msg[700];
+    const char *failed = NULL;
     snprintf(tmp, sizeof tmp, "%s", j->out);
-    for (char *p = tmp + 1;; p++) {
+    for (char *p = tmp + 1; j->rt->rank == 0 && !failed; p++) {
         int end = *p == 0;
         if (*p == '/' || end) {
             *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                mgt_die("cannot create output folder %s: %s; pass --out with a writable folder",
-                        tmp, strerror(errno));
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+                snprintf(msg, sizeof msg,
+                         "cannot create output folder %s: %s; pass --out with "
+                         "a writable folder",
+                         tmp, strerror(errno));
+                failed = msg;
+            }
             if (end)
                 break;
             *p = '/';
         }
     }
+    mgt_die_all_if_root(failed);
 }
 
 /* OUT/run.json: what the run was, for plots and for people reading the folder later. */

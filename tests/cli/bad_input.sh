@@ -5,6 +5,52 @@
 source "$(dirname "$0")/lib.bash"
 cfg() { printf '%s\n' "$@" >m.cfg; }
 base=(--data synthetic --verbose 0 --max-steps 2)
+# one_line NAME PATTERN CMD... : an error every rank meets: exit status 2, exactly one line.
+one_line() {
+  local name=$1 pat=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qE -- "$pat" <<<"$out"; then ok "$name"
+  else bad "$name (exit $rc, wanted 2 and one line /$pat/):"; echo "$out" | head -20; fi
+}
+# Open MPI's -q keeps mpirun's own notice about a non-zero exit status out of the output.
+quiet_mpi() { local np=$1; shift; timeout 120 mpirun -q --oversubscribe --bind-to none -np "$np" "$MGT_BIN" "$@"; }
+
+# Errors every rank meets end with one line from rank 0 and exit 2 on every rank, never with
+# MPI_Abort's banner, however the ranks race: many times under mpirun -np 2.
+one_line "flag typo, one process" "^mgtrain: unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
+odd=0
+for i in $(seq 20); do
+  out=$(quiet_mpi 2 --epoch 3 2>&1); rc=$?
+  if [ $rc -ne 2 ] || [ "$(wc -l <<<"$out")" -ne 1 ] || ! grep -q "^mgtrain: unknown flag --epoch" <<<"$out"; then
+    odd=$((odd + 1)); echo "run $i: exit $rc:"; echo "$out" | head -12
+  fi
+done
+[ $odd -eq 0 ] && ok "flag typo under mpirun -np 2, 20 runs: one line and exit 2 every time" || bad "flag typo under mpirun: $odd of 20 runs differ"
+odd=0
+for i in $(seq 5); do # without -q mpirun adds its notice, after our line, and never an abort banner
+  out=$(mpi 2 --epoch 3 2>&1); rc=$?
+  if [ $rc -ne 2 ] || [ "$(grep -c "unknown flag" <<<"$out")" -ne 1 ] || ! head -1 <<<"$out" | grep -q "^mgtrain: unknown flag" ||
+     grep -qE "MPI_ABORT|ORTE_ERROR_LOG|^rank [0-9]" <<<"$out"; then
+    odd=$((odd + 1)); echo "run $i: exit $rc:"; echo "$out" | head -12
+  fi
+done
+[ $odd -eq 0 ] && ok "plain mpirun: our line first and once, no MPI_ABORT banner, exit 2" || bad "plain mpirun: $odd of 5 runs differ"
+one_line "bad model file under mpirun -np 2" "^mgtrain: nope.cfg|cannot open model file nope.cfg" quiet_mpi 2 --model nope.cfg
+touch plainfile
+one_line "output folder rank 0 cannot create, under mpirun -np 2" "^mgtrain: cannot create output folder plainfile/run" \
+  quiet_mpi 2 --data synthetic --out plainfile/run --verbose 0
+one_line "single-dash flags are named as given" "^mgtrain: unknown flag -xy for mgtrain train: flags are spelled out" "$MGT_BIN" -xy
+one_line "a value on a flag that takes none" "^mgtrain: --resume takes no value" "$MGT_BIN" --resume=yes
+one_line "--lr beyond float32" "^mgtrain: --lr 1e39: expected a positive number" "$MGT_BIN" --lr 1e39 --data synthetic
+long=$(printf 'd%.0s' $(seq 600))
+one_line "--out over 511 characters" "^mgtrain: --out d{40}\.\.\.: the path has 600 characters, more than the 511" "$MGT_BIN" --out "$long" --data synthetic
+[ ! -e "$long" ] && [ ! -e "${long:0:511}" ] && ok "nothing created for the over-long --out" || bad "an over-long --out created something"
+one_line "--timeline naming a device" "^mgtrain: --timeline /dev/null is a device, not a regular file" "$MGT_BIN" --timeline /dev/null --data synthetic --out tl
+one_line "predict --output naming a device" "^mgtrain: --output /dev/null is a device" \
+  "$MGT_BIN" predict --output /dev/null --weights none.safetensors --data synthetic
+[ -c /dev/null ] && [ ! -e tl ] && ok "/dev/null is still a device and no run was started" || bad "/dev/null replaced or a run started"
+one_line "--out naming a file" "^mgtrain: --out plainfile exists and is not a folder" "$MGT_BIN" --out plainfile --data synthetic
 
 expect_fail "unknown flag suggests the closest" "unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
 expect_fail "bad flag value" "--epochs x: expected a whole number" "$MGT_BIN" --epochs x

@@ -7,8 +7,9 @@
  * wrong dtype, offsets that disagree with the shape, names too long); files written by other tools
  * without a crc32 are accepted. Atomicity: a write into a missing folder or under a regular file
  * fails and creates nothing; a write that fails midway (file size limit) or at the rename leaves
- * the existing file byte-for-byte as it was and no temporary file behind. The .npy header is
- * checked byte-exactly, and numpy itself loads the file when /usr/bin/python3 has numpy. */
+ * the existing file byte-for-byte as it was and no temporary file behind; a device, pipe or
+ * folder is never replaced, a symbolic link to a regular file is written through. The .npy header
+ * is checked byte-exactly, and numpy itself loads the file when /usr/bin/python3 has numpy. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -391,13 +392,44 @@ static void test_atomic(tally *t, const char *dir) {
     CHECK(t, mgt_safetensors_read(path, &st, &err) == 0 && st.nt == 1);
     mgt_safetensors_free(&st);
 
-    /* A failing rename (PATH is a non-empty folder): the folder stays, the temp file goes. */
+    /* PATH is a folder: refused before anything is written; the folder stays. */
     snprintf(sub, sizeof sub, "%s/afolder", dir);
     CHECK(t, mkdir(sub, 0755) == 0);
     snprintf(path, sizeof path, "%s/afolder/inside", dir);
     CHECK(t, spit(path, "x", 1) == 0);
-    CHECK_ERR(t, mgt_atomic_write(sub, "data", 4, &err), &err, sub, "cannot write");
+    CHECK_ERR(t, mgt_atomic_write(sub, "data", 4, &err), &err, sub, "is a folder",
+              "not a regular file");
     CHECK(t, stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(path, &sb) == 0);
+
+    /* Only regular files are replaced: a device, a pipe and a link to a folder are refused
+     * (the rename would put a regular file in their place), a link to a regular file keeps
+     * the link and replaces its target, a dangling link is refused. */
+    CHECK_ERR(t, mgt_atomic_write("/dev/null", "x", 1, &err), &err, "/dev/null", "a device");
+    CHECK(t, stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    CHECK_ERR(t, mgt_output_check("/dev/null", "--timeline", &err), &err,
+              "--timeline /dev/null is a device");
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    CHECK(t, mkfifo(path, 0600) == 0);
+    CHECK_ERR(t, mgt_npy_write(path, x, 1, 3, &err), &err, path, "a pipe");
+    CHECK(t, stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    snprintf(sub, sizeof sub, "%s/real.bin", dir);
+    CHECK(t, spit(sub, "old", 3) == 0);
+    snprintf(path, sizeof path, "%s/link.bin", dir);
+    CHECK(t, symlink(sub, path) == 0);
+    CHECK(t, mgt_output_check(path, NULL, &err) == 0);
+    CHECK(t, mgt_atomic_write(path, "new!", 4, &err) == 0);
+    b = slurp(sub, &len);
+    CHECK(t, b && len == 4 && memcmp(b, "new!", 4) == 0);
+    free(b);
+    CHECK(t, lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode));
+    snprintf(path, sizeof path, "%s/dirlink", dir);
+    snprintf(sub, sizeof sub, "%s/afolder", dir);
+    CHECK(t, symlink(sub, path) == 0);
+    CHECK_ERR(t, mgt_atomic_write(path, "x", 1, &err), &err, path, "symbolic link");
+    snprintf(path, sizeof path, "%s/dangling", dir);
+    CHECK(t, symlink("/nonexistent/target", path) == 0);
+    CHECK_ERR(t, mgt_atomic_write(path, "x", 1, &err), &err, path, "symbolic link");
+    CHECK(t, mgt_output_check("brand-new-name.bin", NULL, &err) == 0);
 
     CHECK(t, count_tmp(dir) == 0);
 }
