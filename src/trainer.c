@@ -290,6 +290,8 @@ static void alloc_all(job *j) {
     int64_t b = m->train.batch_size;
     int max_batch = (int)((b + world - 1) / world);
     mgt_err e;
+    if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
+        mgt_die_all("%s", e.msg);
     if (mgt_model_alloc(m, &j->be, max_batch, &e) < 0)
         mgt_die("%s", e.msg);
     if (mgt_optim_init(&j->opt, &m->train, &j->be, m->param_count, &e) < 0)

@@ -84,6 +84,39 @@ out=$("$MGT_BIN" summary --model m.cfg 2>&1)
 grep -q "flatten_1 (flatten) *(16)" <<<"$out" && grep -q "dense_1 (dense) *(8) *136" <<<"$out" && grep -q "dense_2 (dense) *(3) *27" <<<"$out" \
   && ok "repeated and empty sections are separate layers" || { bad "summary of repeated sections"; echo "$out"; }
 
+# Capacities: tables grow with the model, sizes are computed in 64 bits and checked.
+python3 - <<'PY'
+cfg = ["[input]", "shape = 4,4,1", "[flatten]"]
+for i in range(200):
+    cfg += ["[dense]", "units = 8", "activation = relu"]
+cfg += ["[dense]", "units = 3", "[train]", "optimizer = sgd", "loss = sparse_categorical_crossentropy", "batch_size = 8"]
+open("deep.cfg", "w").write("\n".join(cfg) + "\n")
+wide = ["[input]", "shape = 1,1,1"] + ["[activation]", "type = relu"] * 4097 + ["[dense]", "units = 2"]
+open("many.cfg", "w").write("\n".join(wide) + "\n[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 8\n")
+PY
+s=$("$MGT_BIN" summary --model deep.cfg 2>&1)
+grep -q "dense_129 (dense) *(8) relu *72$" <<<"$s" && grep -q "dense_201 (dense) *(3) *27$" <<<"$s" && grep -q "Total params: 14,491" <<<"$s" \
+  && ok "201 dense layers: every layer's parameters counted" || { bad "summary of 201 dense layers"; tail -5 <<<"$s"; }
+"$MGT_BIN" --model deep.cfg --data synthetic --max-steps 2 --verbose 0 --out deep >deep.log 2>&1 && [ -s deep/weights.safetensors ] \
+  && ok "201 dense layers train" || { bad "201 dense layers do not train"; tail -5 deep.log; }
+one_line "more layers than supported" "^mgtrain: many.cfg:[0-9]+: more than 4096 layers" "$MGT_BIN" summary --model many.cfg
+too_large() { # too_large NAME PATTERN MODEL-LINES... : the model is refused as too large, nothing overflows
+  local name=$1 pat=$2 out rc; shift 2
+  cfg "$@"
+  out=$("$MGT_BIN" --model m.cfg "${base[@]}" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "model too large" <<<"$out" && grep -qE -- "$pat" <<<"$out"; then ok "$name"
+  else bad "$name (exit $rc):"; echo "$out" | head -5; fi
+}
+T=("[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8")
+too_large "input of 100000x100000x3" "m.cfg:2: \[input\] shape = 100000,100000,3: .*30000000000 values" "[input]" "shape = 100000,100000,3" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+too_large "kernel of 2e9" "m.cfg:3: \[conv2d\] conv2d_1: .*weight" "[input]" "shape = 28,28,1" "[conv2d]" "filters = 4" "kernel = 2000000000" "padding = same" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+too_large "stride and kernel near INT_MAX" "m.cfg:3: \[conv2d\]" "[input]" "shape = 28,28,3" "[conv2d]" "filters = 1" "kernel = 2147483647,2" "stride = 2147483647" "padding = same" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+too_large "dense of 2e9 units" "m.cfg:4: \[dense\] dense_1: .*weight" "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 2000000000" "[dense]" "units = 10" "${T[@]}"
+too_large "conv output over 2^31 values" "m.cfg:3: \[conv2d\] conv2d_1: model too large: its output holds 3211264000" "[input]" "shape = 28,28,1" "[conv2d]" "filters = 4096000" "kernel = 1" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+cfg "[input]" "shape = 4000,4000,3" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 1000"
+one_line "a batch too large for the model, on 2 ranks" "^mgtrain: model too large for a local batch of 500: the input holds 48000000 values per sample.*at most .*44 samples" \
+  quiet_mpi 2 --model m.cfg --data synthetic --verbose 0
+
 # Data files: truncated, lying, missing.
 mkdir -p d
 python3 - <<'PY'
@@ -123,6 +156,24 @@ expect_fail "resume with another optimizer" "saved with optimizer adam but this 
 [ "$sum" = "$(md5sum mlp/checkpoint.safetensors)" ] && ok "checkpoint untouched by failed resumes" || bad "checkpoint changed"
 expect_fail "resume without checkpoint" "no checkpoint at nowhere/checkpoint.safetensors" "$MGT_BIN" --data synthetic --out nowhere --resume
 expect_fail "output folder that cannot exist" "cannot create output folder" "$MGT_BIN" --data synthetic --out /proc/nope/run
+
+# Weights with a NaN (no CRC, as PyTorch writes them) are refused at load, naming the tensor.
+python3 - <<'PY'
+import json, struct
+b = open("mlp/weights.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h.pop("__metadata__")
+data = bytearray(b[8 + n:])
+begin = h["dense_2.bias"]["data_offsets"][0]
+data[begin + 12:begin + 16] = struct.pack("<f", float("nan"))
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open("nan.safetensors", "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+expect_fail "NaN in --init-weights names the file and the tensor" "nan.safetensors: tensor 'dense_2.bias' holds a NaN at index 3" \
+  "$MGT_BIN" --init-weights nan.safetensors --data synthetic --out nanrun --verbose 0
+[ ! -e nanrun/checkpoint.safetensors ] && ok "nothing trained from NaN weights" || bad "a run started from NaN weights"
 
 # Device placement errors that need no GPU to check.
 expect_fail "bad --gpus list" "--gpus 0,x: expected a comma-separated list of device numbers" "$MGT_BIN" --gpus 0,x --data synthetic
