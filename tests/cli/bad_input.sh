@@ -139,6 +139,11 @@ expect_fail "label beyond the classes" "label 12 .*10 classes" "$MGT_BIN" --data
 python3 -c "open('d/train-labels-idx1-ubyte','wb').write(bytes(16))"
 expect_fail "wrong magic" "train-labels-idx1-ubyte.*magic" "$MGT_BIN" --data d --batch-size 10 --verbose 0
 expect_fail "missing data folder" "pass --data" "$MGT_BIN" --data /nonexistent --verbose 0
+# A pipe as a data file or a model file is refused at once (it used to hang with no output).
+mkdir -p fifo && cp d/t10k-* d/train-labels-idx1-ubyte fifo/ && mkfifo fifo/train-images-idx3-ubyte m.fifo
+one_line "a pipe as a data file" "^mgtrain: fifo/train-images-idx3-ubyte is not a regular file" \
+  timeout 60 "$MGT_BIN" --data fifo --batch-size 10 --verbose 0
+one_line "a pipe as the model file" "^mgtrain: model file m.fifo is not a regular file" timeout 60 "$MGT_BIN" --model m.fifo --data synthetic
 
 # Weights that belong to another model; checkpoints are never overwritten by a failed start.
 "$MGT_BIN" --data synthetic --max-steps 3 --batch-size 16 --out mlp --verbose 0 >/dev/null 2>&1 || bad "mlp run"
