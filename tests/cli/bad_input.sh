@@ -160,6 +160,29 @@ expect_fail "resume with another batch size" "global batch 16 but this run uses 
 expect_fail "resume with another optimizer" "saved with optimizer adam but this run uses sgd" "$MGT_BIN" --data synthetic --batch-size 16 --optimizer sgd --out mlp --resume --verbose 0
 [ "$sum" = "$(md5sum mlp/checkpoint.safetensors)" ] && ok "checkpoint untouched by failed resumes" || bad "checkpoint changed"
 expect_fail "resume without checkpoint" "no checkpoint at nowhere/checkpoint.safetensors" "$MGT_BIN" --data synthetic --out nowhere --resume
+# The CRC covers the header and a checkpoint must have one: a step changed in the header, or the
+# crc32 removed and a data byte damaged, are refused.
+mkdir -p edit1 edit2
+python3 - <<'PY'
+import json, struct
+b = open("mlp/checkpoint.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = b[8:8 + n], bytearray(b[8 + n:])
+step = json.loads(h)["__metadata__"]["step"]
+open("edit1/checkpoint.safetensors", "wb").write(b[:8] + h.replace(b'"step":"%s"' % step.encode(), b'"step":"%d"' % (int(step) + 1)) + data)
+j = json.loads(h)
+del j["__metadata__"]["crc32"], j["__metadata__"]["crc32_covers"]
+data[100] ^= 0x40
+j = json.dumps(j, separators=(",", ":")).encode()
+j += b" " * (-len(j) % 8)
+open("edit2/checkpoint.safetensors", "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+expect_fail "a checkpoint whose header was edited" "edit1/checkpoint.safetensors: CRC mismatch.*header and data" \
+  "$MGT_BIN" --data synthetic --batch-size 16 --out edit1 --resume --verbose 0
+expect_fail "a checkpoint without its crc32, damaged" "edit2/checkpoint.safetensors: no crc32 in a file mgtrain wrote" \
+  "$MGT_BIN" --data synthetic --batch-size 16 --out edit2 --resume --verbose 0
+mkfifo w.fifo
+expect_fail "a pipe as --init-weights" "w.fifo is not a regular file" timeout 60 "$MGT_BIN" --init-weights w.fifo --data synthetic --out fifo-run
 expect_fail "output folder that cannot exist" "cannot create output folder" "$MGT_BIN" --data synthetic --out /proc/nope/run
 
 # Weights with a NaN (no CRC, as PyTorch writes them) are refused at load, naming the tensor.
