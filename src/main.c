@@ -54,9 +54,8 @@ int main(int argc, char **argv) {
             fputs(v, stdout);
         }
         break;
-    case MGT_CLI_PLOT:
-        if (rt.rank == 0 && mgt_plot(c.plot_dir, &e) < 0)
-            mgt_die("%s", e.msg);
+    case MGT_CLI_PLOT: /* rank 0 draws; a run folder it cannot plot ends every rank alike */
+        mgt_die_all_if_root(rt.rank == 0 && mgt_plot(c.plot_dir, &e) < 0 ? e.msg : NULL);
         break;
     case MGT_CLI_RUN: {
         const mgt_options *o = &c.o;

@@ -46,10 +46,13 @@ one_line "--lr beyond float32" "^mgtrain: --lr 1e39: expected a positive number"
 long=$(printf 'd%.0s' $(seq 600))
 one_line "--out over 511 characters" "^mgtrain: --out d{40}\.\.\.: the path has 600 characters, more than the 511" "$MGT_BIN" --out "$long" --data synthetic
 [ ! -e "$long" ] && [ ! -e "${long:0:511}" ] && ok "nothing created for the over-long --out" || bad "an over-long --out created something"
-one_line "--timeline naming a device" "^mgtrain: --timeline /dev/null is a device, not a regular file" "$MGT_BIN" --timeline /dev/null --data synthetic --out tl
-one_line "predict --output naming a device" "^mgtrain: --output /dev/null is a device" \
-  "$MGT_BIN" predict --output /dev/null --weights none.safetensors --data synthetic
-[ -c /dev/null ] && [ ! -e tl ] && ok "/dev/null is still a device and no run was started" || bad "/dev/null replaced or a run started"
+# A device of the test's own (a copy of /dev/null's node; a pipe where nodes cannot be made), so
+# that a regression replaces nothing outside the test's folder.
+mknod devnull c 1 3 2>/dev/null && kind="a device" || { mkfifo devnull; kind="a pipe"; }
+one_line "--timeline naming a device" "^mgtrain: --timeline devnull is $kind, not a regular file" "$MGT_BIN" --timeline devnull --data synthetic --out tl
+one_line "predict --output naming a device" "^mgtrain: --output devnull is $kind" \
+  "$MGT_BIN" predict --output devnull --weights none.safetensors --data synthetic
+[ ! -f devnull ] && [ ! -e tl ] && ok "the device is still one and no run was started" || bad "the device was replaced or a run started"
 one_line "--out naming a file" "^mgtrain: --out plainfile exists and is not a folder" "$MGT_BIN" --out plainfile --data synthetic
 
 expect_fail "unknown flag suggests the closest" "unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
