@@ -162,7 +162,8 @@ static int idx_read(const char *path, int images, idx_file *out, mgt_err *err) {
     gzFile f = open_regular(path, &disk, err);
     if (!f)
         return -1;
-    gzbuffer(f, 1u << 20); /* big input buffer: fewer read() calls and inflate restarts */
+    /* A big input buffer: fewer read() calls and inflate restarts; no bigger than the file. */
+    gzbuffer(f, disk < (1 << 20) ? (unsigned)disk + 64 : 1u << 20);
 
     uint8_t hdr[16];
     int64_t got = read_fully(f, hdr, hdr_len, path, err);
