@@ -248,6 +248,10 @@ def mgtrain_version():
                                 "--untracked-files=no"], text=True, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL).stdout.strip()
         v += f" (git {commit}{', with local changes' if dirty else ''})"
+    elif os.environ.get("MGT_SOURCE_COMMIT"):
+        # A checkout copied without its .git (a GPU machine): the commit the carried build was
+        # made from, as tests/gpu/on-device reads it from the build's manifest.
+        v += f" (git {os.environ['MGT_SOURCE_COMMIT']}, from the build's manifest)"
     return v
 
 
@@ -318,15 +322,69 @@ def gpu_count():
     return n
 
 
-def linked_version(binary, lib):
-    """The real file name of `lib` (e.g. libnccl.so.2.28.9) that `binary` loads, via ldd."""
+def ldd_paths(binary):
+    """{soname: the file it resolves to, or None where ldd says "not found"} for `binary`."""
     out = subprocess.run(["ldd", str(binary)], text=True, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL).stdout
+    paths = {}
     for line in out.splitlines():
-        m = re.match(rf"\s*{re.escape(lib)}\S*\s*=>\s*(\S+)", line)
-        if m and os.path.exists(m.group(1)):
-            return os.path.basename(os.path.realpath(m.group(1)))
+        m = re.match(r"\s*(\S+)\s*=>\s*(\S+)", line)
+        if m:
+            paths[m.group(1)] = None if m.group(2) == "not" else m.group(2)
+    return paths
+
+
+def linked_version(binary, lib):
+    """The real file name of `lib` (e.g. libopenblasp-r0.3.21.so) that `binary` loads, via ldd."""
+    for soname, path in ldd_paths(binary).items():
+        if soname.startswith(lib) and path and os.path.exists(path):
+            return os.path.basename(os.path.realpath(path))
     return None
+
+
+# The GPU libraries a CUDA build of mgtrain loads, and the call through which each reports its
+# own version. The file names do not tell (pip's wheels ship libnccl.so.2 and libcudnn.so.9
+# only). None of these calls needs a GPU or a driver: they read constants of the library.
+#   (name, soname prefix, function, signature: "size_t f(void)" or "status f(int *)")
+GPU_LIBS = [("cudart", "libcudart.so", "cudaRuntimeGetVersion", "int_out"),
+            ("cuBLASLt", "libcublasLt.so", "cublasLtGetVersion", "size_t"),
+            ("cuDNN", "libcudnn.so", "cudnnGetVersion", "size_t"),
+            ("NCCL", "libnccl.so", "ncclGetVersion", "int_out")]
+
+
+def version_text(name, code):
+    """cudart codes are 1000 x major + 10 x minor (13000: 13.0); cuBLASLt, cuDNN 9 and NCCL 2.9+
+    codes are 10000 x major + 100 x minor + patch (22809: 2.28.9)."""
+    if name == "cudart":
+        return f"{code // 1000}.{code % 1000 // 10}"
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+
+
+def gpu_lib_versions(binary):
+    """{name: {"version", "code", "path"}} of the GPU libraries `binary` resolves to (ldd, so
+    LD_LIBRARY_PATH counts), each asked for its version through ctypes."""
+    import ctypes
+    paths = ldd_paths(binary)
+    found = {}
+    for name, prefix, func, sig in GPU_LIBS:
+        path = next((p for s, p in paths.items() if s.startswith(prefix) and p), None)
+        if not path:
+            continue
+        try:
+            fn = getattr(ctypes.CDLL(path), func)
+            if sig == "size_t":
+                fn.restype = ctypes.c_size_t
+                code = int(fn())
+            else:
+                out = ctypes.c_int(0)
+                status = fn(ctypes.byref(out))
+                code = out.value if status == 0 else None
+        except (OSError, AttributeError) as e:
+            found[name] = {"version": f"? ({e})", "code": None, "path": path}
+            continue
+        found[name] = {"version": version_text(name, code) if code else "?", "code": code,
+                       "path": path}
+    return found
 
 
 # ---- building and launching ---------------------------------------------------------------
@@ -384,7 +442,8 @@ def mpirun(np, argv, bind="none", cores_per_rank=None):
     to cores_per_rank cores of its own (and uses that many threads)."""
     if not shutil.which("mpirun"):
         die("mpirun not found: install openmpi-bin (launch/install-deps), or on a GPU machine "
-            "source .device/use-openmpi first (see shared/device/README.md)")
+            "with no MPI run tests/gpu/on-device, which brings Open MPI from the kit that "
+            "tests/gpu/prepare-device carries in .device/")
     cmd = ["mpirun", "-np", str(np), "--oversubscribe"]
     if bind == "core":
         cmd += ["--map-by", f"slot:PE={cores_per_rank or 1}", "--bind-to", "core"]
@@ -522,3 +581,14 @@ def md_table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    # python3 bench/benchlib.py gpu-libs BINARY: one line per GPU library BINARY loads,
+    # "name version code path" (tests/gpu/on-device logs these and picks its NCCL route by code).
+    if len(sys.argv) != 3 or sys.argv[1] != "gpu-libs":
+        die("usage: benchlib.py gpu-libs BINARY")
+    if not Path(sys.argv[2]).is_file():
+        die(f"{sys.argv[2]}: no such file")
+    for lib, v in gpu_lib_versions(sys.argv[2]).items():
+        print(lib, v["version"].split(" ")[0], v["code"] or 0, v["path"])

@@ -1,25 +1,16 @@
-/* gpu_backend.c: the GPU backend's op table ("gpu"): device discovery (mgt_gpu_count,
- * mgt_gpu_describe), life cycle (mgt_gpu_backend_init, destroy), device memory, the convolution
- * workspace, dense layers on cuBLAS, and thin wrappers that hand the other ops to the kernels of
- * gpu_kernels.cu (convolutions: gpu_conv.c).
+/* gpu_backend.c: the GPU backend's life cycle and the "gpu" op table: device discovery
+ * (mgt_gpu_count, mgt_gpu_describe), mgt_gpu_backend_init and destroy, device memory, batch
+ * staging, device timing and the convolution workspace. The ops themselves live in one file per
+ * family (gpu_internal.h lists them); the table points straight at their entry points.
  *
  * Ops are queued on the backend's compute stream (non-blocking, so nothing else on the device
  * orders against it); staged batches come in on a copy stream, ordered by events (stage()).
  * Copies to the device return as soon as the host buffer may be reused (pageable memory is staged
  * by the driver). The host waits only in to_host(), sync(), stage_wait() and time_read(), and
  * always by polling an event (mgt_gpu_wait_event), never in a blocking CUDA call that could wait
- * forever behind a collective whose peer died. Any failure after init ends the job through the
- * CHECK_* macros (gpu_check.c); init itself returns -1 with the reason so the trainer can word
- * the message.
- *
- * Dense layers use cuBLAS in column-major terms: a row-major [r][c] matrix is the column-major
- * c x r matrix, its transpose. So y[n][out] = x W^T is, column-major, y^T = W^T(op T) * x^T:
- *     fwd:  Sgemm(T, N, m=out, n=n, k=in,  W (ld in), x (ld in),   y (ld out))
- *     dx:   Sgemm(N, N, m=in,  n=n, k=out, W (ld in), dy (ld out), dx (ld in))
- *     dW:   Sgemm(N, T, m=in,  n=out, k=n, x (ld in), dy (ld out), dW (ld in))
- * Bias: y is filled with the bias rows first and the GEMM adds onto it (beta = 1), as on the CPU.
- * Column sums (db) use the deterministic reduction kernel. Without --tf32, cuBLAS runs in
- * CUBLAS_DEFAULT_MATH, which for float32 never uses TF32; with it, CUBLAS_TF32_TENSOR_OP_MATH. */
+ * forever behind a collective whose peer died. Any failure after init ends the job through
+ * GPU_CHECK (gpu_check.c); init itself returns -1 with the reason so the trainer can word the
+ * message. */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -79,7 +70,7 @@ void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev) {
         if (e == cudaSuccess)
             return;
         if (e != cudaErrorNotReady)
-            mgt_gpu_fail_cuda((int)e, "cudaEventQuery", __FILE__, __LINE__);
+            mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaEventQuery", __FILE__, __LINE__);
         if (im->watch)
             im->watch(im->watch_ctx, mgt_now() - t0);
         /* Spin briefly (most waits are short: a metric read), then sleep between polls so a long
@@ -95,7 +86,7 @@ void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev) {
 
 /* Waits until everything queued on the compute stream so far has run. */
 static void drain(mgt_gpu_impl *im) {
-    CHECK_CUDA(cudaEventRecord(im->wait_ev, im->stream));
+    GPU_CHECK(CUDA, cudaEventRecord(im->wait_ev, im->stream));
     mgt_gpu_wait_event(im, im->wait_ev);
 }
 
@@ -126,7 +117,7 @@ static void *dev_malloc(size_t bytes, const char *what) {
         return NULL;
     }
     if (e != cudaSuccess)
-        mgt_gpu_fail_cuda((int)e, "cudaMalloc", __FILE__, __LINE__);
+        mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaMalloc", __FILE__, __LINE__);
     return p;
 }
 
@@ -158,7 +149,7 @@ static void *gpu_alloc(mgt_backend *be, size_t bytes) {
     void *p = dev_malloc(bytes, "a tensor");
     if (!p)
         return NULL;
-    CHECK_CUDA(cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream));
+    GPU_CHECK(CUDA, cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream));
     im->alloc_p[im->nalloc] = p;
     im->alloc_n[im->nalloc++] = bytes ? bytes : 1;
     account(im, bytes ? bytes : 1, 0);
@@ -171,8 +162,8 @@ static void gpu_free(mgt_backend *be, void *p) {
     if (!p)
         return;
     drain(im);
-    CHECK_CUDA(cudaStreamSynchronize(im->copy_stream));
-    CHECK_CUDA(cudaFree(p));
+    GPU_CHECK(CUDA, cudaStreamSynchronize(im->copy_stream));
+    GPU_CHECK(CUDA, cudaFree(p));
     for (int i = 0; i < im->nalloc; i++)
         if (im->alloc_p[i] == p) {
             account(im, 0, im->alloc_n[i]);
@@ -196,13 +187,13 @@ static void *gpu_host_alloc(mgt_backend *be, size_t bytes) {
 static void gpu_host_free(mgt_backend *be, void *p) {
     (void)be;
     if (p)
-        CHECK_CUDA(cudaFreeHost(p)); /* waits for the copies that read it */
+        GPU_CHECK(CUDA, cudaFreeHost(p)); /* waits for the copies that read it */
 }
 
 static void gpu_to_device(mgt_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes)
-        CHECK_CUDA(
-            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, mgt_gpu_impl_of(be)->stream));
+        GPU_CHECK(CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                        mgt_gpu_impl_of(be)->stream));
 }
 
 /* The wait for the work before the copy is polled; the copy itself, queued on an idle stream,
@@ -211,23 +202,19 @@ static void gpu_to_host(mgt_backend *be, void *dst, const void *src, size_t byte
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     drain(im);
     if (bytes)
-        CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
-    CHECK_CUDA(cudaStreamSynchronize(im->stream));
+        GPU_CHECK(CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
+    GPU_CHECK(CUDA, cudaStreamSynchronize(im->stream));
 }
 
 static void gpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src)
-        CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                                   mgt_gpu_impl_of(be)->stream));
+        GPU_CHECK(CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                        mgt_gpu_impl_of(be)->stream));
 }
 
 static void gpu_zero(mgt_backend *be, void *p, size_t bytes) {
     if (bytes)
-        CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, mgt_gpu_impl_of(be)->stream));
-}
-
-static void gpu_add(mgt_backend *be, size_t n, const float *x, float *y) {
-    mgt_k_add(mgt_gpu_impl_of(be)->stream, n, x, y);
+        GPU_CHECK(CUDA, cudaMemsetAsync(p, 0, bytes, mgt_gpu_impl_of(be)->stream));
 }
 
 static void gpu_sync(mgt_backend *be) {
@@ -240,18 +227,18 @@ static void gpu_stage(mgt_backend *be, int slot, int count, void *const *dst,
                       const void *const *src, const size_t *bytes) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     if (im->released_set[slot]) /* the copies overwrite what that step reads */
-        CHECK_CUDA(cudaStreamWaitEvent(im->copy_stream, im->released[slot], 0));
+        GPU_CHECK(CUDA, cudaStreamWaitEvent(im->copy_stream, im->released[slot], 0));
     for (int i = 0; i < count; i++)
         if (bytes[i])
-            CHECK_CUDA(
-                cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyHostToDevice, im->copy_stream));
-    CHECK_CUDA(cudaEventRecord(im->staged[slot], im->copy_stream));
-    CHECK_CUDA(cudaStreamWaitEvent(im->stream, im->staged[slot], 0));
+            GPU_CHECK(CUDA, cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyHostToDevice,
+                                            im->copy_stream));
+    GPU_CHECK(CUDA, cudaEventRecord(im->staged[slot], im->copy_stream));
+    GPU_CHECK(CUDA, cudaStreamWaitEvent(im->stream, im->staged[slot], 0));
 }
 
 static void gpu_stage_release(mgt_backend *be, int slot) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    CHECK_CUDA(cudaEventRecord(im->released[slot], im->stream));
+    GPU_CHECK(CUDA, cudaEventRecord(im->released[slot], im->stream));
     im->released_set[slot] = 1;
 }
 
@@ -262,7 +249,7 @@ static void gpu_stage_wait(mgt_backend *be, int slot) {
 
 static void gpu_time_mark(mgt_backend *be, int set, int point) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    CHECK_CUDA(cudaEventRecord(im->timing[set][point], im->stream));
+    GPU_CHECK(CUDA, cudaEventRecord(im->timing[set][point], im->stream));
 }
 
 static void gpu_time_read(mgt_backend *be, int set, int npoints, double *sec) {
@@ -273,7 +260,7 @@ static void gpu_time_read(mgt_backend *be, int set, int npoints, double *sec) {
     sec[0] = 0;
     for (int i = 1; i < npoints; i++) {
         float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, im->timing[set][0], im->timing[set][i]));
+        GPU_CHECK(CUDA, cudaEventElapsedTime(&ms, im->timing[set][0], im->timing[set][i]));
         sec[i] = 1e-3 * (double)ms;
     }
 }
@@ -291,7 +278,7 @@ static int grow_workspace(mgt_gpu_impl *im, size_t bytes) {
         /* perhaps only without the old buffer beside it */
         (void)cudaGetLastError();
         if (im->ws)
-            CHECK_CUDA(cudaFree(im->ws));
+            GPU_CHECK(CUDA, cudaFree(im->ws));
         account(im, 0, im->ws_bytes);
         im->ws = NULL;
         im->ws_bytes = 0;
@@ -301,7 +288,7 @@ static int grow_workspace(mgt_gpu_impl *im, size_t bytes) {
     } else {
         account(im, rounded, im->ws_bytes); /* both were held for a moment */
         if (im->ws)
-            CHECK_CUDA(cudaFree(im->ws));
+            GPU_CHECK(CUDA, cudaFree(im->ws));
     }
     im->ws = p;
     im->ws_bytes = rounded;
@@ -361,184 +348,7 @@ static void gpu_destroy(mgt_backend *be) {
     be->ops = NULL;
 }
 
-/* ---- dense (cuBLAS) ------------------------------------------------------------------------ */
-
-static void gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
-                          const float *b, float *y) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    if (n <= 0 || out <= 0)
-        return;
-    float beta = 0.0f;
-    const float one = 1.0f;
-    if (b) {
-        mgt_k_fill_rows(im->stream, (size_t)n, out, b, y);
-        beta = 1.0f;
-    }
-    if (in <= 0) {
-        if (!b)
-            CHECK_CUDA(cudaMemsetAsync(y, 0, sizeof(float) * (size_t)n * out, im->stream));
-        return;
-    }
-    CHECK_CUBLAS(cublasSgemm((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one,
-                             w, in, x, in, &beta, y, out));
-}
-
-static void gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
-                          const float *dy, float *dx, float *dw, float *db) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    cublasHandle_t h = (cublasHandle_t)im->cublas;
-    const float one = 1.0f, zero = 0.0f;
-    if (n < 0)
-        n = 0;
-    if (db)
-        mgt_k_colreduce(im->stream, &im->part, MGT_RED_SUM, (size_t)n, out, dy, NULL, NULL, NULL,
-                        db, NULL);
-    if (in <= 0 || out <= 0) {
-        if (dx && n > 0 && in > 0)
-            CHECK_CUDA(cudaMemsetAsync(dx, 0, sizeof(float) * (size_t)n * in, im->stream));
-        return;
-    }
-    if (dw) {
-        if (n == 0) /* an empty inner dimension: write the zeros ourselves */
-            CHECK_CUDA(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
-        else
-            CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
-                                     &zero, dw, in));
-    }
-    if (dx && n > 0)
-        CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
-                                 &zero, dx, in));
-}
-
-/* ---- the other ops: wrappers around the launchers -------------------------------------------- */
-
-static void gpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
-                            int32_t *argmax) {
-    mgt_k_maxpool_fwd(mgt_gpu_impl_of(be)->stream, s, x, y, argmax);
-}
-
-static void gpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
-                            const int32_t *argmax, float *dx) {
-    mgt_k_maxpool_bwd(mgt_gpu_impl_of(be)->stream, s, dy, argmax, dx);
-}
-
-static void gpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
-    mgt_k_avgpool_fwd(mgt_gpu_impl_of(be)->stream, s, x, y);
-}
-
-static void gpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
-    mgt_k_avgpool_bwd(mgt_gpu_impl_of(be)->stream, s, dy, dx);
-}
-
-static void gpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum,
-                         float *sumsq) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    mgt_k_colreduce(im->stream, &im->part, MGT_RED_SUMSQ, (size_t)(rows > 0 ? rows : 0), c, x, NULL,
-                    NULL, NULL, sum, sumsq);
-}
-
-static void gpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
-                         const float *invstd, const float *gamma, const float *beta, float *y) {
-    mgt_k_bn_apply(mgt_gpu_impl_of(be)->stream, rows, c, x, mean, invstd, gamma, beta, y);
-}
-
-static void gpu_bn_finalize(mgt_backend *be, int c, float count, const float *sum,
-                            const float *sumsq, float eps, float momentum, float *mean,
-                            float *invstd, float *running_mean, float *running_var) {
-    mgt_k_bn_finalize(mgt_gpu_impl_of(be)->stream, c, count, sum, sumsq, eps, momentum, mean,
-                      invstd, running_mean, running_var);
-}
-
-static void gpu_bn_running(mgt_backend *be, int c, float eps, const float *running_mean,
-                           const float *running_var, float *mean, float *invstd) {
-    mgt_k_bn_running(mgt_gpu_impl_of(be)->stream, c, eps, running_mean, running_var, mean, invstd);
-}
-
-static void gpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
-                              const float *mean, const float *invstd, float *dgamma, float *dbeta) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    if (!dgamma && !dbeta)
-        return;
-    mgt_k_colreduce(im->stream, &im->part, MGT_RED_BN_BWD, (size_t)(rows > 0 ? rows : 0), c, x, dy,
-                    mean, invstd, dgamma, dbeta);
-}
-
-static void gpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
-                             const float *dy, const float *mean, const float *invstd,
-                             const float *gamma, const float *dgamma, const float *dbeta,
-                             float *dx) {
-    const float inv_count = count > 0.0f ? 1.0f / count : 0.0f;
-    mgt_k_bn_bwd_apply(mgt_gpu_impl_of(be)->stream, rows, c, inv_count, x, dy, mean, invstd, gamma,
-                       dgamma, dbeta, dx);
-}
-
-/* The keep scale is computed here, in float, exactly as cpu_elem.c does. */
-static void gpu_dropout(mgt_backend *be, int n, int row, float rate, uint64_t key,
-                        uint64_t first_sample, float *x) {
-    const float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
-    mgt_k_dropout(mgt_gpu_impl_of(be)->stream, n, row, rate, keep_scale, key, first_sample, x);
-}
-
-static void gpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
-    mgt_k_act_fwd(mgt_gpu_impl_of(be)->stream, act, n, row, x);
-}
-
-static void gpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
-    mgt_k_act_bwd(mgt_gpu_impl_of(be)->stream, act, n, row, y, dy);
-}
-
-static void gpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits,
-                            const int32_t *labels, float *probs, float *dlogits, float scale,
-                            float *sums) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    mgt_k_xent(im->stream, &im->part, n, k, logits, labels, NULL, probs, dlogits, scale, sums);
-}
-
-static void gpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                           float *probs, float *dlogits, float scale, float *sums) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    mgt_k_xent(im->stream, &im->part, n, k, logits, NULL, targets, probs, dlogits, scale, sums);
-}
-
-static void gpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
-    if (n > 0)
-        mgt_k_transpose(mgt_gpu_impl_of(be)->stream, (size_t)n, (size_t)h * w, (size_t)c, x, y);
-}
-
-static void gpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
-    if (n > 0)
-        mgt_k_transpose(mgt_gpu_impl_of(be)->stream, (size_t)n, (size_t)c, (size_t)h * w, x, y);
-}
-
-static void gpu_synthetic(mgt_backend *be, int n, int64_t elems, int classes, uint64_t pixel_key,
-                          uint64_t template_key, int64_t first, const int64_t *ids, float *x,
-                          int32_t *labels, float *targets) {
-    mgt_k_synthetic(mgt_gpu_impl_of(be)->stream, n, elems, classes, pixel_key, template_key, first,
-                    ids, x, labels, targets);
-}
-
-static void gpu_gather_u8(mgt_backend *be, int n, int64_t elems, int classes, const uint8_t *pixels,
-                          const uint8_t *labels, const int64_t *ids, float *x, int32_t *labels_out,
-                          float *targets) {
-    mgt_k_gather_u8(mgt_gpu_impl_of(be)->stream, n, elems, classes, pixels, labels, ids, x,
-                    labels_out, targets);
-}
-
-static void gpu_sgd(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
-                    float momentum, int nesterov, float wd, float scale) {
-    mgt_k_sgd(mgt_gpu_impl_of(be)->stream, count, w, g, vel, lr, momentum, nesterov, wd, scale);
-}
-
-static void gpu_rmsprop(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
-                        float lr, float rho, float eps, float wd, float scale) {
-    mgt_k_rmsprop(mgt_gpu_impl_of(be)->stream, count, w, g, ms, lr, rho, eps, wd, scale);
-}
-
-static void gpu_adam(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
-                     float lr_t, float beta1, float beta2, float eps, float wd, float scale) {
-    mgt_k_adam(mgt_gpu_impl_of(be)->stream, count, w, g, m, v, lr_t, beta1, beta2, eps, wd, scale);
-}
-
+/* The table: memory, staging and timing from this file, every op straight from its family. */
 static const mgt_ops gpu_ops = {
     .name = "gpu",
     .alloc = gpu_alloc,
@@ -547,7 +357,7 @@ static const mgt_ops gpu_ops = {
     .to_host = gpu_to_host,
     .copy = gpu_copy,
     .zero = gpu_zero,
-    .add = gpu_add,
+    .add = mgt_gpu_add,
     .host_alloc = gpu_host_alloc,
     .host_free = gpu_host_free,
     .sync = gpu_sync,
@@ -556,64 +366,53 @@ static const mgt_ops gpu_ops = {
     .stage_wait = gpu_stage_wait,
     .time_mark = gpu_time_mark,
     .time_read = gpu_time_read,
-    .synthetic = gpu_synthetic,
-    .gather_u8 = gpu_gather_u8,
+    .synthetic = mgt_gpu_synthetic,
+    .gather_u8 = mgt_gpu_gather_u8,
     .reserve = gpu_reserve,
     .destroy = gpu_destroy,
-    .dense_fwd = gpu_dense_fwd,
-    .dense_bwd = gpu_dense_bwd,
+    .dense_fwd = mgt_gpu_dense_fwd,
+    .dense_bwd = mgt_gpu_dense_bwd,
     .conv2d_scratch = mgt_gpu_conv2d_scratch,
     .conv2d_fwd = mgt_gpu_conv2d_fwd,
     .conv2d_bwd = mgt_gpu_conv2d_bwd,
-    .maxpool_fwd = gpu_maxpool_fwd,
-    .maxpool_bwd = gpu_maxpool_bwd,
-    .avgpool_fwd = gpu_avgpool_fwd,
-    .avgpool_bwd = gpu_avgpool_bwd,
-    .bn_stats = gpu_bn_stats,
-    .bn_apply = gpu_bn_apply,
-    .bn_finalize = gpu_bn_finalize,
-    .bn_running = gpu_bn_running,
-    .bn_bwd_reduce = gpu_bn_bwd_reduce,
-    .bn_bwd_apply = gpu_bn_bwd_apply,
-    .dropout_fwd = gpu_dropout,
-    .dropout_bwd = gpu_dropout,
-    .act_fwd = gpu_act_fwd,
-    .act_bwd = gpu_act_bwd,
-    .xent_sparse = gpu_xent_sparse,
-    .xent_dense = gpu_xent_dense,
-    .nhwc_to_chw = gpu_nhwc_to_chw,
-    .chw_to_nhwc = gpu_chw_to_nhwc,
-    .sgd_step = gpu_sgd,
-    .rmsprop_step = gpu_rmsprop,
-    .adam_step = gpu_adam,
+    .maxpool_fwd = mgt_gpu_maxpool_fwd,
+    .maxpool_bwd = mgt_gpu_maxpool_bwd,
+    .avgpool_fwd = mgt_gpu_avgpool_fwd,
+    .avgpool_bwd = mgt_gpu_avgpool_bwd,
+    .bn_stats = mgt_gpu_bn_stats,
+    .bn_apply = mgt_gpu_bn_apply,
+    .bn_finalize = mgt_gpu_bn_finalize,
+    .bn_running = mgt_gpu_bn_running,
+    .bn_bwd_reduce = mgt_gpu_bn_bwd_reduce,
+    .bn_bwd_apply = mgt_gpu_bn_bwd_apply,
+    .dropout_fwd = mgt_gpu_dropout,
+    .dropout_bwd = mgt_gpu_dropout,
+    .act_fwd = mgt_gpu_act_fwd,
+    .act_bwd = mgt_gpu_act_bwd,
+    .xent_sparse = mgt_gpu_xent_sparse,
+    .xent_dense = mgt_gpu_xent_dense,
+    .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
+    .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
+    .optim_step = mgt_gpu_optim_step,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */
 
 /* Init failures return -1 with the call and the library's words; the caller ends the job. */
-#define INIT_CUDA(call)                                                                            \
+#define INIT_CHECK(LIB, call)                                                                      \
     do {                                                                                           \
-        cudaError_t st_ = (call);                                                                  \
-        if (st_ != cudaSuccess) {                                                                  \
-            mgt_errf(err, "GPU %d: %s failed: %s (%s)%s", device, #call, cudaGetErrorString(st_),  \
-                     cudaGetErrorName(st_),                                                        \
-                     st_ == cudaErrorMemoryAllocation ? "; the GPU is full (another process?)"     \
-                                                      : "");                                       \
+        const int st_ = (int)(call);                                                               \
+        if (!mgt_gpu_ok(MGT_GPU_##LIB, st_)) {                                                     \
+            char text_[512];                                                                       \
+            mgt_errf(err, "GPU %d: %s failed: %s%s", device, #call,                                \
+                     mgt_gpu_status_text(MGT_GPU_##LIB, st_, text_, sizeof text_),                 \
+                     MGT_GPU_##LIB == MGT_GPU_CUDA && st_ == (int)cudaErrorMemoryAllocation        \
+                         ? "; the GPU is full (another process?)"                                  \
+                         : "");                                                                    \
             (void)cudaGetLastError();                                                              \
             goto fail;                                                                             \
         }                                                                                          \
     } while (0)
-/* A library call at init (cuBLAS, cuDNN): `ok` is its success status, describe() its words. */
-#define INIT_LIB(call, ok, describe)                                                               \
-    do {                                                                                           \
-        __typeof__(call) st_ = (call);                                                             \
-        if (st_ != (ok)) {                                                                         \
-            mgt_errf(err, "GPU %d: %s failed: %s", device, #call, describe(st_));                  \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
-#define INIT_CUBLAS(call) INIT_LIB(call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
-#define INIT_CUDNN(call) INIT_LIB(call, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
 
 int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
     char why[256] = "";
@@ -632,31 +431,31 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
     im->tf32 = tf32 != 0;
     cublasHandle_t blas = NULL;
     cudnnHandle_t dnn = NULL;
-    INIT_CUDA(cudaSetDevice(device));
-    INIT_CUDA(cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
-    INIT_CUDA(cudaStreamCreateWithFlags(&im->copy_stream, cudaStreamNonBlocking));
-    INIT_CUDA(cudaEventCreateWithFlags(&im->wait_ev, cudaEventDisableTiming));
+    INIT_CHECK(CUDA, cudaSetDevice(device));
+    INIT_CHECK(CUDA, cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    INIT_CHECK(CUDA, cudaStreamCreateWithFlags(&im->copy_stream, cudaStreamNonBlocking));
+    INIT_CHECK(CUDA, cudaEventCreateWithFlags(&im->wait_ev, cudaEventDisableTiming));
     for (int i = 0; i < 2; i++) {
-        INIT_CUDA(cudaEventCreateWithFlags(&im->staged[i], cudaEventDisableTiming));
-        INIT_CUDA(cudaEventCreateWithFlags(&im->released[i], cudaEventDisableTiming));
+        INIT_CHECK(CUDA, cudaEventCreateWithFlags(&im->staged[i], cudaEventDisableTiming));
+        INIT_CHECK(CUDA, cudaEventCreateWithFlags(&im->released[i], cudaEventDisableTiming));
     }
     for (int i = 0; i < MGT_TIME_SETS; i++)
         for (int k = 0; k < MGT_TIME_POINTS; k++)
-            INIT_CUDA(cudaEventCreate(&im->timing[i][k]));
-    INIT_CUBLAS(cublasCreate(&blas));
+            INIT_CHECK(CUDA, cudaEventCreate(&im->timing[i][k]));
+    INIT_CHECK(CUBLAS, cublasCreate(&blas));
     im->cublas = blas;
-    INIT_CUBLAS(cublasSetStream(blas, im->stream));
-    INIT_CUBLAS(
-        cublasSetMathMode(blas, im->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    INIT_CUDA(cudaMalloc(&im->blas_ws, MGT_GPU_BLAS_WS));
-    INIT_CUBLAS(cublasSetWorkspace(blas, im->blas_ws, MGT_GPU_BLAS_WS));
-    INIT_CUDNN(cudnnCreate(&dnn));
+    INIT_CHECK(CUBLAS, cublasSetStream(blas, im->stream));
+    INIT_CHECK(CUBLAS, cublasSetMathMode(blas, im->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                        : CUBLAS_DEFAULT_MATH));
+    INIT_CHECK(CUDA, cudaMalloc(&im->blas_ws, MGT_GPU_BLAS_WS));
+    INIT_CHECK(CUBLAS, cublasSetWorkspace(blas, im->blas_ws, MGT_GPU_BLAS_WS));
+    INIT_CHECK(CUDNN, cudnnCreate(&dnn));
     im->cudnn = dnn;
-    INIT_CUDNN(cudnnSetStream(dnn, im->stream));
-    INIT_CUDA(cudaMalloc((void **)&im->part.a, sizeof(double) * MGT_GPU_PART_CAP));
-    INIT_CUDA(cudaMalloc((void **)&im->part.b, sizeof(double) * MGT_GPU_PART_CAP));
+    INIT_CHECK(CUDNN, cudnnSetStream(dnn, im->stream));
+    INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.a, sizeof(double) * MGT_GPU_PART_CAP));
+    INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.b, sizeof(double) * MGT_GPU_PART_CAP));
     account(im, MGT_GPU_BLAS_WS + 2 * sizeof(double) * MGT_GPU_PART_CAP, 0);
-    INIT_CUDA(cudaStreamSynchronize(im->stream));
+    INIT_CHECK(CUDA, cudaStreamSynchronize(im->stream));
     return 0;
 fail:
     gpu_destroy(be);

@@ -1,5 +1,5 @@
-/* gpu_check.c: what the CHECK_* macros of gpu_internal.h print when a CUDA, cuBLAS, cuDNN or NCCL
- * call fails, before the whole job ends.
+/* gpu_check.c: what GPU_CHECK (gpu_internal.h) prints when a CUDA, cuBLAS, cuDNN or NCCL call
+ * fails, before the whole job ends.
  *
  * mgt_die (runtime.c) prefixes "rank R:" and ends every rank (MPI_Abort) when there are others;
  * the message names the call as written in the source, its file:line, the library's own words
@@ -13,6 +13,12 @@
 
 #include "gpu_internal.h"
 #include "runtime.h"
+
+/* GPU_CHECK's one test of success holds for every library it checks. */
+_Static_assert(cudaSuccess == 0 && CUBLAS_STATUS_SUCCESS == 0 && CUDNN_STATUS_SUCCESS == 0 &&
+                   ncclSuccess == 0,
+               "a library's success status is not 0");
+_Static_assert((int)ncclInProgress == (int)MGT_GPU_NCCL_IN_PROGRESS, "ncclInProgress changed");
 
 int mgt_gpu_rank(void) {
     int init = 0, fin = 0, rank = 0;
@@ -45,42 +51,53 @@ void mgt_gpu_fail_oom(size_t bytes, const char *what, const char *file, int line
             (double)total_b / 1048576.0);
 }
 
-void mgt_gpu_fail_cuda(int status, const char *call, const char *file, int line) {
-    cudaError_t e = (cudaError_t)status;
-    if (e == cudaErrorMemoryAllocation)
+const char *mgt_gpu_status_text(mgt_gpu_lib lib, int status, char *buf, size_t n) {
+    switch (lib) {
+    case MGT_GPU_CUDA:
+        snprintf(buf, n, "%s (%s)", cudaGetErrorString((cudaError_t)status),
+                 cudaGetErrorName((cudaError_t)status));
+        break;
+    case MGT_GPU_CUBLAS:
+        snprintf(buf, n, "%s (%s)", cublasGetStatusString((cublasStatus_t)status),
+                 cublasGetStatusName((cublasStatus_t)status));
+        break;
+    case MGT_GPU_CUDNN: {
+        char last[512] = "";
+        cudnnGetLastErrorString(last, sizeof last);
+        snprintf(buf, n, "%s%s%s", cudnnGetErrorString((cudnnStatus_t)status), last[0] ? " - " : "",
+                 last);
+        break;
+    }
+    case MGT_GPU_NCCL:
+        snprintf(buf, n, "%s", ncclGetErrorString((ncclResult_t)status));
+        break;
+    }
+    return buf;
+}
+
+/* What to do, where the status says more than the library's words. */
+static const char *advice(mgt_gpu_lib lib, int status) {
+    if (lib == MGT_GPU_CUDA) {
+        /* Errors of kernels that ran earlier surface at the next synchronising call: say so. */
+        const cudaError_t e = (cudaError_t)status;
+        if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+            e == cudaErrorMisalignedAddress || e == cudaErrorIllegalInstruction ||
+            e == cudaErrorHardwareStackError || e == cudaErrorAssert)
+            return "; the fault may come from any kernel queued before this call (rerun with "
+                   "CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer to find it)";
+    }
+    if (lib == MGT_GPU_CUBLAS && status == CUBLAS_STATUS_ALLOC_FAILED)
+        return "; use a smaller per-GPU batch";
+    if (lib == MGT_GPU_NCCL && (status == ncclSystemError || status == ncclRemoteError))
+        return " (another rank may have died or its network failed; see its messages; "
+               "NCCL_DEBUG=WARN tells more)";
+    return "";
+}
+
+void mgt_gpu_fail(mgt_gpu_lib lib, int status, const char *call, const char *file, int line) {
+    if (lib == MGT_GPU_CUDA && status == cudaErrorMemoryAllocation)
         mgt_gpu_fail_oom(0, call, file, line);
-    /* Errors of kernels that ran earlier surface at the next synchronising call: say so. */
-    const int sticky = e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
-                       e == cudaErrorMisalignedAddress || e == cudaErrorIllegalInstruction ||
-                       e == cudaErrorHardwareStackError || e == cudaErrorAssert;
-    mgt_die("%s failed at %s:%d on GPU %d: %s (%s)%s", call, file, line, current_device(),
-            cudaGetErrorString(e), cudaGetErrorName(e),
-            sticky ? "; the fault may come from any kernel queued before this call (rerun with "
-                     "CUDA_LAUNCH_BLOCKING=1 or under compute-sanitizer to find it)"
-                   : "");
-}
-
-void mgt_gpu_fail_cublas(int status, const char *call, const char *file, int line) {
-    cublasStatus_t s = (cublasStatus_t)status;
-    mgt_die("%s failed at %s:%d on GPU %d: %s (%s)%s", call, file, line, current_device(),
-            cublasGetStatusString(s), cublasGetStatusName(s),
-            s == CUBLAS_STATUS_ALLOC_FAILED ? "; use a smaller per-GPU batch" : "");
-}
-
-void mgt_gpu_fail_cudnn(int status, const char *call, const char *file, int line) {
-    cudnnStatus_t s = (cudnnStatus_t)status;
-    char last[512] = "";
-    cudnnGetLastErrorString(last, sizeof last);
-    mgt_die("%s failed at %s:%d on GPU %d: %s%s%s", call, file, line, current_device(),
-            cudnnGetErrorString(s), last[0] ? " - " : "", last);
-}
-
-void mgt_gpu_fail_nccl(int status, const char *call, const char *file, int line) {
-    ncclResult_t s = (ncclResult_t)status;
+    char text[768];
     mgt_die("%s failed at %s:%d on GPU %d: %s%s", call, file, line, current_device(),
-            ncclGetErrorString(s),
-            s == ncclSystemError || s == ncclRemoteError
-                ? " (another rank may have died or its network failed; see its messages; "
-                  "NCCL_DEBUG=WARN tells more)"
-                : "");
+            mgt_gpu_status_text(lib, status, text, sizeof text), advice(lib, status));
 }

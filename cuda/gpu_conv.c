@@ -30,7 +30,9 @@
  * not allocate. Only if reserve() was never called with enough (a test calling the op directly)
  * does the first call grow the workspace itself.
  *
- * This is the one file that calls the deprecated-marked classic API (silenced just here). */
+ * This is the one file that calls the deprecated-marked classic API (silenced just here). Its
+ * helper kernels (filter transposes, padding, cropping, bias rows, bias gradients) are the
+ * layout, dense and reduce families'. */
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #endif
@@ -42,6 +44,9 @@
 #include "gpu_internal.h"
 #include "runtime.h"
 
+/* The three directions a plan chooses an algorithm for. */
+enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2, NDIRS };
+
 typedef struct conv_plan {
     mgt_conv_shape s; /* the key */
     int padded;       /* explicit zero padding (asymmetric "same") */
@@ -49,14 +54,15 @@ typedef struct conv_plan {
     int transpose;    /* OIHW <-> KRSC transposes needed (c > 1 and kh*kw > 1) */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
-    cudnnConvolutionDescriptor_t cd[3]; /* per direction: the math type is per algorithm */
-    int chosen[3];
-    int algo[3];
-    size_t algo_ws[3];
+    cudnnConvolutionDescriptor_t cd[NDIRS]; /* per direction: the math type is per algorithm */
+    int chosen[NDIRS];
+    int algo[NDIRS];
+    size_t algo_ws[NDIRS];
 } conv_plan;
 
-enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
-static const char *const dir_name[3] = {"forward", "backward-data", "backward-filter"};
+static const char *const dir_name[] = {
+    [DIR_FWD] = "forward", [DIR_BWD_DATA] = "backward-data", [DIR_BWD_FILTER] = "backward-filter"};
+_Static_assert(sizeof dir_name / sizeof dir_name[0] == NDIRS, "one name per direction");
 
 struct mgt_gpu_conv_cache {
     conv_plan *plans;
@@ -126,7 +132,7 @@ static void plan_destroy(conv_plan *p) {
         cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd)
         cudnnDestroyFilterDescriptor(p->wd);
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < NDIRS; d++)
         if (p->cd[d])
             cudnnDestroyConvolutionDescriptor(p->cd[d]);
 }
@@ -170,22 +176,24 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
     p->transpose = conv_transposes(s);
     const int xh = p->padded ? p->hp : s->h, xw = p->padded ? p->wp : s->w;
     const int ph = p->padded ? 0 : s->pad_top, pw = p->padded ? 0 : s->pad_left;
-    CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->xd));
-    CHECK_CUDNN(cudnnCreateTensorDescriptor(&p->yd));
-    CHECK_CUDNN(cudnnCreateFilterDescriptor(&p->wd));
-    CHECK_CUDNN(
-        cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n, s->c, xh, xw));
-    CHECK_CUDNN(cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n, s->oc,
-                                           s->oh, s->ow));
-    CHECK_CUDNN(cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, s->oc, s->c,
-                                           s->kh, s->kw));
-    for (int d = 0; d < 3; d++) {
-        CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&p->cd[d]));
-        CHECK_CUDNN(cudnnSetConvolution2dDescriptor(p->cd[d], ph, pw, s->stride, s->stride, 1, 1,
-                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->xd));
+    GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->yd));
+    GPU_CHECK(CUDNN, cudnnCreateFilterDescriptor(&p->wd));
+    GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n,
+                                                s->c, xh, xw));
+    GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n,
+                                                s->oc, s->oh, s->ow));
+    GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, s->oc,
+                                                s->c, s->kh, s->kw));
+    for (int d = 0; d < NDIRS; d++) {
+        GPU_CHECK(CUDNN, cudnnCreateConvolutionDescriptor(&p->cd[d]));
+        GPU_CHECK(CUDNN,
+                  cudnnSetConvolution2dDescriptor(p->cd[d], ph, pw, s->stride, s->stride, 1, 1,
+                                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     }
     int on, oc, oh, ow;
-    CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(p->cd[0], p->xd, p->wd, &on, &oc, &oh, &ow));
+    GPU_CHECK(CUDNN,
+              cudnnGetConvolution2dForwardOutputDim(p->cd[0], p->xd, p->wd, &on, &oc, &oh, &ow));
     if (on != s->n || oc != s->oc || oh != s->oh || ow != s->ow)
         mgt_die(
             "internal error: cuDNN computes a %dx%dx%d output for a %dx%dx%d input, kernel "
@@ -208,26 +216,31 @@ typedef struct cand {
 /* The three directions' result structs differ in type only: copy the fields we use. */
 #define CANDS(r)                                                                                   \
     for (int i = 0; i < got; i++)                                                                  \
-        out[i] = (cand){(int)(r)[i].algo, (r)[i].status,                                           \
-                        (r)[i].determinism == CUDNN_DETERMINISTIC, (r)[i].mathType}
+        out[i] = (cand) {                                                                          \
+            (int)(r)[i].algo, (r)[i].status, (r)[i].determinism == CUDNN_DETERMINISTIC,            \
+                (r)[i].mathType                                                                    \
+        }
 
 static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, cand *out) {
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
     int got = 0;
     if (dir == DIR_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        CHECK_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(
-            h, p->xd, p->wd, p->cd[dir], p->yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
+        GPU_CHECK(CUDNN, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd[dir], p->yd,
+                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                                &got, r));
         CANDS(r);
     } else if (dir == DIR_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, p->wd, p->yd, p->cd[dir], p->xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                             h, p->wd, p->yd, p->cd[dir], p->xd,
+                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
         CANDS(r);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, p->xd, p->yd, p->cd[dir], p->wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                             h, p->xd, p->yd, p->cd[dir], p->wd,
+                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
         CANDS(r);
     }
     return got;
@@ -258,8 +271,8 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     if (im->ws_bytes < fixed) /* never reserved for this shape: size it now, once */
         mgt_gpu_workspace(be, mgt_gpu_conv2d_scratch(s));
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
-    CHECK_CUDNN(
-        cudnnSetConvolutionMathType(p->cd[dir], im->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir],
+                                                 im->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
     cand c[16];
     const int n = heuristics(im, p, dir, c);
     int best = -1;
@@ -291,7 +304,7 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
                 "kernel %dx%d, stride %d (NHWC float%s); please report this with the model file",
                 dir_name[dir], s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
                 im->tf32 ? ", TF32 allowed" : ", FMA math");
-    CHECK_CUDNN(cudnnSetConvolutionMathType(p->cd[dir], best_math));
+    GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], best_math));
     p->algo[dir] = c[best].algo;
     p->algo_ws[dir] = best_ws;
     p->chosen[dir] = 1;
@@ -319,7 +332,8 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         if (b)
             mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
         else
-            CHECK_CUDA(cudaMemsetAsync(y, 0, rows * (size_t)s->oc * sizeof(float), im->stream));
+            GPU_CHECK(CUDA,
+                      cudaMemsetAsync(y, 0, rows * (size_t)s->oc * sizeof(float), im->stream));
         return;
     }
     conv_plan *p = plan_for(im, s);
@@ -342,9 +356,10 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
         beta = 1.0f;
     }
-    CHECK_CUDNN(cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xin, p->wd, wk,
-                                        p->cd[DIR_FWD], (cudnnConvolutionFwdAlgo_t)p->algo[DIR_FWD],
-                                        ws + l.algo, p->algo_ws[DIR_FWD], &beta, p->yd, y));
+    GPU_CHECK(CUDNN,
+              cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xin, p->wd, wk,
+                                      p->cd[DIR_FWD], (cudnnConvolutionFwdAlgo_t)p->algo[DIR_FWD],
+                                      ws + l.algo, p->algo_ws[DIR_FWD], &beta, p->yd, y));
 }
 
 void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
@@ -359,9 +374,9 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         mgt_k_colreduce(st, &im->part, MGT_RED_SUM, rows, oc, dy, NULL, NULL, NULL, db, NULL);
     if (rows == 0 || oc == 0 || K == 0) { /* nothing flows: gradients are zeros */
         if (dw && oc && K)
-            CHECK_CUDA(cudaMemsetAsync(dw, 0, (size_t)oc * K * sizeof(float), st));
+            GPU_CHECK(CUDA, cudaMemsetAsync(dw, 0, (size_t)oc * K * sizeof(float), st));
         if (dx && x_count)
-            CHECK_CUDA(cudaMemsetAsync(dx, 0, x_count * sizeof(float), st));
+            GPU_CHECK(CUDA, cudaMemsetAsync(dx, 0, x_count * sizeof(float), st));
         return;
     }
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
@@ -377,10 +392,10 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             xin = (const float *)(ws + l.pad);
         }
         float *dwk = p->transpose ? (float *)(ws + l.dw_t) : dw;
-        CHECK_CUDNN(cudnnConvolutionBackwardFilter(
-            h, &one, p->xd, xin, p->yd, dy, p->cd[DIR_BWD_FILTER],
-            (cudnnConvolutionBwdFilterAlgo_t)p->algo[DIR_BWD_FILTER], ws + l.algo,
-            p->algo_ws[DIR_BWD_FILTER], &zero, p->wd, dwk));
+        GPU_CHECK(CUDNN, cudnnConvolutionBackwardFilter(
+                             h, &one, p->xd, xin, p->yd, dy, p->cd[DIR_BWD_FILTER],
+                             (cudnnConvolutionBwdFilterAlgo_t)p->algo[DIR_BWD_FILTER], ws + l.algo,
+                             p->algo_ws[DIR_BWD_FILTER], &zero, p->wd, dwk));
         if (p->transpose) /* per filter: [kh*kw][c] -> [c][kh*kw] */
             mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, dw);
     }
@@ -394,10 +409,10 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         }
         /* the padded gradient reuses the padded input's place: dW is done with it */
         float *dxo = p->padded ? (float *)(ws + l.pad) : dx;
-        CHECK_CUDNN(
-            cudnnConvolutionBackwardData(h, &one, p->wd, wk, p->yd, dy, p->cd[DIR_BWD_DATA],
-                                         (cudnnConvolutionBwdDataAlgo_t)p->algo[DIR_BWD_DATA],
-                                         ws + l.algo, p->algo_ws[DIR_BWD_DATA], &zero, p->xd, dxo));
+        GPU_CHECK(CUDNN, cudnnConvolutionBackwardData(
+                             h, &one, p->wd, wk, p->yd, dy, p->cd[DIR_BWD_DATA],
+                             (cudnnConvolutionBwdDataAlgo_t)p->algo[DIR_BWD_DATA], ws + l.algo,
+                             p->algo_ws[DIR_BWD_DATA], &zero, p->xd, dxo));
         if (p->padded)
             mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, dxo,
                             dx);

@@ -1,16 +1,28 @@
-/* gpu_internal.h: private to cuda/. The GPU backend's state, its check macros, and the kernel
- * launchers gpu_kernels.cu defines for the host files.
+/* gpu_internal.h: private to cuda/. The GPU backend's state, the one check macro, and the headers
+ * of the op families, through which the files of cuda/ call each other.
  *
- * Files:
- *   gpu_backend.c   life cycle (count, describe, init, destroy), memory, scratch, dense (cuBLAS),
- *                   the "gpu" op table; thin wrappers that hand every other op to a launcher;
+ * Files, by op family as src/cpu/ is; each family's .cu holds its kernels, their launchers and
+ * the op-table entry points it defines, declared in its .h:
+ *   gpu_backend.c   life cycle (count, describe, init, destroy), memory, staging, timing, the
+ *                   convolution workspace, and the "gpu" op table, which points straight at the
+ *                   families' entry points;
+ *   gpu_dense.cu    dense layers on cuBLAS, and bias rows (also the convolutions');
  *   gpu_conv.c      convolution on cuDNN (NHWC activations, per-shape plans and algorithms);
- *   gpu_kernels.cu  every CUDA kernel, each behind an extern "C" launcher declared below;
+ *   gpu_layout.cu   batched transposes (flatten, filters), explicit padding and its adjoint;
+ *   gpu_reduce.cu   deterministic column sums (biases, batchnorm statistics and gradients);
+ *   gpu_pool.cu     max and average pooling;
+ *   gpu_norm.cu     batch normalisation;
+ *   gpu_elem.cu     activations (softmax included), dropout, y += x, the device RNG's twins;
+ *   gpu_xent.cu     fused softmax + cross-entropy;
+ *   gpu_optim.cu    optimizer steps;
+ *   gpu_data.cu     batches made on the device: synthetic samples, gathers from kept bytes;
+ *   gpu_launch.h    (kernel files only) block size, grids, warp reductions, the launch helper;
  *   gpu_check.c     what a failed CUDA / cuBLAS / cuDNN / NCCL call prints before the job ends;
- *   nccl_comm.c     the NCCL transport (mgt_comm_init_nccl).
+ *   nccl_comm.c     the NCCL transport (mgt_comm_init_nccl);
+ *   staged_comm.c   the MPI transport through pinned host memory (mgt_comm_init_mpi_staged).
  *
- * Host files are C (compiled by the project's C compiler with its warnings); only the kernels go
- * through nvcc, so this header is read both as C and as CUDA C++.
+ * Host files are C (compiled by the project's C compiler with its warnings); the .cu files go
+ * through nvcc, so this header and the families' are read both as C and as CUDA C++.
  *
  * Streams: the compute stream (im->stream) carries kernels, cuBLAS, cuDNN and the copies of
  * to_device/to_host; a copy stream carries the staged batches (stage()), and the NCCL transport
@@ -28,19 +40,11 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "gpu_reduce.h" /* mgt_gpu_part, part of the backend's state */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Reduction partials: two arrays of this many doubles, allocated once at init. Column sums over
- * many rows are done in two deterministic passes (per-chunk partial sums, then a fixed-order sum
- * of the partials), so a result never depends on thread scheduling. */
-enum { MGT_GPU_PART_CAP = 1 << 16 };
-
-typedef struct mgt_gpu_part {
-    double *a, *b; /* device, MGT_GPU_PART_CAP each */
-} mgt_gpu_part;
 
 struct mgt_gpu_conv_cache; /* gpu_conv.c */
 
@@ -79,151 +83,63 @@ typedef struct mgt_gpu_impl {
     cudaEvent_t timing[MGT_TIME_SETS][MGT_TIME_POINTS];
 } mgt_gpu_impl;
 
-/* Waits until `ev` has completed, polling (see watch above). */
-void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev);
-
 static inline mgt_gpu_impl *mgt_gpu_impl_of(mgt_backend *be) {
     return (mgt_gpu_impl *)be->impl;
 }
 
-/* ---- checks (gpu_check.c): each prints "rank R: CALL failed at FILE:LINE: reason" and ends the
- * whole job (mgt_die: MPI_Abort when there are other ranks). ---- */
-void mgt_gpu_fail_cuda(int status, const char *call, const char *file, int line)
+/* The compute stream, where every op is queued. */
+static inline cudaStream_t mgt_gpu_stream(mgt_backend *be) {
+    return mgt_gpu_impl_of(be)->stream;
+}
+
+/* ---- gpu_backend.c ---- */
+/* Waits until `ev` has completed, polling (see watch above). */
+void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev);
+/* The workspace as at least `bytes`, grown (outside the step loop, normally) if needed. */
+void *mgt_gpu_workspace(mgt_backend *be, size_t bytes);
+
+/* ---- checks (gpu_check.c) ----
+ * Every CUDA, cuBLAS, cuDNN and NCCL call returns a status that is 0 on success; a non-blocking
+ * NCCL communicator may also answer "in progress", which is not a failure. GPU_CHECK(LIB, call)
+ * checks one call of library LIB (CUDA, CUBLAS, CUDNN or NCCL): on failure it prints "rank R:
+ * CALL failed at FILE:LINE on GPU D: <the library's words>" (and what to do, where that helps)
+ * and ends the whole job (mgt_die: MPI_Abort when there are other ranks). */
+typedef enum { MGT_GPU_CUDA = 0, MGT_GPU_CUBLAS, MGT_GPU_CUDNN, MGT_GPU_NCCL } mgt_gpu_lib;
+enum { MGT_GPU_NCCL_IN_PROGRESS = 7 }; /* ncclInProgress (checked in nccl_comm.c) */
+
+static inline int mgt_gpu_ok(mgt_gpu_lib lib, int status) {
+    return status == 0 || (lib == MGT_GPU_NCCL && status == MGT_GPU_NCCL_IN_PROGRESS);
+}
+void mgt_gpu_fail(mgt_gpu_lib lib, int status, const char *call, const char *file, int line)
     __attribute__((noreturn));
-void mgt_gpu_fail_cublas(int status, const char *call, const char *file, int line)
-    __attribute__((noreturn));
-void mgt_gpu_fail_cudnn(int status, const char *call, const char *file, int line)
-    __attribute__((noreturn));
-void mgt_gpu_fail_nccl(int status, const char *call, const char *file, int line)
-    __attribute__((noreturn));
+/* The library's words for a status ("out of memory (cudaErrorMemoryAllocation)"). */
+const char *mgt_gpu_status_text(mgt_gpu_lib lib, int status, char *buf, size_t n);
 /* Out of device memory: how much was asked, how much is free, what to do. */
 void mgt_gpu_fail_oom(size_t bytes, const char *what, const char *file, int line)
     __attribute__((noreturn));
 /* The rank in MPI_COMM_WORLD, or 0 before MPI_Init / after MPI_Finalize. */
 int mgt_gpu_rank(void);
 
-#define CHECK_CUDA(call)                                                                           \
+#define GPU_CHECK(LIB, call)                                                                       \
     do {                                                                                           \
-        cudaError_t st_ = (call);                                                                  \
-        if (st_ != cudaSuccess)                                                                    \
-            mgt_gpu_fail_cuda((int)st_, #call, __FILE__, __LINE__);                                \
+        const int st_ = (int)(call);                                                               \
+        if (!mgt_gpu_ok(MGT_GPU_##LIB, st_))                                                       \
+            mgt_gpu_fail(MGT_GPU_##LIB, st_, #call, __FILE__, __LINE__);                           \
     } while (0)
-/* After every kernel launch: a bad configuration is reported here, naming the kernel. */
-#define CHECK_LAUNCH(kernel_name)                                                                  \
-    do {                                                                                           \
-        cudaError_t st_ = cudaGetLastError();                                                      \
-        if (st_ != cudaSuccess)                                                                    \
-            mgt_gpu_fail_cuda((int)st_, "launch of " kernel_name, __FILE__, __LINE__);             \
-    } while (0)
-#define CHECK_CUBLAS(call)                                                                         \
-    do {                                                                                           \
-        int st_ = (int)(call);                                                                     \
-        if (st_ != 0)                                                                              \
-            mgt_gpu_fail_cublas(st_, #call, __FILE__, __LINE__);                                   \
-    } while (0)
-#define CHECK_CUDNN(call)                                                                          \
-    do {                                                                                           \
-        int st_ = (int)(call);                                                                     \
-        if (st_ != 0)                                                                              \
-            mgt_gpu_fail_cudnn(st_, #call, __FILE__, __LINE__);                                    \
-    } while (0)
-
-/* ---- gpu_backend.c ---- */
-/* The workspace as at least `bytes`, grown (outside the step loop, normally) if needed. */
-void *mgt_gpu_workspace(mgt_backend *be, size_t bytes);
-
-/* ---- gpu_conv.c ---- */
-size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s);
-void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
-                        const float *b, float *y);
-void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
-                        const float *dy, float *dx, float *dw, float *db);
-void mgt_gpu_conv_cache_free(mgt_gpu_impl *im);
-
-/* ---- gpu_kernels.cu: launchers. All run on stream `st`, accept empty sizes, and check the
- * launch. ---- */
-
-/* y[r][j] = b[j] for r < rows, j < cols. */
-void mgt_k_fill_rows(cudaStream_t st, size_t rows, int cols, const float *b, float *y);
-/* y[i] += x[i]. */
-void mgt_k_add(cudaStream_t st, size_t n, const float *x, float *y);
-
-/* Column reductions over a row-major [rows][cols] matrix, accumulated in double:
- *   SUM:    out1[j] = sum_r a[r][j]
- *   SUMSQ:  out1[j] = sum_r a[r][j], out2[j] = sum_r a[r][j]^2                  (bn_stats)
- *   BN_BWD: a = x, b = dy: out2[j] = sum dy (dbeta), out1[j] = invstd[j] * sum dy * (x - mean[j])
- *           (dgamma); either output may be NULL                            (bn_bwd_reduce)
- * rows == 0 writes zeros. */
-enum { MGT_RED_SUM = 0, MGT_RED_SUMSQ = 1, MGT_RED_BN_BWD = 2 };
-void mgt_k_colreduce(cudaStream_t st, const mgt_gpu_part *part, int mode, size_t rows, int cols,
-                     const float *a, const float *b, const float *mean, const float *invstd,
-                     float *out1, float *out2);
-
-/* dst[k][c][r] = src[k][r][c] for k < batch (a batch of row-major [rows][cols] matrices). */
-void mgt_k_transpose(cudaStream_t st, size_t batch, size_t rows, size_t cols, const float *src,
-                     float *dst);
-/* Zero-padded copy of NHWC x into xp [n][hp][wp][c] (x at offset pt, pl; rows/columns beyond hp,
- * wp are dropped), and its adjoint: dx[n][h][w][c] from dxp (positions outside get 0). */
-void mgt_k_pad_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp, int pt, int pl,
-                    const float *x, float *xp);
-void mgt_k_crop_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp, int pt, int pl,
-                     const float *dxp, float *dx);
-
-void mgt_k_maxpool_fwd(cudaStream_t st, const mgt_pool_shape *s, const float *x, float *y,
-                       int32_t *argmax);
-void mgt_k_maxpool_bwd(cudaStream_t st, const mgt_pool_shape *s, const float *dy,
-                       const int32_t *argmax, float *dx);
-void mgt_k_avgpool_fwd(cudaStream_t st, const mgt_pool_shape *s, const float *x, float *y);
-void mgt_k_avgpool_bwd(cudaStream_t st, const mgt_pool_shape *s, const float *dy, float *dx);
-
-void mgt_k_bn_apply(cudaStream_t st, int rows, int c, const float *x, const float *mean,
-                    const float *invstd, const float *gamma, const float *beta, float *y);
-void mgt_k_bn_finalize(cudaStream_t st, int c, float count, const float *sum, const float *sumsq,
-                       float eps, float momentum, float *mean, float *invstd, float *running_mean,
-                       float *running_var);
-void mgt_k_bn_running(cudaStream_t st, int c, float eps, const float *running_mean,
-                      const float *running_var, float *mean, float *invstd);
-void mgt_k_bn_bwd_apply(cudaStream_t st, int rows, int c, float inv_count, const float *x,
-                        const float *dy, const float *mean, const float *invstd, const float *gamma,
-                        const float *dgamma, const float *dbeta, float *dx);
-
-/* x[i][j] = keep(i, j) ? x[i][j] * keep_scale : 0 with util.h's mgt_uniform rule. */
-void mgt_k_dropout(cudaStream_t st, int n, int row, float rate, float keep_scale, uint64_t key,
-                   uint64_t first_sample, float *x);
-void mgt_k_act_fwd(cudaStream_t st, mgt_act act, int n, int row, float *x);
-void mgt_k_act_bwd(cudaStream_t st, mgt_act act, int n, int row, const float *y, float *dy);
-
-/* Fused softmax + cross-entropy; per-row loss and correctness go to part, then one fixed-order
- * sum is added to sums[0..1]. */
-void mgt_k_xent(cudaStream_t st, const mgt_gpu_part *part, int n, int k, const float *logits,
-                const int32_t *labels, const float *targets, float *probs, float *dlogits,
-                float scale, float *sums);
-
-void mgt_k_sgd(cudaStream_t st, size_t count, float *w, const float *g, float *vel, float lr,
-               float momentum, int nesterov, float wd, float scale);
-void mgt_k_rmsprop(cudaStream_t st, size_t count, float *w, const float *g, float *ms, float lr,
-                   float rho, float eps, float wd, float scale);
-void mgt_k_adam(cudaStream_t st, size_t count, float *w, const float *g, float *m, float *v,
-                float lr_t, float beta1, float beta2, float eps, float wd, float scale);
-
-/* Synthetic samples (backend.h: synthetic): rows first + ids[i] into x, labels and, unless NULL,
- * one-hot targets. */
-void mgt_k_synthetic(cudaStream_t st, int n, int64_t elems, int classes, uint64_t pixel_key,
-                     uint64_t template_key, int64_t first, const int64_t *ids, float *x,
-                     int32_t *labels, float *targets);
-
-/* A batch from a byte dataset in device memory (backend.h: gather_u8). */
-void mgt_k_gather_u8(cudaStream_t st, int n, int64_t elems, int classes, const uint8_t *pixels,
-                     const uint8_t *labels, const int64_t *ids, float *x, int32_t *labels_out,
-                     float *targets);
-
-/* The device RNG compiled for the host (the same source as the kernels use), so that a test on
- * any machine can check it against util.h bit for bit. */
-uint64_t mgt_gpu_rand64_twin(uint64_t key, uint64_t counter);
-float mgt_gpu_uniform_twin(uint64_t key, uint64_t counter);
 
 #ifdef __cplusplus
 }
 #endif
+
+/* The op families (see the list at the top). */
+#include "gpu_conv.h"
+#include "gpu_data.h"
+#include "gpu_dense.h"
+#include "gpu_elem.h"
+#include "gpu_layout.h"
+#include "gpu_norm.h"
+#include "gpu_optim.h"
+#include "gpu_pool.h"
+#include "gpu_xent.h"
 
 #endif

@@ -41,13 +41,6 @@ typedef struct nccl_state {
     int device;
 } nccl_state;
 
-#define CHECK_NCCL(call)                                                                           \
-    do {                                                                                           \
-        ncclResult_t st_ = (call);                                                                 \
-        if (st_ != ncclSuccess && st_ != ncclInProgress)                                           \
-            mgt_gpu_fail_nccl((int)st_, #call, __FILE__, __LINE__);                                \
-    } while (0)
-
 /* A short pause between polls: about 20 us, so that the host neither spins a core at 100% for a
  * whole backward pass nor adds noticeable latency to a step. */
 static void poll_pause(void) {
@@ -83,7 +76,7 @@ static void nccl_abort_die(nccl_state *s, const char *what, double timeout, size
 /* Ends the job when the communicator reports an asynchronous error (a peer's network, say). */
 static void check_async(nccl_state *s, size_t count) {
     ncclResult_t st = ncclSuccess;
-    CHECK_NCCL(ncclCommGetAsyncError(s->comm, &st));
+    GPU_CHECK(NCCL, ncclCommGetAsyncError(s->comm, &st));
     if (st == ncclSuccess || st == ncclInProgress)
         return;
     char last[256]; /* copied: the string may live in the communicator */
@@ -108,7 +101,8 @@ static void nccl_watch(void *ctx, double waited) {
         return;
     }
     if (e != cudaErrorNotReady)
-        mgt_gpu_fail_cuda((int)e, "cudaEventQuery after ncclAllReduce", __FILE__, __LINE__);
+        mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaEventQuery after ncclAllReduce", __FILE__,
+                     __LINE__);
     check_async(s, s->count);
     if (c->timeout > 0 && waited > c->timeout)
         nccl_abort_die(s, "all-reduce", c->timeout, s->count);
@@ -120,17 +114,17 @@ static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
         mgt_die("NCCL all-reduce of %zu floats: the byte count does not fit size_t", count);
     if (count == 0)
         return;
-    CHECK_CUDA(cudaEventRecord(s->ready, s->gpu->stream));
-    CHECK_CUDA(cudaStreamWaitEvent(s->stream, s->ready, 0));
+    GPU_CHECK(CUDA, cudaEventRecord(s->ready, s->gpu->stream));
+    GPU_CHECK(CUDA, cudaStreamWaitEvent(s->stream, s->ready, 0));
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, s->comm, s->stream);
     if (r == ncclInProgress) /* enqueueing may itself be in progress on a non-blocking comm */
         r = wait_comm(s->comm, c->timeout);
     if (r == ncclInProgress)
         nccl_abort_die(s, "all-reduce (enqueue)", c->timeout, count);
     if (r != ncclSuccess)
-        mgt_gpu_fail_nccl((int)r, "ncclAllReduce", __FILE__, __LINE__);
-    CHECK_CUDA(cudaEventRecord(s->done, s->stream));
-    CHECK_CUDA(cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
+        mgt_gpu_fail(MGT_GPU_NCCL, (int)r, "ncclAllReduce", __FILE__, __LINE__);
+    GPU_CHECK(CUDA, cudaEventRecord(s->done, s->stream));
+    GPU_CHECK(CUDA, cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
     s->outstanding = 1;
     s->count = count;
     check_async(s, count); /* cheap: an error already known ends the job now */

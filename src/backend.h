@@ -18,9 +18,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/optim_math.h" /* the optimizers' kinds and per-step values */
+
 typedef enum { MGT_F32 = 0 } mgt_dtype;
 
 typedef enum { MGT_ACT_NONE = 0, MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX } mgt_act;
+
+/* Which algorithm a convolution may use ([conv2d] algo, --conv-algo), as cuDNN's algorithm
+ * choice: AUTO lets the backend take the fastest (on the CPU: Winograd for every 3x3 stride-1
+ * layer, im2col + GEMM otherwise); DIRECT never uses Winograd, so the products are plain fp32
+ * dot products (an all-zero window gives exactly 0, as PyTorch's CPU convolution does);
+ * WINOGRAD asks for Winograd where the shape allows it. */
+typedef enum { MGT_CONV_AUTO = 0, MGT_CONV_DIRECT, MGT_CONV_WINOGRAD } mgt_conv_algo;
 
 /* Geometry of one 2-D convolution (NHWC in, NHWC out, OIHW weights). */
 typedef struct mgt_conv_shape {
@@ -29,6 +38,7 @@ typedef struct mgt_conv_shape {
     int stride;            /* same in both directions */
     int pad_top, pad_left; /* zero padding before the first row/column ("same" pads the rest) */
     int oh, ow;            /* output, computed by the caller */
+    mgt_conv_algo algo;    /* zero (AUTO) unless the layer or --conv-algo says otherwise */
 } mgt_conv_shape;
 
 /* Geometry of one pooling window (NHWC, no padding). */
@@ -183,17 +193,13 @@ struct mgt_ops {
     void (*nhwc_to_chw)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
     void (*chw_to_nhwc)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
 
-    /* Optimizers over a whole flat arena of `count` floats, one call per step.
-     * g is the SUM of per-sample gradients over the global batch; each op uses g * scale
-     * (scale = 1 / global batch) plus wd * w (L2) as the gradient. Keras' formulas (RMSprop:
-     * w -= lr * gt / sqrt(ms + eps), epsilon inside the root). */
-    void (*sgd_step)(mgt_backend *be, size_t count, float *w, const float *g, float *vel,
-                     float lr, float momentum, int nesterov, float wd, float scale);
-    void (*rmsprop_step)(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
-                         float lr, float rho, float eps, float wd, float scale);
-    /* lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t), computed by the caller. */
-    void (*adam_step)(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
-                      float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+    /* One step of optimizer `kind` over a whole flat arena of `count` floats: its rule
+     * (cpu/optim_math.h) on every element of w, with the state slots[0 .. MGT_OPT_MAX_SLOTS)
+     * (arenas of w's layout; NULL where the optimizer keeps none with these settings, as SGD
+     * without momentum) and the step's values h. g is the SUM of per-sample gradients over the
+     * global batch. */
+    void (*optim_step)(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
+                       float *const *slots, const mgt_opt_hyper *h);
 };
 
 /* The CPU reference backend; threads = OpenBLAS threads for this rank (0: leave as is). */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim.h"
 #include "parse.h"
 
 enum { C_TRAIN = 1, C_EVAL = 2, C_PREDICT = 4, C_SUMMARY = 8, C_ALL = 15 };
@@ -33,7 +34,7 @@ static const flag flags[] = {
      "folder of IDX files (train-*, t10k-*), or synthetic data"},
     {"epochs", "N", C_TRAIN, "[train] epochs", "epochs to train"},
     {"batch-size", "N", C_ALL, "[train] batch_size", "GLOBAL batch, split over the ranks"},
-    {"optimizer", "NAME", C_TRAIN, "[train] optimizer", "sgd, rmsprop or adam"},
+    {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
     {"lr", "X", C_TRAIN, "[train] learning_rate", "learning rate"},
     {"seed", "N", C_TRAIN, "[train] seed", "seed of initialisation, shuffling and dropout"},
     {"max-steps", "N", C_TRAIN, "0 (no limit)", "stop after N optimizer steps in all"},
@@ -47,6 +48,8 @@ static const flag flags[] = {
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
     {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank count)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
+    {"no-tensorboard", NULL, C_TRAIN, "off (written)",
+     "write no TensorBoard event files to OUT/tb"},
     {"timeline", "FILE", C_TRAIN, "none", "write a Chrome-trace JSON of every step phase"},
     {"verbose", "0|1|2", C_TRAIN, "1 on a terminal, 2 otherwise", "0 quiet, 1 progress bar, 2 "
                                                                   "epoch lines"},
@@ -54,6 +57,9 @@ static const flag flags[] = {
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},
     {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
+    {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
+     "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
+     "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
     {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
      "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
      "through host memory"},
@@ -126,7 +132,9 @@ void mgt_cli_usage(FILE *f, const char *cmd) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
                  flags[i].arg ? flags[i].arg : "");
-        fprintf(f, "  %-30s %s", left, flags[i].help);
+        char names[128];
+        fprintf(f, "  %-30s %s", left,
+                flags[i].help ? flags[i].help : mgt_opt_names(names, sizeof names));
         if (flags[i].def[0])
             fprintf(f, " (default: %s)", flags[i].def);
         fprintf(f, "\n");
@@ -250,14 +258,15 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "optimizer")) o->optimizer = v;
     else if (!strcmp(n, "lr")) o->lr = v;
     else if (!strcmp(n, "seed")) o->seed = v;
-    else if (!strcmp(n, "max-steps")) rc = need_i64(n, v, 1, &o->max_steps, err);
+    else if (!strcmp(n, "max-steps")) rc = need_i64(n, v, 0, &o->max_steps, err);
     else if (!strcmp(n, "out")) o->out = v;
     else if (!strcmp(n, "init-weights")) o->init_weights = v;
     else if (!strcmp(n, "val-split")) rc = need_double(n, v, 1e-6, 0.999, &o->val_split, err);
-    else if (!strcmp(n, "save-every")) rc = need_i64(n, v, 1, &o->save_every, err);
+    else if (!strcmp(n, "save-every")) rc = need_i64(n, v, 0, &o->save_every, err);
     else if (!strcmp(n, "resume")) o->resume = 1;
     else if (!strcmp(n, "no-validation")) o->no_validation = 1;
     else if (!strcmp(n, "profile")) o->profile = 1;
+    else if (!strcmp(n, "no-tensorboard")) o->no_tensorboard = 1;
     else if (!strcmp(n, "timeline")) o->timeline = v;
     else if (!strcmp(n, "verbose")) {
         if (mgt_parse_int(v, &o->verbose) < 0 || o->verbose < 0 || o->verbose > 2)
@@ -267,6 +276,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "device")) o->device = v;
     else if (!strcmp(n, "gpus")) o->gpus = v;
     else if (!strcmp(n, "tf32")) o->tf32 = 1;
+    else if (!strcmp(n, "conv-algo")) o->conv_algo = v;
     else if (!strcmp(n, "transport")) o->transport = v;
     else if (!strcmp(n, "device-data")) {
         if (strcmp(v, "auto") && strcmp(v, "off"))
@@ -274,7 +284,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
         o->device_data = !strcmp(v, "auto");
     }
     else if (!strcmp(n, "comm-timeout")) rc = need_double(n, v, 1, 1e7, &o->comm_timeout, err);
-    else if (!strcmp(n, "debug-check")) rc = need_i64(n, v, 1, &o->debug_check, err);
+    else if (!strcmp(n, "debug-check")) rc = need_i64(n, v, 0, &o->debug_check, err);
     else if (!strcmp(n, "synthetic-samples")) {
         /* Sample indices and counts are int64 everywhere, but one epoch's permutation is held
          * in memory: a billion samples is 8 GB of indices. */

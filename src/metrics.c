@@ -1,4 +1,5 @@
-/* metrics.c: console lines in Keras' verbose=1 / verbose=2 styles and the metrics files. */
+/* metrics.c: console lines in Keras' verbose=1 / verbose=2 styles, the metrics files and the
+ * TensorBoard scalars. */
 #include "metrics.h"
 
 #include <fcntl.h>
@@ -31,6 +32,7 @@ static int on_terminal(int launched) {
 
 void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched) {
     memset(mt, 0, sizeof *mt);
+    mt->tb.fd = -1;
     mt->verbose = verbose < 0 ? (on_terminal(launched) ? 1 : 2) : verbose;
     mt->epochs = epochs;
     snprintf(mt->dir, sizeof mt->dir, "%s", dir);
@@ -64,6 +66,15 @@ void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t step
     fflush(stdout);
 }
 
+/* x with the fewest significant digits (up to 17) that read back as x exactly. */
+static void exact(char *buf, size_t n, double x) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
 static int write_files(mgt_metrics *mt, mgt_err *err) {
     size_t cap = 256 + (size_t)mt->nrows * 512, len = 0;
     char *j = malloc(cap), *c = malloc(cap);
@@ -76,17 +87,24 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
                                            "samples_per_s,seconds\n");
     for (int i = 0; i < mt->nrows; i++) {
         const mgt_epoch_row *r = &mt->rows[i];
-        char vl[32] = "null", va[32] = "null";
+        char vl[32] = "null", va[32] = "null", l[32], a[32], sps[32], sec[32];
+        if (r->val_loss >= 0) {
+            exact(vl, sizeof vl, r->val_loss);
+            exact(va, sizeof va, r->val_acc);
+        }
+        exact(l, sizeof l, r->loss);
+        exact(a, sizeof a, r->acc);
+        exact(sps, sizeof sps, r->samples_per_s);
+        exact(sec, sizeof sec, r->seconds);
+        len += (size_t)snprintf(j + len, cap - len,
+                                "{\"epoch\": %d, \"step\": %lld, \"loss\": %s, \"acc\": %s, "
+                                "\"val_loss\": %s, \"val_acc\": %s, \"samples_per_s\": %s, "
+                                "\"seconds\": %s}\n",
+                                r->epoch, (long long)r->step, l, a, vl, va, sps, sec);
         if (r->val_loss >= 0) {
             snprintf(vl, sizeof vl, "%.6g", r->val_loss);
             snprintf(va, sizeof va, "%.6g", r->val_acc);
         }
-        len += (size_t)snprintf(j + len, cap - len,
-                                "{\"epoch\": %d, \"step\": %lld, \"loss\": %.6g, \"acc\": %.6g, "
-                                "\"val_loss\": %s, \"val_acc\": %s, \"samples_per_s\": %.1f, "
-                                "\"seconds\": %.3f}\n",
-                                r->epoch, (long long)r->step, r->loss, r->acc, vl, va,
-                                r->samples_per_s, r->seconds);
         clen += (size_t)snprintf(c + clen, cap - clen, "%d,%lld,%.6g,%.6g,%s,%s,%.1f,%.3f\n",
                                  r->epoch, (long long)r->step, r->loss, r->acc,
                                  r->val_loss >= 0 ? vl : "", r->val_loss >= 0 ? va : "",
@@ -101,6 +119,27 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
     free(j);
     free(c);
     return rc;
+}
+
+int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_err *err) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tb", mt->dir);
+    /* START at the first step this run will log: a resumed run keeps what the earlier run logged
+     * up to its checkpoint, and TensorBoard drops what it logged after (redone now), as it drops
+     * an older run into the same folder altogether when this one starts at step 0. */
+    if (mgt_tb_open(&mt->tb, dir, start_step + 1, err) < 0)
+        return -1;
+    prof->tb = &mt->tb;
+    return 0;
+}
+
+/* The epoch's row as scalars at its global step ('/' groups the tags in TensorBoard's UI). */
+static int epoch_scalars(mgt_metrics *mt, const mgt_epoch_row *r, mgt_err *err) {
+    const char *tags[] = {"epoch/loss",          "epoch/accuracy", "epoch/samples_per_s",
+                          "epoch/learning_rate", "epoch/val_loss", "epoch/val_accuracy"};
+    double values[] = {r->loss, r->acc, r->samples_per_s, r->lr, r->val_loss, r->val_acc};
+    int n = r->val_loss >= 0 ? 6 : 4;
+    return mgt_tb_scalars(&mt->tb, r->step, n, tags, values, err);
 }
 
 int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
@@ -125,10 +164,14 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
         fflush(stdout);
         mt->bar_open = 0;
     }
-    return write_files(mt, err);
+    if (write_files(mt, err) < 0)
+        return -1;
+    return mt->tb.fd >= 0 ? epoch_scalars(mt, row, err) : 0;
 }
 
 void mgt_metrics_free(mgt_metrics *mt) {
+    mgt_tb_close(&mt->tb);
     free(mt->rows);
     memset(mt, 0, sizeof *mt);
+    mt->tb.fd = -1;
 }

@@ -1,12 +1,18 @@
 /* metrics.h: what rank 0 shows and writes about training: the Keras-style progress bar (TTY)
- * and epoch lines, and OUT/metrics.jsonl + OUT/metrics.csv, rewritten whole (atomically) after
- * every epoch so a reader never sees half a line. Every figure passed in is already global
- * (reduced over all ranks). */
+ * and epoch lines, OUT/metrics.jsonl + OUT/metrics.csv, rewritten whole (atomically) after
+ * every epoch so a reader never sees half a line, and the same figures as TensorBoard scalars in
+ * OUT/tb/ (tb.h). Every figure passed in is already global (reduced over all ranks).
+ *
+ * metrics.jsonl holds each figure with as many digits as it takes to read back the very double
+ * (as Python's repr does): a reader gets the numbers the run computed, and TensorBoard's float32
+ * copies are those numbers rounded to float32. metrics.csv, for plots and people, keeps 6. */
 #ifndef MGT_METRICS_H
 #define MGT_METRICS_H
 
 #include <stdint.h>
 
+#include "profile.h"
+#include "tb.h"
 #include "util.h"
 
 typedef struct mgt_epoch_row {
@@ -14,6 +20,7 @@ typedef struct mgt_epoch_row {
     int64_t step;
     double loss, acc, val_loss, val_acc; /* val_* < 0: none */
     double samples_per_s, seconds;
+    double lr; /* the learning rate the epoch ended with */
 } mgt_epoch_row;
 
 typedef struct mgt_metrics {
@@ -24,6 +31,7 @@ typedef struct mgt_metrics {
     int nrows, cap;
     double last_draw;
     int bar_open;
+    mgt_tb tb;            /* TensorBoard event file; tb.fd < 0: none */
 } mgt_metrics;
 
 /* verbose < 0: 1 on a terminal, 2 otherwise; launched: started by mpirun/srun, whose ranks'
@@ -32,6 +40,13 @@ void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir,
 /* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force). */
 void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
                           double loss, double acc, int force);
+/* Rank 0: also writes every epoch's figures to a new event file in OUT/tb/ (tb.h), training
+ * having started (or resumed) at start_step, as TensorBoard scalars at the global step:
+ * epoch/loss, epoch/accuracy, epoch/val_loss, epoch/val_accuracy (when validated),
+ * epoch/samples_per_s and epoch/learning_rate. The profile (when on) writes its phase means
+ * there too, at its report. Per-step scalars may go into mt->tb with mgt_tb_scalars. Returns
+ * -1 if the file cannot be created. */
+int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_err *err);
 /* The epoch line, plus the metrics files. Returns -1 if the files cannot be written. */
 int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err);
 void mgt_metrics_free(mgt_metrics *mt);

@@ -172,7 +172,7 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
 }
 
 float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
-    const float *x = m->x;
+    const float *x = s->in.x;
     for (int i = 0; i < m->nlayers; i++) {
         mgt_layer *l = &m->layers[i];
         l->type->forward(m, l, s, x, l->y);
@@ -181,6 +181,19 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
         x = l->y;
     }
     return m->layers[m->nlayers - 1].y;
+}
+
+/* Layer l's gradients to the step's listener: one range of the arena holds all its tensors, as
+ * a layer declares them one after another (mgt_model_add_param). */
+static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *s) {
+    size_t lo = (size_t)-1, hi = 0;
+    for (int j = 0; j < 4; j++)
+        if (l->param[j] >= 0) {
+            const mgt_param *p = &m->params[l->param[j]];
+            lo = p->offset < lo ? p->offset : lo;
+            hi = p->offset + p->count > hi ? p->offset + p->count : hi;
+        }
+    s->grads_ready(s->grads_ctx, l, lo, hi - lo);
 }
 
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
@@ -192,9 +205,9 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
     float *probs = last->fused_act ? last->y : m->probs;
     float *dlogits = backward ? m->grad[0] : NULL;
     if (m->train.loss == MGT_LOSS_SPARSE_CE)
-        o->xent_sparse(s->be, s->n, k, last->y, m->labels, probs, dlogits, 1.0f, m->sums);
+        o->xent_sparse(s->be, s->n, k, last->y, s->in.labels, probs, dlogits, 1.0f, m->sums);
     else
-        o->xent_dense(s->be, s->n, k, last->y, m->targets, probs, dlogits, 1.0f, m->sums);
+        o->xent_dense(s->be, s->n, k, last->y, s->in.targets, probs, dlogits, 1.0f, m->sums);
     if (!backward)
         return;
     int cur = 0;
@@ -204,8 +217,10 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
         float *dx = i > m->first_trainable ? m->grad[cur ^ 1] : NULL;
         if (l->act != MGT_ACT_NONE && !l->fused_act)
             o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y, dy);
-        const float *x = i ? m->layers[i - 1].y : m->x;
+        const float *x = i ? m->layers[i - 1].y : s->in.x;
         l->type->backward(m, l, s, x, l->y, dy, dx);
+        if (s->grads_ready && l->param[0] >= 0)
+            grads_ready(m, l, s);
         if (!dx)
             break; /* nothing below has parameters */
         cur ^= 1;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "cpu/optim_math.h" /* the optimizer kinds and their settings */
 #include "tensor_io.h"
 #include "util.h"
 
@@ -35,17 +36,17 @@ typedef struct mgt_shape {
 static inline int64_t mgt_shape_elems(mgt_shape s) { return (int64_t)s.h * s.w * s.c; }
 
 typedef enum { MGT_LOSS_SPARSE_CE = 0, MGT_LOSS_CE } mgt_loss;
-typedef enum { MGT_OPT_SGD = 0, MGT_OPT_RMSPROP, MGT_OPT_ADAM } mgt_opt_kind;
 
 /* [train]: everything the CLI may override. */
 typedef struct mgt_train_cfg {
     mgt_opt_kind optimizer;
-    float lr, momentum, rho, beta1, beta2, epsilon, weight_decay;
-    int nesterov;
+    float lr;             /* < 0: the optimizer's default (optim.h) */
+    mgt_opt_settings opt; /* the optimizer's other keys (optim.c's key table) */
     mgt_loss loss;
     int64_t batch_size; /* GLOBAL batch */
     int epochs;
     uint64_t seed;
+    int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
 } mgt_train_cfg;
 
 /* One named tensor of an arena. */
@@ -63,8 +64,16 @@ enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
 
+/* A batch in backend memory, as forward and the loss read it (staging.h hands it over). */
+typedef struct mgt_input {
+    const float *x;        /* [n][input], NHWC */
+    const int32_t *labels; /* [n] */
+    const float *targets;  /* [n][classes] one-hot, for categorical_crossentropy (else NULL) */
+} mgt_input;
+
 /* What a layer's forward/backward needs to know about the current step. */
 typedef struct mgt_step {
+    mgt_input in;           /* the batch */
     mgt_backend *be;
     int n;                  /* local batch (rows of this rank) */
     int training;           /* batch statistics, dropout on */
@@ -73,6 +82,13 @@ typedef struct mgt_step {
     int64_t global_n;       /* samples in the global batch (all ranks) */
     uint64_t seed;          /* run seed: with global_step and the layer, keys dropout */
     struct mgt_comm *comm;  /* for synchronised batchnorm; NULL: local statistics */
+    /* Backward calls grads_ready(grads_ctx, l, offset, count) as soon as layer l's parameter
+     * gradients are final: layer by layer from the last, for each layer with parameters, once
+     * the ops writing m->g[offset .. offset + count) (all of l's tensors) are issued and before
+     * any op of the layers below it. A bucketed all-reduce starts its buckets' reductions here,
+     * overlapping the rest of backward. NULL: nobody listens. */
+    void (*grads_ready)(void *grads_ctx, const mgt_layer *l, size_t offset, size_t count);
+    void *grads_ctx;
 } mgt_step;
 
 /* A layer type: one file in layers/, one line in layers/registry.c. */
@@ -110,10 +126,15 @@ void mgt_layer_defaults(mgt_layer *l);
  * split with the odd row/column at the bottom/right. */
 mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, int kw, int stride,
                                    int same);
+/* --conv-algo: sets every conv2d layer's algorithm ("auto", "direct" or "winograd"; winograd
+ * only on the layers it applies to, 3x3 stride 1, the others keeping auto). -1 on a bad name. */
+int mgt_conv2d_set_algo(mgt_model *m, const char *algo, mgt_err *err);
 
 /* [train] keys (train_cfg.c): shared by the model file and the CLI's overrides. */
 void mgt_train_defaults(mgt_train_cfg *t);
 int mgt_train_set(mgt_train_cfg *t, const char *key, const char *value, mgt_err *err);
+/* The keys [train] accepts, NULL-terminated in keys[max]; returns their count. */
+int mgt_train_keys(const char **keys, int max);
 const char *mgt_opt_name(mgt_opt_kind k);
 const char *mgt_loss_name(mgt_loss l);
 
@@ -128,6 +149,7 @@ typedef struct mgt_layer_cfg {
     int sync;                    /* batchnorm: global statistics */
     mgt_act act_type;            /* [activation] */
     int size_set, stride_set;    /* pool keys seen */
+    mgt_conv_algo algo;          /* conv2d: algo = auto|direct|winograd */
 } mgt_layer_cfg;
 
 struct mgt_layer {
@@ -192,9 +214,9 @@ void mgt_model_free(mgt_model *m);
  * a pure function of the seed. Host arrays [param_count] and [buffer_count]. */
 void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf);
 
-/* Forward pass over s->n rows already in m->x. Returns the output (logits or probabilities). */
+/* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities). */
 float *mgt_model_forward(mgt_model *m, const mgt_step *s);
-/* Loss on the last forward's output with m->labels: adds to m->sums; when backward is set, also
+/* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also
  * back-propagates, writing the SUM over the rows of per-sample gradients into m->g. */
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward);
 /* Applies the final softmax where it was fused into the loss (predict without labels). */

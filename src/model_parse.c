@@ -42,9 +42,6 @@ typedef struct pstate {
 } pstate;
 
 static const char *const input_keys[] = {"shape", NULL};
-static const char *const train_keys[] = {"optimizer", "learning_rate", "momentum", "nesterov",
-                                         "rho", "beta_1", "beta_2", "epsilon", "weight_decay",
-                                         "loss", "batch_size", "epochs", "seed", NULL};
 static const char *const train_required[] = {"optimizer", "loss", "batch_size", NULL};
 
 static int fail(pstate *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -265,6 +262,8 @@ static int handler(void *user, const char *section, const char *key, const char 
     if (p->kind == SEC_NONE)
         return fail(p, p->line, "'%s = %s' is outside any section; keys belong under [input], "
                     "a layer or [train]", key, value);
+    const char *train_keys[32]; /* train_cfg.c's, the optimizers' included */
+    mgt_train_keys(train_keys, 32);
     const char *const *keys = p->kind == SEC_INPUT   ? input_keys
                               : p->kind == SEC_TRAIN ? train_keys
                                                      : p->layer->type->keys;

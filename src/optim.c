@@ -1,29 +1,114 @@
-/* optim.c: SGD (momentum, Nesterov), RMSprop and Adam with Keras' formulas and defaults. */
+/* optim.c: the optimizer table and the [train] keys the optimizers read (see optim.h); SGD
+ * (momentum, Nesterov), RMSprop and Adam with Keras' formulas and defaults. */
 #include "optim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
+
+/* SGD keeps a velocity only with momentum. */
+static int sgd_slots(const mgt_opt_settings *s) {
+    return s->momentum > 0 ? 1 : 0;
+}
+
+/* Adam's bias correction: lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t). */
+static float adam_lr(float lr, const mgt_opt_settings *s, int64_t t) {
+    const double td = (double)t;
+    return (float)(lr * sqrt(1.0 - pow(s->beta2, td)) / (1.0 - pow(s->beta1, td)));
+}
+
+/* Keras' defaults: learning rate 0.01 for SGD and 0.001 otherwise. */
+static const mgt_optimizer table[] = {
+    [MGT_OPT_SGD] = {.name = "sgd",
+                     .default_lr = 0.01f,
+                     .keys = {"momentum", "nesterov"},
+                     .slot_names = {"optimizer.velocity"},
+                     .slots = sgd_slots},
+    [MGT_OPT_RMSPROP] = {.name = "rmsprop",
+                         .default_lr = 0.001f,
+                         .keys = {"rho", "epsilon"},
+                         .slot_names = {"optimizer.mean_square"}},
+    [MGT_OPT_ADAM] = {.name = "adam",
+                      .default_lr = 0.001f,
+                      .keys = {"beta_1", "beta_2", "epsilon"},
+                      .slot_names = {"optimizer.m", "optimizer.v"},
+                      .lr_at = adam_lr},
+};
+_Static_assert(sizeof table / sizeof table[0] == MGT_OPT_COUNT,
+               "the optimizer table needs one row per kind of cpu/optim_math.h");
+
+/* Keras' defaults: RMSprop rho 0.9, Adam 0.9 / 0.999, epsilon 1e-7; no momentum, no decay. */
+static const mgt_opt_key keys[] = {
+    {"momentum", offsetof(mgt_opt_settings, momentum), MGT_OPT_KEY_BELOW_ONE, 0.0f, "0.9"},
+    {"nesterov", offsetof(mgt_opt_settings, nesterov), MGT_OPT_KEY_BOOL, 0.0f, "true"},
+    {"rho", offsetof(mgt_opt_settings, rho), MGT_OPT_KEY_FRACTION, 0.9f, "0.9"},
+    {"beta_1", offsetof(mgt_opt_settings, beta1), MGT_OPT_KEY_FRACTION, 0.9f, "0.9"},
+    {"beta_2", offsetof(mgt_opt_settings, beta2), MGT_OPT_KEY_FRACTION, 0.999f, "0.9"},
+    {"epsilon", offsetof(mgt_opt_settings, epsilon), MGT_OPT_KEY_POSITIVE, 1e-7f, "1e-7"},
+    {"weight_decay", offsetof(mgt_opt_settings, weight_decay), MGT_OPT_KEY_NONNEG, 0.0f, "0.0001"},
+};
+enum { NKEYS = sizeof keys / sizeof keys[0] };
+
+const mgt_optimizer *mgt_optimizer_of(mgt_opt_kind k) {
+    return &table[k];
+}
+
+const char *mgt_opt_name(mgt_opt_kind k) {
+    return table[k].name;
+}
+
+int mgt_opt_find(const char *name) {
+    for (int i = 0; i < MGT_OPT_COUNT; i++)
+        if (!strcasecmp(name, table[i].name))
+            return i;
+    return -1;
+}
+
+const char *mgt_opt_names(char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < MGT_OPT_COUNT && at < n; i++) {
+        const char *sep = i == 0 ? "" : i == MGT_OPT_COUNT - 1 ? " or " : ", ";
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", sep, table[i].name);
+    }
+    return buf;
+}
+
+const mgt_opt_key *mgt_opt_key_find(const char *key) {
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(key, keys[i].key))
+            return &keys[i];
+    return NULL;
+}
+
+const mgt_opt_key *mgt_opt_key_at(int i) {
+    return i >= 0 && i < NKEYS ? &keys[i] : NULL;
+}
+
+void mgt_opt_defaults(mgt_opt_settings *s) {
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < NKEYS; i++) {
+        char *at = (char *)s + keys[i].offset;
+        if (keys[i].kind == MGT_OPT_KEY_BOOL)
+            *(int *)at = keys[i].def != 0.0f;
+        else
+            *(float *)at = keys[i].def;
+    }
+}
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
                    mgt_err *err) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
     o->count = count;
-    switch (cfg->optimizer) {
-    case MGT_OPT_SGD:
-        o->nslots = cfg->momentum > 0 ? 1 : 0;
-        o->slot_name[0] = "optimizer.velocity";
-        break;
-    case MGT_OPT_RMSPROP:
-        o->nslots = 1;
-        o->slot_name[0] = "optimizer.mean_square";
-        break;
-    case MGT_OPT_ADAM:
-        o->nslots = 2;
-        o->slot_name[0] = "optimizer.m";
-        o->slot_name[1] = "optimizer.v";
-        break;
+    const mgt_optimizer *d = &table[cfg->optimizer];
+    for (int i = 0; i < MGT_OPT_MAX_SLOTS && d->slot_names[i]; i++) {
+        o->slot_name[i] = d->slot_names[i];
+        o->nslots++;
     }
+    if (d->slots)
+        o->nslots = d->slots(&cfg->opt);
     for (int i = 0; i < o->nslots; i++) {
         o->slot[i] = be->ops->alloc(be, count * sizeof(float) + 16);
         if (!o->slot[i])
@@ -35,25 +120,12 @@ int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size
 
 void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int64_t global_n) {
     const mgt_train_cfg *c = &o->cfg;
-    float scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f;
+    const mgt_optimizer *d = &table[c->optimizer];
     o->t++;
-    switch (c->optimizer) {
-    case MGT_OPT_SGD:
-        be->ops->sgd_step(be, o->count, w, g, o->slot[0], c->lr, c->momentum, c->nesterov,
-                          c->weight_decay, scale);
-        break;
-    case MGT_OPT_RMSPROP:
-        be->ops->rmsprop_step(be, o->count, w, g, o->slot[0], c->lr, c->rho, c->epsilon,
-                              c->weight_decay, scale);
-        break;
-    case MGT_OPT_ADAM: {
-        double t = (double)o->t;
-        float lr_t = (float)(c->lr * sqrt(1.0 - pow(c->beta2, t)) / (1.0 - pow(c->beta1, t)));
-        be->ops->adam_step(be, o->count, w, g, o->slot[0], o->slot[1], lr_t, c->beta1, c->beta2,
-                           c->epsilon, c->weight_decay, scale);
-        break;
-    }
-    }
+    const mgt_opt_hyper h = {.s = c->opt,
+                             .lr = d->lr_at ? d->lr_at(c->lr, &c->opt, o->t) : c->lr,
+                             .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f};
+    be->ops->optim_step(be, c->optimizer, o->count, w, g, o->slot, &h);
 }
 
 void mgt_optim_free(mgt_optim *o, mgt_backend *be) {

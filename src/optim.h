@@ -1,18 +1,70 @@
-/* optim.h: an optimizer over the whole flat parameter arena: its slots (velocity, mean square,
- * first and second moments) are arenas of the same layout, and a step is one backend call. */
+/* optim.h: the optimizers. One table (optim.c) says everything about each: its name, default
+ * learning rate, the [train] keys it reads, its state slots (as checkpoints name them) and how its
+ * learning rate moves per step; its element rule is in cpu/optim_math.h, whose list of rules makes
+ * the kinds (mgt_opt_kind), the CPU loops and the GPU kernels. The parser of [train]
+ * (train_cfg.c), the help text and the checkpoint's slot names are read from the tables here.
+ *
+ * An optimizer instance (mgt_optim) works over the whole flat parameter arena: its slots are
+ * arenas of the same layout, and a step is one backend call. */
 #ifndef MGT_OPTIM_H
 #define MGT_OPTIM_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "backend.h"
 #include "model.h"
+
+/* One optimizer: a row of the table. */
+typedef struct mgt_optimizer {
+    const char *name;    /* as in [train] optimizer = and --optimizer */
+    float default_lr;    /* learning_rate when neither the model file nor --lr gives one */
+    const char *keys[4]; /* the [train] keys its rule reads besides learning_rate and
+                            weight_decay (NULL-terminated) */
+    const char *slot_names[MGT_OPT_MAX_SLOTS]; /* its state arenas, as checkpoints name them */
+    /* How many of the slots it keeps with these settings (NULL: every named one). */
+    int (*slots)(const mgt_opt_settings *s);
+    /* The learning rate of step t (from 1), given the set one (NULL: constant). */
+    float (*lr_at)(float lr, const mgt_opt_settings *s, int64_t t);
+} mgt_optimizer;
+
+const mgt_optimizer *mgt_optimizer_of(mgt_opt_kind k);
+/* The kind named `name` (case-insensitive), or -1. */
+int mgt_opt_find(const char *name);
+/* "sgd, rmsprop or adam": the names, for help texts and messages, into buf. Returns buf. */
+const char *mgt_opt_names(char *buf, size_t n);
+
+/* A [train] key an optimizer reads (besides learning_rate): where its value goes in
+ * mgt_opt_settings, which values it takes, its default, and an example for messages. */
+typedef enum {
+    MGT_OPT_KEY_NONNEG = 0, /* a number >= 0 */
+    MGT_OPT_KEY_POSITIVE,   /* a number > 0 */
+    MGT_OPT_KEY_BELOW_ONE,  /* a number >= 0 and < 1 (momentum) */
+    MGT_OPT_KEY_FRACTION,   /* a number in [0, 1) (decay rates) */
+    MGT_OPT_KEY_BOOL,       /* true or false */
+} mgt_opt_key_kind;
+
+typedef struct mgt_opt_key {
+    const char *key;
+    size_t offset; /* of its float (int for MGT_OPT_KEY_BOOL) in mgt_opt_settings */
+    mgt_opt_key_kind kind;
+    float def;
+    const char *example;
+} mgt_opt_key;
+
+/* The key named `key`, or NULL; the i-th key, or NULL past the last. */
+const mgt_opt_key *mgt_opt_key_find(const char *key);
+const mgt_opt_key *mgt_opt_key_at(int i);
+/* Every key's default. */
+void mgt_opt_defaults(mgt_opt_settings *s);
 
 typedef struct mgt_optim {
     mgt_train_cfg cfg;
     size_t count;
     int nslots;
-    float *slot[2];         /* backend memory */
-    const char *slot_name[2];
-    int64_t t;              /* steps taken (Adam's bias correction) */
+    float *slot[MGT_OPT_MAX_SLOTS]; /* backend memory */
+    const char *slot_name[MGT_OPT_MAX_SLOTS];
+    int64_t t; /* steps taken (Adam's bias correction) */
 } mgt_optim;
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,

@@ -185,6 +185,23 @@ static int write_trace(const char *path, const mgt_span *spans, const int64_t *c
     return rc;
 }
 
+/* The TensorBoard scalars of the report: each phase's mean (and the step's) averaged over the
+ * ranks' rows of `all`, at the step count reached. */
+static int tb_means(mgt_profile *p, const double *all, int world, mgt_err *err) {
+    char names[MGT_PH_COUNT + 1][32];
+    const char *tags[MGT_PH_COUNT + 1];
+    double values[MGT_PH_COUNT + 1];
+    for (int i = 0; i <= MGT_PH_COUNT; i++) {
+        snprintf(names[i], sizeof names[i], "profile/%s_ms",
+                 i < MGT_PH_COUNT ? phase_names[i] : "step");
+        tags[i] = names[i];
+        values[i] = 0;
+        for (int r = 0; r < world; r++)
+            values[i] += all[(size_t)r * NSTAT + 2 * (size_t)i] / world;
+    }
+    return mgt_tb_scalars(p->tb, p->step + 1, MGT_PH_COUNT + 1, tags, values, err);
+}
+
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err) {
     if (!p->on)
         return 0;
@@ -216,8 +233,8 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
         }
         fflush(stdout);
     }
-    int rc = 0;
-    if (timeline_path) {
+    int rc = root && p->tb && p->nsteps > 0 ? tb_means(p, all, world, err) : 0;
+    if (rc == 0 && timeline_path) {
         /* Span counts first, then the spans themselves, gathered as bytes. */
         int64_t n = p->nspans, *ns = root ? malloc(sizeof(int64_t) * (size_t)world) : NULL;
         for (int r = 0; root && r < world; r++)

@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "tb.h"
 #include "util.h"
 
 enum { MGT_PH_DATA = 0, MGT_PH_FORWARD, MGT_PH_BACKWARD, MGT_PH_ALLREDUCE, MGT_PH_UPDATE,
@@ -44,6 +45,7 @@ typedef struct mgt_profile {
     double mark;       /* start of the current phase */
     double cur[MGT_PH_COUNT];
     int64_t step;
+    mgt_tb *tb;        /* rank 0, when set: the report's means also go there as scalars */
 } mgt_profile;
 
 /* be: the backend whose queued work each phase includes. */
@@ -54,7 +56,9 @@ void mgt_profile_phase(mgt_profile *p, int phase);
 void mgt_profile_end_step(mgt_profile *p);
 /* Between steps the host does other work (evaluation, a checkpoint): not the next step's time. */
 void mgt_profile_gap(mgt_profile *p);
-/* Collective: rank 0 prints the per-rank table and, if path != NULL, writes the trace. */
+/* Collective: rank 0 prints the per-rank table and, if path != NULL, writes the trace. With
+ * p->tb set, rank 0 also writes the mean over ranks of each phase's mean as the TensorBoard
+ * scalar profile/<phase>_ms, and of the whole step as profile/step_ms, at the last step. */
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err);
 void mgt_profile_free(mgt_profile *p);
 

@@ -16,8 +16,12 @@
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
-    /* Before MPI_Init: a singleton's MPI_Init sets these variables itself. */
-    rt->launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
+    /* Before MPI_Init: a singleton's MPI_Init sets these variables itself. A program using
+     * libmgt may have started MPI already: then it is used, and left to that program to end. */
+    int started = 0;
+    MPI_Initialized(&started);
+    rt->own_mpi = !started;
+    rt->launched = started || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
                    getenv("PMI_RANK") || getenv("SLURM_STEP_ID");
     if (gethostname(rt->host, sizeof rt->host - 1) != 0)
         snprintf(rt->host, sizeof rt->host, "unknown");
@@ -27,7 +31,8 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     rt->mpi = 1;
     int provided = 0;
     /* FUNNELED: only the main thread calls MPI; the watchdog and loader threads never do. */
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (rt->own_mpi)
+        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank, MPI_INFO_NULL,
@@ -50,7 +55,8 @@ void mgt_runtime_finalize(mgt_runtime *rt) {
     if (!rt->mpi)
         return;
     MPI_Comm_free(&rt->node_comm);
-    MPI_Finalize();
+    if (rt->own_mpi)
+        MPI_Finalize();
 }
 
 int mgt_runtime_cores(const mgt_runtime *rt) {

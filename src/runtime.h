@@ -18,6 +18,7 @@ typedef struct mgt_runtime {
     char host[64];
     int launched;                /* started by mpirun/srun (seen before MPI_Init) */
     int mpi;                     /* MPI was initialised (launched) */
+    int own_mpi;                 /* by mgt_runtime_init, which then also finalises it */
     MPI_Comm node_comm;
 } mgt_runtime;
 

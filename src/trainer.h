@@ -1,18 +1,19 @@
-/* trainer.h: fit / evaluate / predict over the data-parallel runtime.
+/* trainer.h: the commands train, eval, predict and summary, and the options main.c parses for
+ * them.
  *
  * Every rank holds a full replica. For each step the global batch (the model's batch_size) is the
  * next slice of the epoch's permutation; each rank reads only its contiguous part, sums its
  * per-sample gradients, and ONE all-reduce (which also carries the step's loss and accuracy sums)
  * adds them up; the update divides by the global batch. So N ranks compute what one process would
- * on the whole batch. Only rank 0 prints and writes files. */
+ * on the whole batch. Only rank 0 prints and writes files. The commands only wire the modules
+ * that do this (trainer.c names them). */
 #ifndef MGT_TRAINER_H
 #define MGT_TRAINER_H
 
 #include <stdint.h>
 
 #include "runtime.h"
-
-#define MGT_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+#include "splits.h" /* MGT_DEFAULT_DATA, for the help text */
 
 typedef struct mgt_options {
     const char *command; /* train, eval, predict, summary */
@@ -20,23 +21,25 @@ typedef struct mgt_options {
     const char *data;    /* folder of IDX files, "synthetic", or NULL: the default folder */
     /* [train] overrides as given on the command line (NULL: not given). */
     const char *epochs, *batch_size, *optimizer, *lr, *seed;
-    int64_t max_steps;   /* 0: no limit */
-    const char *out;     /* NULL: runs/<model> */
+    int64_t max_steps; /* 0: no limit */
+    const char *out;   /* NULL: runs/<model> */
     const char *init_weights, *weights, *output, *split;
-    double val_split;    /* < 0: validate on the test split */
-    int no_validation;   /* train only: no validation, no final test evaluation */
-    int64_t save_every;  /* 0: only at epoch ends */
+    double val_split;   /* < 0: validate on the test split */
+    int no_validation;  /* train only: no validation, no final test evaluation */
+    int64_t save_every; /* 0: only at epoch ends */
     int resume;
     int profile;
+    int no_tensorboard;  /* no event files in OUT/tb */
     const char *timeline;
-    int verbose;         /* -1: auto */
-    double comm_timeout; /* seconds */
-    int64_t debug_check; /* compare weight checksums across ranks every K steps (0: off) */
-    const char *device;  /* cpu, gpu, auto */
-    const char *gpus;    /* "0,2,3": local rank i uses the i-th listed device (NULL: device i) */
-    int tf32;            /* let cuDNN / cuBLAS use TF32 */
+    int verbose;           /* -1: auto */
+    double comm_timeout;   /* seconds */
+    int64_t debug_check;   /* compare weight checksums across ranks every K steps (0: off) */
+    const char *device;    /* cpu, gpu, auto */
+    const char *gpus;      /* "0,2,3": local rank i uses the i-th listed device (NULL: device i) */
+    int tf32;              /* let cuDNN / cuBLAS use TF32 */
+    const char *conv_algo; /* auto, direct, winograd for every conv2d layer (NULL: the file's) */
     const char *transport; /* auto, nccl, mpi */
-    int device_data;     /* keep a small training set in backend memory (default 1) */
+    int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */
 } mgt_options;
 

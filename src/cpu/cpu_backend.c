@@ -74,6 +74,7 @@ static void cpu_destroy(mgt_backend *be) {
 
 /* Column sums in double. Columns are taken in blocks of up to 256 so that the accumulators
  * stay on the stack (ops must not allocate) while each row is still read contiguously. */
+MGT_SIMD
 void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
     enum { BLOCK = 256 };
     double acc[BLOCK];
@@ -176,6 +177,7 @@ void mgt_cpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const floa
 
 /* ---- the table --------------------------------------------------------------------------- */
 
+MGT_SIMD
 static void cpu_add(mgt_backend *be, size_t n, const float *x, float *y) {
     (void)be;
     for (size_t i = 0; i < n; i++)
@@ -217,9 +219,7 @@ static const mgt_ops cpu_ops = {
     .xent_dense = mgt_cpu_xent_dense,
     .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
-    .sgd_step = mgt_cpu_sgd_step,
-    .rmsprop_step = mgt_cpu_rmsprop_step,
-    .adam_step = mgt_cpu_adam_step,
+    .optim_step = mgt_cpu_optim_step,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

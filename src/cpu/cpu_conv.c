@@ -60,7 +60,8 @@ static size_t conv_target_rows(const mgt_conv_shape *s) {
 }
 
 /* Winograd's output tile side for this layer (2 or 4), or 0 for im2col.
- * Every 3x3 stride-1 convolution goes through Winograd. Measured at batch 128 on this 2-core
+ * Every 3x3 stride-1 convolution goes through Winograd unless its algorithm is DIRECT (AUTO and
+ * WINOGRAD take it alike: it is the faster wherever it applies). Measured at batch 128 on this 2-core
  * Xeon (OpenBLAS 0.3.21, 2 threads; ms fwd / bwd data / bwd filter, best of 5 to 9 interleaved
  * runs), it beats im2col by a wide margin wherever the channel counts are not tiny and is no
  * slower with one input channel (im2col's GEMMs are thin there, Winograd's lanes run the
@@ -78,7 +79,7 @@ static size_t conv_target_rows(const mgt_conv_shape *s) {
  * the largest output, F(2x2) stays around 1e-7..1e-6 and F(4x4) around 1e-6..1.3e-5 of the
  * direct convolution in float32, both within 1e-4 (tests/unit/test_winograd.c). */
 int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s) {
-    if (!mgt_cpu_wino_fits(s))
+    if (s->algo == MGT_CONV_DIRECT || !mgt_cpu_wino_fits(s))
         return 0;
     /* backward data tiles dx (h x w), the other passes y (oh x ow): count both */
     const long long t2 = (long long)((s->oh + 1) / 2) * ((s->ow + 1) / 2) +
@@ -142,6 +143,7 @@ enum { IM2COL_MAX_TAPS = 256 };
  * Windows that touch the padding take the general path: for each window position (i, j) the
  * pixel's c channels are read contiguously (NHWC), or zeros used, and written with stride
  * kh*kw into the row; a row is K floats (a few KB at most), so the strided writes stay in L1. */
+MGT_SIMD
 static void im2col(const mgt_conv_shape *s, const float *restrict x, size_t r0, size_t r1,
                    float *restrict col) {
     const int c = s->c, kh = s->kh, kw = s->kw, h = s->h, w = s->w;
@@ -185,6 +187,7 @@ static void im2col(const mgt_conv_shape *s, const float *restrict x, size_t r0, 
 
 /* The adjoint of im2col: adds dcol's rows [r0, r1) into dx at the pixels they were read from
  * (padding positions are dropped). dx must have been zeroed before the first chunk. */
+MGT_SIMD
 static void col2im(const mgt_conv_shape *s, const float *restrict dcol, size_t r0, size_t r1,
                    float *restrict dx) {
     const int c = s->c, kh = s->kh, kw = s->kw, h = s->h, w = s->w;
@@ -226,6 +229,7 @@ static void conv_gemm_fwd(size_t rows, size_t K, int oc, const float *col, const
 
 /* ---- direct fallback (no scratch at all) ---- */
 
+MGT_SIMD
 static void conv_direct_fwd(const mgt_conv_shape *s, const float *x, const float *w, const float *b,
                             float *y) {
     const int c = s->c, kh = s->kh, kw = s->kw, oc = s->oc;
@@ -256,6 +260,7 @@ static void conv_direct_fwd(const mgt_conv_shape *s, const float *x, const float
     }
 }
 
+MGT_SIMD
 static void conv_direct_bwd(const mgt_conv_shape *s, const float *x, const float *w,
                             const float *dy, float *dx, float *dw) {
     const int c = s->c, kh = s->kh, kw = s->kw, oc = s->oc;

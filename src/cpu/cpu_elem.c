@@ -15,6 +15,7 @@
 /* ---- dropout ---- */
 
 /* Forward and backward are the same map: the mask from (key, counter) times 1/(1-rate). */
+MGT_SIMD
 static void dropout_apply(int n, int row, float rate, uint64_t key, uint64_t first_sample,
                           float *restrict x) {
     if (!(rate > 0.0f) || n <= 0 || row <= 0)
@@ -50,6 +51,7 @@ static inline float sigmoidf(float v) {
     return e / (1.0f + e);
 }
 
+MGT_SIMD
 static void softmax_row(int k, float *restrict x) {
     float mx = x[0];
     for (int j = 1; j < k; j++)
@@ -64,6 +66,7 @@ static void softmax_row(int k, float *restrict x) {
         x[j] *= inv;
 }
 
+MGT_SIMD
 void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
     (void)be;
     if (n <= 0 || row <= 0)
@@ -95,6 +98,7 @@ void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
 
 /* dx = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
  * softmax (per row): dx_j = y_j (dy_j - sum_k dy_k y_k). */
+MGT_SIMD
 void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
     (void)be;
     if (n <= 0 || row <= 0)
@@ -151,6 +155,7 @@ static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float
 }
 
 /* An out-of-range label counts as an all-zero target: no loss, zero gradient, never correct. */
+MGT_SIMD
 void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
                          float *probs, float *dlogits, float scale, float *sums) {
     (void)be;
@@ -190,6 +195,7 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
     sums[1] += (float)correct;
 }
 
+MGT_SIMD
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
                         float *probs, float *dlogits, float scale, float *sums) {
     (void)be;

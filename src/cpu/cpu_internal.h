@@ -9,7 +9,7 @@
  *   cpu_pool.c     max / average pooling;
  *   cpu_norm.c     batch normalisation;
  *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
- *   cpu_optim.c    SGD / RMSprop / Adam over the flat parameter arena.
+ *   cpu_optim.c    the optimizers' steps over the flat parameter arena.
  *
  * No file holds mutable globals: everything per instance lives in mgt_cpu_impl (be->impl). */
 #ifndef MGT_CPU_INTERNAL_H
@@ -29,6 +29,18 @@ int mgt_cpu_lanes_count(const mgt_cpu_lanes *l); /* NULL: 1 */
  * workers (or the caller, beyond them), and returns when all are done. l may be NULL. */
 void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int lane), void *ctx);
 void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
+
+/* The hot loops are compiled twice, for x86-64-v3 (AVX2, FMA) and for the build's own target,
+ * and the dynamic loader picks one per CPU (GCC's function multi-versioning, an ifunc): one
+ * binary runs on every x86-64 CPU and still vectorises its loops 8 wide where it can. Not
+ * needed where the build already targets AVX2 (MGT_ARCH=x86-64-v3 or native), or with other
+ * compilers or CPUs. On a CPU with and one without AVX2 the results of these loops differ in
+ * the last bits (contraction into FMA), as OpenBLAS's kernels do between CPUs. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)
+#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MGT_SIMD
+#endif
 
 typedef struct mgt_cpu_impl {
     /* Scratch for the ops' own use (the convolution's column buffer). 64-byte aligned; only
@@ -117,11 +129,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
                         float *probs, float *dlogits, float scale, float *sums);
 
 /* cpu_optim.c */
-void mgt_cpu_sgd_step(mgt_backend *be, size_t count, float *w, const float *g, float *vel, float lr,
-                      float momentum, int nesterov, float wd, float scale);
-void mgt_cpu_rmsprop_step(mgt_backend *be, size_t count, float *w, const float *g, float *ms,
-                          float lr, float rho, float eps, float wd, float scale);
-void mgt_cpu_adam_step(mgt_backend *be, size_t count, float *w, const float *g, float *m, float *v,
-                       float lr_t, float beta1, float beta2, float eps, float wd, float scale);
+void mgt_cpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
+                        float *const *slots, const mgt_opt_hyper *h);
 
 #endif

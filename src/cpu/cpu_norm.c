@@ -16,6 +16,7 @@
 
 enum { BN_BLOCK = 128 }; /* channels per block of stack accumulators */
 
+MGT_SIMD
 void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq) {
     (void)be;
     double s1[BN_BLOCK], s2[BN_BLOCK];
@@ -38,6 +39,7 @@ void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *s
     }
 }
 
+MGT_SIMD
 void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
                       const float *invstd, const float *gamma, const float *beta, float *y) {
     (void)be;
@@ -72,6 +74,7 @@ void mgt_cpu_bn_running(mgt_backend *be, int c, float eps, const float *running_
 }
 
 /* dbeta = sum dy; dgamma = sum dy * (x - mean) * invstd = invstd * sum dy * (x - mean). */
+MGT_SIMD
 void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
                            const float *mean, const float *invstd, float *dgamma, float *dbeta) {
     (void)be;
@@ -99,6 +102,7 @@ void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, con
 }
 
 /* dx = gamma * invstd * (dy - (dbeta + xhat * dgamma) / count). */
+MGT_SIMD
 void mgt_cpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
                           const float *dy, const float *mean, const float *invstd,
                           const float *gamma, const float *dgamma, const float *dbeta, float *dx) {

@@ -15,6 +15,7 @@ static size_t pool_in_count(const mgt_pool_shape *s) {
     return (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * s->c;
 }
 
+MGT_SIMD
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
                          int32_t *argmax) {
     (void)be;
@@ -46,6 +47,7 @@ void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
             }
 }
 
+MGT_SIMD
 void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
                          const int32_t *argmax, float *dx) {
     (void)be;
@@ -59,6 +61,7 @@ void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
         dx[argmax[o]] += dy[o];
 }
 
+MGT_SIMD
 void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
     (void)be;
     const int c = s->c, size = s->size;
@@ -82,6 +85,7 @@ void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
             }
 }
 
+MGT_SIMD
 void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
     (void)be;
     if (!dx)

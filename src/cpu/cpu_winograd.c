@@ -283,6 +283,7 @@ static void wino_window(const float *xs, int rows, int cols, int ch, int y0, int
 }
 
 /* V[xi][tile][ic] = B^T d B for the input tiles of the chunk. */
+MGT_SIMD
 static void wino_input(const wino_geom *g, const float *x, size_t t0, size_t t1, wino_buf V) {
     const int m = g->m, nt = g->nt, C = g->ic;
     float t[WINO_PMAX * WINO_CB];
@@ -315,6 +316,7 @@ static void wino_input(const wino_geom *g, const float *x, size_t t0, size_t t1,
 
 /* out[pixel][oc] = A^T M A + bias for the output tiles of the chunk; positions past the
  * output's bottom/right edge go to a scratch row and are dropped. */
+MGT_SIMD
 static void wino_output(const wino_geom *g, wino_buf M, size_t t0, size_t t1, const float *bias,
                         float *y) {
     const int m = g->m, nt = g->nt, C = g->oc;
@@ -351,6 +353,7 @@ static void wino_output(const wino_geom *g, wino_buf M, size_t t0, size_t t1, co
 
 /* D[xi][tile][oc] = A dY A^T for the output-gradient tiles of the chunk (backward filter);
  * dY outside the output is zero. */
+MGT_SIMD
 static void wino_grad_output(const wino_geom *g, const float *dy, size_t t0, size_t t1,
                              wino_buf D) {
     const int m = g->m, nt = g->nt, C = g->oc;
@@ -402,6 +405,7 @@ static const double (*wino_g(int m))[3] {
  *   backward data  (flip = 1): g = w[a][b] rotated by 180 degrees (nb input channels).
  * Filters go WINO_CB at a time along b so that each of the P rows written is a contiguous run
  * (the P values of one filter lie a whole P x na x nb plane apart). */
+MGT_SIMD
 static void wino_filter(int m, int na, int nb, const float *w, int flip, float *U, int a0, int a1) {
     const int nt = m + 2;
     const double(*G)[3] = wino_g(m);
@@ -435,6 +439,7 @@ static void wino_filter(int m, int na, int nb, const float *w, int flip, float *
 /* dW[o][ch] = G^T (S0 + S1)[xi][o][ch] G (3 x 3 from nt x nt) for o in [o0, o1): the two
  * partial sums of the backward-filter pass are added here, in double, WINO_CB channels at a
  * time so that the P rows are read as contiguous runs. */
+MGT_SIMD
 static void wino_filter_grad(int m, int oc, int c, const float *S0, const float *S1, float *dw,
                              int o0, int o1) {
     const int nt = m + 2;

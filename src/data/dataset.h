@@ -1,6 +1,8 @@
-/* dataset.h: what the trainer reads samples from. Two sources:
+/* dataset.h: what the trainer reads samples from. Three sources:
  *  - IDX files (MNIST layout) kept as uint8 in memory, scaled to [0,1] only when a batch is
  *    gathered (60000 Fashion-MNIST images are 47 MB as bytes, 188 MB as floats);
+ *  - .npy files (numpy.save) of any channel count, uint8 (scaled like IDX) or float32 (taken as
+ *    they are), memory-mapped: their pages are read when a batch touches them (npy.h);
  *  - synthetic data of any shape and class count, generated from (seed, index) on demand, so it
  *    costs no memory and every rank sees the same sample i.
  * A sample is h*w*c values in NHWC order; labels are class indices. */
@@ -12,19 +14,30 @@
 #include "../util.h"
 
 typedef struct mgt_dataset {
-    int64_t n;        /* samples */
-    int h, w, c;      /* sample shape */
-    int classes;      /* labels are in [0, classes) */
-    uint8_t *pixels;  /* n*h*w*c bytes (IDX); NULL for synthetic */
-    uint8_t *labels;  /* n bytes (IDX); NULL for synthetic */
+    int64_t n;   /* samples */
+    int h, w, c; /* sample shape */
+    int classes; /* labels are in [0, classes) */
+    /* The samples: bytes (IDX, uint8 .npy: scaled by 1/255 when gathered) in pixels, or float32
+     * values (.npy) in fpixels, stored little-endian unless fswap; both NULL for synthetic data
+     * (mgt_dataset_is_synthetic). A mapped file's pages are read-only: never written through. */
+    uint8_t *pixels;
+    const uint8_t *fpixels; /* n*h*w*c float32 values, possibly unaligned: read with memcpy */
+    int fswap;              /* fpixels are big-endian */
+    /* The labels: n bytes (IDX; .npy whose labels are all < 256), else n int32 in labels32 (a
+     * .npy set with more than 256 classes); both NULL for synthetic data. */
+    uint8_t *labels;
+    int32_t *labels32;
     uint64_t seed;    /* synthetic only */
     char source[512]; /* for messages: the images file, or "synthetic" */
     /* synthetic only: split_salt keys the pixels (the class templates use the seed alone, so the
      * train and test splits share them); sample 0 of this view is generated sample `first`. */
     uint64_t split_salt;
     int64_t first;
-    /* 1 if pixels/labels were allocated for this struct (load_idx); 0 for a slice or synthetic
-     * data. mgt_dataset_free frees only owned memory. */
+    /* .npy: the images file's mapping, which pixels or fpixels point into. */
+    void *map;
+    size_t map_len;
+    /* 1 if this struct owns its memory (load_idx: pixels and labels; load_npy: the mapping and
+     * the labels); 0 for a slice or synthetic data. mgt_dataset_free frees only owned memory. */
     int owned;
 } mgt_dataset;
 
@@ -35,6 +48,29 @@ typedef struct mgt_dataset {
  * take max label + 1). Plain files are preferred over .gz when both exist. */
 int mgt_dataset_load_idx(mgt_dataset *ds, const char *dir, const char *prefix, int h, int w,
                          int classes, mgt_err *err);
+
+/* Reads DIR/<split>_x.npy (images: uint8 or float32, shape (N, H, W, C), or (N, H, W) for one
+ * channel, C order) and DIR/<split>_y.npy (labels: any integer dtype, shape (N,) or (N, 1)), split
+ * "train" or "test". Checks each file (npy.h), that the image shape is the model's (h, w, c)
+ * unless h == 0 (take the file's), that both hold N samples, and that every label is in
+ * [0, classes) (classes <= 0: take max label + 1), naming the first bad one. */
+int mgt_dataset_load_npy(mgt_dataset *ds, const char *dir, const char *split, int h, int w, int c,
+                         int classes, mgt_err *err);
+
+/* The data folder DIR in whichever format it holds: .npy files when DIR has train_x.npy or
+ * test_x.npy, IDX files otherwise (those need c == 1). test = 0 reads the training split, 1 the
+ * test split (IDX: t10k-*, .npy: test_*). */
+int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
+                     mgt_err *err);
+/* 1 if DIR has the images of the split (test = 0: training, 1: test) in its format. */
+int mgt_dataset_has_split(const char *dir, int test);
+/* 1 if DIR holds .npy data (train_x.npy or test_x.npy). */
+int mgt_dataset_dir_is_npy(const char *dir);
+
+/* 1 for generated (synthetic) data: no samples in memory. */
+static inline int mgt_dataset_is_synthetic(const mgt_dataset *ds) {
+    return !ds->pixels && !ds->fpixels;
+}
 
 /* n samples of shape (h, w, c) with labels in [0, classes); split_salt tells the train and test
  * splits apart. Pixels are uniform in [0,1); the label is a function of the pixels (the class
@@ -50,15 +86,15 @@ void mgt_dataset_synthetic(mgt_dataset *ds, int64_t n, int h, int w, int c, int 
  * (backend.h: synthetic) follows this definition. */
 void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key, uint64_t *template_key);
 
-/* Copies samples idx[0..count) into x (count*h*w*c floats, NHWC, scaled to [0,1]) and their
- * labels into labels (int32). */
+/* Copies samples idx[0..count) into x (count*h*w*c floats, NHWC: bytes scaled to [0,1], float32
+ * values as stored) and their labels into labels (int32). */
 void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
                         int32_t *labels);
 
 /* A view of samples [first, first+count) of ds: shares the memory (for --val-split). */
 mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t count);
 
-void mgt_dataset_free(mgt_dataset *ds); /* frees only what load_idx allocated */
+void mgt_dataset_free(mgt_dataset *ds); /* frees only what load_idx or load_npy allocated */
 
 /* Writes an IDX file (for tests and tools): magic 0x0803 (images, dims n,h,w) or 0x0801 (labels,
  * dims n); gzip-compressed when path ends in ".gz". */

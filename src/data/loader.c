@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "augment.h"
 #include "shard.h"
 
 enum { SLOTS = 2 };
@@ -26,6 +27,8 @@ struct mgt_loader {
     int64_t batch, steps;
     int rank, world;
     int threaded, ids_only;
+    mgt_augment aug;    /* training augmentation (off unless mgt_loader_augment) */
+    float *aug_scratch; /* one sample, for augmenting in place */
     int64_t *perm, *idx;
     slot s[SLOTS];
 
@@ -40,14 +43,18 @@ struct mgt_loader {
     int64_t perm_epoch;    /* epoch the permutation was built for (-1: none) */
 };
 
-static void fill(mgt_loader *l, slot *s, int64_t step) {
+static void fill(mgt_loader *l, slot *s, int64_t epoch, int64_t step) {
     int64_t n = l->ds->n;
     int64_t b = mgt_shard_batch_size(n, l->batch, step);
     mgt_range r = mgt_shard_range(b, l->rank, l->world);
     const int64_t *rows = l->perm + step * l->batch + r.first;
     memcpy(s->b.ids, rows, sizeof(int64_t) * (size_t)r.count);
-    if (!l->ids_only)
-        mgt_dataset_gather(l->ds, rows, (int)r.count, s->b.x, s->b.labels);
+    if (!l->ids_only) {
+        const mgt_dataset *ds = l->ds;
+        mgt_dataset_gather(ds, rows, (int)r.count, s->b.x, s->b.labels);
+        mgt_augment_batch(&l->aug, l->seed, epoch, rows, (int)r.count, ds->h, ds->w, ds->c, s->b.x,
+                          l->aug_scratch);
+    }
     s->b.n = (int)r.count;
     s->b.first = r.first;
     s->b.global_n = b;
@@ -71,7 +78,7 @@ static void *run(void *arg) {
         pthread_mutex_unlock(&l->mu);
         if (need_perm)
             mgt_shard_permutation(l->seed, epoch, l->ds->n, l->perm);
-        fill(l, s, step);
+        fill(l, s, epoch, step);
         pthread_mutex_lock(&l->mu);
         if (need_perm && gen == l->gen)
             l->perm_epoch = epoch;
@@ -135,6 +142,25 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     return l;
 }
 
+int mgt_loader_augment(mgt_loader *l, const mgt_augment *a, mgt_err *err) {
+    if (!mgt_augment_on(a))
+        return 0;
+    if (l->ids_only)
+        return mgt_errf(err, "augmentation needs batches gathered on the host; this loader hands "
+                             "out sample rows only");
+    const mgt_dataset *ds = l->ds;
+    float *scratch = malloc(sizeof(float) * (size_t)ds->h * (size_t)ds->w * (size_t)ds->c);
+    if (!scratch)
+        return mgt_errf(err, "out of host memory for data augmentation");
+    /* Before the first epoch the thread is idle; the lock publishes the fields to it. */
+    pthread_mutex_lock(&l->mu);
+    free(l->aug_scratch);
+    l->aug_scratch = scratch;
+    l->aug = *a;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
 void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step) {
     pthread_mutex_lock(&l->mu);
     l->gen++;
@@ -154,7 +180,7 @@ const mgt_batch *mgt_loader_next(mgt_loader *l) {
             l->perm_epoch = l->epoch;
         }
         slot *s = &l->s[0];
-        fill(l, s, l->next_take++);
+        fill(l, s, l->epoch, l->next_take++);
         return &s->b;
     }
     pthread_mutex_lock(&l->mu);
@@ -196,6 +222,7 @@ void mgt_loader_destroy(mgt_loader *l) {
                 free(bufs[k]);
         }
     }
+    free(l->aug_scratch);
     free(l->perm);
     free(l);
 }

@@ -12,12 +12,13 @@
 #include <stdint.h>
 
 #include "../backend.h"
+#include "augment.h"
 #include "dataset.h"
 
 typedef struct mgt_loader mgt_loader;
 
 typedef struct mgt_batch {
-    float *x;          /* n samples, NHWC, scaled to [0,1] (NULL with ids_only) */
+    float *x;          /* n samples, NHWC, gathered (dataset.h), augmented (NULL: ids_only) */
     int32_t *labels;   /* n labels (NULL with ids_only) */
     int64_t *ids;      /* the n samples' rows in the dataset */
     int n;             /* this rank's samples */
@@ -35,6 +36,9 @@ typedef struct mgt_batch {
 mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
                               int rank, int world, int max_local, int threaded, int ids_only,
                               mgt_err *err);
+/* Augments every training batch from now on (augment.h: keyed by the seed, the epoch and each
+ * sample's row). Call before the first begin_epoch; a loader made with ids_only refuses. */
+int mgt_loader_augment(mgt_loader *l, const mgt_augment *a, mgt_err *err);
 /* Starts producing epoch `epoch` from step `first_step` (ends any epoch in progress). */
 void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step);
 /* The next step's batch, waiting for it if the thread is behind. Valid until the next call. */

@@ -1,4 +1,4 @@
-/* synthetic.c: the synthetic dataset, and the parts of the dataset API shared by both sources
+/* synthetic.c: the synthetic dataset, and the parts of the dataset API shared by all sources
  * (gather, slice, free).
  *
  * Synthetic samples are generated on demand from (seed, split_salt, sample index), so a dataset
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define SYN_PIXELS 0x53594E5448ULL  /* "SYNTH": the pixel stream */
 #define SYN_TEMPLATES 0x544D504CULL /* "TMPL": the class template stream */
@@ -162,19 +163,34 @@ static void gather_synthetic(const mgt_dataset *ds, const int64_t *idx, int coun
     }
 }
 
+/* A float32 sample as stored: a straight copy, byte-swapped for a big-endian file. */
+static void copy_floats(const uint8_t *src, int64_t elems, int swap, float *dst) {
+    memcpy(dst, src, sizeof(float) * (size_t)elems);
+    if (!swap)
+        return;
+    uint32_t *u = (uint32_t *)(void *)dst;
+    for (int64_t j = 0; j < elems; j++)
+        u[j] = __builtin_bswap32(u[j]);
+}
+
 void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
                         int32_t *labels) {
-    if (!ds->pixels) {
+    if (mgt_dataset_is_synthetic(ds)) {
         gather_synthetic(ds, idx, count, x, labels);
         return;
     }
     const int64_t elems = (int64_t)ds->h * ds->w * ds->c;
     for (int k = 0; k < count; k++) {
-        const uint8_t *p = ds->pixels + idx[k] * elems;
         float *xs = x + (int64_t)k * elems;
-        for (int64_t j = 0; j < elems; j++)
-            xs[j] = (float)p[j] / 255.0f;
-        labels[k] = ds->labels[idx[k]];
+        if (ds->pixels) {
+            const uint8_t *p = ds->pixels + idx[k] * elems;
+            for (int64_t j = 0; j < elems; j++)
+                xs[j] = (float)p[j] / 255.0f;
+        } else {
+            copy_floats(ds->fpixels + idx[k] * elems * (int64_t)sizeof(float), elems, ds->fswap,
+                        xs);
+        }
+        labels[k] = ds->labels ? ds->labels[idx[k]] : ds->labels32[idx[k]];
     }
 }
 
@@ -191,12 +207,19 @@ mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t coun
         count = ds->n - first;
     v.n = count;
     v.owned = 0;
-    if (ds->pixels) {
-        v.pixels = ds->pixels + first * ((int64_t)ds->h * ds->w * ds->c);
-        v.labels = ds->labels + first;
-    } else {
+    const int64_t elems = (int64_t)ds->h * ds->w * ds->c;
+    if (mgt_dataset_is_synthetic(ds)) {
         v.first = ds->first + first;
+        return v;
     }
+    if (ds->pixels)
+        v.pixels = ds->pixels + first * elems;
+    else
+        v.fpixels = ds->fpixels + first * elems * (int64_t)sizeof(float);
+    if (ds->labels)
+        v.labels = ds->labels + first;
+    else
+        v.labels32 = ds->labels32 + first;
     return v;
 }
 
@@ -204,11 +227,18 @@ void mgt_dataset_free(mgt_dataset *ds) {
     if (!ds)
         return;
     if (ds->owned) {
-        free(ds->pixels);
+        if (ds->map)
+            munmap(ds->map, ds->map_len); /* the samples were the file's pages */
+        else
+            free(ds->pixels);
         free(ds->labels);
+        free(ds->labels32);
     }
     ds->pixels = NULL;
+    ds->fpixels = NULL;
     ds->labels = NULL;
+    ds->labels32 = NULL;
+    ds->map = NULL;
     ds->owned = 0;
     ds->n = 0;
 }

@@ -4,12 +4,30 @@
 
 #include "layer_util.h"
 
-static const char *const keys[] = {"filters", "kernel", "stride", "padding", "use_bias", NULL};
+static const char *const keys[] = {"filters", "kernel", "stride", "padding", "use_bias", "algo",
+                                   NULL};
 static const char *const required[] = {"filters", "kernel", NULL};
 
 static void defaults(mgt_layer *l) {
     l->cfg.bias = 1;
     l->cfg.stride = 1;
+}
+
+extern const mgt_layer_type mgt_layer_conv2d;
+
+static int parse_algo(const char *v, mgt_conv_algo *algo, mgt_err *err) {
+    static const char *const names[] = {"auto", "direct", "winograd"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(v, names[i])) {
+            *algo = (mgt_conv_algo)i;
+            return 0;
+        }
+    return mgt_errf(err, "expected auto, direct or winograd");
+}
+
+/* Winograd's minimal filtering is defined here for 3x3 kernels at stride 1 only. */
+static int winograd_applies(const mgt_layer_cfg *c) {
+    return c->kernel == 3 && c->kernel_w == 3 && c->stride == 1;
 }
 
 static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
@@ -20,6 +38,8 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
         return mgt_set_pos_int(v, &c->stride, err);
     if (!strcmp(key, "use_bias"))
         return mgt_set_bool(v, &c->bias, err);
+    if (!strcmp(key, "algo"))
+        return parse_algo(v, &c->algo, err);
     if (!strcmp(key, "padding")) {
         if (strcmp(v, "valid") && strcmp(v, "same"))
             return mgt_errf(err, "expected valid or same");
@@ -58,11 +78,29 @@ mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, i
 
 static mgt_conv_shape geometry(const mgt_layer *l, int n) {
     const mgt_layer_cfg *c = &l->cfg;
-    return mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, c->filters, c->kernel, c->kernel_w,
-                               c->stride, c->same);
+    mgt_conv_shape s = mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, c->filters, c->kernel,
+                                           c->kernel_w, c->stride, c->same);
+    s.algo = c->algo;
+    return s;
+}
+
+int mgt_conv2d_set_algo(mgt_model *m, const char *algo, mgt_err *err) {
+    mgt_conv_algo a = MGT_CONV_AUTO;
+    if (parse_algo(algo, &a, err) < 0)
+        return -1;
+    for (int i = 0; i < m->nlayers; i++) {
+        mgt_layer *l = &m->layers[i];
+        if (l->type == &mgt_layer_conv2d)
+            l->cfg.algo = a == MGT_CONV_WINOGRAD && !winograd_applies(&l->cfg) ? MGT_CONV_AUTO : a;
+    }
+    return 0;
 }
 
 static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
+    if (l->cfg.algo == MGT_CONV_WINOGRAD && !winograd_applies(&l->cfg))
+        return mgt_errf(err, "algo = winograd needs a 3x3 kernel at stride 1 (this layer has "
+                        "kernel %d,%d and stride %d); use algo = auto or direct", l->cfg.kernel,
+                        l->cfg.kernel_w, l->cfg.stride);
     mgt_conv_shape s = geometry(l, 1);
     if (s.oh < 1 || s.ow < 1)
         return mgt_errf(err, "kernel = %d,%d does not fit the %dx%d input; use a smaller kernel "

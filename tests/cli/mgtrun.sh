@@ -2,7 +2,9 @@
 # labels: mpi
 # timeout: 600
 # launch/mgtrun: starts mgtrain under mpirun with the right options, printing the exact command;
-# refuses root without --as-root, and a rank count that is not a positive whole number.
+# refuses root without --as-root, and a rank count that is not a positive whole number. Its host
+# lists (-H, --hostfile) on this machine as "localhost": what they turn into and what they refuse
+# (tests/cli/multinode.sh runs them across nodes).
 source "$(dirname "$0")/lib.bash"
 MGTRUN=$MGT_SRC/launch/mgtrun
 root=(); [ "$(id -u)" -eq 0 ] && root=(--as-root)
@@ -65,5 +67,64 @@ expect_fail "-np -1" "mgtrun: -np -1: expected a positive whole number" "$MGTRUN
 expect_fail "-np 2.5" "mgtrun: -np 2.5: expected a positive whole number" "$MGTRUN" -np 2.5 "${root[@]}" "$MGT_BIN"
 expect_fail "-np with no value" "mgtrun: -np needs a value" "$MGTRUN" -np
 expect_fail "a program path that is not there" "mgtrun: ./no/mgtrain: not an executable file" "$MGTRUN" -np 2 "${root[@]}" ./no/mgtrain
-"$MGTRUN" --help >help.log 2>&1 && grep -q 'mgtrun \[-np N\] \[--as-root\]' help.log && ok "--help shows the usage" || { bad "--help"; cat help.log; }
+"$MGTRUN" --help >help.log 2>&1 && grep -qF 'mgtrun [-np N] [-H HOST[:SLOTS],... | --hostfile FILE]' help.log \
+  && ok "--help shows the usage" || { bad "--help"; cat help.log; }
+
+# --- host lists -------------------------------------------------------------------------------
+# hosts NAME LOG MGTRUN-ARGS... -- MGTRAIN-ARGS...: runs a short job; sets CMD to the printed line
+hosts() {
+  local name=$1 log=$2; shift 2
+  local pre=()
+  while [ "$1" != -- ]; do pre+=("$1"); shift; done; shift
+  MGT_HOSTS_PROBE=1 UNLISTED_PROBE=1 "${noenv[@]}" timeout 300 "$MGTRUN" "${pre[@]}" "${root[@]}" "$MGT_BIN" --data synthetic \
+    --synthetic-samples 2000 --max-steps 2 --verbose 2 "$@" >"$log" 2>&1; local rc=$?
+  CMD=$(grep '^+ mpirun' "$log")
+  [ $rc -eq 0 ] && grep -q "world: " "$log" && ok "$name: trains ($(grep -oE 'world: [0-9]+ ranks? on [0-9]+ nodes?' "$log"))" \
+    || { bad "$name: exit $rc"; cat "$log"; }
+}
+hosts "-H localhost:2" h1.log -H localhost:2 -- --out h1
+grep -qE '^\+ mpirun -np 2 --bind-to none --map-by slot --host localhost:2 ' <<<"$CMD" \
+  && ok "-H localhost:2: -np 2 from the slots, --host passed on" || bad "-H localhost:2 printed: $CMD"
+# Keepalive window: idle T/4, probes T/12 apart, 3 of them: within T/2 of the last answer.
+grep -q -- '--mca oob_tcp_keepalive_time 75 --mca oob_tcp_keepalive_intvl 25 --mca oob_tcp_keepalive_probes 3 ' <<<"$CMD" \
+  && ok "keepalive from the default --comm-timeout 300: 75 s idle, 3 probes 25 s apart" || bad "keepalive for 300 s: $CMD"
+grep -q -- '-x MGT_HOSTS_PROBE' <<<"$CMD" && grep -q -- '-x PATH' <<<"$CMD" \
+  && ok "MGT_* and PATH are passed on with -x" || bad "no -x MGT_HOSTS_PROBE / -x PATH: $CMD"
+grep -qE -- '-x (HOME|UNLISTED_PROBE) ' <<<"$CMD" && bad "a variable outside those families passed on: $CMD" \
+  || ok "other variables are not passed on (HOME, UNLISTED_PROBE)"
+grep -q -- '--oversubscribe' <<<"$CMD" && bad "--oversubscribe with declared slots: $CMD" || ok "declared slots: no --oversubscribe"
+
+printf '# the nodes\nlocalhost slots=3   # three ranks\n\n' >hostfile
+hosts "--hostfile (3 slots on $(nproc) cores)" h2.log --hostfile hostfile -- --comm-timeout 40 --out h2
+grep -qE '^\+ mpirun -np 3 --bind-to none --map-by slot --hostfile hostfile ' <<<"$CMD" \
+  && ok "--hostfile: -np 3 from its slots, comments and blank lines skipped" || bad "--hostfile printed: $CMD"
+grep -q -- '--mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 3 ' <<<"$CMD" \
+  && ok "keepalive from --comm-timeout 40: 10 s idle, probes 3 s apart" || bad "keepalive for 40 s: $CMD"
+hosts "-np 1 of 2 slots, --network-interface lo" h3.log -np 1 -H localhost:2 --network-interface lo -- --comm-timeout=8 --out h3
+grep -q -- '--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 ' <<<"$CMD" \
+  && ok "keepalive from --comm-timeout=8: 2 s idle, probes 1 s apart (at least 1)" || bad "keepalive for 8 s: $CMD"
+grep -q -- '--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x NCCL_SOCKET_IFNAME=lo' <<<"$CMD" \
+  && ok "--network-interface lo: Open MPI's TCP and NCCL's sockets kept to lo" || bad "--network-interface lo: $CMD"
+grep -q '^+ mpirun -np 1 ' <<<"$CMD" && ok "-np 1 of 2 slots" || bad "-np 1: $CMD"
+hosts "--network-interface with a subnet" h4.log -H localhost:2 --network-interface 127.0.0.0/8 -- --out h4
+grep -q -- '--mca btl_tcp_if_include 127.0.0.0/8 --mca oob_tcp_if_include 127.0.0.0/8' <<<"$CMD" && ! grep -q NCCL_SOCKET_IFNAME <<<"$CMD" \
+  && ok "--network-interface 127.0.0.0/8: Open MPI's settings, not NCCL's (it takes names only)" || bad "subnet: $CMD"
+
+expect_fail "-H without a value" "mgtrun: -H needs a value: the hosts and their ranks" "$MGTRUN" -H
+expect_fail "-H followed by a flag" "mgtrun: -H needs a value" "$MGTRUN" -H --as-root "$MGT_BIN"
+expect_fail "-H with 0 slots" "mgtrun: -H a:0: 'a:0' is not HOST or HOST:SLOTS" "$MGTRUN" -H a:0 "${root[@]}" "$MGT_BIN"
+expect_fail "-H with an empty entry" "mgtrun: -H a:2,,b: '' is not HOST or HOST:SLOTS" "$MGTRUN" -H a:2,,b "${root[@]}" "$MGT_BIN"
+expect_fail "-np above the slots" "mgtrun: -np 5 but the hosts have 4 slots; start fewer ranks or list more slots" \
+  "$MGTRUN" -np 5 -H a:2,b:2 "${root[@]}" "$MGT_BIN"
+expect_fail "-H and --hostfile" "mgtrun: -H and --hostfile both given" "$MGTRUN" -H a --hostfile hostfile "${root[@]}" "$MGT_BIN"
+expect_fail "a hostfile that is not there" "mgtrun: --hostfile no/hosts: no such readable file" \
+  "$MGTRUN" --hostfile no/hosts "${root[@]}" "$MGT_BIN"
+printf 'node1 slots=2\nnode2 slots=two\n' >bad.hosts
+expect_fail "a hostfile line without a number of slots, named by line" \
+  "mgtrun: bad.hosts:2: 'node2 slots=two': expected \"HOST slots=N\"" "$MGTRUN" --hostfile bad.hosts "${root[@]}" "$MGT_BIN"
+printf '# nothing\n\n' >empty.hosts
+expect_fail "a hostfile with no host" "mgtrun: --hostfile empty.hosts lists no host" \
+  "$MGTRUN" --hostfile empty.hosts "${root[@]}" "$MGT_BIN"
+expect_fail "--network-interface on one node" "mgtrun: --network-interface goes with -H or --hostfile" \
+  "$MGTRUN" --network-interface eth0 "${root[@]}" "$MGT_BIN"
 finish

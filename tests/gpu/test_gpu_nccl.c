@@ -2,7 +2,10 @@
  * in-place all-reduces of known buffers through the transport's own op (rank r contributes
  * (r + 1) times the buffer, so the sum is world(world+1)/2 times it), an empty all-reduce, and an
  * orderly destroy. Run alone it is one rank on GPU 0; under mpirun every rank uses GPU 0 too,
- * which NCCL accepts only when each rank names a different host (NCCL_HOSTID).
+ * which NCCL's user guide calls unsupported: NCCL 2.28 accepts it when each rank names a
+ * different host through the undocumented NCCL_HOSTID (the ranks then count as separate nodes
+ * and talk over sockets); NCCL 2.30 adds the documented, experimental
+ * NCCL_MULTI_RANK_GPU_ENABLE=1.
  * Needs a GPU: without one it prints SKIPPED and exits 77. */
 #include <mpi.h>
 

@@ -366,24 +366,40 @@ static void test_layout(pair *p, int n, int h, int w, int c) {
 /* One step of optimizer `kind` (0 to 4) on backend be; returns its name. */
 static const char *optim_step(mgt_backend *be, int kind, size_t count, float *w, const float *gr,
                               float *a, float *b) {
-    const float scale = 1.0f / 64, wd = 1e-3f;
+    mgt_opt_hyper h = {.s = {.weight_decay = 1e-3f}, .lr = 0.1f, .scale = 1.0f / 64};
+    float *slots[MGT_OPT_MAX_SLOTS] = {kind == 0 ? NULL : a, NULL}; /* plain SGD: no velocity */
+    mgt_opt_kind k = MGT_OPT_SGD;
+    const char *name = "sgd";
     switch (kind) {
     case 0:
-        be->ops->sgd_step(be, count, w, gr, a, 0.1f, 0.0f, 0, wd, scale);
-        return "sgd";
+        break;
     case 1:
-        be->ops->sgd_step(be, count, w, gr, a, 0.1f, 0.9f, 0, wd, scale);
-        return "sgd momentum";
+        h.s.momentum = 0.9f;
+        name = "sgd momentum";
+        break;
     case 2:
-        be->ops->sgd_step(be, count, w, gr, a, 0.1f, 0.9f, 1, wd, scale);
-        return "sgd nesterov";
+        h.s.momentum = 0.9f;
+        h.s.nesterov = 1;
+        name = "sgd nesterov";
+        break;
     case 3:
-        be->ops->rmsprop_step(be, count, w, gr, a, 1e-3f, 0.9f, 1e-7f, wd, scale);
-        return "rmsprop";
+        h.lr = 1e-3f;
+        h.s.rho = 0.9f;
+        h.s.epsilon = 1e-7f;
+        k = MGT_OPT_RMSPROP;
+        name = "rmsprop";
+        break;
     default:
-        be->ops->adam_step(be, count, w, gr, a, b, 1e-3f, 0.9f, 0.999f, 1e-7f, wd, scale);
-        return "adam";
+        h.lr = 1e-3f;
+        h.s.beta1 = 0.9f;
+        h.s.beta2 = 0.999f;
+        h.s.epsilon = 1e-7f;
+        slots[1] = b;
+        k = MGT_OPT_ADAM;
+        name = "adam";
     }
+    be->ops->optim_step(be, k, count, w, gr, slots, &h);
+    return name;
 }
 
 static void test_optim(pair *p, size_t count) {

@@ -92,7 +92,8 @@ static void run_step(run *r, int64_t step) {
     if (m->train.loss == MGT_LOSS_CE)
         o->to_device(r->be, m->targets, r->ht, sizeof(float) * (size_t)k * n);
     o->zero(r->be, m->sums, 2 * sizeof(float));
-    mgt_step s = {.be = r->be,
+    mgt_step s = {.in = {m->x, m->labels, m->targets},
+                  .be = r->be,
                   .n = n,
                   .training = 1,
                   .global_step = step,

@@ -108,6 +108,48 @@ static inline double rel_err(const float *a, const float *ref, size_t n, double 
     return err / scale;
 }
 
+/* ---- tolerances from rounding-error analysis ----
+ * Float32 rounds to nearest with unit roundoff u = 2^-24. When every result of an expression
+ * passes through at most k roundings on its way from the inputs (a sum of K terms in any order,
+ * blocked or with FMA: k <= K; each scaling by a constant that is not a power of two: one more),
+ *     |computed - exact| <= gamma(k) * |the same expression|, gamma(k) = k u / (1 - k u),
+ * where |the same expression| is evaluated exactly on the absolute values of every input and
+ * constant (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., 2002, Lemma 3.1
+ * and eq. 3.4; no underflow, which the tests' O(1) data rule out). The op tests compute the
+ * exact result and this absolute bound in double, element by element, so a tolerance follows
+ * from the algorithm (its summation lengths, its transform constants) and from the data, never
+ * from what one machine's BLAS kernel happened to give. */
+static inline double opcheck_gamma(double k) {
+    const double u = 0x1p-24;
+    return k * u / (1.0 - k * u);
+}
+
+/* The worst ratio |a - ref| / (gamma(k) * absref) over n elements: <= 1 passes. absref[i] is the
+ * exact expression on absolute values; where it is 0 the result must be exactly ref (0). The
+ * double reference's own error (k * 2^-53 * absref) is far below the float bound and covered by
+ * a 2^-40 relative allowance. +inf when a value is not finite (NaN poison left). */
+static inline double bound_ratio(const float *a, const double *ref, const double *absref,
+                                 size_t n, double k) {
+    const double g = opcheck_gamma(k);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]))
+            return INFINITY;
+        const double d = fabs((double)a[i] - ref[i]);
+        const double b = g * absref[i] + 0x1p-40 * absref[i];
+        const double r = d == 0.0 ? 0.0 : b > 0.0 ? d / b : INFINITY;
+        worst = r > worst ? r : worst;
+    }
+    return worst;
+}
+
+/* For hand-worked examples: |got - want| <= gamma(k) * scale, where k counts the float
+ * roundings between the exact inputs and `got` and scale is the size of the largest term they
+ * act on (each caller states both). */
+static inline int near(double got, double want, double k, double scale) {
+    return isfinite(got) && fabs(got - want) <= opcheck_gamma(k) * scale;
+}
+
 /* The CPU reference backend, BLAS threads left as they are; exits 2 if it cannot start. */
 static inline mgt_backend opcheck_cpu_backend(const char *test_name) {
     mgt_backend be = {0};

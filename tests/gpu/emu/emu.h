@@ -1,6 +1,6 @@
 /* emu.h: the internal interface of the host emulation of the CUDA stack (tests/gpu/emu/).
  *
- * The emulation lets the GPU backend's own code -- the host files of cuda/ and the kernels of gpu_kernels.cu --
+ * The emulation lets the GPU backend's own code -- the host files of cuda/ and its kernel files (gpu_*.cu) --
  * run on a machine without a GPU, so that its logic (indexing, layouts, stream order, the NCCL
  * polling, placement) is tested in every CI run. It is compiled against the REAL CUDA, cuBLAS,
  * cuDNN and NCCL headers and provides the functions the backend calls, in place of libcudart,

@@ -7,6 +7,10 @@
  *     leaves the caller polling, as on a GPU;
  *   - two ranks of one communicator on the same GPU of the same host are refused at init
  *     ("Duplicate GPU detected"); NCCL_HOSTID, when set, names the host.
+ *     NCCL_HOSTID is not in NCCL's documentation: in 2.28 it replaces the host hash, so the ranks
+ *     count as separate nodes (and, on a real GPU, talk over sockets); NCCL's user guide calls
+ *     one device used by several ranks of a communicator unsupported, and 2.30 adds the
+ *     documented, experimental NCCL_MULTI_RANK_GPU_ENABLE=1. The emulator follows 2.28.
  * The communicator must span MPI_COMM_WORLD (the only way the trainer uses it). Buffers are staged
  * through host memory, because MPI progresses requests inside any MPI call, when device memory is
  * closed to the host. */

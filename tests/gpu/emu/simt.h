@@ -1,5 +1,5 @@
 /* simt.h: CUDA's execution model on the host, for the emulation (emu.h). Force-included
- * (g++ -x c++ -include tests/gpu/emu/simt.h -DMGT_EMU) when cuda/gpu_kernels.cu is compiled
+ * (g++ -x c++ -include tests/gpu/emu/simt.h -DMGT_EMU) when cuda/'s kernel files are compiled
  * without nvcc, so that the kernels run unchanged on the CPU with CUDA's SIMT semantics.
  *
  * Model (the engine is simt.cpp):

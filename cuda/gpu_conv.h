@@ -1,0 +1,27 @@
+/* gpu_conv.h: 2-D convolution on cuDNN (gpu_conv.c), the op table's entries. */
+#ifndef MGT_GPU_CONV_H
+#define MGT_GPU_CONV_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mgt_gpu_impl;
+
+size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s);
+void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *b, float *y);
+void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *dy, float *dx, float *dw, float *db);
+/* Frees the per-shape plans (the backend's destroy). */
+void mgt_gpu_conv_cache_free(struct mgt_gpu_impl *im);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

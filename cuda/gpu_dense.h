@@ -1,0 +1,28 @@
+/* gpu_dense.h: dense layers on cuBLAS (gpu_dense.cu), and bias rows. */
+#ifndef MGT_GPU_DENSE_H
+#define MGT_GPU_DENSE_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The op table's dense_fwd and dense_bwd (backend.h). */
+void mgt_gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *b, float *y);
+void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db);
+
+/* y[r][j] = b[j] for r < rows, j < cols, on stream st (a bias before a GEMM adds onto it). */
+void mgt_k_fill_rows(cudaStream_t st, size_t rows, int cols, const float *b, float *y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

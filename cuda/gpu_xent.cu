@@ -1,0 +1,160 @@
+/* gpu_xent.cu: fused softmax + cross-entropy (gpu_xent.h), one warp per row.
+ *
+ * As cpu_elem.c: mx, se = sum exp(l - mx) (double), lse = mx + log(se), p = exp(l - mx) / se,
+ * loss = lse - l[label] (dense: sum(t) * lse - sum t*l). probs/dlogits may alias logits: every
+ * value of the row that another lane may overwrite is read before a __syncwarp, and in the final
+ * pass a lane writes only the indices it has just read. Argmax: first maximum (ties to the lower
+ * index), as the CPU's sequential scan. Per-row losses and correct counts go to the backend's
+ * reduction partials, then one fixed-order sum is added to sums[0..1]. */
+#include "gpu_launch.h"
+
+namespace {
+
+/* The better of two (value, index) candidates under "strictly larger wins, first on ties". */
+__device__ inline void warp_argmax(float &v, int &j) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_xor_sync(kFull, v, o);
+        const int j2 = __shfl_xor_sync(kFull, j, o);
+        if (v2 > v || (v2 == v && j2 < j)) {
+            v = v2;
+            j = j2;
+        }
+    }
+}
+
+__global__ void k_xent(int n, int k, const float *logits, const int32_t *__restrict__ labels,
+                       const float *__restrict__ targets, float *probs, float *dlogits, float scale,
+                       double *__restrict__ loss_out, double *__restrict__ correct_out) {
+    const int lane = threadIdx.x & 31;
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= (size_t)n)
+        return;
+    const size_t off = row * (size_t)k;
+    const float *l = logits + off;
+    const float mx = row_max(l, k, lane);
+    double se = 0.0;
+    for (int j = lane; j < k; j += 32)
+        se += expf(l[j] - mx);
+    /* everything else read from l before the writes below */
+    int lab = -1, valid = 0, tbest = 0;
+    double st = 0.0, stl = 0.0, l_lab = 0.0;
+    const float *t = targets ? targets + off : nullptr;
+    if (t) {
+        float tb = -INFINITY;
+        int tj = INT32_MAX;
+        for (int j = lane; j < k; j += 32) {
+            st += t[j];
+            stl += (double)t[j] * l[j];
+            if (tj == INT32_MAX || t[j] > tb) {
+                tb = t[j];
+                tj = j;
+            }
+        }
+        warp_argmax(tb, tj);
+        tbest = tj == INT32_MAX ? 0 : tj;
+        st = warp_sum(st);
+        stl = warp_sum(stl);
+    } else {
+        lab = labels[row];
+        valid = lab >= 0 && lab < k;
+        if (valid)
+            l_lab = l[lab];
+    }
+    se = warp_sum(se);
+    __syncwarp(); /* orders every lane's reads of l above before any lane's writes below */
+    const double lse = (double)mx + log(se);
+    const float inv_se = (float)(1.0 / se);
+    const float stf = (float)st;
+    float *p = probs ? probs + off : nullptr;
+    float *d = dlogits ? dlogits + off : nullptr;
+    float best_p = -1.0f;
+    int best = INT32_MAX;
+    for (int j = lane; j < k; j += 32) {
+        const float pj = expf(l[j] - mx) * inv_se;
+        if (pj > best_p) { /* the CPU's rule, from -1: a NaN never wins */
+            best_p = pj;
+            best = j;
+        }
+        if (p)
+            p[j] = pj;
+        if (d) {
+            if (t)
+                d[j] = (pj * stf - t[j]) * scale;
+            else
+                d[j] = valid ? (pj - (j == lab ? 1.0f : 0.0f)) * scale : 0.0f;
+        }
+    }
+    warp_argmax(best_p, best);
+    if (best == INT32_MAX)
+        best = 0; /* nothing beat -1 (all NaN): index 0, as on the CPU */
+    if (lane == 0) {
+        if (t) {
+            loss_out[row] = st * lse - stl;
+            correct_out[row] = best == tbest ? 1.0 : 0.0;
+        } else {
+            loss_out[row] = valid ? lse - l_lab : 0.0;
+            correct_out[row] = valid && best == lab ? 1.0 : 0.0;
+        }
+    }
+}
+
+/* Fixed-order tree sum of n partials into sums[0..1] (one block). */
+constexpr int kSumThreads = 256;
+
+__global__ void k_sum2(int n, const double *__restrict__ a, const double *__restrict__ b,
+                       float *__restrict__ sums) {
+    __shared__ double sa[kSumThreads], sb[kSumThreads];
+    double ta = 0.0, tb = 0.0;
+    for (int i = threadIdx.x; i < n; i += kSumThreads) {
+        ta += a[i];
+        tb += b[i];
+    }
+    sa[threadIdx.x] = ta;
+    sb[threadIdx.x] = tb;
+    __syncthreads();
+    for (int s = kSumThreads / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            sa[threadIdx.x] += sa[threadIdx.x + s];
+            sb[threadIdx.x] += sb[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        sums[0] += (float)sa[0];
+        sums[1] += (float)sb[0];
+    }
+}
+
+/* Rows in chunks of MGT_GPU_PART_CAP (one chunk in practice): per-row results to the partials,
+ * then their fixed-order sum onto sums. */
+void xent(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
+          const float *targets, float *probs, float *dlogits, float scale, float *sums) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (n <= 0 || k <= 0)
+        return;
+    for (int r0 = 0; r0 < n; r0 += MGT_GPU_PART_CAP) {
+        const int m = n - r0 < MGT_GPU_PART_CAP ? n - r0 : MGT_GPU_PART_CAP;
+        const size_t off = (size_t)r0 * k;
+        MGT_LAUNCH(k_xent, (unsigned)((m + 7) / 8), kThreads, im->stream, m, k, logits + off,
+                   labels ? labels + r0 : nullptr, targets ? targets + off : nullptr,
+                   probs ? probs + off : nullptr, dlogits ? dlogits + off : nullptr, scale,
+                   im->part.a, im->part.b);
+        MGT_LAUNCH(k_sum2, 1, kSumThreads, im->stream, m, im->part.a, im->part.b, sums);
+    }
+}
+
+} /* namespace */
+
+extern "C" {
+
+void mgt_gpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
+                         float *probs, float *dlogits, float scale, float *sums) {
+    xent(be, n, k, logits, labels, nullptr, probs, dlogits, scale, sums);
+}
+
+void mgt_gpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
+                        float *probs, float *dlogits, float scale, float *sums) {
+    xent(be, n, k, logits, nullptr, targets, probs, dlogits, scale, sums);
+}
+
+} /* extern "C" */

@@ -1,0 +1,67 @@
+# man.cmake: writes mgtrain.1 with help2man, run by the build (cmake -P) after mgtrain is linked.
+#   cmake -DHELP2MAN=... -DMGTRAIN=path/to/mgtrain -DVERSION=x.y.z -DOUT=mgtrain.1 -P man.cmake
+#
+# help2man turns `mgtrain --help` (the commands and every flag of train, with defaults) into the
+# page, so the page cannot disagree with the binary. The other commands' flags come from their
+# own --help, added verbatim as a section through help2man's --include file, with the output
+# files and the launch scripts.
+foreach(v HELP2MAN MGTRAIN VERSION OUT)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "man.cmake: -D${v}=... is required")
+  endif()
+endforeach()
+
+# mgtrain --help must run as a plain process: not as a rank (a build inside a Slurm step or an
+# mpirun would look like one), and without a sanitizer build's leak report failing the call.
+foreach(v SLURM_STEP_ID OMPI_COMM_WORLD_SIZE PMIX_RANK PMI_RANK)
+  unset(ENV{${v}})
+endforeach()
+set(ENV{ASAN_OPTIONS} "detect_leaks=0")
+
+set(include "[NAME]\nmgtrain \\- data-parallel neural-network training, one MPI rank per device\n")
+string(APPEND include "[SYNOPSIS]\n.B mpirun -np\n.I N\n.B mgtrain\n[\\fICOMMAND\\fR] [\\fIFLAGS\\fR]\n"
+       ".br\n.B mgtrain\n[\\fICOMMAND\\fR] [\\fIFLAGS\\fR]\n")
+string(APPEND include "[OTHER COMMANDS]\n")
+foreach(cmd eval predict summary plot)
+  execute_process(COMMAND ${MGTRAIN} ${cmd} --help OUTPUT_VARIABLE help RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "man.cmake: ${MGTRAIN} ${cmd} --help failed (${rc})")
+  endif()
+  # Verbatim: backslashes doubled, and a line starting with . or ' is not taken for a request.
+  string(REPLACE "\\" "\\\\" help "${help}")
+  string(REGEX REPLACE "(^|\n)([.'])" "\\1\\\\&\\2" help "${help}")
+  string(APPEND include ".SS \"mgtrain ${cmd}\"\n.nf\n${help}.fi\n")
+endforeach()
+string(APPEND include [=[
+[FILES]
+Rank 0 writes into the --out folder (default runs/<model>):
+.TP
+.B weights.safetensors
+the trained weights, in PyTorch's names and layouts
+.TP
+.B checkpoint.safetensors
+weights, optimizer state and position, for --resume
+.TP
+.B metrics.jsonl, metrics.csv
+one row per epoch: loss, accuracy, validation loss and accuracy, samples/s
+.TP
+.B tb/events.out.tfevents.*
+TensorBoard event files (unless --no-tensorboard): tensorboard --logdir OUT/tb
+.TP
+.B run.json
+the run's settings
+[SEE ALSO]
+.B mgtrun
+(starts mpirun with one rank per GPU),
+.B mgtrain.sbatch
+(the Slurm template, in share/mgtrain), and the README in share/doc/mgtrain.
+]=])
+file(WRITE ${OUT}.h2m "${include}")
+execute_process(
+  COMMAND ${HELP2MAN} --no-info --no-discard-stderr --version-string=${VERSION}
+          --include=${OUT}.h2m --output=${OUT}.tmp ${MGTRAIN}
+  RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "man.cmake: help2man failed (${rc})")
+endif()
+file(RENAME ${OUT}.tmp ${OUT})

@@ -1,0 +1,59 @@
+/* checkpoint.h: the files a training run saves its state in, and the position it resumes from.
+ *
+ * Owns the checkpoint format (OUT/checkpoint.safetensors): which tensors it holds (the model's
+ * parameters and buffers under their PyTorch names, then the optimizer's state arenas under the
+ * slot names of the optimizer table), its metadata keys, and every check made when a run resumes
+ * from it (format, optimizer, global batch, tensor names and sizes, numbers). Also the weights
+ * file (OUT/weights.safetensors), which holds the model's tensors alone. The bytes on disk
+ * (safetensors, CRC-32, atomic rename) are tensor_io.c's.
+ *
+ * The position (mgt_ckpt_pos) is everything a checkpoint holds besides tensors. Rank 0 reads it
+ * and every rank receives it as ONE struct in one broadcast, each field in its own type: the
+ * seed stays a 64-bit integer end to end (through a double, seeds above 2^53 came back
+ * rounded). */
+#ifndef MGT_CHECKPOINT_H
+#define MGT_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "model.h"
+#include "optim.h"
+#include "util.h"
+
+/* Where a run stands: saved in a checkpoint, restored on --resume. */
+typedef struct mgt_ckpt_pos {
+    int64_t step;          /* optimizer steps taken */
+    int64_t epoch;         /* 0-based: the epoch the next step belongs to */
+    int64_t step_in_epoch; /* the next step's index within that epoch */
+    int64_t optimizer_t;   /* the optimizer's own step count (Adam's bias correction) */
+    uint64_t seed;         /* the run's seed: initialisation, shuffles, dropout */
+    double epoch_sums[3];  /* the epoch so far over all ranks: loss sum, correct, samples */
+} mgt_ckpt_pos;
+
+/* Host copies of the arenas a checkpoint holds, in the model's and the optimizer's layouts:
+ * w[param_count], buf[buffer_count], slot[i][param_count] for the optimizer's nslots slots. */
+typedef struct mgt_ckpt_arrays {
+    float *w, *buf;
+    float *slot[MGT_OPT_MAX_SLOTS];
+} mgt_ckpt_arrays;
+
+/* Writes DIR/checkpoint.safetensors atomically (rank 0 calls it). world: ranks of the run,
+ * recorded for people reading the file (a run resumes with any rank count). */
+int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
+                   const mgt_ckpt_arrays *a, const mgt_ckpt_pos *pos, int world, mgt_err *err);
+
+/* Reads DIR/checkpoint.safetensors into a and pos after checking that it is a checkpoint of
+ * this model, optimizer and global batch; each failure says what differs and what to do. */
+int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt_ckpt_arrays *a,
+                  mgt_ckpt_pos *pos, mgt_err *err);
+
+/* Sends root's position to every rank (collective). */
+void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root);
+
+/* Writes DIR/weights.safetensors atomically: the model's tensors in PyTorch's names and layouts,
+ * loadable by torch's load_state_dict and by mgtrain eval/predict/--init-weights. */
+int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, const float *buf,
+                           int64_t step, mgt_err *err);
+
+#endif

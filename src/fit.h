@@ -1,0 +1,59 @@
+/* fit.h: the training loop: epochs of optimizer steps, validation and checkpoints between them.
+ *
+ * Every rank runs the same loop on its own part of each global batch; the loop's one collective
+ * per step sums the gradients (and the step's loss and accuracy) over the ranks, and every rank
+ * then applies the same update, so the replicas stay equal. The loop starts from, advances and
+ * saves one position (checkpoint.h's mgt_ckpt_pos), so a run stopped at any checkpoint resumes
+ * where it was, with any number of ranks. Only rank 0 prints and writes files. */
+#ifndef MGT_FIT_H
+#define MGT_FIT_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "comm.h"
+#include "data/dataset.h"
+#include "fault.h"
+#include "model.h"
+#include "optim.h"
+#include "replica.h"
+#include "staging.h"
+
+/* What the loop drives: set up by the caller, training batches prepared (mgt_stage_train). */
+typedef struct mgt_fit_env {
+    mgt_model *m;
+    mgt_optim *opt;
+    mgt_backend *be;
+    mgt_comm *comm;
+    mgt_replica *rep;
+    mgt_stage *st;
+    const mgt_fault *fault;
+    const mgt_dataset *val; /* validated on after every epoch; NULL: no validation */
+    const char *out;        /* checkpoints and metrics go here (rank 0) */
+} mgt_fit_env;
+
+typedef struct mgt_fit_opts {
+    int64_t max_steps;    /* stop after this many optimizer steps in all (0: no limit) */
+    int64_t save_every;   /* also checkpoint every N steps (0: at epoch ends only) */
+    int64_t debug_check;  /* compare weight checksums across ranks every K steps (0: never) */
+    int verbose;          /* rank 0's display: metrics.h (-1: by the terminal) */
+    int launched;         /* started by mpirun/srun (metrics.h) */
+    int profile;          /* print per-phase times */
+    int no_tensorboard;   /* no event files in OUT/tb */
+    const char *timeline; /* Chrome-trace file of every phase, or NULL */
+} mgt_fit_opts;
+
+typedef struct mgt_fit_result {
+    int64_t steps;    /* optimizer steps this run took */
+    double seconds;   /* the epochs' wall time, validation and saving excluded */
+    int64_t val_step; /* the position of the last validation (-1: none) */
+    double val_loss, val_acc;
+} mgt_fit_result;
+
+/* Collective: trains from *pos to the model's last epoch or max_steps, whichever comes first,
+ * checkpointing at every epoch end, every save_every steps and where it stops. *pos ends where
+ * the run stopped. Errors end the job. */
+void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos, mgt_fit_result *res);
+
+#endif

@@ -1,0 +1,180 @@
+/* placement.c: this rank's backend, GPU and transport, and the start-up block (see placement.h). */
+#include "placement.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "parse.h"
+
+enum { MAX_GPU_IDS = 256 };
+
+/* --gpus "0,2,3": the device of each local rank, validated before any work. Returns the count. */
+static int parse_gpu_list(const char *list, int *ids, int max) {
+    int n = mgt_parse_int_list(list, ids, max);
+    if (n < 1)
+        mgt_die_all("--gpus %s: expected a comma-separated list of device numbers, e.g. --gpus "
+                    "0,2,3",
+                    list);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0)
+            mgt_die_all("--gpus %s: device numbers start at 0", list);
+        for (int k = 0; k < i; k++)
+            if (ids[k] == ids[i])
+                mgt_die_all("--gpus %s: device %d is listed twice; one rank per GPU", list, ids[i]);
+    }
+    return n;
+}
+
+/* The requests every rank checks alike, before anything starts. Returns the --gpus count. */
+static int check_request(const mgt_place_opts *o, const char *tr, int *ids) {
+    const char *d = o->device;
+    if (strcmp(tr, "auto") && strcmp(tr, "nccl") && strcmp(tr, "mpi"))
+        mgt_die_all("--transport %s: unknown; use auto, nccl or mpi", tr);
+    if (!strcmp(tr, "nccl") && !strcmp(d, "cpu"))
+        mgt_die_all("--transport nccl needs the GPU backend (not --device cpu)");
+    if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
+        mgt_die_all("--device %s: unknown; use cpu, gpu or auto", d);
+    if (!o->gpus)
+        return 0;
+    int nids = parse_gpu_list(o->gpus, ids, MAX_GPU_IDS);
+    if (!strcmp(d, "cpu"))
+        mgt_die_all("--gpus %s goes with --device gpu or auto, not cpu", o->gpus);
+    return nids;
+}
+
+#ifdef MGT_HAVE_CUDA
+/* This rank's GPU among the ngpu visible ones: the i-th --gpus id for local rank i, else
+ * visible GPU i. Ends the job when the node has more ranks than GPUs to give them. */
+static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, const int *ids, int nids,
+                    int ngpu) {
+    for (int i = 0; i < nids; i++)
+        if (ids[i] >= ngpu)
+            mgt_die_all("--gpus %s: device %d does not exist on %s: %d GPUs are visible "
+                        "(numbered 0 to %d)",
+                        o->gpus, ids[i], rt->host, ngpu, ngpu - 1);
+    int have = nids ? nids : ngpu;
+    int dev = nids ? ids[rt->local_rank] : rt->local_rank;
+    /* A launcher that binds one GPU to each task (Slurm's --gpus-per-task=1) shows every rank
+     * its own GPU as device 0: fine when the ranks of the node see DIFFERENT GPUs. */
+    if (!nids && ngpu == 1 && rt->local_size > 1 && rt->mpi) {
+        char mine[128], *all = malloc(sizeof mine * (size_t)rt->local_size);
+        if (!all)
+            mgt_die("out of host memory");
+        mgt_gpu_describe(0, mine, sizeof mine);
+        MPI_Allgather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, rt->node_comm);
+        int distinct = 1;
+        for (int a = 0; a < rt->local_size && distinct; a++)
+            for (int b = a + 1; b < rt->local_size && distinct; b++)
+                distinct = strcmp(all + (size_t)a * sizeof mine, all + (size_t)b * sizeof mine);
+        free(all);
+        if (distinct) {
+            have = rt->local_size;
+            dev = 0;
+        }
+    }
+    if (rt->local_size > have) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        mgt_die("rank %d on node %s: %d ranks on this node but only %d GPUs %s "
+                "(CUDA_VISIBLE_DEVICES=%s); start fewer ranks or list more GPUs",
+                rt->rank, rt->host, rt->local_size, have,
+                nids ? "are listed in --gpus" : "are visible", vis ? vis : "unset");
+    }
+    return dev;
+}
+
+static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_opts *o,
+                      const char *tr, int dev) {
+    mgt_err e;
+    if (mgt_gpu_backend_init(&p->be, dev, o->tf32, &e) < 0)
+        mgt_die("%s", e.msg);
+    /* NCCL for more than one rank (a world of one has nothing to reduce), unless the transport
+     * is named: then it runs even for one rank, so that its cost can be timed. */
+    if (!strcmp(tr, "mpi") && rt->world > 1) {
+        if (mgt_comm_init_mpi_staged(&p->comm, MPI_COMM_WORLD, &p->be, o->comm_timeout, &e) < 0)
+            mgt_die("%s", e.msg);
+    } else if (!strcmp(tr, "nccl") || (!strcmp(tr, "auto") && rt->world > 1)) {
+        if (mgt_comm_init_nccl(&p->comm, MPI_COMM_WORLD, &p->be, o->comm_timeout, &e) < 0)
+            mgt_die("%s", e.msg);
+        p->comm.always = !strcmp(tr, "nccl");
+    } else {
+        mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
+    }
+    char desc[128];
+    mgt_gpu_describe(dev, desc, sizeof desc);
+    snprintf(p->desc, sizeof p->desc, "GPU %d: %s", dev, desc);
+}
+#endif
+
+void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) {
+    memset(p, 0, sizeof *p);
+    const char *d = o->device, *tr = o->transport ? o->transport : "auto";
+    int ids[MAX_GPU_IDS];
+    int nids = check_request(o, tr, ids);
+#ifdef MGT_HAVE_CUDA
+    char why[256] = "";
+    int ngpu = strcmp(d, "cpu") ? mgt_gpu_count(why, sizeof why) : -1;
+    if (ngpu <= 0 && (!strcmp(d, "gpu") || nids))
+        mgt_die_all("%s: no usable GPU on %s (%s); run with --device cpu",
+                    nids ? "--gpus" : "--device gpu", rt->host,
+                    ngpu == 0 ? "no device is visible" : why);
+    if (ngpu > 0) {
+        start_gpu(p, rt, o, tr, pick_gpu(rt, o, ids, nids, ngpu));
+        return;
+    }
+#else
+    if (!strcmp(d, "gpu") || nids)
+        mgt_die_all("%s: this build of mgtrain has no GPU backend (no CUDA toolkit was found "
+                    "when it was built); run with --device cpu",
+                    nids ? "--gpus" : "--device gpu");
+#endif
+    if (o->tf32 && rt->rank == 0)
+        fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
+    if (!strcmp(tr, "nccl"))
+        mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
+    int cores = mgt_runtime_cores(rt);
+    if (mgt_cpu_backend_init(&p->be, cores) < 0)
+        mgt_die("cannot start the CPU backend");
+    mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
+    snprintf(p->desc, sizeof p->desc, "cpu (%d BLAS thread%s)", cores, cores == 1 ? "" : "s");
+}
+
+void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_run *run) {
+    const mgt_model *m = run->m;
+    char mine[256];
+    snprintf(mine, sizeof mine, "rank %d: %s, node %d, local rank %d, %s", rt->rank, rt->host,
+             rt->node, rt->local_rank, p->desc);
+    char *all = rt->rank == 0 ? malloc(sizeof mine * (size_t)rt->world) : NULL;
+    size_t *counts = rt->rank == 0 ? malloc(sizeof(size_t) * (size_t)rt->world) : NULL;
+    if (rt->rank == 0 && (!all || !counts))
+        mgt_die("out of host memory for the start-up block of %d ranks", rt->world);
+    for (int r = 0; rt->rank == 0 && r < rt->world; r++)
+        counts[r] = sizeof mine;
+    mgt_gather_host(&p->comm, mine, sizeof mine, all, counts, 0, "start-up gather");
+    if (rt->rank == 0) {
+        int64_t b = m->train.batch_size;
+        size_t params = 0;
+        for (int i = 0; i < m->nparams; i++)
+            params += m->params[i].count;
+        printf("mgtrain %s: %s %s (%s)\n", MGT_VERSION, run->what, m->name, m->path);
+        printf("  world: %d rank%s on %d node%s, up to %d per node; backend %s, transport %s\n",
+               rt->world, rt->world > 1 ? "s" : "", rt->nodes, rt->nodes > 1 ? "s" : "",
+               rt->max_local_size, p->be.ops->name, p->comm.ops->name);
+        for (int r = 0; r < rt->world; r++)
+            printf("  %s\n", all + (size_t)r * sizeof mine);
+        printf("  data: %s\n", run->data);
+        printf("  batch: global %lld, per rank %lld%s\n", (long long)b, (long long)(b / rt->world),
+               b % rt->world ? " or one more" : "");
+        printf("  model: %zu trainable parameters; %s, learning rate %g; out: %s\n", params,
+               mgt_opt_name(m->train.optimizer), m->train.lr, run->out);
+        fflush(stdout);
+    }
+    free(all);
+    free(counts);
+}
+
+void mgt_place_free(mgt_placement *p) {
+    mgt_comm_destroy(&p->comm);
+    mgt_backend_destroy(&p->be);
+}

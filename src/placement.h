@@ -1,0 +1,48 @@
+/* placement.h: where this rank computes and how its gradients travel, chosen once at start-up.
+ *
+ * Owns the choice of the compute backend (--device cpu|gpu|auto: the GPU when one is usable),
+ * of this rank's GPU (local rank i takes visible GPU i, or the i-th id of --gpus; a launcher that
+ * shows each rank its own single GPU is recognised), and of the gradient transport (--transport:
+ * NCCL between GPUs when there is more than one rank, MPI otherwise; "mpi" on GPUs stages through
+ * host memory; "nccl" runs even for one rank). Every impossible request is refused before any
+ * work, naming the flag and what to do. Also prints the start-up block, which says where every
+ * rank ended up. */
+#ifndef MGT_PLACEMENT_H
+#define MGT_PLACEMENT_H
+
+#include "backend.h"
+#include "comm.h"
+#include "model.h"
+#include "runtime.h"
+
+typedef struct mgt_place_opts {
+    const char *device;    /* cpu, gpu, auto */
+    const char *gpus;      /* "0,2,3": the device of each local rank; NULL: local rank i -> i */
+    const char *transport; /* auto, nccl, mpi; NULL: auto */
+    int tf32;              /* let cuDNN and cuBLAS use TF32 */
+    double comm_timeout;   /* seconds a collective may wait before the job ends */
+} mgt_place_opts;
+
+typedef struct mgt_placement {
+    mgt_backend be;
+    mgt_comm comm;
+    char desc[160]; /* this rank's device, for the start-up block */
+} mgt_placement;
+
+/* Starts the backend and the transport; ends the job on a bad request or a failed start. */
+void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o);
+
+/* What the start-up block says besides the placement (rank 0 prints it). */
+typedef struct mgt_place_run {
+    const char *what;   /* "training", "resuming" */
+    const mgt_model *m; /* name, file, parameters, batch, optimizer */
+    const char *data;   /* the data's description */
+    const char *out;    /* the output folder */
+} mgt_place_run;
+
+/* Collective: gathers every rank's placement; rank 0 prints the start-up block. */
+void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_run *run);
+
+void mgt_place_free(mgt_placement *p);
+
+#endif

@@ -1,0 +1,107 @@
+/* splits.c: the datasets a command reads (see splits.h). */
+#include "splits.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/augment.h"
+#include "runtime.h"
+
+static int idx_present(const char *dir, const char *stem) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, stem);
+    if (access(p, R_OK) == 0)
+        return 1;
+    snprintf(p, sizeof p, "%s/%s.gz", dir, stem);
+    return access(p, R_OK) == 0;
+}
+
+/* The test split of synthetic data holds 10000 samples, as Fashion-MNIST's does. */
+enum { SYNTHETIC_TEST = 10000 };
+
+/* Split "train" or "test" (t10k) of the data into ds. */
+static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m, int test,
+                       int64_t synthetic_samples) {
+    const int h = m->input.h, w = m->input.w, c = m->input.c, k = m->classes;
+    mgt_err e;
+    if (s->synthetic)
+        mgt_dataset_synthetic(ds, test ? SYNTHETIC_TEST : synthetic_samples, h, w, c, k,
+                              m->train.seed, test ? 2 : 1);
+    else if (mgt_dataset_load(ds, s->dir, test, h, w, c, k, &e) < 0)
+        mgt_die_all("%s", e.msg);
+}
+
+void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, int train,
+                     const char *eval_split) {
+    memset(s, 0, sizeof *s);
+    const char *dir = o->data;
+    s->synthetic = dir && !strcmp(dir, "synthetic");
+    if (!dir) {
+        dir = MGT_DEFAULT_DATA;
+        if (!idx_present(dir, "train-images-idx3-ubyte")) {
+            s->synthetic = 1;
+            if (o->rank == 0)
+                fprintf(stderr,
+                        "notice: no Fashion-MNIST in %s (apt-get install "
+                        "dataset-fashion-mnist); using SYNTHETIC data instead\n",
+                        dir);
+        }
+    }
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    if (train) {
+        load_split(s, &s->train, m, 0, o->synthetic_samples);
+        if (o->val_split > 0) {
+            /* Keras' validation_split: the LAST fraction of the training data, before shuffling. */
+            const int64_t n = s->train.n, nv = (int64_t)((double)n * o->val_split);
+            if (nv < 1 || nv >= n)
+                mgt_die_all("--val-split %g leaves %lld validation samples of %lld; use a "
+                            "fraction between 0 and 1",
+                            o->val_split, (long long)nv, (long long)n);
+            mgt_dataset full = s->train;
+            s->val = mgt_dataset_slice(&full, n - nv, nv);
+            s->train = mgt_dataset_slice(&full, 0, n - nv);
+            s->train.owned = full.owned; /* the first slice frees the whole set */
+            s->have_val = 1;
+        }
+    }
+    if (!train || !s->have_val) {
+        if (eval_split && strcmp(eval_split, "test") && strcmp(eval_split, "train"))
+            mgt_die_all("--split %s: unknown; use train or test", eval_split);
+        load_split(s, &s->test, m, !eval_split || !strcmp(eval_split, "test"),
+                   o->synthetic_samples);
+        s->have_test = 1;
+        if (train) {
+            s->val = s->test;
+            s->have_val = 1;
+            s->val_is_test = 1;
+        }
+    }
+    if (s->synthetic)
+        snprintf(s->desc, sizeof s->desc, "synthetic %dx%dx%d, %d classes", m->input.h, m->input.w,
+                 m->input.c, m->classes);
+    else
+        snprintf(s->desc, sizeof s->desc, "%s", dir);
+    const mgt_augment aug = {m->train.augment_flip, m->train.augment_crop};
+    char what[96];
+    if (train && mgt_augment_on(&aug)) /* training batches only */
+        snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; augmented: %s",
+                 mgt_augment_describe(&aug, what, sizeof what));
+}
+
+const mgt_dataset *mgt_splits_test(mgt_splits *s, const mgt_model *m) {
+    if (!s->have_test && !s->synthetic && !mgt_dataset_has_split(s->dir, 1))
+        return NULL; /* a folder without a test split, validated with --val-split */
+    if (!s->have_test) {
+        load_split(s, &s->test, m, 1, 0);
+        s->have_test = 1;
+    }
+    return &s->test;
+}
+
+void mgt_splits_free(mgt_splits *s) {
+    mgt_dataset_free(&s->train);
+    if (!s->val_is_test)
+        mgt_dataset_free(&s->val);
+    mgt_dataset_free(&s->test);
+}

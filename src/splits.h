@@ -1,0 +1,45 @@
+/* splits.h: the datasets a command reads, chosen from --data, --val-split and --split.
+ *
+ * Training reads the training split and validates on the last --val-split fraction of it (Keras'
+ * validation_split: taken before shuffling) or, by default, on the test split. Evaluation and
+ * prediction read one split (--split, default test). --data is a folder of IDX files or
+ * "synthetic"; by default the packaged Fashion-MNIST, or synthetic data (with a notice) where it
+ * is not installed. Synthetic data is keyed by the model's seed: load after the seed is final
+ * (a resumed run's is the checkpoint's). Errors are the same on every rank and end the job. */
+#ifndef MGT_SPLITS_H
+#define MGT_SPLITS_H
+
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "model.h"
+
+/* Where --data looks by default (Debian's dataset-fashion-mnist package). */
+#define MGT_DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
+
+typedef struct mgt_splits {
+    mgt_dataset train, val, test;
+    int have_val, have_test;
+    int val_is_test; /* val is a copy of test, not its own data */
+    int synthetic;
+    char dir[512];  /* the IDX folder */
+    char desc[600]; /* the data, for the start-up block and run.json */
+} mgt_splits;
+
+typedef struct mgt_splits_opts {
+    const char *data;          /* folder, "synthetic", or NULL: the default folder */
+    double val_split;          /* > 0: validate on this last fraction of the training data */
+    int64_t synthetic_samples; /* training samples of synthetic data */
+    int rank;                  /* rank 0 prints the notice */
+} mgt_splits_opts;
+
+/* Training (train = 1): the training and validation splits; otherwise the split named by
+ * eval_split ("train", "test", or NULL: test). Shapes and classes come from the model. */
+void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, int train,
+                     const char *eval_split);
+/* The test split, loaded now if training validated on a fraction of the training data; NULL
+ * when the data folder has none (a .npy folder with train_* files only). */
+const mgt_dataset *mgt_splits_test(mgt_splits *s, const mgt_model *m);
+void mgt_splits_free(mgt_splits *s);
+
+#endif

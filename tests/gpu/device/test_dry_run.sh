@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# device_dry_run: both halves of the GPU check on this machine, without a GPU, as far as they go.
+# prepare-device --dry-run stages this build, downloads the Open MPI kit from Debian's mirror
+# (the check of the kit is skipped, and said so, when the mirror does not answer), copies the
+# data and writes the manifest; on-device --dry-run then unpacks the kit, finds the GPU libraries
+# in a site-packages tree laid out as PyTorch's wheels lay them out (links to this machine's
+# CUDA libraries), runs every part up to where a GPU is needed, and writes the summary and the
+# tarball. Also: an output folder that holds a run is refused and left as it was, and the kit
+# unpacks the same without dpkg (Python's unpacker).
+source "$MGT_SRC/tests/cli/lib.bash"
+source "$MGT_SRC/tests/gpu/device/lib.bash"
+source "$MGT_SRC/tests/gpu/device/testlib.bash"
+: "${MGT_BUILD:?}"
+OD=$MGT_SRC/tests/gpu/on-device
+
+# 1. The preparation, dry.
+out=$("$MGT_SRC/tests/gpu/prepare-device" --dry-run --build-dir "$MGT_BUILD" --dest "$T/kit" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] && grep -q "what travels: [0-9.]* MiB of 64.0 MiB" <<<"$out" \
+  && ok "prepare-device --dry-run: ready, and under the 64 MiB that can be sent" \
+  || bad "prepare-device --dry-run: exit $rc"
+missing=0
+for b in "${DEV_BINARIES[@]}"; do
+  cmp -s "$MGT_BUILD/$b" "$T/kit/build/$b" && [ -x "$T/kit/build/$b" ] || missing=$((missing + 1))
+done
+[ $missing -eq 0 ] && ok "the ${#DEV_BINARIES[@]} programs are staged in the build tree's layout" \
+  || bad "$missing programs missing or different in $T/kit/build"
+same_data=0
+for f in "${DEV_DATA_FILES[@]}"; do
+  cmp -s "/usr/share/datasets/fashion-mnist/$f" "$T/kit/data/fashion-mnist/$f" && same_data=$((same_data + 1))
+done
+[ $same_data -eq 4 ] && ok "the four Fashion-MNIST files are copied" || bad "$same_data of 4 data files"
+for k in commit source_digest glibc_needed cuda cudnn_headers nccl_headers sass; do
+  [ -n "$(dev_manifest_get "$T/kit/manifest" "$k")" ] || bad "the manifest has no $k"
+done
+is_digest=$(dev_manifest_get "$T/kit/manifest" source_digest)
+[ "$is_digest" = "$(dev_digest "$MGT_SRC")" ] && ok "the manifest's digest is the sources' ($is_digest)" \
+  || bad "manifest digest $is_digest"
+KIT=1
+if grep -q "SKIPPED: the Open MPI kit download" <<<"$out"; then
+  KIT=0
+  echo "notice: Debian's mirror did not answer: the kit's unpack is not checked in this run"
+else
+  n=$(find "$T/kit/debs" -name '*.deb' | wc -l)
+  [ "$n" -eq ${#DEV_DEBS[@]} ] && ok "the kit holds the ${#DEV_DEBS[@]} .debs" || bad "the kit holds $n .debs"
+fi
+
+# 2. site-packages/nvidia/{cu13,cudnn,nccl}/lib as PyTorch's wheels have them, holding links to
+#    the GPU libraries this build was linked with; python3 finds it through PYTHONPATH as the
+#    namespace package "nvidia".
+while read -r soname path; do
+  case $soname in
+    libcudart* | libcublas*) sub=cu13 ;;
+    libcudnn*) sub=cudnn ;;
+    libnccl*) sub=nccl ;;
+    *) continue ;;
+  esac
+  mkdir -p "$T/sp/nvidia/$sub/lib"
+  ln -sf "$path" "$T/sp/nvidia/$sub/lib/$soname"
+  # cuDNN loads its sub-libraries from beside itself at run time
+  [ "$sub" = cudnn ] && for f in "$(dirname "$path")"/libcudnn_*.so.9; do ln -sf "$f" "$T/sp/nvidia/cudnn/lib/"; done
+done < <(ldd "$MGT_BUILD/mgtrain" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }')
+ls -R "$T/sp"
+nccl_code=$(python3 "$MGT_SRC/bench/benchlib.py" gpu-libs "$MGT_BUILD/mgtrain" | awk '$1 == "NCCL" { print $3 }')
+route=$(dev_nccl_route "${nccl_code:-0}")
+
+# 3. The GPU machine's half, dry.
+export PYTHONPATH=$T/sp MGT_OMPI_PREFIX=$T/ompi
+out=$("$OD" --dry-run --from "$T/kit" --out "$T/out" 2>&1)
+rc=$?
+echo "$out" | tail -n 30
+S=$T/out/summary.md
+[ $rc -eq 0 ] && [ -f "$S" ] && [ -f "$T/out/logs.tar.gz" ] \
+  && ok "on-device --dry-run: exit 0, summary.md and logs.tar.gz written" \
+  || bad "on-device --dry-run: exit $rc"
+row "$S" env PASS "no missing library"
+row "$S" test_gpu_fallback PASS "checks passed"
+row "$S" test_gpu_ops SKIPPED "dry run: SKIPPED: no usable GPU"
+row "$S" test_gpu_train SKIPPED "dry run: SKIPPED: no usable GPU"
+row "$S" gpu_fallback_cli PASS "[1-9] ok, 0 failed"
+row "$S" nccl_1rank SKIPPED "dry run: SKIPPED: no usable GPU"
+if [ "$route" = multi-rank ]; then
+  row "$S" nccl_2ranks_one_gpu_multirank SKIPPED "dry run: SKIPPED: no usable GPU"
+else
+  row "$S" nccl_2ranks_one_gpu_hostid SKIPPED "dry run: SKIPPED: no usable GPU"
+  grep -q "two ranks on one GPU: NCCL $(dev_version "$nccl_code") predates NCCL_MULTI_RANK_GPU_ENABLE" "$S" \
+    && ok "the summary says which route two ranks on one GPU took, and why" || bad "no route note"
+fi
+ntrain=$(grep -cE '^\| (mlp|convnet)_[a-z0-9_]* \| \*\*SKIPPED\*\* \| [0-9]+ \| dry run, stopped where a GPU is needed: rank 0: --device gpu: no usable GPU' "$S")
+[ "$ntrain" -eq 10 ] && ok "the 10 training runs got as far as choosing the GPU (flags all accepted)" \
+  || bad "$ntrain of 10 training runs stopped at the GPU: $(grep -E '^\| (mlp|convnet)' "$S" | grep -v SKIPPED)"
+row "$S" gpu-peer SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
+row "$S" gpu-peer-tf32 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
+grep -q "^- verdict: 3 PASS, 0 FAIL, 1[56] SKIPPED of 1[89] parts (finished)" "$S" \
+  && ok "verdict line: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
+for lib in "cu13/lib/libcudart.so.13" "cudnn/lib/libcudnn.so.9" "nccl/lib/libnccl.so.2"; do
+  grep -q "^- libraries: .*($T/sp/nvidia/$lib)" "$S" && ok "found $lib in the site-packages tree" \
+    || bad "not found in $T/sp: $lib ($(grep '^- libraries' "$S"))"
+done
+grep -q "^LD_LIBRARY_PATH=$T/sp/nvidia/cu13/lib:$T/sp/nvidia/cudnn/lib:$T/sp/nvidia/nccl/lib" "$S" \
+  && ok "the nvidia/*/lib folders lead LD_LIBRARY_PATH" || bad "LD_LIBRARY_PATH: $(grep '^LD_LIBRARY_PATH' "$S")"
+grep -q "^- build: .*; matches these sources" "$S" && ok "the build matches these sources" \
+  || bad "build line: $(grep '^- build' "$S")"
+
+mkdir -p "$T/x" && tar -xzf "$T/out/logs.tar.gz" -C "$T/x" || bad "logs.tar.gz does not unpack"
+n=0
+while read -r part; do
+  [ -s "$T/x/$part.log" ] || n=$((n + 1))
+done < <(sed -n 's/^| \([a-z0-9_-]*\) | \*\*[A-Z]*\*\* .*/\1/p' "$S")
+[ $n -eq 0 ] && cmp -s "$T/x/summary.md" "$S" && ok "the tarball holds the summary and every part's log" \
+  || bad "$n part logs missing from the tarball, or its summary differs"
+grep -q "^SKIPPED: no usable GPU" "$T/x/nccl_1rank.log" && grep -q "libnccl.so.2 => $T/sp/nvidia/nccl/lib/libnccl.so.2" "$T/x/env.log" \
+  && ok "test_gpu_nccl ran under mpirun, loading NCCL from the site-packages tree" \
+  || bad "nccl_1rank.log / env.log: $(head -5 "$T/x/nccl_1rank.log")"
+if [ $KIT = 1 ]; then
+  grep -q "^- Open MPI: 4\.1\.[0-9]* from the kit, unpacked into $T/ompi" "$S" \
+    && grep -q "libmpi.so.40 => $T/ompi/usr/lib/x86_64-linux-gnu/libmpi.so.40" "$T/x/env.log" \
+    && ok "Open MPI came from the kit (mpirun and libmpi)" || bad "Open MPI: $(grep '^- Open MPI' "$S")"
+fi
+
+# 4. An output folder that holds a run is refused, and left as it was.
+sum0=$(sha256sum "$S" "$T/out/logs.tar.gz")
+expect_fail "a second run into the same folder is refused" \
+  "^on-device: $T/out already holds a run \(summary.md\); name an empty folder" \
+  "$OD" --dry-run --from "$T/kit" --out "$T/out"
+[ "$(sha256sum "$S" "$T/out/logs.tar.gz")" = "$sum0" ] && ok "... and the first run's files are untouched" \
+  || bad "the first run's files changed"
+
+# 5. Without dpkg (MGT_OMPI_UNPACK=python): the same files, and a working mpirun.
+if [ $KIT = 1 ]; then
+  out=$(MGT_OMPI_PREFIX=$T/ompi-py MGT_OMPI_UNPACK=python bash -c \
+        ". '$MGT_SRC/tests/gpu/device/use-openmpi' '$T/kit/debs' && mpirun -np 2 --oversubscribe printenv OMPI_COMM_WORLD_RANK" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && [ "$(sort <<<"$out" | paste -sd' ')" = "0 1" ] &&
+     diff <(cd "$T/ompi" && find . ! -name .mgt-ompi | sort) <(cd "$T/ompi-py" && find . ! -name .mgt-ompi | sort) >/dev/null; then
+    ok "the kit unpacked by Python holds dpkg's files, and its mpirun starts 2 ranks"
+  else
+    bad "the Python unpack (exit $rc): $out"
+  fi
+fi
+
+# 6. Debian's libudev and zlib stay aside where the machine has its own (this one), and are
+#    used where it lacks them (an ldconfig that knows no library stands for such a machine).
+if [ $KIT = 1 ]; then
+  [ -z "$(ls -A "$T/ompi/fallback")" ] && ok "this machine's own libudev and zlib are used" \
+    || bad "fallback libraries used although this machine has its own: $(ls "$T/ompi/fallback")"
+  mkdir -p "$T/noldc"
+  printf '#!/bin/sh\necho "0 libs found in cache"\n' >"$T/noldc/ldconfig"
+  chmod +x "$T/noldc/ldconfig"
+  out=$(PATH="$T/noldc:$PATH" MGT_OMPI_PREFIX=$T/ompi-lack bash -c \
+        ". '$MGT_SRC/tests/gpu/device/use-openmpi' '$T/kit/debs' && ldd \"\$(command -v orterun)\" && mpirun -np 1 true" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "libudev.so.1 => $T/ompi-lack/fallback/libudev.so.1" <<<"$out" &&
+     [ -e "$T/ompi-lack/fallback/libz.so.1" ]; then
+    ok "a machine without libudev and zlib gets Debian's, and mpirun runs with them"
+  else
+    bad "fallback libraries (exit $rc): $out"
+  fi
+fi
+finish

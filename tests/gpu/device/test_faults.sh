@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# device_faults: what the GPU check does when something on the GPU machine goes wrong, made to go
+# wrong here: a carried program whose library is missing (the environment part fails naming the
+# library, and the other parts still run), and an MPI job that hangs and leaves a process behind
+# that escaped its process group (the part times out within the budget, the process is ended by
+# the part's token, the parts after it are reported as not started once the budget is spent, and
+# the summary and tarball are still written).
+source "$MGT_SRC/tests/cli/lib.bash"
+source "$MGT_SRC/tests/gpu/device/lib.bash"
+source "$MGT_SRC/tests/gpu/device/testlib.bash"
+: "${MGT_BUILD:?}"
+OD=$MGT_SRC/tests/gpu/on-device
+
+"$MGT_SRC/tests/gpu/prepare-device" --dry-run --build-dir "$MGT_BUILD" --dest "$T/kit" >prep.log 2>&1 \
+  || { bad "prepare-device --dry-run failed"; cat prep.log; }
+rm -rf "$T/kit/debs" # without the kit, on-device uses the mpirun on PATH (this machine's, or the fake below)
+
+# 1. A carried program that needs a library this machine lacks.
+build_needs_gone "$T/kit/build/bench/sgemm_rate" || bad "cannot build the program with a missing library"
+out=$("$OD" --dry-run --only tests --from "$T/kit" --out "$T/out1" 2>&1)
+rc=$?
+echo "$out" | tail -n 8
+S=$T/out1/summary.md
+[ $rc -eq 1 ] && ok "a missing library: exit 1" || bad "a missing library: exit $rc, wanted 1"
+row "$S" env FAIL "ldd cannot resolve: libmgtgone.so.1, undefined symbol mgt_gone"
+row "$S" test_gpu_fallback PASS "checks passed"
+envlog=$(tar -xzOf "$T/out1/logs.tar.gz" ./env.log)
+grep -q "^$T/kit/build/bench/sgemm_rate: libmgtgone.so.1$" <<<"$envlog" \
+  && ok "env.log names the program and the library" || bad "env.log does not name the missing library"
+
+cp -p "$MGT_BUILD/bench/sgemm_rate" "$T/kit/build/bench/sgemm_rate" || bad "cannot restore sgemm_rate"
+
+# 2. An mpirun that hangs, with a child that leaves its process group (setsid) as an orphaned
+#    rank would; the budget (60 s, 15 of them kept for packing) leaves ~40 s for the first part.
+mkdir -p fake
+cat >fake/mpirun <<'EOF'
+#!/usr/bin/env bash
+if [ "${1:-}" = --version ]; then echo "mpirun (Open MPI) 0 (hangs)"; exit 0; fi
+setsid bash -c 'echo $$ >"$MGT_TEST_ORPHAN"; exec sleep 900' </dev/null >/dev/null 2>&1 &
+exec sleep 900
+EOF
+chmod +x fake/mpirun
+t0=$SECONDS
+out=$(PATH="$T/fake:$PATH" MGT_TEST_ORPHAN=$T/orphan.pid "$OD" --dry-run --only nccl --budget 60 \
+      --from "$T/kit" --out "$T/out2" 2>&1)
+rc=$?
+dt=$((SECONDS - t0))
+echo "$out" | tail -n 8
+S=$T/out2/summary.md
+[ $rc -eq 1 ] && [ $dt -le 75 ] && ok "a hanging mpirun: exit 1 after $dt s of a 60 s budget" \
+  || bad "a hanging mpirun: exit $rc after $dt s"
+row "$S" nccl_1rank FAIL "timed out after [0-9]+ s"
+row "$S" 'nccl_2ranks_one_gpu_[a-z]*' SKIPPED "not started: the 60 s budget is spent"
+pid=$(cat orphan.pid 2>/dev/null)
+if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+  ok "the process that escaped the part's process group was ended (pid $pid)"
+else
+  bad "the escaped process ${pid:-(no pid)} is still running"
+  [ -n "$pid" ] && kill "$pid"
+fi
+partlog=$(tar -xzOf "$T/out2/logs.tar.gz" ./nccl_1rank.log)
+grep -q "^# on-device: ending processes the part left behind: $pid" <<<"$partlog" \
+  && ok "the part's log names the process it ended" || bad "nccl_1rank.log does not name pid $pid"
+grep -q "^- verdict: 1 PASS, 1 FAIL, 1 SKIPPED of 3 parts (finished)" "$S" \
+  && ok "the summary is complete: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
+finish
