@@ -83,23 +83,88 @@ static void test_dense(pair *p, int n, int in, int out, int bias) {
 
 typedef struct conv_case {
     int n, h, w, c, oc, kh, kw, stride, same, bias;
+    mgt_conv_algo algo; /* the GPU's; the CPU reference then computes directly */
 } conv_case;
+
+/* The backend's account of its choices (describe), in the host arena. */
+static char *choices(mgt_backend *g) {
+    CHECK(g->ops->describe != NULL, "the GPU backend describes its choices");
+    if (!g->ops->describe)
+        return "";
+    const size_t n = g->ops->describe(g, NULL, 0);
+    char *t = hbuf(n + 1);
+    CHECK(g->ops->describe(g, t, n + 1) == n, "describe: the same length twice");
+    return t;
+}
+
+/* The algorithm log for shape s after one forward and one backward call: a line per direction
+ * that names an algorithm that ran, deterministic (the choice prefers one, and the workspace was
+ * reserved), no FFT or Winograd under --conv-algo direct, and, on the emulator, the refused
+ * candidate where its cuDNN ranks one that then declines the shape (NHWC float with an odd
+ * channel count above one, or every shape under MGT_EMU_CUDNN_STALE=all: emu_cudnn.cpp). A real GPU
+ * may or may not refuse one; the results, checked by the caller, show that whichever ran computed
+ * the right thing. */
+static void check_choice(mgt_backend *g, const mgt_conv_shape *s) {
+    static const char *const dirs[] = {"forward", "backward-data", "backward-filter"};
+    static const char *const wants[] = {"auto", "direct", "winograd"};
+    const char *log = choices(g);
+    const int emulated = getenv("MGT_EMU_GPUS") != NULL;
+    const char *stale = getenv("MGT_EMU_CUDNN_STALE");
+    const int expect_refused = stale && !strcmp(stale, "all")    ? 1
+                               : stale && !strcmp(stale, "none") ? 0
+                                                                 : s->c > 1 && s->c % 2 == 1;
+    for (int d = 0; d < 3; d++) {
+        char key[200];
+        snprintf(key, sizeof key,
+                 "cuDNN conv n=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d --conv-algo %s, %s: ", s->n,
+                 s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride, wants[s->algo],
+                 dirs[d]);
+        const char *at = strstr(log, key);
+        CHECK(at != NULL, "the algorithm log has a line \"%s...\"", key);
+        if (!at)
+            continue;
+        const char *end = strchr(at, '\n');
+        const int len = end ? (int)(end - at) : (int)strlen(at);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", len, at);
+        printf("    %s\n", line);
+        CHECK(!strstr(line, "not run yet"), "%s: the algorithm ran", line);
+        CHECK(strstr(line, ", deterministic") != NULL, "%s: a deterministic algorithm", line);
+        CHECK(strstr(line, "FMA_MATH") != NULL, "%s: FMA math without TF32", line);
+        if (s->algo == MGT_CONV_DIRECT)
+            CHECK(!strstr(line + strlen(key), "FFT") && !strstr(line + strlen(key), "WINOGRAD"),
+                  "%s: --conv-algo direct runs no FFT or Winograd algorithm", line);
+        /* the emulator's stale backward entries are Winograd ones, which direct leaves out */
+        const int refused = expect_refused && !(s->algo == MGT_CONV_DIRECT && d > 0);
+        if (emulated)
+            CHECK(!strstr(line, " refused (cuDNN status 300") == !refused,
+                  "%s: on the emulator, %s", line,
+                  refused ? "the heuristics' stale first entry refused, the next one run"
+                          : "nothing refused");
+    }
+}
 
 static void test_conv(pair *p, const conv_case *k) {
     mgt_backend *c = &p->cpu, *g = &p->gpu;
     mgt_conv_shape s =
         mgt_conv2d_geometry(k->n, k->h, k->w, k->c, k->oc, k->kh, k->kw, k->stride, k->same);
-    char what[160];
-    snprintf(what, sizeof what, "conv n=%d %dx%dx%d->%dx%dx%d k=%dx%d s=%d pad=%d,%d bias=%d", s.n,
-             s.h, s.w, s.c, s.oh, s.ow, s.oc, s.kh, s.kw, s.stride, s.pad_top, s.pad_left, k->bias);
+    s.algo = k->algo;
+    mgt_conv_shape sc = s; /* the CPU's */
+    if (k->algo != MGT_CONV_AUTO)
+        sc.algo = MGT_CONV_DIRECT;
+    char what[180];
+    snprintf(what, sizeof what,
+             "conv n=%d %dx%dx%d->%dx%dx%d k=%dx%d s=%d pad=%d,%d bias=%d conv-algo=%d", s.n, s.h,
+             s.w, s.c, s.oh, s.ow, s.oc, s.kh, s.kw, s.stride, s.pad_top, s.pad_left, k->bias,
+             (int)k->algo);
     const size_t nx = conv_nx(&s), ny = conv_ny(&s), nw = conv_nw(&s);
     CHECK(c->ops->reserve(c, c->ops->conv2d_scratch(&s)) == 0, "%s: CPU reserve", what);
     CHECK(g->ops->reserve(g, g->ops->conv2d_scratch(&s)) == 0, "%s: GPU reserve", what);
     float *x = hrand(nx, -1, 1), *w = hrand(nw, -0.5f, 0.5f);
     float *b = k->bias ? hrand((size_t)s.oc, -1, 1) : NULL, *dy = hrand(ny, -1, 1);
     float *y = hf(ny), *dx = hf(nx), *dw = hf(nw), *db = hf((size_t)s.oc);
-    c->ops->conv2d_fwd(c, &s, x, w, b, y);
-    c->ops->conv2d_bwd(c, &s, x, w, dy, dx, dw, db);
+    c->ops->conv2d_fwd(c, &sc, x, w, b, y);
+    c->ops->conv2d_bwd(c, &sc, x, w, dy, dx, dw, db);
 
     float *gx = dput(g, x, nx), *gw = dput(g, w, nw), *gb = b ? dput(g, b, (size_t)s.oc) : NULL;
     float *gdy = dput(g, dy, ny), *gy = dnan(g, ny), *gdx = dnan(g, nx), *gdw = dnan(g, nw);
@@ -114,6 +179,7 @@ static void test_conv(pair *p, const conv_case *k) {
     expect_close("conv_bwd dx", g, gdx, dx, nx, TOL);
     expect_close("conv_bwd dW", g, gdw, dw, nw, TOL);
     expect_close("conv_bwd db", g, gdb, db, (size_t)s.oc, TOL);
+    check_choice(g, &s);
 
     float *gdw2 = dnan(g, nw);
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, NULL, gdw2, NULL);
@@ -438,8 +504,12 @@ typedef struct dev_batch {
 
 static dev_batch dev_batch_new(mgt_backend *g, const int64_t *ids, int n, size_t elems,
                                int classes) {
-    dev_batch d = {n, classes, elems, dbuf(g, sizeof(int64_t) * (size_t)n),
-                   dnan(g, (size_t)n * elems), dnan(g, (size_t)n * classes),
+    dev_batch d = {n,
+                   classes,
+                   elems,
+                   dbuf(g, sizeof(int64_t) * (size_t)n),
+                   dnan(g, (size_t)n * elems),
+                   dnan(g, (size_t)n * classes),
                    dbuf(g, sizeof(int32_t) * (size_t)n)};
     g->ops->to_device(g, d.ids, ids, sizeof(int64_t) * (size_t)n);
     return d;
@@ -518,15 +588,23 @@ int main(void) {
     test_dense(&p, 1, 1, 1, 1);
 
     const conv_case convs[] = {
-        {4, 8, 8, 3, 5, 3, 3, 1, 1, 1},      /* "same", symmetric: cuDNN pads */
-        {3, 9, 7, 4, 6, 3, 3, 2, 1, 1},      /* stride 2 "same", symmetric */
-        {2, 8, 8, 3, 4, 3, 3, 2, 1, 1},      /* stride 2 "same", asymmetric: explicit padding */
-        {2, 6, 6, 2, 3, 2, 2, 1, 1, 0},      /* even kernel "same": explicit padding, no bias */
-        {2, 6, 5, 3, 2, 3, 2, 1, 1, 1},      /* 3x2 kernel "same" */
-        {2, 10, 10, 2, 3, 5, 5, 2, 0, 1},    /* 5x5 stride 2 valid */
-        {3, 5, 5, 8, 4, 1, 1, 1, 0, 0},      /* 1x1: no filter transposes */
-        {2, 7, 7, 1, 4, 3, 3, 1, 0, 1},      /* one input channel: no filter transposes */
-        {16, 28, 28, 16, 32, 3, 3, 1, 1, 1}, /* a realistic layer */
+        {4, 8, 8, 3, 5, 3, 3, 1, 1, 1, MGT_CONV_AUTO}, /* "same", symmetric: cuDNN pads */
+        {3, 9, 7, 4, 6, 3, 3, 2, 1, 1, MGT_CONV_AUTO}, /* stride 2 "same", symmetric */
+        /* stride 2 "same", asymmetric: explicit padding */
+        {2, 8, 8, 3, 4, 3, 3, 2, 1, 1, MGT_CONV_AUTO},
+        /* even kernel "same": explicit padding, no bias */
+        {2, 6, 6, 2, 3, 2, 2, 1, 1, 0, MGT_CONV_AUTO},
+        {2, 6, 5, 3, 2, 3, 2, 1, 1, 1, MGT_CONV_AUTO},   /* 3x2 kernel "same" */
+        {2, 10, 10, 2, 3, 5, 5, 2, 0, 1, MGT_CONV_AUTO}, /* 5x5 stride 2 valid */
+        {3, 5, 5, 8, 4, 1, 1, 1, 0, 0, MGT_CONV_AUTO},   /* 1x1: no filter transposes */
+        {2, 7, 7, 1, 4, 3, 3, 1, 0, 1, MGT_CONV_AUTO}, /* one input channel: no filter transposes */
+        {16, 28, 28, 16, 32, 3, 3, 1, 1, 1, MGT_CONV_AUTO}, /* a realistic layer */
+        /* --conv-algo on the GPU: direct (no FFT or Winograd), winograd (none for NHWC float:
+         * the fallback, with a notice), each on an odd and an even channel count */
+        {4, 8, 8, 3, 5, 3, 3, 1, 1, 1, MGT_CONV_DIRECT},
+        {2, 8, 8, 4, 6, 3, 3, 1, 1, 1, MGT_CONV_DIRECT},
+        {4, 8, 8, 3, 5, 3, 3, 1, 1, 1, MGT_CONV_WINOGRAD},
+        {2, 8, 8, 4, 6, 3, 3, 1, 1, 0, MGT_CONV_WINOGRAD},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
         test_conv(&p, &convs[i]);
