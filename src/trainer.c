@@ -248,7 +248,14 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                              .no_tensorboard = o->no_tensorboard,
                              .timeline = o->timeline};
     mgt_fit_result res;
+    /* From here on a stop signal saves the work done: the loop stops at a step boundary. */
+    mgt_runtime_catch_stops(rt);
     mgt_fit(&env, &fo, &pos, &res);
+    if (res.stop_signal) {
+        mgt_runtime_release_stops(rt);
+        free_session(s);
+        return 128 + res.stop_signal;
+    }
 
     /* The test figures: the last validation's when it was on the test split at this step;
      * none when training only (benchmarks). */
@@ -265,6 +272,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     }
     mgt_replica_save_weights(&s->rep, s->out, pos.step);
     report_training(s, &res, test_loss, test_acc, t_start);
+    mgt_runtime_release_stops(rt);
     free_session(s);
     return 0;
 }
