@@ -240,6 +240,12 @@ static int end_epoch(fit *f, double secs, double seen_before) {
         res->val_loss = v.loss / v.samples;
         res->val_acc = v.correct / v.samples;
         res->val_step = pos->step;
+        /* best.safetensors: the weights of the lowest validation loss (Keras' ModelCheckpoint
+         * with save_best_only); the checkpoint below carries the loss to beat across resumes. */
+        if (pos->best_val_loss < 0 || res->val_loss < pos->best_val_loss) {
+            pos->best_val_loss = res->val_loss;
+            mgt_replica_save_best(env->rep, env->out, pos->step, res->val_loss);
+        }
     }
     const double *s = pos->epoch_sums;
     const mgt_epoch_row row = {.epoch = (int)pos->epoch + 1,
@@ -273,6 +279,17 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     return finished;
 }
 
+/* Rank 0 of a resumed run: the metrics files keep the rows up to the checkpoint. */
+static void keep_history(fit *f) {
+    char notice[1024];
+    mgt_err e;
+    const mgt_ckpt_pos *pos = f->pos;
+    if (mgt_metrics_resume(&f->mt, pos->step, notice, sizeof notice, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (notice[0])
+        fprintf(stderr, "%s\n", notice);
+}
+
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
              mgt_fit_result *res) {
     mgt_backend *be = env->be;
@@ -293,6 +310,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         mgt_die("%s", e.msg);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched);
+    if (env->comm->rank == 0 && o->resumed)
+        keep_history(f);
     if (env->comm->rank == 0 && !o->no_tensorboard &&
         mgt_metrics_tb(&f->mt, &f->prof, pos->step, &e) < 0)
         mgt_die("%s", e.msg);

@@ -42,6 +42,7 @@ typedef struct mgt_fit_opts {
     int profile;          /* print per-phase times */
     int no_tensorboard;   /* no event files in OUT/tb */
     const char *timeline; /* Chrome-trace file of every phase, or NULL */
+    int resumed;          /* from a checkpoint: the metrics files keep their history */
 } mgt_fit_opts;
 
 typedef struct mgt_fit_result {

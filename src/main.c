@@ -42,7 +42,12 @@ static const flag flags[] = {
     {"no-validation", NULL, C_TRAIN, "off", "train only: skip validation and the final test "
                                             "evaluation (benchmarks)"},
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
-    {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank count)"},
+    {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank "
+                                     "count); --resume auto: resume if there is one, else start"},
+    {"overwrite", NULL, C_TRAIN, "off (refused)", "train into a folder that holds another run, "
+                                                  "removing its files first"},
+    {"keep-checkpoints", "K", C_TRAIN, "1", "keep the last K checkpoints (the older ones as "
+                                            "OUT/checkpoint-<step>.safetensors)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
     {"no-tensorboard", NULL, C_TRAIN, "off (written)",
      "write no TensorBoard event files to OUT/tb"},
@@ -67,6 +72,8 @@ static const flag flags[] = {
                                              "steps"},
     {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
+    {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
+                                              "copy and weights.safetensors"},
     {"split", "train|test", C_EVAL | C_PREDICT, "test", "which split of --data"},
     {"output", "FILE", C_PREDICT, "none (required)", "where predict writes its .npy"},
     {"help", NULL, C_ALL, "", "show this help"},
@@ -135,6 +142,16 @@ static double need_double(const char *flag_name, const char *v, double min, doub
     if (mgt_parse_float(v, &x) < 0 || x < min || x > max)
         mgt_die_all("--%s %s: expected a number from %g to %g", flag_name, v, min, max);
     return x;
+}
+
+static int resume_mode(const char *v) {
+    if (!strcmp(v, "auto"))
+        return MGT_RESUME_AUTO;
+    if (!strcmp(v, "require"))
+        return MGT_RESUME_REQUIRE;
+    mgt_die_all("--resume %s: use --resume (the checkpoint must be there), --resume require (the "
+                "same) or --resume auto (resume if there is one, else start)",
+                v);
 }
 
 int main(int argc, char **argv) {
@@ -211,10 +228,25 @@ int main(int argc, char **argv) {
         lopts[i] = (struct option){flags[i].name, flags[i].arg ? required_argument : no_argument,
                                    NULL, 1000 + i};
     lopts[NFLAGS] = (struct option){0, 0, 0, 0};
+    /* --resume has an optional value, given as --resume=auto or as the next word, --resume auto:
+     * "-" makes getopt_long hand over the words that are not flags in order (as code 1), so the
+     * one right after --resume can be taken as its value. */
+    for (int i = 0; i < NFLAGS; i++)
+        if (!strcmp(flags[i].name, "resume"))
+            lopts[i].has_arg = optional_argument;
     opterr = 0;
     optind = first;
-    int c, li;
-    while ((c = getopt_long(argc, argv, ":", lopts, &li)) != -1) {
+    int c, li, after_resume = 0;
+    while ((c = getopt_long(argc, argv, "-:", lopts, &li)) != -1) {
+        const int resume_value = after_resume;
+        after_resume = 0;
+        if (c == 1) {
+            if (!resume_value)
+                mgt_die_all("unexpected argument '%s' (flags start with --; see mgtrain %s --help)",
+                            optarg, o.command);
+            o.resume = resume_mode(optarg);
+            continue;
+        }
         if (c == '?' || c == ':') {
             const char *bad = argv[optind - 1];
             if (c == ':')
@@ -253,8 +285,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "init-weights")) o.init_weights = v;
         else if (!strcmp(n, "val-split")) o.val_split = need_double(n, v, 1e-6, 0.999);
         else if (!strcmp(n, "save-every")) o.save_every = need_i64(n, v, 0);
-        else if (!strcmp(n, "resume")) o.resume = 1;
+        else if (!strcmp(n, "resume")) {
+            o.resume = v ? resume_mode(v) : MGT_RESUME_REQUIRE;
+            after_resume = !v;
+        }
         else if (!strcmp(n, "no-validation")) o.no_validation = 1;
+        else if (!strcmp(n, "overwrite")) o.overwrite = 1;
+        else if (!strcmp(n, "keep-checkpoints")) o.keep_checkpoints = need_i64(n, v, 1);
+        else if (!strcmp(n, "run")) o.run = v;
         else if (!strcmp(n, "profile")) o.profile = 1;
         else if (!strcmp(n, "no-tensorboard")) o.no_tensorboard = 1;
         else if (!strcmp(n, "timeline")) o.timeline = v;
@@ -281,9 +319,13 @@ int main(int argc, char **argv) {
     if (optind < argc)
         mgt_die_all("unexpected argument '%s' (flags start with --; see mgtrain %s --help)",
                     argv[optind], o.command);
-    if (o.resume && o.init_weights)
+    if (o.resume && o.overwrite)
+        mgt_die_all("--resume and --overwrite exclude each other: one continues the run in the "
+                    "folder, the other replaces it");
+    if (o.resume == MGT_RESUME_REQUIRE && o.init_weights)
         mgt_die_all("--resume and --init-weights exclude each other: a resumed run takes its "
-                    "weights from the checkpoint");
+                    "weights from the checkpoint (--resume auto with --init-weights starts from "
+                    "them when there is no checkpoint yet)");
 
     int rc;
     switch (bit) {

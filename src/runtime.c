@@ -12,6 +12,23 @@
 #include <string.h>
 #include <unistd.h>
 
+/* torchrun's (and torch.distributed's) variables, set for a process no MPI launcher started: the
+ * user meant a multi-rank run, but every such process is a world of one here, and they would all
+ * train the same model alone into the same folder. Said once, with the launcher to use. */
+static void warn_foreign_launcher(void) {
+    const char *ws = getenv("WORLD_SIZE"), *rank = getenv("RANK");
+    long n = ws ? strtol(ws, NULL, 10) : 0;
+    if (n <= 1)
+        return;
+    fprintf(stderr,
+            "mgtrain: warning: WORLD_SIZE=%s%s%s is set (as torchrun sets it), but mgtrain takes "
+            "its ranks from MPI and no MPI launcher started this process, so it trains alone, as "
+            "a world of one; start the %ld ranks with mpirun -np %ld mgtrain ... (or srun "
+            "--mpi=pmix, or launch/mgtrun -np %ld)\n",
+            ws, rank ? " RANK=" : "", rank ? rank : "", n, n, n);
+    fflush(stderr);
+}
+
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
     /* Before MPI_Init: a singleton's MPI_Init sets these variables itself. A program using
@@ -24,8 +41,10 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     if (gethostname(rt->host, sizeof rt->host - 1) != 0)
         snprintf(rt->host, sizeof rt->host, "unknown");
     rt->world = rt->local_size = rt->nodes = rt->max_local_size = 1;
-    if (!rt->launched)
+    if (!rt->launched) {
+        warn_foreign_launcher();
         return;
+    }
     rt->mpi = 1;
     int provided = 0;
     /* FUNNELED: only the main thread calls MPI; the watchdog and loader threads never do. */
@@ -185,6 +204,22 @@ void mgt_die_all(const char *fmt, ...) {
     vreport(rank, fmt, ap);
     va_end(ap);
     end_job(world);
+}
+
+void mgt_die_all_if_root(const char *root_msg) {
+    int rank;
+    int world = world_info(&rank);
+    char msg[1024] = "";
+    int failed = rank == 0 && root_msg != NULL;
+    if (failed)
+        snprintf(msg, sizeof msg, "%s", root_msg);
+    if (world > 1) {
+        MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (failed)
+            MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
+    if (failed)
+        mgt_die_all("%s", msg);
 }
 
 void mgt_log0(const char *fmt, ...) {

@@ -63,6 +63,13 @@ void mgt_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn
  * is still alive (rank 0 did not fail). Never returns. */
 void mgt_die_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+/* For an error only rank 0 can see (a file it alone reads or writes, the output folder it
+ * creates) that should still end the job as mgt_die_all does. Collective: every rank calls it at
+ * the same point. Rank 0 passes its error message, or NULL when all is well (the other ranks'
+ * argument is ignored); when rank 0 passed a message, every rank ends through mgt_die_all with
+ * it, otherwise the call returns everywhere. */
+void mgt_die_all_if_root(const char *root_msg);
+
 /* Prints on rank 0 only. */
 void mgt_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
