@@ -140,6 +140,8 @@ static void train_step(fit *f) {
     stop_vote(f);
     mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
     mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+    if (f->res->steps == 0)
+        mgt_fault_dump_gradients(env->fault, m, pos->step);
 
     /* Metrics stay in backend memory until they are read (metrics_due). */
     be->ops->add(be, NSUMS, m->sums, f->acc);
