@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,6 +418,19 @@ static int write_info(mgt_rundir *d, mgt_err *err) {
     return rc;
 }
 
+/* A whole number, written as its digits: cJSON keeps numbers as doubles, which round above 2^53
+ * (a 64-bit seed would be recorded as another). */
+static cJSON *whole_number(int64_t x) {
+    char text[32];
+    snprintf(text, sizeof text, "%" PRId64, x);
+    return cJSON_CreateRaw(text);
+}
+static cJSON *seed_number(uint64_t x) {
+    char text[32];
+    snprintf(text, sizeof text, "%" PRIu64, x);
+    return cJSON_CreateRaw(text);
+}
+
 /* The segments an earlier run.json listed, for a resumed run. One still "running" was not ended
  * by its process: it died (killed, or a failure that ended the job at once). */
 static cJSON *earlier_segments(const char *dir) {
@@ -450,15 +464,15 @@ int mgt_rundir_begin(mgt_rundir *d, const mgt_run_info *ri, int resumed, int64_t
              cJSON_AddStringToObject(j, "model_copy", ri->model_copy) &&
              cJSON_AddNumberToObject(j, "world", ri->world) &&
              cJSON_AddNumberToObject(j, "nodes", ri->nodes) &&
-             cJSON_AddNumberToObject(j, "global_batch", (double)ri->global_batch) &&
+             cJSON_AddItemToObject(j, "global_batch", whole_number(ri->global_batch)) &&
              cJSON_AddStringToObject(j, "optimizer", ri->optimizer) &&
              cJSON_AddNumberToObject(j, "learning_rate", ri->lr) &&
              cJSON_AddNumberToObject(j, "epochs", ri->epochs) &&
-             cJSON_AddNumberToObject(j, "seed", (double)ri->seed) &&
+             cJSON_AddItemToObject(j, "seed", seed_number(ri->seed)) &&
              cJSON_AddStringToObject(j, "backend", ri->backend) &&
              cJSON_AddStringToObject(j, "data", ri->data) &&
              cJSON_AddStringToObject(j, "version", ri->version) &&
-             cJSON_AddNumberToObject(seg, "start_step", (double)start_step) &&
+             cJSON_AddItemToObject(seg, "start_step", whole_number(start_step)) &&
              cJSON_AddNullToObject(seg, "end_step") &&
              cJSON_AddNumberToObject(seg, "world", ri->world) &&
              cJSON_AddNumberToObject(seg, "nodes", ri->nodes) &&
@@ -484,8 +498,7 @@ int mgt_rundir_end(mgt_rundir *d, int64_t end_step, const char *how, mgt_err *er
         return 0; /* not begun */
     char now[32];
     iso_time(now, sizeof now, wall_now());
-    cJSON *a = cJSON_CreateNumber((double)end_step), *b = cJSON_CreateString(now),
-          *c = cJSON_CreateString(how);
+    cJSON *a = whole_number(end_step), *b = cJSON_CreateString(now), *c = cJSON_CreateString(how);
     if (!a || !b || !c) {
         cJSON_Delete(a);
         cJSON_Delete(b);
