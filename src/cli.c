@@ -46,7 +46,12 @@ static const flag flags[] = {
     {"no-validation", NULL, C_TRAIN, "off", "train only: skip validation and the final test "
                                             "evaluation (benchmarks)"},
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
-    {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank count)"},
+    {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank "
+                                     "count); --resume auto: resume if there is one, else start"},
+    {"overwrite", NULL, C_TRAIN, "off (refused)", "train into a folder that holds another run, "
+                                                  "removing its files first"},
+    {"keep-checkpoints", "K", C_TRAIN, "1", "keep the last K checkpoints (the older ones as "
+                                            "OUT/checkpoint-<step>.safetensors)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
     {"no-tensorboard", NULL, C_TRAIN, "off (written)",
      "write no TensorBoard event files to OUT/tb"},
@@ -71,6 +76,8 @@ static const flag flags[] = {
                                              "steps"},
     {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
+    {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
+                                              "copy and weights.safetensors"},
     {"split", "train|test", C_EVAL | C_PREDICT, "test", "which split of --data"},
     {"output", "FILE", C_PREDICT, "none (required)", "where predict writes its .npy"},
     {"help", NULL, C_ALL, "", "show this help (also -h)"},
@@ -81,7 +88,7 @@ enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
 /* Flags whose value is a path: never empty, never longer than MGT_CLI_MAX_PATH. */
 static const char *const path_flags[] = {"model",    "data",    "out",   "init-weights",
-                                         "timeline", "weights", "output"};
+                                         "timeline", "weights", "output", "run"};
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 
 static const char *const commands[] = {"train", "eval", "predict", "summary", "plot", "help"};
@@ -240,6 +247,20 @@ static int need_double(const char *name, const char *v, double min, double max, 
     return 0;
 }
 
+/* --resume's optional value. */
+static int resume_mode(const char *v, int *mode, mgt_err *err) {
+    if (!strcmp(v, "auto"))
+        *mode = MGT_RESUME_AUTO;
+    else if (!strcmp(v, "require"))
+        *mode = MGT_RESUME_REQUIRE;
+    else
+        return mgt_errf(err,
+                        "--resume %.80s: use --resume (the checkpoint must be there), --resume "
+                        "require (the same) or --resume auto (resume if there is one, else start)",
+                        v);
+    return 0;
+}
+
 /* Stores one flag's value in the options. */
 static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     int64_t i64 = 0;
@@ -263,8 +284,15 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "init-weights")) o->init_weights = v;
     else if (!strcmp(n, "val-split")) rc = need_double(n, v, 1e-6, 0.999, &o->val_split, err);
     else if (!strcmp(n, "save-every")) rc = need_i64(n, v, 0, &o->save_every, err);
-    else if (!strcmp(n, "resume")) o->resume = 1;
+    else if (!strcmp(n, "resume")) {
+        o->resume = MGT_RESUME_REQUIRE;
+        if (v)
+            rc = resume_mode(v, &o->resume, err);
+    }
     else if (!strcmp(n, "no-validation")) o->no_validation = 1;
+    else if (!strcmp(n, "overwrite")) o->overwrite = 1;
+    else if (!strcmp(n, "keep-checkpoints")) rc = need_i64(n, v, 1, &o->keep_checkpoints, err);
+    else if (!strcmp(n, "run")) o->run = v;
     else if (!strcmp(n, "profile")) o->profile = 1;
     else if (!strcmp(n, "no-tensorboard")) o->no_tensorboard = 1;
     else if (!strcmp(n, "timeline")) o->timeline = v;
@@ -364,12 +392,30 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
         lopts[i] = (struct option){flags[i].name, flags[i].arg ? required_argument : no_argument,
                                    NULL, 1000 + i};
     lopts[NFLAGS] = (struct option){0, 0, 0, 0};
+    /* --resume has an optional value, given as --resume=auto or as the next word, --resume auto:
+     * "-" makes getopt_long hand over the words that are not flags in order (as code 1), so the
+     * one right after --resume can be taken as its value. */
+    for (int i = 0; i < NFLAGS; i++)
+        if (!strcmp(flags[i].name, "resume"))
+            lopts[i].has_arg = optional_argument;
     int sub_argc = argc - (first - 1);
     char **sub = argv + (first - 1);
     opterr = 0;
     optind = 0;
-    int ch, li;
-    while ((ch = getopt_long(sub_argc, sub, ":h", lopts, &li)) != -1) {
+    int ch, li, after_resume = 0;
+    while ((ch = getopt_long(sub_argc, sub, "-:h", lopts, &li)) != -1) {
+        const int resume_value = after_resume;
+        after_resume = 0;
+        if (ch == 1) {
+            if (!resume_value)
+                return mgt_errf(err,
+                                "unexpected argument '%.80s' (flags start with --; see mgtrain "
+                                "%s --help)",
+                                optarg, cmd);
+            if (resume_mode(optarg, &c->o.resume, err) < 0)
+                return -1;
+            continue;
+        }
         if (ch == ':')
             return mgt_errf(err, "%.80s needs a value (see mgtrain %s --help)", sub[optind - 1],
                             cmd);
@@ -391,14 +437,19 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
                             f->name, cmd, cmd);
         if (take(&c->o, f->name, optarg, err) < 0)
             return -1;
+        after_resume = !strcmp(f->name, "resume") && !optarg;
     }
     if (optind < sub_argc)
         return mgt_errf(err,
                         "unexpected argument '%.80s' (flags start with --; see mgtrain %s "
                         "--help)",
                         sub[optind], cmd);
-    if (c->o.resume && c->o.init_weights)
+    if (c->o.resume && c->o.overwrite)
+        return mgt_errf(err, "--resume and --overwrite exclude each other: one continues the run "
+                             "in the folder, the other replaces it");
+    if (c->o.resume == MGT_RESUME_REQUIRE && c->o.init_weights)
         return mgt_errf(err, "--resume and --init-weights exclude each other: a resumed run "
-                             "takes its weights from the checkpoint");
+                             "takes its weights from the checkpoint (--resume auto with "
+                             "--init-weights starts from them when there is no checkpoint yet)");
     return 0;
 }

@@ -7,7 +7,7 @@
  *              layer by layer in reverse; the step's mgt_step may name a callback that hears
  *              each layer's gradients as soon as they are final (model.h: grads_ready);
  *   all-reduce ONE collective over the whole gradient arena and the step's loss and accuracy
- *              sums, which sit right after it;
+ *              sums, which sit right after it, with each rank's vote to stop (below);
  *   update     the optimizer, with the sums divided by the global batch.
  * Between steps (after_step): the metric read (every step on the CPU, every 20 on a GPU, which
  * must not wait on the host each step), the --debug-check comparison, the progress bar and the
@@ -18,11 +18,21 @@
  * micro-batches before the all-reduce; a bucketed all-reduce overlapping backward hooks into
  * grads_ready and waits for its last bucket in the all-reduce phase; clipping comes between the
  * all-reduce and the update; learning-rate schedules and sharded optimizer state (ZeRO-1) are
- * the update phase's; per-step logging and a signal-driven checkpoint-and-exit belong in
- * after_step, whose checkpoint path they can share; early stopping is end_epoch's answer. */
+ * the update phase's; per-step logging belongs in after_step, whose checkpoint path it can share;
+ * early stopping is end_epoch's answer.
+ *
+ * Stopping on a signal (runtime.h: SIGTERM, SIGUSR1, SIGINT) may reach one rank, some or all, at
+ * any moment. A rank that has caught one writes a 1 into a third metric sum before the step's
+ * all-reduce, so when the sums are next read (every step on the CPU, every 20 on a GPU) every
+ * rank sees the same count at the same step, and all stop after that step: no rank is left
+ * waiting in a collective, and no extra collective runs per step. They then agree on which
+ * signal it was, save a checkpoint at the next step's position, and training returns with
+ * res->stop_signal set (the trainer exits 128 + its number). A request that comes during an
+ * epoch's end is settled there, where a checkpoint has just been saved. */
 #include "fit.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "data/shard.h"
@@ -39,7 +49,7 @@ typedef struct fit {
     mgt_fit_result *res;
     int64_t steps;       /* optimizer steps per epoch */
     int64_t limit;       /* stop before this step */
-    size_t reduce_count; /* the gradient arena's floats and the step's two metric sums */
+    size_t reduce_count; /* the gradient arena's floats and the step's metric sums */
     mgt_profile prof;
     mgt_metrics mt;
     /* Metric sums since the last read, in backend memory; read every read_every steps. */
@@ -47,23 +57,30 @@ typedef struct fit {
     int64_t read_every, read_at, pending;
     double t_epoch;     /* when this epoch (or its resumed part) started */
     int64_t first_step; /* the epoch's first step in this run */
+    int stop_voted;     /* some rank asked to stop: the sums read said so */
 } fit;
+
+/* The step's sums after the gradients, all-reduced with them: loss, correct predictions, and the
+ * number of ranks that asked to stop. */
+enum { SUM_LOSS = 0, SUM_CORRECT, SUM_STOP, NSUMS };
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
  * a non-finite loss stops the job before anything overwrites the last checkpoint. */
 static void read_metrics(fit *f, int64_t next) {
     mgt_backend *be = f->env->be;
-    float hs[2];
+    float hs[NSUMS];
     be->ops->to_host(be, hs, f->acc, sizeof hs);
-    be->ops->zero(be, f->acc, 2 * sizeof(float));
+    be->ops->zero(be, f->acc, sizeof hs);
+    if (hs[SUM_STOP] > 0)
+        f->stop_voted = 1;
     if (!isfinite(hs[0]))
         mgt_die_all("the loss became %s at step %lld%s (epoch %lld): training stopped, nothing "
                     "was saved over the last checkpoint; lower --lr or check the data",
                     isnan(hs[0]) ? "NaN" : "infinite", (long long)next,
                     f->read_every > 1 ? " or just before" : "", (long long)f->pos->epoch + 1);
     double *s = f->pos->epoch_sums;
-    s[0] += hs[0];
-    s[1] += hs[1];
+    s[0] += hs[SUM_LOSS];
+    s[1] += hs[SUM_CORRECT];
     s[2] += (double)f->pending;
     f->pending = 0;
     f->read_at = next;
@@ -76,6 +93,15 @@ static int metrics_due(const fit *f, int64_t next) {
     return next - f->read_at >= f->read_every || f->pos->step_in_epoch + 1 == f->steps ||
            next >= f->limit || (o->save_every > 0 && next % o->save_every == 0) ||
            (o->debug_check > 0 && next % o->debug_check == 0);
+}
+
+/* This rank's vote to stop, into the step's sums before they are all-reduced (backend memory, in
+ * the order of the compute queue, after the step's zeroing). */
+static void stop_vote(fit *f) {
+    if (!mgt_stop_signal())
+        return;
+    const float one = 1;
+    f->env->be->ops->to_device(f->env->be, f->env->m->sums + SUM_STOP, &one, sizeof one);
 }
 
 /* One optimizer step at the position (see the top of the file). */
@@ -102,7 +128,7 @@ static void train_step(fit *f) {
                         .global_n = bt->global_n,
                         .seed = m->train.seed,
                         .comm = env->comm};
-    be->ops->zero(be, m->sums, 2 * sizeof(float));
+    be->ops->zero(be, m->sums, NSUMS * sizeof(float));
     mgt_profile_phase(&f->prof, MGT_PH_DATA);
 
     mgt_model_forward(m, &s);
@@ -110,14 +136,15 @@ static void train_step(fit *f) {
     mgt_model_loss_backward(m, &s, 1);
     mgt_profile_phase(&f->prof, MGT_PH_BACKWARD);
 
-    /* The one collective of the step: gradient sums and the step's loss/accuracy sums. */
+    /* The one collective of the step: gradient sums and the step's loss/accuracy/stop sums. */
+    stop_vote(f);
     mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
     mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
     if (f->res->steps == 0)
         mgt_fault_dump_gradients(env->fault, m, pos->step);
 
     /* Metrics stay in backend memory until they are read (metrics_due). */
-    be->ops->add(be, 2, m->sums, f->acc);
+    be->ops->add(be, NSUMS, m->sums, f->acc);
     f->pending += bt->global_n;
     if (metrics_due(f, pos->step + 1))
         read_metrics(f, pos->step + 1);
@@ -129,8 +156,50 @@ static void train_step(fit *f) {
     f->res->steps++;
 }
 
-/* After a step, before the position moves on to the next one. */
-static void after_step(fit *f) {
+/* Which stop request the ranks act on, the same everywhere: each rank's caught signal, counted by
+ * signal over the ranks, the most urgent first (runtime.h). 0: none anywhere. Collective. */
+static int agree_stop(fit *f) {
+    double votes[MGT_STOP_SIGNALS];
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        votes[i] = mgt_stop_signal() == mgt_stop_signals[i];
+    mgt_allreduce_host_f64(f->env->comm, votes, MGT_STOP_SIGNALS, "stop agreement");
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        if (votes[i] > 0)
+            return mgt_stop_signals[i];
+    return 0;
+}
+
+/* The stop, once the checkpoint at the position is saved: rank 0 says where and how to go on, and
+ * no rank leaves before it has (a launcher ends the job when the first rank exits). */
+static void stopped(fit *f, int sig) {
+    const mgt_ckpt_pos *pos = f->pos;
+    f->res->stop_signal = sig;
+    if (f->env->comm->rank == 0) {
+        if (f->mt.bar_open)
+            printf("\n");
+        /* The epoch the last step belonged to, 1-based, as the epoch lines count. */
+        const int64_t epoch = pos->step_in_epoch > 0 ? pos->epoch + 1 : pos->epoch;
+        printf("interrupted at epoch %lld step %lld (%s): checkpoint saved; resume with "
+               "--resume\n",
+               (long long)epoch, (long long)pos->step, mgt_signal_name(sig));
+        fflush(stdout);
+    }
+    int done = 1;
+    mgt_bcast(f->env->comm, &done, sizeof done, 0, "stop");
+}
+
+/* The checkpoint of a step boundary: the position saved is the NEXT step's. */
+static void save_step_checkpoint(fit *f) {
+    mgt_ckpt_pos at = *f->pos;
+    at.step_in_epoch++;
+    at.optimizer_t = f->env->opt->t;
+    mgt_replica_save_checkpoint(f->env->rep, f->env->out, &at);
+    mgt_profile_gap(&f->prof);
+}
+
+/* After a step, before the position moves on to the next one. Returns 1 when training stops here
+ * (a stop request, see the top of the file), the position then moved on and saved. */
+static int after_step(fit *f) {
     const mgt_fit_opts *o = f->o;
     mgt_ckpt_pos *pos = f->pos;
     const int64_t done = pos->step_in_epoch + 1; /* steps of this epoch behind us */
@@ -145,13 +214,16 @@ static void after_step(fit *f) {
         mgt_metrics_progress(&f->mt, (int)pos->epoch, done, f->steps, eta, s[0] / s[2], s[1] / s[2],
                              done == f->steps);
     }
-    if (o->save_every > 0 && pos->step % o->save_every == 0) {
-        mgt_ckpt_pos at = *pos;
-        at.step_in_epoch = done; /* the position saved is the NEXT step */
-        at.optimizer_t = f->env->opt->t;
-        mgt_replica_save_checkpoint(f->env->rep, f->env->out, &at);
-        mgt_profile_gap(&f->prof);
+    if (f->stop_voted) {
+        const int sig = agree_stop(f);
+        save_step_checkpoint(f);
+        pos->step_in_epoch = done;
+        stopped(f, sig);
+        return 1;
     }
+    if (o->save_every > 0 && pos->step % o->save_every == 0)
+        save_step_checkpoint(f);
+    return 0;
 }
 
 /* After the steps of an epoch (all of them, or up to the limit): validation, the epoch line and
@@ -170,6 +242,12 @@ static int end_epoch(fit *f, double secs, double seen_before) {
         res->val_loss = v.loss / v.samples;
         res->val_acc = v.correct / v.samples;
         res->val_step = pos->step;
+        /* best.safetensors: the weights of the lowest validation loss (Keras' ModelCheckpoint
+         * with save_best_only); the checkpoint below carries the loss to beat across resumes. */
+        if (pos->best_val_loss < 0 || res->val_loss < pos->best_val_loss) {
+            pos->best_val_loss = res->val_loss;
+            mgt_replica_save_best(env->rep, env->out, pos->step, res->val_loss);
+        }
     }
     const double *s = pos->epoch_sums;
     const mgt_epoch_row row = {.epoch = (int)pos->epoch + 1,
@@ -191,7 +269,27 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     }
     pos->optimizer_t = env->opt->t;
     mgt_replica_save_checkpoint(env->rep, env->out, pos);
+    /* A stop asked for during the epoch's end: the checkpoint is saved, so stop here rather than
+     * after one more step (only when there is more to train). */
+    if (finished && pos->epoch < env->m->train.epochs && pos->step < f->limit) {
+        const int sig = agree_stop(f);
+        if (sig) {
+            stopped(f, sig);
+            return 0;
+        }
+    }
     return finished;
+}
+
+/* Rank 0 of a resumed run: the metrics files keep the rows up to the checkpoint. */
+static void keep_history(fit *f) {
+    char notice[1024];
+    mgt_err e;
+    const mgt_ckpt_pos *pos = f->pos;
+    if (mgt_metrics_resume(&f->mt, pos->step, notice, sizeof notice, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (notice[0])
+        fprintf(stderr, "%s\n", notice);
 }
 
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
@@ -205,7 +303,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     fit fs = {.env = env, .o = o, .pos = pos, .res = res}, *f = &fs;
     f->steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
     f->limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
-    f->reduce_count = (size_t)(m->sums - m->g) + 2;
+    f->reduce_count = (size_t)(m->sums - m->g) + NSUMS;
     int64_t total = epochs * f->steps - pos->epoch * f->steps - pos->step_in_epoch;
     if (f->limit - pos->step < total)
         total = f->limit - pos->step;
@@ -214,6 +312,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         mgt_die("%s", e.msg);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched);
+    if (env->comm->rank == 0 && o->resumed)
+        keep_history(f);
     if (env->comm->rank == 0 && !o->no_tensorboard &&
         mgt_metrics_tb(&f->mt, &f->prof, pos->step, &e) < 0)
         mgt_die("%s", e.msg);
@@ -232,9 +332,10 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         for (; pos->step_in_epoch < f->steps && pos->step < f->limit; pos->step_in_epoch++) {
             mgt_fault_point(env->fault, pos->step);
             train_step(f);
-            after_step(f);
+            if (after_step(f))
+                break;
         }
-        if (!end_epoch(f, mgt_now() - f->t_epoch, seen_before))
+        if (res->stop_signal || !end_epoch(f, mgt_now() - f->t_epoch, seen_before))
             break;
     }
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)

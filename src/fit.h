@@ -42,6 +42,7 @@ typedef struct mgt_fit_opts {
     int profile;          /* print per-phase times */
     int no_tensorboard;   /* no event files in OUT/tb */
     const char *timeline; /* Chrome-trace file of every phase, or NULL */
+    int resumed;          /* from a checkpoint: the metrics files keep their history */
 } mgt_fit_opts;
 
 typedef struct mgt_fit_result {
@@ -49,11 +50,13 @@ typedef struct mgt_fit_result {
     double seconds;   /* the epochs' wall time, validation and saving excluded */
     int64_t val_step; /* the position of the last validation (-1: none) */
     double val_loss, val_acc;
+    int stop_signal; /* the signal training stopped early for, its checkpoint saved (0: none) */
 } mgt_fit_result;
 
 /* Collective: trains from *pos to the model's last epoch or max_steps, whichever comes first,
- * checkpointing at every epoch end, every save_every steps and where it stops. *pos ends where
- * the run stopped. Errors end the job. */
+ * checkpointing at every epoch end, every save_every steps and where it stops; or, when a stop
+ * signal is caught (runtime.h: mgt_runtime_catch_stops) on any rank, to the end of that step on
+ * every rank (res->stop_signal). *pos ends where the run stopped. Errors end the job. */
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos, mgt_fit_result *res);
 
 #endif

@@ -2,12 +2,15 @@
  * TensorBoard scalars. */
 #include "metrics.h"
 
+#include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "rundir.h"
 #include "tensor_io.h"
 
 /* Is the person watching a terminal? mpirun hands its ranks a pseudo-terminal as stdout even when
@@ -142,7 +145,7 @@ static int epoch_scalars(mgt_metrics *mt, const mgt_epoch_row *r, mgt_err *err) 
     return mgt_tb_scalars(&mt->tb, r->step, n, tags, values, err);
 }
 
-int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
+static int add_row(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
     if (mt->nrows == mt->cap) {
         int cap = mt->cap ? 2 * mt->cap : 16;
         mgt_epoch_row *nr = realloc(mt->rows, sizeof *nr * (size_t)cap);
@@ -152,6 +155,84 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
         mt->cap = cap;
     }
     mt->rows[mt->nrows++] = *row;
+    return 0;
+}
+
+/* A number of a JSON row; `null` (no validation) reads as -1, as the rows hold it. */
+static int row_number(const cJSON *j, const char *key, int nullable, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (nullable && cJSON_IsNull(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v))
+        return -1;
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* One line of metrics.jsonl as a row (the numbers come back as written: all their digits). */
+static int parse_row(const char *line, mgt_epoch_row *r) {
+    cJSON *j = cJSON_Parse(line);
+    double epoch = 0, step = 0;
+    memset(r, 0, sizeof *r);
+    int rc = j && !row_number(j, "epoch", 0, &epoch) && !row_number(j, "step", 0, &step) &&
+                     !row_number(j, "loss", 0, &r->loss) && !row_number(j, "acc", 0, &r->acc) &&
+                     !row_number(j, "val_loss", 1, &r->val_loss) &&
+                     !row_number(j, "val_acc", 1, &r->val_acc) &&
+                     !row_number(j, "samples_per_s", 0, &r->samples_per_s) &&
+                     !row_number(j, "seconds", 0, &r->seconds) && epoch >= 1 && epoch <= INT_MAX &&
+                     step >= 0 && step <= 9e15
+                 ? 0
+                 : -1;
+    double lr = 0;
+    if (!rc && !row_number(j, "lr", 0, &lr))
+        r->lr = lr;
+    r->epoch = (int)epoch;
+    r->step = (int64_t)step;
+    cJSON_Delete(j);
+    return rc;
+}
+
+int mgt_metrics_resume(mgt_metrics *mt, int64_t step, char *notice, size_t notice_size,
+                       mgt_err *err) {
+    notice[0] = 0;
+    char path[600], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", mt->dir);
+    mgt_err e;
+    if (mgt_read_text_file(path, "metrics file", (size_t)1 << 30, &text, NULL, &e) < 0) {
+        snprintf(notice, notice_size, "notice: %s; the metrics history starts again here", e.msg);
+        return 0;
+    }
+    int bad = 0, line_no = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        line_no++;
+        mgt_epoch_row r;
+        if (!*line)
+            continue;
+        if (parse_row(line, &r) < 0) {
+            if (!bad++)
+                snprintf(notice, notice_size,
+                         "notice: %s:%d is not a row of metrics; it and any other such line are "
+                         "left out",
+                         path, line_no);
+            continue;
+        }
+        if (r.step <= step && add_row(mt, &r, err) < 0) {
+            free(text);
+            return -1;
+        }
+    }
+    free(text);
+    return write_files(mt, err);
+}
+
+int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
+    if (add_row(mt, row, err) < 0)
+        return -1;
     if (mt->verbose >= 1) {
         char val[96] = "";
         if (row->val_loss >= 0)

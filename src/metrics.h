@@ -1,7 +1,8 @@
 /* metrics.h: what rank 0 shows and writes about training: the Keras-style progress bar (TTY)
  * and epoch lines, OUT/metrics.jsonl + OUT/metrics.csv, rewritten whole (atomically) after
  * every epoch so a reader never sees half a line, and the same figures as TensorBoard scalars in
- * OUT/tb/ (tb.h). Every figure passed in is already global (reduced over all ranks).
+ * OUT/tb/ (tb.h). Every figure passed in is already global (reduced over all ranks). A resumed
+ * run keeps the history its checkpoint had (mgt_metrics_resume).
  *
  * metrics.jsonl holds each figure with as many digits as it takes to read back the very double
  * (as Python's repr does): a reader gets the numbers the run computed, and TensorBoard's float32
@@ -47,6 +48,14 @@ void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t step
  * there too, at its report. Per-step scalars may go into mt->tb with mgt_tb_scalars. Returns
  * -1 if the file cannot be created. */
 int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_err *err);
+/* Rank 0 of a resumed run, before its first epoch: the rows metrics.jsonl holds up to the
+ * checkpoint's step become the first rows (Keras' CSVLogger(append=True)), and both files are
+ * rewritten with them at once; rows after it (work a stopped run did that is now done again, as
+ * TensorBoard drops it) are left out. A missing or unreadable file, or a line that is not a row,
+ * leaves a sentence in notice (else notice[0] = 0). Returns -1 if the files cannot be
+ * rewritten. */
+int mgt_metrics_resume(mgt_metrics *mt, int64_t step, char *notice, size_t notice_size,
+                       mgt_err *err);
 /* The epoch line, plus the metrics files. Returns -1 if the files cannot be written. */
 int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err);
 void mgt_metrics_free(mgt_metrics *mt);

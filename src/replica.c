@@ -14,6 +14,8 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
     r->opt = opt;
     r->be = be;
     r->comm = comm;
+    r->keep_checkpoints = 1;
+    r->saved_step = -1;
     /* One float more than needed: a model without buffers still gets a valid pointer. */
     r->host.w = calloc(m->param_count + 1, sizeof(float));
     r->host.buf = calloc(m->buffer_count + 1, sizeof(float));
@@ -49,18 +51,20 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
     mgt_model *m = r->m;
     memset(pos, 0, sizeof *pos);
     pos->seed = m->train.seed;
+    pos->best_val_loss = -1;
+    /* Rank 0 alone reads the file, but a bad one (another model's, damaged) is the job's error,
+     * not the rank's: it ends every rank alike. */
+    mgt_err e;
+    int rc = 0;
     if (r->comm->rank == 0) {
-        mgt_err e;
-        int rc = 0;
         if (src->resume_dir)
             rc = mgt_ckpt_read(src->resume_dir, m, r->opt, &r->host, pos, &e);
         else if (src->weights)
             rc = mgt_model_load_weights(m, src->weights, r->host.w, r->host.buf, &e);
         else
             mgt_model_init_host(m, m->train.seed, r->host.w, r->host.buf);
-        if (rc < 0)
-            mgt_die("%s", e.msg);
     }
+    mgt_die_all_if_root(rc < 0 ? e.msg : NULL);
     const size_t wb = m->param_count * sizeof(float);
     mgt_bcast(r->comm, r->host.w, wb, 0, "weight broadcast");
     mgt_bcast(r->comm, r->host.buf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
@@ -70,6 +74,7 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
     to_backend(r);
     m->train.seed = pos->seed;
     r->opt->t = pos->optimizer_t;
+    r->saved_step = src->resume_dir ? pos->step : -1;
     mgt_replica_check(r, "after the initial broadcast");
 }
 
@@ -130,18 +135,32 @@ void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt
         return;
     fetch_finite(r, dir, pos->step);
     mgt_err e;
-    if (mgt_ckpt_write(dir, r->m, r->opt, &r->host, pos, r->comm->world, &e) < 0)
+    const int keep_prev =
+        r->keep_checkpoints > 1 && r->saved_step >= 0 && r->saved_step != pos->step;
+    if ((keep_prev && mgt_ckpt_keep_previous(dir, r->saved_step, &e) < 0) ||
+        mgt_ckpt_write(dir, r->m, r->opt, &r->host, pos, r->comm->world, &e) < 0 ||
+        mgt_ckpt_prune(dir, r->keep_checkpoints, &e) < 0)
         mgt_die("%s", e.msg);
+    r->saved_step = pos->step;
 }
 
-void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step) {
+static void save_weights(mgt_replica *r, const char *dir, const char *file, int64_t step,
+                         double val_loss) {
     mgt_replica_average_buffers(r);
     if (r->comm->rank != 0)
         return;
     fetch_finite(r, dir, step);
     mgt_err e;
-    if (mgt_ckpt_write_weights(dir, r->m, r->host.w, r->host.buf, step, &e) < 0)
+    if (mgt_ckpt_write_weights(dir, file, r->m, r->host.w, r->host.buf, step, val_loss, &e) < 0)
         mgt_die("%s", e.msg);
+}
+
+void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step) {
+    save_weights(r, dir, "weights.safetensors", step, -1);
+}
+
+void mgt_replica_save_best(mgt_replica *r, const char *dir, int64_t step, double val_loss) {
+    save_weights(r, dir, "best.safetensors", step, val_loss);
 }
 
 void mgt_replica_free(mgt_replica *r) {

@@ -1,18 +1,36 @@
-/* runtime.c: MPI start-up, node-local ranks, core counts, and ending the job on error (the two
- * tiers runtime.h describes: MPI_Abort for one rank's failure, MPI_Finalize and exit(2) on every
- * rank for an error they all meet). */
+/* runtime.c: MPI start-up, node-local ranks, core counts, stop signals, and ending the job
+ * on error (the two tiers runtime.h describes: MPI_Abort for one rank's failure,
+ * MPI_Finalize and exit(2) on every rank for an error they all meet). */
 #define _GNU_SOURCE
 #include "runtime.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* torchrun's (and torch.distributed's) variables, set for a process no MPI launcher started: the
+ * user meant a multi-rank run, but every such process is a world of one here, and they would all
+ * train the same model alone into the same folder. Said once, with the launcher to use. */
+static void warn_foreign_launcher(void) {
+    const char *ws = getenv("WORLD_SIZE"), *rank = getenv("RANK");
+    long n = ws ? strtol(ws, NULL, 10) : 0;
+    if (n <= 1)
+        return;
+    fprintf(stderr,
+            "mgtrain: warning: WORLD_SIZE=%s%s%s is set (as torchrun sets it), but mgtrain takes "
+            "its ranks from MPI and no MPI launcher started this process, so it trains alone, as "
+            "a world of one; start the %ld ranks with mpirun -np %ld mgtrain ... (or srun "
+            "--mpi=pmix, or launch/mgtrun -np %ld)\n",
+            ws, rank ? " RANK=" : "", rank ? rank : "", n, n, n);
+    fflush(stderr);
+}
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
@@ -26,8 +44,10 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     if (gethostname(rt->host, sizeof rt->host - 1) != 0)
         snprintf(rt->host, sizeof rt->host, "unknown");
     rt->world = rt->local_size = rt->nodes = rt->max_local_size = 1;
-    if (!rt->launched)
+    if (!rt->launched) {
+        warn_foreign_launcher();
         return;
+    }
     rt->mpi = 1;
     int provided = 0;
     /* FUNNELED: only the main thread calls MPI; the watchdog and loader threads never do. */
@@ -69,6 +89,69 @@ int mgt_runtime_cores(const mgt_runtime *rt) {
     if (mine >= online && rt->local_size > 1)
         mine = (int)online / rt->local_size;
     return mine < 1 ? 1 : mine;
+}
+
+const int mgt_stop_signals[MGT_STOP_SIGNALS] = {SIGTERM, SIGUSR1, SIGINT};
+
+/* The one piece of process-wide mutable state in mgtrain: a signal handler can reach nothing
+ * else (POSIX lets it store to a volatile sig_atomic_t and call a few functions such as write and
+ * _exit). Set by the handler, read through mgt_stop_signal, cleared when stops are caught anew. */
+static volatile sig_atomic_t caught_stop;
+
+static void on_stop(int sig) {
+    if (caught_stop && sig == SIGINT) {
+        static const char msg[] = "\nmgtrain: second Ctrl-C: stopping at once, without saving\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + SIGINT);
+    }
+    if (!caught_stop)
+        caught_stop = sig;
+}
+
+void mgt_runtime_catch_stops(mgt_runtime *rt) {
+    if (rt->stops_caught)
+        return;
+    caught_stop = 0;
+    /* SA_RESTART: a system call the signal lands in (a read, a write of the checkpoint) goes on
+     * instead of failing with EINTR; whichever thread receives it (MPI's, OpenBLAS's, the
+     * loader's) only runs the handler. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        sigaddset(&sa.sa_mask, mgt_stop_signals[i]);
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        if (sigaction(mgt_stop_signals[i], &sa, &rt->stop_saved[i]) != 0)
+            mgt_die("cannot catch %s: %s", mgt_signal_name(mgt_stop_signals[i]), strerror(errno));
+    rt->stops_caught = 1;
+}
+
+void mgt_runtime_release_stops(mgt_runtime *rt) {
+    if (!rt->stops_caught)
+        return;
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        sigaction(mgt_stop_signals[i], &rt->stop_saved[i], NULL);
+    rt->stops_caught = 0;
+}
+
+int mgt_stop_signal(void) {
+    return caught_stop;
+}
+
+const char *mgt_signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGUSR1:
+        return "SIGUSR1";
+    case SIGINT:
+        return "SIGINT";
+    default:
+        return "a signal";
+    }
 }
 
 /* MPI is initialised and not yet finalised. */

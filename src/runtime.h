@@ -9,6 +9,14 @@
 #define MGT_RUNTIME_H
 
 #include <mpi.h>
+#include <signal.h>
+
+/* The signals that ask a training run to stop at a step boundary with a checkpoint: SIGTERM (kill,
+ * Slurm's preemption and time limit, mpirun's own Ctrl-C handling), SIGUSR1 (Slurm's --signal
+ * warning; mpirun forwards it to every rank as it is) and SIGINT (Ctrl-C). */
+enum { MGT_STOP_SIGNALS = 3 };
+/* SIGTERM, SIGUSR1, SIGINT: the most urgent first. */
+extern const int mgt_stop_signals[MGT_STOP_SIGNALS];
 
 typedef struct mgt_runtime {
     int rank, world;             /* in MPI_COMM_WORLD */
@@ -20,10 +28,27 @@ typedef struct mgt_runtime {
     int mpi;                     /* MPI was initialised (launched) */
     int own_mpi;                 /* by mgt_runtime_init, which then also finalises it */
     MPI_Comm node_comm;
+    /* While stop signals are caught (mgt_runtime_catch_stops): the dispositions they replaced. */
+    int stops_caught;
+    struct sigaction stop_saved[MGT_STOP_SIGNALS];
 } mgt_runtime;
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv);
 void mgt_runtime_finalize(mgt_runtime *rt);
+
+/* Stop requests. While caught, a stop signal only records that it came: the training loop asks
+ * mgt_stop_signal() at each step, the ranks agree on the stop through the step's all-reduce, save
+ * a checkpoint and exit with 128 + the signal's number. A second SIGINT while a stop is pending
+ * ends the process at once (exit 130), for a step that takes too long. Outside (start-up,
+ * evaluation, prediction) the signals keep their default effect: there is nothing to save.
+ * mgt_runtime_release_stops restores what was there before (a program using libmgt may have
+ * handlers of its own). */
+void mgt_runtime_catch_stops(mgt_runtime *rt);
+void mgt_runtime_release_stops(mgt_runtime *rt);
+/* The first stop signal caught on this rank since mgt_runtime_catch_stops, or 0. */
+int mgt_stop_signal(void);
+/* "SIGTERM", "SIGUSR1", "SIGINT" (or "a signal"), for messages. */
+const char *mgt_signal_name(int sig);
 
 /* Cores this rank may use for BLAS threads: its CPU affinity, shared with the other ranks of the
  * node when they were not bound to separate cores. */

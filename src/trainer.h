@@ -27,7 +27,10 @@ typedef struct mgt_options {
     double val_split;   /* < 0: validate on the test split */
     int no_validation;  /* train only: no validation, no final test evaluation */
     int64_t save_every; /* 0: only at epoch ends */
-    int resume;
+    int resume;         /* MGT_RESUME_* */
+    int overwrite;      /* train into a folder that holds another run, replacing it */
+    int64_t keep_checkpoints; /* the last K checkpoints are kept (1: checkpoint.safetensors) */
+    const char *run;          /* eval, predict: a run folder, for its model copy and weights */
     int profile;
     int no_tensorboard;  /* no event files in OUT/tb */
     const char *timeline;
@@ -42,6 +45,10 @@ typedef struct mgt_options {
     int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */
 } mgt_options;
+
+/* --resume: off; "require" (plain --resume): the run's checkpoint must be there; "auto": resume
+ * when there is one, else start afresh (a requeued job's command line, the same every time). */
+enum { MGT_RESUME_OFF = 0, MGT_RESUME_REQUIRE, MGT_RESUME_AUTO };
 
 void mgt_options_defaults(mgt_options *o);
 

@@ -9,7 +9,7 @@ mpi 2 --data synthetic --synthetic-samples 3000 --epochs 3 --out run --verbose 2
   || { bad "3-epoch training failed"; cat train.log; }
 [ "$(grep -c '^Epoch [1-3]/3 -' train.log)" = 3 ] && ok "3 epoch lines" || { bad "not 3 epoch lines"; cat train.log; }
 [ "$(wc -l <run/metrics.csv)" = 4 ] && ok "metrics.csv: header and 3 rows" || { bad "metrics.csv:"; cat run/metrics.csv; }
-grep -qE '"model": "mlp".*"world": 2.*"global_batch": 256' run/run.json \
+python3 -c 'import json; j = json.load(open("run/run.json")); exit((j["model"], j["world"], j["global_batch"]) != ("mlp", 2, 256))' \
   && ok "run.json names model, world and global batch (the plot's title)" || { bad "run.json:"; cat run/run.json; }
 
 "$MGT_BIN" plot run >plot.log 2>&1; rc=$?

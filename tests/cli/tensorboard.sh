@@ -35,19 +35,21 @@ cp run/metrics.jsonl b.jsonl
 [ "$(names run/tb | wc -l)" = 2 ] && [ "$(names run/tb | head -1)" = "$files" ] \
   && ok "the resumed run adds a second file, sorted after the first" || bad "files after resume: $(names run/tb)"
 sha256sum -c --quiet <<<"$sum_a" && ok "the first file's bytes are unchanged" || bad "the first event file changed"
-tb_ok "first run and resumed run" run/tb --jsonl a.jsonl b.jsonl --lr "$lr" --profile 16 a.log --profile 24 b.log
+# b.jsonl holds the whole history: the resumed run keeps the rows up to its checkpoint.
+tb_ok "first run and resumed run" run/tb --jsonl b.jsonl --lr "$lr" --profile 16 a.log --profile 24 b.log
 
 # A new run (not resumed) into the same folder, at once: a third file, and TensorBoard shows
 # only this run (its SessionLog START drops the older runs' scalars).
-mpi 1 $N --epochs 1 --lr 0.0125 --out run >c.log 2>&1 || { bad "new run"; cat c.log; }
+mpi 1 $N --epochs 1 --lr 0.0125 --out run --overwrite >c.log 2>&1 || { bad "new run"; cat c.log; }
 [ "$(names run/tb | wc -l)" = 3 ] && ok "a new run adds a third file" || bad "files: $(names run/tb)"
 tb_ok "a new run into the folder hides the older runs" run/tb --jsonl run/metrics.jsonl --lr 0.0125
 
 # Stopped inside the first epoch (step 3), resumed to its end: both rows, no validation scalars.
 mpi 2 $N --epochs 1 --max-steps 3 --no-validation --out part >d.log 2>&1 || { bad "partial run"; cat d.log; }
-cp part/metrics.jsonl d.jsonl
 mpi 2 $N --epochs 1 --no-validation --resume --out part >e.log 2>&1 || { bad "resumed partial run"; cat e.log; }
-tb_ok "stopped at step 3, resumed to step 8, --no-validation" part/tb --jsonl d.jsonl part/metrics.jsonl \
+grep -q '"step": 3,' part/metrics.jsonl && ok "the resumed run keeps the row where the first stopped" ||
+  bad "the row at step 3 is gone: $(cat part/metrics.jsonl)"
+tb_ok "stopped at step 3, resumed to step 8, --no-validation" part/tb --jsonl part/metrics.jsonl \
   --lr "$lr" --no-val
 
 mpi 1 $N --max-steps 2 --no-tensorboard --out none >f.log 2>&1 || { bad "--no-tensorboard run"; cat f.log; }
