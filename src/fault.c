@@ -7,11 +7,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model.h"
 #include "runtime.h"
+#include "tensor_io.h"
 
 void mgt_fault_init(mgt_fault *f, int rank) {
     memset(f, 0, sizeof *f);
     f->rank = rank;
+    const char *d = getenv("MGT_DUMP_GRADIENTS");
+    f->dump_gradients = d && *d ? d : NULL;
     const char *v = getenv("MGT_FAULT");
     if (!v)
         return;
@@ -51,4 +55,22 @@ void mgt_fault_poison(const mgt_fault *f, int64_t step, float *x, size_t count) 
 
 int mgt_fault_host_batches(const mgt_fault *f) {
     return f->kind == MGT_FAULT_NAN;
+}
+
+void mgt_fault_dump_gradients(const mgt_fault *f, const mgt_model *m, const float *g) {
+    mgt_tensor_entry *t = calloc((size_t)m->nparams + 1, sizeof *t);
+    if (!t)
+        mgt_die("out of host memory for the gradient dump");
+    for (int i = 0; i < m->nparams; i++) {
+        const mgt_param *p = &m->params[i];
+        snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
+        t[i].ndim = p->ndim;
+        for (int k = 0; k < p->ndim; k++)
+            t[i].shape[k] = p->shape[k];
+        t[i].data = g + p->offset;
+    }
+    mgt_err e;
+    if (mgt_safetensors_write(f->dump_gradients, t, m->nparams, NULL, 0, &e) < 0)
+        mgt_die("MGT_DUMP_GRADIENTS: %s", e.msg);
+    free(t);
 }

@@ -65,6 +65,15 @@ static const flag flags[] = {
      "end the job if a collective waits longer (a peer died)"},
     {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
                                              "steps"},
+    {"accum-steps", "K", C_TRAIN, "[train] accum_steps (1)",
+     "gradient accumulation: K micro-batches of --batch-size per optimizer step"},
+    {"bucket-mb", "X", C_TRAIN, "25 (the first bucket 1)",
+     "gradients travel in buckets of up to X MiB while backward runs; 0: one all-reduce after "
+     "backward"},
+    {"zero", "0|1", C_TRAIN, "0", "1: ZeRO stage 1, each rank keeps the optimizer state of its "
+                                  "1/N of the parameters"},
+    {"comm-progress", "test|thread", C_TRAIN, "test",
+     "CPU: how the gradient buckets progress during backward: tests between layers, or a thread"},
     {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
     {"split", "train|test", C_EVAL | C_PREDICT, "test", "which split of --data"},
@@ -272,6 +281,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
         else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 0);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);
+        else if (!strcmp(n, "accum-steps")) o.accum_steps = v;
+        else if (!strcmp(n, "bucket-mb")) o.bucket_mb = need_double(n, v, 0, 1e6);
+        else if (!strcmp(n, "zero")) {
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                mgt_die_all("--zero %s: use 1 (ZeRO stage 1: sharded optimizer state) or 0", v);
+            o.zero = !strcmp(v, "1");
+        }
+        else if (!strcmp(n, "comm-progress")) {
+            if (strcmp(v, "test") && strcmp(v, "thread"))
+                mgt_die_all("--comm-progress %s: use test or thread", v);
+            o.comm_progress = v;
+        }
         else if (!strcmp(n, "weights")) o.weights = v;
         else if (!strcmp(n, "split")) o.split = v;
         else if (!strcmp(n, "output")) o.output = v;

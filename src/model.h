@@ -35,7 +35,8 @@ typedef struct mgt_train_cfg {
     float lr;             /* < 0: the optimizer's default (optim.h) */
     mgt_opt_settings opt; /* the optimizer's other keys (optim.c's key table) */
     mgt_loss loss;
-    int64_t batch_size; /* GLOBAL batch */
+    int64_t batch_size; /* GLOBAL batch (of a micro-batch, with accumulation) */
+    int accum_steps;    /* micro-batches per optimizer step (gradient accumulation; 1: none) */
     int epochs;
     uint64_t seed;
     int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
