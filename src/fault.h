@@ -8,10 +8,12 @@
  * Unset, the hook does nothing. The "nan" fault poisons host buffers, so a run with it makes its
  * batches on the host (mgt_fault_host_batches).
  *
- * MGT_DUMP_GRADIENTS=FILE: rank 0 writes the all-reduced gradient arena of the run's first step
- * (the gradient SUMS over the global batch, before the update divides them) to FILE as
- * safetensors, one tensor per parameter under its name, so tests can compare the gradients two
- * ways of computing a step give. */
+ * A second hook exposes what the tests compare across rank counts and backends:
+ *   MGT_DUMP_GRADIENTS=FILE    rank 0 writes the all-reduced gradient of the run's first
+ *                              optimizer step to FILE (safetensors, one tensor per parameter,
+ *                              named and shaped as in the weights file): the SUM over the global
+ *                              batch of the per-sample gradients, before the optimizer scales it.
+ */
 #ifndef MGT_FAULT_H
 #define MGT_FAULT_H
 
@@ -24,8 +26,10 @@ typedef struct mgt_fault {
     mgt_fault_kind kind; /* for this rank; MGT_FAULT_NONE when the hook names another rank */
     int64_t step;
     int rank;
-    const char *dump_gradients; /* MGT_DUMP_GRADIENTS, or NULL */
+    const char *dump_gradients; /* MGT_DUMP_GRADIENTS on rank 0, else NULL */
 } mgt_fault;
+
+struct mgt_model;
 
 /* Reads MGT_FAULT for this rank; a malformed value ends the job (every rank sees the same). */
 void mgt_fault_init(mgt_fault *f, int rank);
@@ -35,9 +39,8 @@ void mgt_fault_point(const mgt_fault *f, int64_t step);
 void mgt_fault_poison(const mgt_fault *f, int64_t step, float *x, size_t count);
 /* 1 when batches must pass through host memory for the hook to reach them. */
 int mgt_fault_host_batches(const mgt_fault *f);
-/* MGT_DUMP_GRADIENTS: writes the `count` floats of host array g (the model's gradient arena) as
- * one tensor per parameter of the model (model.h's mgt_param list). Ends the job on failure. */
-struct mgt_model;
-void mgt_fault_dump_gradients(const mgt_fault *f, const struct mgt_model *m, const float *g);
+/* After the all-reduce of the run's first step: writes m->g as MGT_DUMP_GRADIENTS says (rank 0;
+ * a no-op elsewhere or when unset). A write that fails ends the job. */
+void mgt_fault_dump_gradients(const mgt_fault *f, const struct mgt_model *m, int64_t step);
 
 #endif

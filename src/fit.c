@@ -35,7 +35,6 @@
 #include "fit.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "data/shard.h"
@@ -55,6 +54,7 @@ typedef struct fit {
     int accum;           /* micro-batches per optimizer step */
     int64_t micro_steps; /* micro-batches per epoch */
     mgt_reducer red;     /* the step's gradient traffic */
+    int dump;            /* MGT_DUMP_GRADIENTS is set (on rank 0, which tells every rank) */
     mgt_profile prof;
     mgt_metrics mt;
     /* Metric sums since the last read, in backend memory; read every read_every steps. */
@@ -136,7 +136,8 @@ static void take_metrics(fit *f, int64_t global_n) {
 }
 
 /* MGT_DUMP_GRADIENTS (fault.h), at the run's first step: every bucket in, and under ZeRO-1 every
- * owner's part of the gradients sent to all (the update reads only its own part, unchanged). */
+ * owner's part of the gradients sent to all (the update reads only its own part, unchanged).
+ * Collective: every rank takes part (f->dump), rank 0 writes. */
 static void dump_gradients(fit *f) {
     const mgt_fit_env *env = f->env;
     mgt_model *m = env->m;
@@ -145,14 +146,7 @@ static void dump_gradients(fit *f) {
         mgt_reducer_wait(r, b);
     mgt_reducer_gather(r, -1, m->g);
     mgt_reducer_gather_wait(r);
-    if (env->comm->rank == 0) {
-        float *g = malloc(sizeof(float) * (m->param_count + 1));
-        if (!g)
-            mgt_die("out of host memory for the gradient dump");
-        env->be->ops->to_host(env->be, g, m->g, m->param_count * sizeof(float));
-        mgt_fault_dump_gradients(env->fault, m, g);
-        free(g);
-    }
+    mgt_fault_dump_gradients(env->fault, m, f->pos->step);
 }
 
 /* The all-reduce and update phases: each bucket's wait, then the update of what it holds (see
@@ -163,7 +157,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
     mgt_model *m = env->m;
     mgt_reducer *r = &f->red;
     size_t lo, n;
-    if (env->fault->dump_gradients && f->res->steps == 0)
+    if (f->dump && f->res->steps == 0)
         dump_gradients(f);
     mgt_optim_begin(env->opt, global_n);
     if (r->interleave) {
@@ -285,6 +279,8 @@ static void start_pipeline(fit *f) {
     if (mgt_comm_set_progress(env->comm, f->o->progress, &e) < 0 ||
         mgt_reducer_init(&f->red, env->m, env->be, env->comm, &ro, &e) < 0)
         mgt_die("%s", e.msg);
+    f->dump = env->fault->dump_gradients != NULL;
+    mgt_bcast(env->comm, &f->dump, sizeof f->dump, 0, "gradient dump flag");
     if (env->comm->rank == 0) {
         char line[512];
         const mgt_optim *opt = env->opt;
