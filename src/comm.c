@@ -13,7 +13,7 @@
  *     of microseconds. All of this file's MPI calls then take one mutex, so MPI is never entered
  *     by two threads at once: MPI_THREAD_SERIALIZED is enough (runtime.c asks for it), and no
  *     other module calls MPI during a step (every collective of the step goes through here).
- * bench/results/cpu-overlap.md has the measurement behind the default. */
+ * bench/overlap measures the two modes' exposed communication. */
 #include "comm.h"
 
 #include <limits.h>

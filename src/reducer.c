@@ -77,9 +77,14 @@ void mgt_reducer_slice(size_t count, int r, int world, size_t *lo, size_t *n) {
 }
 
 /* GPUs: PyTorch DDP's 25 MiB, where NCCL's per-call cost (tens of microseconds) wants few large
- * messages. CPUs: chosen by measurement (bench/results/cpu-overlap.md). */
+ * messages. CPUs: 4 MiB. What hides communication is a bucket that leaves while a long part of
+ * backward remains; the CPU models are a few MiB in all, and most of a ConvNet's bytes sit in
+ * its first dense layer while most of its backward time is in the convolutions before it: at 25
+ * MiB that layer would wait in one bucket with every convolution for the end of backward, at 4
+ * MiB it leaves alone as soon as it is written (a layer larger than the cap is a bucket of its
+ * own), and the convolutions share one more bucket. bench/overlap measures the choice. */
 double mgt_bucket_mb_default(const mgt_ops *ops) {
-    return strcmp(ops->name, "cpu") ? 25.0 : 25.0;
+    return strcmp(ops->name, "cpu") ? 25.0 : 4.0;
 }
 
 static int sums_at(const mgt_model *m) {
