@@ -50,7 +50,7 @@ typedef struct mgt_pool_shape {
 
 typedef struct mgt_ops mgt_ops;
 
-enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 8 };
+enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16 };
 
 /* A backend instance: the table plus its private state (BLAS threads, scratch, handles). */
 typedef struct mgt_backend {

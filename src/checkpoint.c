@@ -36,6 +36,13 @@
 
 enum { MAX_META = 16 };
 
+/* The samples of one optimizer step: the global batch, times the micro-batches of gradient
+ * accumulation. A step's samples and their dropout masks depend on this product alone (fit.c),
+ * so a checkpoint resumes with any split of it into batch size and accumulation steps. */
+static int64_t step_batch(const mgt_model *m) {
+    return m->train.batch_size * (m->train.accum_steps > 1 ? m->train.accum_steps : 1);
+}
+
 static void put_meta(mgt_meta_entry *e, int *n, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void put_meta(mgt_meta_entry *e, int *n, const char *key, const char *fmt, ...) {
@@ -122,7 +129,7 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     put_meta(meta, &nm, KEY_EPOCH, "%" PRId64, pos->epoch);
     put_meta(meta, &nm, KEY_STEP_IN_EPOCH, "%" PRId64, pos->step_in_epoch);
     put_meta(meta, &nm, KEY_SEED, "%" PRIu64, pos->seed);
-    put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, m->train.batch_size);
+    put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, step_batch(m));
     put_meta(meta, &nm, KEY_WORLD, "%d", world);
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g", pos->epoch_sums[0], pos->epoch_sums[1],
@@ -224,7 +231,7 @@ static int meta_range(const mgt_safetensors *st, const char *path, const char *k
 /* The position's fields, each within what a run can have written, whatever the data: the step
  * counts are not negative, the optimizer has not stepped more often than training, the epoch's
  * sums are finite with correct predictions among the samples seen, which are at most the epoch's
- * steps times the global batch. mgt_ckpt_check_position then checks them against the data. */
+ * steps times the samples of a step. mgt_ckpt_check_position then checks them against the data. */
 static int read_position(const mgt_safetensors *st, const char *path, const mgt_model *m,
                          mgt_ckpt_pos *pos, mgt_err *err) {
     int64_t world;
@@ -240,7 +247,7 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
     char rest = 0;
     if (!sums || sscanf(sums, "%lf %lf %lf %c", &s[0], &s[1], &s[2], &rest) != 3)
         return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing or malformed", path);
-    const double most = (double)pos->step_in_epoch * (double)m->train.batch_size;
+    const double most = (double)pos->step_in_epoch * (double)step_batch(m);
     if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || s[0] < 0 || s[1] < 0 ||
         s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) || s[1] != floor(s[1]))
         return mgt_errf(err,
@@ -284,11 +291,13 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
     int64_t gb;
     if (meta_i64(st, path, KEY_GLOBAL_BATCH, &gb, err) < 0)
         return -1;
-    if (gb != m->train.batch_size)
+    if (gb != step_batch(m))
         return mgt_errf(err,
                         "%s was saved with global batch %lld but this run uses %lld; resume "
-                        "with --batch-size %lld (any number of ranks is fine)",
-                        path, (long long)gb, (long long)m->train.batch_size, (long long)gb);
+                        "with --batch-size %lld (any number of ranks is fine; with "
+                        "--accum-steps K, a batch size of %lld / K)",
+                        path, (long long)gb, (long long)step_batch(m), (long long)gb,
+                        (long long)gb);
     if (mgt_model_take_weights(m, st, path, a->w, a->buf, err) < 0)
         return -1;
     for (int i = 0; i < opt->nslots; i++) {

@@ -74,6 +74,15 @@ static const flag flags[] = {
      "end the job if a collective waits longer (a peer died)"},
     {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
                                              "steps"},
+    {"accum-steps", "K", C_TRAIN, "[train] accum_steps (1)",
+     "gradient accumulation: K micro-batches of --batch-size per optimizer step"},
+    {"bucket-mb", "X", C_TRAIN, "GPU 25, CPU 4 (the first bucket 1)",
+     "gradients travel in buckets of up to X MiB while backward runs; 0: one all-reduce after "
+     "backward"},
+    {"zero", "0|1", C_TRAIN, "0", "1: ZeRO stage 1, each rank keeps the optimizer state of its "
+                                  "1/N of the parameters"},
+    {"comm-progress", "test|thread", C_TRAIN, "test",
+     "CPU: how the gradient buckets progress during backward: tests between layers, or a thread"},
     {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
     {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
@@ -321,6 +330,19 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
             rc = mgt_errf(err, "--synthetic-samples %.80s: at most %lld samples", v,
                           (long long)1 << 30);
         o->synthetic_samples = i64;
+    }
+    else if (!strcmp(n, "accum-steps")) o->accum_steps = v;
+    else if (!strcmp(n, "bucket-mb")) rc = need_double(n, v, 0, 1e6, &o->bucket_mb, err);
+    else if (!strcmp(n, "zero")) {
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            rc = mgt_errf(err, "--zero %.80s: use 1 (ZeRO stage 1: sharded optimizer state) or 0",
+                          v);
+        o->zero = !strcmp(v, "1");
+    }
+    else if (!strcmp(n, "comm-progress")) {
+        if (strcmp(v, "test") && strcmp(v, "thread"))
+            rc = mgt_errf(err, "--comm-progress %.80s: use test or thread", v);
+        o->comm_progress = v;
     }
     else if (!strcmp(n, "weights")) o->weights = v;
     else if (!strcmp(n, "split")) o->split = v;

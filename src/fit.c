@@ -4,28 +4,40 @@
  *   data       the stager hands over this rank's part of the global batch (mgt_input);
  *   forward    layer by layer, over the local rows;
  *   backward   the loss and back-propagation: per-sample gradient SUMS into the arena (m->g),
- *              layer by layer in reverse; the step's mgt_step may name a callback that hears
- *              each layer's gradients as soon as they are final (model.h: grads_ready);
- *   all-reduce ONE collective over the whole gradient arena and the step's loss and accuracy
- *              sums, which sit right after it, with each rank's vote to stop (below);
- *   update     the optimizer, with the sums divided by the global batch.
+ *              layer by layer in reverse; the reducer hears each layer's gradients as soon as
+ *              they are final (model.h: grads_ready) and sends each bucket of the arena the
+ *              moment it is complete, so the sums travel while backward goes on (reducer.h);
+ *   all-reduce the wait for the buckets still in flight once backward is done: the EXPOSED
+ *              communication (the step's loss and accuracy sums ride in the first bucket);
+ *   update     the optimizer, with the sums divided by the global batch: on the CPU bucket by
+ *              bucket as each arrives, on a GPU once, queued behind all of them.
+ * With gradient accumulation (--accum-steps K) data, forward and backward run for K
+ * micro-batches, the buckets going out during the last one only. The global batch of a
+ * micro-batch is [train] batch_size; an optimizer step takes K of them, i.e. the K x batch_size
+ * samples that the same step without accumulation would take at batch_size K x batch_size:
+ * micro-batch k of step s is global batch s*K + k of the epoch's permutation (shard.h), and its
+ * samples keep their positions k x batch_size + i within the step's batch, which key their
+ * dropout masks with the optimizer step. So K x 64 and 256 see the same samples with the same
+ * masks (batchnorm's statistics, per micro-batch, are what differs). Steps, epochs, checkpoints,
+ * --max-steps, --save-every and the progress bar all count optimizer steps.
+ * With ZeRO-1 the buckets go to their owners, each rank updates its slice, and the weights are
+ * all-gathered; the all-reduce phase then also holds the wait for that gather.
  * Between steps (after_step): the metric read (every step on the CPU, every 20 on a GPU, which
  * must not wait on the host each step), the --debug-check comparison, the progress bar and the
  * --save-every checkpoint. Between epochs (end_epoch): the replicas' batchnorm statistics are
  * averaged, the model is validated, the epoch line is written and a checkpoint saved.
  *
- * Where the next features go: gradient accumulation repeats data/forward/backward for K
- * micro-batches before the all-reduce; a bucketed all-reduce overlapping backward hooks into
- * grads_ready and waits for its last bucket in the all-reduce phase; clipping comes between the
- * all-reduce and the update; learning-rate schedules and sharded optimizer state (ZeRO-1) are
- * the update phase's; per-step logging belongs in after_step, whose checkpoint path it can share;
+ * Where the next features go: clipping comes between the last bucket's wait and the update (it
+ * needs the whole gradient's norm: on the CPU the update then waits for every bucket first);
+ * learning-rate schedules are the update phase's (optim.c); per-step logging belongs in
+ * after_step, whose checkpoint path it can share;
  * early stopping is end_epoch's answer.
  *
  * Stopping on a signal (runtime.h: SIGTERM, SIGUSR1, SIGINT) may reach one rank, some or all, at
- * any moment. A rank that has caught one writes a 1 into a third metric sum before the step's
- * all-reduce, so when the sums are next read (every step on the CPU, every 20 on a GPU) every
- * rank sees the same count at the same step, and all stop after that step: no rank is left
- * waiting in a collective, and no extra collective runs per step. They then agree on which
+ * any moment. A rank that has caught one writes a 1 into a third metric sum (SUM_STOP) before the
+ * step's first bucket leaves, so when the sums are next read (every step on the CPU, every 20 on a
+ * GPU) every rank sees the same count at the same step, and all stop after that step: no rank is
+ * left waiting in a collective, and no extra collective runs per step. They then agree on which
  * signal it was, save a checkpoint at the next step's position, and training returns with
  * res->stop_signal set (the trainer exits 128 + its number). A request that comes during an
  * epoch's end is settled there, where a checkpoint has just been saved. */
@@ -49,7 +61,10 @@ typedef struct fit {
     mgt_fit_result *res;
     int64_t steps;       /* optimizer steps per epoch */
     int64_t limit;       /* stop before this step */
-    size_t reduce_count; /* the gradient arena's floats and the step's metric sums */
+    int accum;           /* micro-batches per optimizer step */
+    int64_t micro_steps; /* micro-batches per epoch */
+    mgt_reducer red;     /* the step's gradient traffic */
+    int dump;            /* MGT_DUMP_GRADIENTS is set (on rank 0, which tells every rank) */
     mgt_profile prof;
     mgt_metrics mt;
     /* Metric sums since the last read, in backend memory; read every read_every steps. */
@@ -60,15 +75,15 @@ typedef struct fit {
     int stop_voted;     /* some rank asked to stop: the sums read said so */
 } fit;
 
-/* The step's sums after the gradients, all-reduced with them: loss, correct predictions, and the
- * number of ranks that asked to stop. */
-enum { SUM_LOSS = 0, SUM_CORRECT, SUM_STOP, NSUMS };
+/* The step's sums after the gradients (model.h: MGT_NSUMS), reduced with them: loss, correct
+ * predictions, and the number of ranks that asked to stop. */
+enum { SUM_LOSS = 0, SUM_CORRECT, SUM_STOP };
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
  * a non-finite loss stops the job before anything overwrites the last checkpoint. */
 static void read_metrics(fit *f, int64_t next) {
     mgt_backend *be = f->env->be;
-    float hs[NSUMS];
+    float hs[MGT_NSUMS];
     be->ops->to_host(be, hs, f->acc, sizeof hs);
     be->ops->zero(be, f->acc, sizeof hs);
     if (hs[SUM_STOP] > 0)
@@ -95,8 +110,8 @@ static int metrics_due(const fit *f, int64_t next) {
            (o->debug_check > 0 && next % o->debug_check == 0);
 }
 
-/* This rank's vote to stop, into the step's sums before they are all-reduced (backend memory, in
- * the order of the compute queue, after the step's zeroing). */
+/* This rank's vote to stop, into the step's sums before they leave (backend memory, in the order
+ * of the compute queue, after the step's zeroing). */
 static void stop_vote(fit *f) {
     if (!mgt_stop_signal())
         return;
@@ -104,53 +119,114 @@ static void stop_vote(fit *f) {
     f->env->be->ops->to_device(f->env->be, f->env->m->sums + SUM_STOP, &one, sizeof one);
 }
 
-/* One optimizer step at the position (see the top of the file). */
-static void train_step(fit *f) {
+/* Micro-batch k of the step's `of` (micro-batch `micro` of the epoch): data, forward and
+ * backward. Returns its global batch's size. */
+static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
     const mgt_fit_env *env = f->env;
     mgt_model *m = env->m;
-    mgt_backend *be = env->be;
-    mgt_ckpt_pos *pos = f->pos;
-    mgt_profile_begin_step(&f->prof, pos->step);
-
     const mgt_batch *bt = mgt_stage_next(env->st);
-    if (bt->step != pos->step_in_epoch)
-        mgt_die("data loader delivered step %lld for step %lld; please report this",
-                (long long)bt->step, (long long)pos->step_in_epoch);
+    if (bt->step != micro)
+        mgt_die("data loader delivered batch %lld for batch %lld; please report this",
+                (long long)bt->step, (long long)micro);
     if (bt->x) /* NULL when the batch is made on the device */
-        mgt_fault_poison(env->fault, pos->step, bt->x,
+        mgt_fault_poison(env->fault, f->pos->step, bt->x,
                          (size_t)bt->n * (size_t)mgt_shape_elems(m->input));
-    const mgt_step s = {.in = mgt_stage_put(env->st, bt),
-                        .be = be,
-                        .n = bt->n,
-                        .training = 1,
-                        .global_step = pos->step,
-                        .first_sample = bt->first,
-                        .global_n = bt->global_n,
-                        .seed = m->train.seed,
-                        .comm = env->comm};
-    be->ops->zero(be, m->sums, NSUMS * sizeof(float));
+    mgt_step s = {.in = mgt_stage_put(env->st, bt),
+                  .be = env->be,
+                  .n = bt->n,
+                  .training = 1,
+                  .global_step = f->pos->step,
+                  .first_sample = (int64_t)k * m->train.batch_size + bt->first,
+                  .global_n = bt->global_n,
+                  .seed = m->train.seed,
+                  .comm = env->comm};
+    mgt_reducer_listen(&f->red, k, of, &s);
     mgt_profile_phase(&f->prof, MGT_PH_DATA);
-
     mgt_model_forward(m, &s);
     mgt_profile_phase(&f->prof, MGT_PH_FORWARD);
     mgt_model_loss_backward(m, &s, 1);
+    mgt_reducer_backward_done(&f->red);
+    mgt_stage_done(env->st); /* every op that reads the batch is issued */
     mgt_profile_phase(&f->prof, MGT_PH_BACKWARD);
+    return bt->global_n;
+}
 
-    /* The one collective of the step: gradient sums and the step's loss/accuracy/stop sums. */
+/* The step's metric sums, once their reduction is in: they stay in backend memory until they
+ * are read (metrics_due). */
+static void take_metrics(fit *f, int64_t global_n) {
+    mgt_backend *be = f->env->be;
+    be->ops->add(be, MGT_NSUMS, f->env->m->sums, f->acc);
+    f->pending += global_n;
+    if (metrics_due(f, f->pos->step + 1))
+        read_metrics(f, f->pos->step + 1);
+}
+
+/* MGT_DUMP_GRADIENTS (fault.h), at the run's first step: every bucket in, and under ZeRO-1 every
+ * owner's part of the gradients sent to all (the update reads only its own part, unchanged).
+ * Collective: every rank takes part (f->dump), rank 0 writes. */
+static void dump_gradients(fit *f) {
+    const mgt_fit_env *env = f->env;
+    mgt_model *m = env->m;
+    mgt_reducer *r = &f->red;
+    for (int b = 0; b < r->nb; b++)
+        mgt_reducer_wait(r, b);
+    mgt_reducer_gather(r, -1, m->g);
+    mgt_reducer_gather_wait(r);
+    mgt_fault_dump_gradients(env->fault, m, f->pos->step);
+}
+
+/* The all-reduce and update phases: each bucket's wait, then the update of what it holds (see
+ * the top). The optimizer's rule is element-wise, so updating by parts gives the weights and
+ * state of one update of the whole arena, bit for bit. */
+static void reduce_and_update(fit *f, int64_t global_n) {
+    const mgt_fit_env *env = f->env;
+    mgt_model *m = env->m;
+    mgt_reducer *r = &f->red;
+    size_t lo, n;
+    if (f->dump && f->res->steps == 0)
+        dump_gradients(f);
+    mgt_optim_begin(env->opt, global_n);
+    if (r->interleave) {
+        for (int b = 0; b < r->nb; b++) {
+            mgt_reducer_wait(r, b);
+            mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+            if (b == 0)
+                take_metrics(f, global_n);
+            mgt_reducer_update_range(r, b, &lo, &n);
+            mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
+            mgt_reducer_gather(r, b, m->w);
+            mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
+        }
+    } else {
+        for (int b = 0; b < r->nb; b++)
+            mgt_reducer_wait(r, b);
+        mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+        take_metrics(f, global_n);
+        mgt_reducer_update_range(r, -1, &lo, &n);
+        mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
+        mgt_reducer_gather(r, -1, m->w);
+        mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
+    }
+    if (r->o.zero) {
+        mgt_reducer_gather_wait(r);
+        mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+    }
+}
+
+/* One optimizer step at the position (see the top of the file). */
+static void train_step(fit *f) {
+    mgt_ckpt_pos *pos = f->pos;
+    mgt_profile_begin_step(&f->prof, pos->step);
+    f->env->be->ops->zero(f->env->be, f->env->m->sums, MGT_NSUMS * sizeof(float));
     stop_vote(f);
-    mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
-    mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
-    if (f->res->steps == 0)
-        mgt_fault_dump_gradients(env->fault, m, pos->step);
-
-    /* Metrics stay in backend memory until they are read (metrics_due). */
-    be->ops->add(be, NSUMS, m->sums, f->acc);
-    f->pending += bt->global_n;
-    if (metrics_due(f, pos->step + 1))
-        read_metrics(f, pos->step + 1);
-    mgt_optim_step(env->opt, be, m->w, m->g, bt->global_n);
-    mgt_stage_done(env->st);
-    mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
+    /* The step's micro-batches: K, or what the epoch has left. */
+    const int64_t first = pos->step_in_epoch * f->accum;
+    const int of = (int)(f->micro_steps - first < f->accum ? f->micro_steps - first : f->accum);
+    int64_t global_n = 0;
+    for (int k = 0; k < of; k++)
+        global_n += micro_batch(f, k, of, first + k);
+    reduce_and_update(f, global_n);
+    mgt_reducer_end_step(&f->red, &f->prof);
     mgt_profile_end_step(&f->prof);
     pos->step++;
     f->res->steps++;
@@ -292,6 +368,27 @@ static void keep_history(fit *f) {
         fprintf(stderr, "%s\n", notice);
 }
 
+/* The step's pipeline (reducer.h) and its line in the start-up block (rank 0). */
+static void start_pipeline(fit *f) {
+    const mgt_fit_env *env = f->env;
+    const mgt_reducer_opts ro = {
+        .bucket_mb = f->o->bucket_mb, .zero = f->o->zero, .accum_steps = f->accum};
+    mgt_err e;
+    if (mgt_comm_set_progress(env->comm, f->o->progress, &e) < 0 ||
+        mgt_reducer_init(&f->red, env->m, env->be, env->comm, &ro, &e) < 0)
+        mgt_die("%s", e.msg);
+    f->dump = env->fault->dump_gradients != NULL;
+    mgt_bcast(env->comm, &f->dump, sizeof f->dump, 0, "gradient dump flag");
+    if (env->comm->rank == 0) {
+        char line[512];
+        const mgt_optim *opt = env->opt;
+        mgt_reducer_describe(&f->red, (size_t)opt->nslots * opt->n,
+                             (size_t)opt->nslots * opt->count, line, sizeof line);
+        printf("  step: %s\n", line);
+        fflush(stdout);
+    }
+}
+
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
              mgt_fit_result *res) {
     mgt_backend *be = env->be;
@@ -301,14 +398,17 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     res->val_step = -1;
     res->val_loss = -1;
     fit fs = {.env = env, .o = o, .pos = pos, .res = res}, *f = &fs;
-    f->steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
+    f->accum = m->train.accum_steps > 1 ? m->train.accum_steps : 1;
+    f->micro_steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
+    f->steps = mgt_shard_steps(env->st->train->n, m->train.batch_size * f->accum);
     f->limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
-    f->reduce_count = (size_t)(m->sums - m->g) + NSUMS;
     int64_t total = epochs * f->steps - pos->epoch * f->steps - pos->step_in_epoch;
     if (f->limit - pos->step < total)
         total = f->limit - pos->step;
     mgt_err e;
-    if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0)
+    start_pipeline(f);
+    if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0 ||
+        mgt_profile_reserve_requests(&f->prof, 2 * f->red.nb + 2, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched);
@@ -325,7 +425,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         mgt_die("out of %s memory for the metric sums", be->ops->name);
 
     while (pos->epoch < epochs && pos->step < f->limit) {
-        mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch);
+        mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch * f->accum);
         f->t_epoch = mgt_now();
         f->first_step = pos->step_in_epoch;
         const double seen_before = pos->epoch_sums[2];
@@ -341,6 +441,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
     be->ops->free(be, f->acc);
+    mgt_reducer_free(&f->red);
     mgt_metrics_free(&f->mt);
     mgt_profile_free(&f->prof);
 }

@@ -1,10 +1,11 @@
 /* fit.h: the training loop: epochs of optimizer steps, validation and checkpoints between them.
  *
- * Every rank runs the same loop on its own part of each global batch; the loop's one collective
- * per step sums the gradients (and the step's loss and accuracy) over the ranks, and every rank
- * then applies the same update, so the replicas stay equal. The loop starts from, advances and
- * saves one position (checkpoint.h's mgt_ckpt_pos), so a run stopped at any checkpoint resumes
- * where it was, with any number of ranks. Only rank 0 prints and writes files. */
+ * Every rank runs the same loop on its own part of each global batch; the step's gradients (and
+ * its loss and accuracy) are summed over the ranks, bucket by bucket while backward runs
+ * (reducer.h), and every rank then applies the same update, so the replicas stay equal. The loop
+ * starts from, advances and saves one position (checkpoint.h's mgt_ckpt_pos), so a run stopped at
+ * any checkpoint resumes where it was, with any number of ranks. Only rank 0 prints and writes
+ * files. */
 #ifndef MGT_FIT_H
 #define MGT_FIT_H
 
@@ -17,6 +18,7 @@
 #include "fault.h"
 #include "model.h"
 #include "optim.h"
+#include "reducer.h"
 #include "replica.h"
 #include "staging.h"
 
@@ -43,6 +45,12 @@ typedef struct mgt_fit_opts {
     int no_tensorboard;   /* no event files in OUT/tb */
     const char *timeline; /* Chrome-trace file of every phase, or NULL */
     int resumed;          /* from a checkpoint: the metrics files keep their history */
+    /* The step's pipeline (reducer.h): bucket cap in MiB (0: one all-reduce after backward),
+     * ZeRO-1, and how the CPU transport's requests progress. Accumulation is the model's
+     * [train] accum_steps. */
+    double bucket_mb;
+    int zero;
+    mgt_progress progress;
 } mgt_fit_opts;
 
 typedef struct mgt_fit_result {

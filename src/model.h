@@ -43,7 +43,8 @@ typedef struct mgt_train_cfg {
     float lr;             /* < 0: the optimizer's default (optim.h) */
     mgt_opt_settings opt; /* the optimizer's other keys (optim.c's key table) */
     mgt_loss loss;
-    int64_t batch_size; /* GLOBAL batch */
+    int64_t batch_size; /* GLOBAL batch (of a micro-batch, with accumulation) */
+    int accum_steps;    /* micro-batches per optimizer step (gradient accumulation; 1: none) */
     int epochs;
     uint64_t seed;
     int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
@@ -60,6 +61,10 @@ typedef struct mgt_param {
 } mgt_param;
 
 enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
+
+/* The step's sums that travel with the gradients, right after the arena (m->sums): the loss, the
+ * correct predictions and the count of ranks asking to stop (fit.c). */
+#define MGT_NSUMS 3
 
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
@@ -190,7 +195,7 @@ struct mgt_model {
     float *targets;      /* one-hot targets for categorical CE */
     float *probs;        /* softmax when the last layer outputs logits */
     float *grad[2];      /* ping-pong activation gradients */
-    float *sums;         /* loss sum, correct count: inside the gradient arena, after it */
+    float *sums;         /* MGT_NSUMS step sums: inside the gradient arena, after it */
     int first_trainable; /* layers up to this one need no input gradient */
 };
 

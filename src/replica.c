@@ -20,7 +20,10 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
     r->host.w = calloc(m->param_count + 1, sizeof(float));
     r->host.buf = calloc(m->buffer_count + 1, sizeof(float));
     int ok = r->host.w && r->host.buf;
-    for (int i = 0; i < opt->nslots; i++)
+    /* Sharded optimizer state (ZeRO-1) is whole on rank 0 only, which reads and writes the
+     * files: the other ranks keep their slice, and nothing more. */
+    const int whole_state = opt->shards == 1 || comm->rank == 0;
+    for (int i = 0; whole_state && i < opt->nslots; i++)
         ok = ok && (r->host.slot[i] = calloc(m->param_count + 1, sizeof(float)));
     if (!ok)
         return mgt_errf(err, "out of host memory for a copy of the model's %zu parameters",
@@ -28,14 +31,13 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
     return 0;
 }
 
-/* The arenas between backend memory and their host copies. */
+/* The model's arenas between backend memory and their host copies (the optimizer's state moves
+ * with mgt_optim_state_put / _get, which know its slices). */
 static void to_backend(mgt_replica *r) {
     const mgt_ops *o = r->be->ops;
     const size_t wb = r->m->param_count * sizeof(float);
     o->to_device(r->be, r->m->w, r->host.w, wb);
     o->to_device(r->be, r->m->buf, r->host.buf, r->m->buffer_count * sizeof(float));
-    for (int i = 0; i < r->opt->nslots; i++)
-        o->to_device(r->be, r->opt->slot[i], r->host.slot[i], wb);
 }
 
 static void to_host(mgt_replica *r) {
@@ -43,8 +45,6 @@ static void to_host(mgt_replica *r) {
     const size_t wb = r->m->param_count * sizeof(float);
     o->to_host(r->be, r->host.w, r->m->w, wb);
     o->to_host(r->be, r->host.buf, r->m->buf, r->m->buffer_count * sizeof(float));
-    for (int i = 0; i < r->opt->nslots; i++)
-        o->to_host(r->be, r->host.slot[i], r->opt->slot[i], wb);
 }
 
 void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_pos *pos) {
@@ -68,8 +68,7 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
     const size_t wb = m->param_count * sizeof(float);
     mgt_bcast(r->comm, r->host.w, wb, 0, "weight broadcast");
     mgt_bcast(r->comm, r->host.buf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
-    for (int i = 0; i < r->opt->nslots; i++)
-        mgt_bcast(r->comm, r->host.slot[i], wb, 0, "optimizer state broadcast");
+    mgt_optim_state_put(r->opt, r->be, r->comm, r->host.slot, 0);
     mgt_ckpt_bcast_pos(r->comm, pos, 0);
     to_backend(r);
     m->train.seed = pos->seed;
@@ -131,6 +130,7 @@ static void fetch_finite(mgt_replica *r, const char *dir, int64_t step) {
 
 void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt_pos *pos) {
     mgt_replica_average_buffers(r);
+    mgt_optim_state_get(r->opt, r->be, r->comm, r->host.slot, 0);
     if (r->comm->rank != 0)
         return;
     fetch_finite(r, dir, pos->step);

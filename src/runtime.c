@@ -50,9 +50,11 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     }
     rt->mpi = 1;
     int provided = 0;
-    /* FUNNELED: only the main thread calls MPI; the watchdog and loader threads never do. */
+    /* SERIALIZED: the main thread calls MPI, and so may comm.c's progress thread
+     * (--comm-progress thread), never at the same time as another (comm.c's lock); the watchdog
+     * and loader threads never do. */
     if (rt->own_mpi)
-        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank, MPI_INFO_NULL,

@@ -26,6 +26,7 @@ void mgt_train_defaults(mgt_train_cfg *t) {
     mgt_opt_defaults(&t->opt);
     t->loss = MGT_LOSS_SPARSE_CE;
     t->batch_size = 32;
+    t->accum_steps = 1;
     t->epochs = 1;
     t->seed = 42;
 }
@@ -42,8 +43,8 @@ static int positive_float(const char *v, float *out, int allow_zero, mgt_err *er
 
 int mgt_train_keys(const char **keys, int max) {
     static const char *const before[] = {"optimizer", "learning_rate"};
-    static const char *const after[] = {"loss",          "batch_size",  "epochs", "seed",
-                                        "augment_flip", "augment_crop"};
+    static const char *const after[] = {"loss", "batch_size",   "accum_steps", "epochs",
+                                        "seed", "augment_flip", "augment_crop"};
     int n = 0;
     for (size_t i = 0; i < sizeof before / sizeof before[0] && n + 1 < max; i++)
         keys[n++] = before[i];
@@ -120,6 +121,17 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
                             "(the global batch, summed over all ranks), e.g. batch_size = 256",
                             v);
         t->batch_size = x;
+        return 0;
+    }
+    if (!strcmp(key, "accum_steps")) { /* gradient accumulation (fit.c) */
+        int x;
+        if (mgt_parse_int(v, &x) < 0 || x < 1 || x > 65536)
+            return mgt_errf(err,
+                            "accum_steps = %s: expected a whole number from 1 to 65536 (the "
+                            "micro-batches of batch_size per optimizer step), e.g. "
+                            "accum_steps = 4",
+                            v);
+        t->accum_steps = x;
         return 0;
     }
     if (!strcmp(key, "epochs")) {

@@ -43,6 +43,7 @@ void mgt_options_defaults(mgt_options *o) {
     o->synthetic_samples = 60000;
     o->device_data = 1;
     o->keep_checkpoints = 1;
+    o->bucket_mb = -1;
 }
 
 /* A model file larger than this is not one (the largest legitimate ones are a few kB). */
@@ -125,6 +126,7 @@ static void load_model(session *s) {
     override(s, "--optimizer", "optimizer", o->optimizer);
     override(s, "--lr", "learning_rate", o->lr);
     override(s, "--seed", "seed", o->seed);
+    override(s, "--accum-steps", "accum_steps", o->accum_steps);
     if (o->conv_algo && mgt_conv2d_set_algo(&s->m, o->conv_algo, &e) < 0)
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
     mgt_train_cfg *t = &s->m.train;
@@ -150,8 +152,11 @@ static void set_up(session *s) {
     mgt_err e;
     if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
         mgt_die_all("%s", e.msg);
+    /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
+    const int shards = !strcmp(o->command, "train") && o->zero ? world : 1;
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
-        mgt_optim_init(&s->opt, &m->train, be, m->param_count, &e) < 0 ||
+        mgt_optim_init_sharded(&s->opt, &m->train, be, m->param_count, s->rt->rank, shards, &e) <
+            0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
         mgt_die("%s", e.msg);
@@ -360,7 +365,9 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
     printf("Trained %lld steps in %.1f s (%.0f samples/s); total %.1f s; weights: "
            "%s/weights.safetensors\n",
            (long long)r->steps, r->seconds,
-           r->seconds > 0 ? (double)r->steps * (double)s->m.train.batch_size / r->seconds : 0.0,
+           r->seconds > 0 ? (double)r->steps * (double)s->m.train.batch_size *
+                                s->m.train.accum_steps / r->seconds
+                          : 0.0,
            mgt_now() - t_start, s->out);
 #ifdef MGT_HAVE_CUDA
     if (!strcmp(s->pl.be.ops->name, "gpu"))
@@ -399,7 +406,9 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     /* After the start: a resumed run's seed is the checkpoint's, and it keys synthetic data. */
     load_data(s, 1, NULL);
     if (s->resumed &&
-        mgt_ckpt_check_position(&pos, s->out, s->data.train.n, B, &e) < 0) /* every rank */
+        mgt_ckpt_check_position(&pos, s->out, s->data.train.n,
+                                B * (m->train.accum_steps > 1 ? m->train.accum_steps : 1),
+                                &e) < 0) /* every rank; a step takes B x K samples */
         mgt_die_all("%s", e.msg);
     make_out_dir(s);
     prepare_out(s, pos.step);
@@ -431,15 +440,20 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                              .fault = &fault,
                              .val = o->no_validation ? NULL : &s->data.val,
                              .out = s->out};
-    const mgt_fit_opts fo = {.max_steps = o->max_steps,
-                             .save_every = o->save_every,
-                             .debug_check = o->debug_check,
-                             .verbose = o->verbose,
-                             .launched = rt->launched,
-                             .profile = o->profile,
-                             .no_tensorboard = o->no_tensorboard,
-                             .timeline = o->timeline,
-                             .resumed = s->resumed};
+    const mgt_fit_opts fo = {
+        .max_steps = o->max_steps,
+        .save_every = o->save_every,
+        .debug_check = o->debug_check,
+        .verbose = o->verbose,
+        .launched = rt->launched,
+        .profile = o->profile,
+        .no_tensorboard = o->no_tensorboard,
+        .timeline = o->timeline,
+        .bucket_mb = o->bucket_mb >= 0 ? o->bucket_mb : mgt_bucket_mb_default(s->pl.be.ops),
+        .zero = o->zero,
+        .progress = o->comm_progress && !strcmp(o->comm_progress, "thread") ? MGT_PROGRESS_THREAD
+                                                                            : MGT_PROGRESS_TEST,
+        .resumed = s->resumed};
     mgt_fit_result res;
     /* From here on a stop signal saves the work done: the loop stops at a step boundary. */
     mgt_runtime_catch_stops(rt);

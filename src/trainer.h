@@ -20,7 +20,7 @@ typedef struct mgt_options {
     const char *model;   /* NULL: the embedded default (examples/mlp.cfg) */
     const char *data;    /* folder of IDX files, "synthetic", or NULL: the default folder */
     /* [train] overrides as given on the command line (NULL: not given). */
-    const char *epochs, *batch_size, *optimizer, *lr, *seed;
+    const char *epochs, *batch_size, *optimizer, *lr, *seed, *accum_steps;
     int64_t max_steps; /* 0: no limit */
     const char *out;   /* NULL: runs/<model> */
     const char *init_weights, *weights, *output, *split;
@@ -44,6 +44,11 @@ typedef struct mgt_options {
     const char *transport; /* auto, nccl, mpi */
     int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */
+    /* The step's pipeline (reducer.h): bucket cap in MiB (< 0: the backend's default, 0: one
+     * all-reduce after backward), ZeRO-1, and how the MPI transport's requests progress. */
+    double bucket_mb;
+    int zero;
+    const char *comm_progress; /* test, thread (NULL: test) */
 } mgt_options;
 
 /* --resume: off; "require" (plain --resume): the run's checkpoint must be there; "auto": resume
