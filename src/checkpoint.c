@@ -26,6 +26,7 @@
 #define KEY_GLOBAL_BATCH "global_batch"
 #define KEY_WORLD "world"
 #define KEY_EPOCH_SUMS "epoch_sums"
+#define KEY_MONITOR "validation_history" /* monitor.h's state; absent: none yet */
 
 enum { MAX_META = 16 };
 
@@ -85,6 +86,9 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g", pos->epoch_sums[0], pos->epoch_sums[1],
              pos->epoch_sums[2]);
+    char history[256];
+    mgt_monitor_format(&pos->mon, history, sizeof history);
+    put_meta(meta, &nm, KEY_MONITOR, "%s", history);
     char path[600];
     file_path(path, sizeof path, dir, "checkpoint.safetensors");
     int rc = mgt_safetensors_write(path, t, nt, meta, nm, err);
@@ -94,6 +98,11 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
 
 int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, const float *buf,
                            int64_t step, mgt_err *err) {
+    return mgt_ckpt_write_weights_file(dir, "weights.safetensors", m, w, buf, step, err);
+}
+
+int mgt_ckpt_write_weights_file(const char *dir, const char *name, const mgt_model *m,
+                                const float *w, const float *buf, int64_t step, mgt_err *err) {
     int nt;
     mgt_tensor_entry *t = model_entries(m, w, buf, 0, &nt, err);
     if (!t)
@@ -104,7 +113,7 @@ int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, 
     put_meta(meta, &nm, KEY_MODEL, "%s", m->name);
     put_meta(meta, &nm, KEY_STEP, "%" PRId64, step);
     char path[600];
-    file_path(path, sizeof path, dir, "weights.safetensors");
+    file_path(path, sizeof path, dir, name);
     int rc = mgt_safetensors_write(path, t, nt, meta, nm, err);
     free(t);
     return rc;
@@ -183,6 +192,13 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
     double *s = pos->epoch_sums;
     if (!sums || sscanf(sums, "%lf %lf %lf", &s[0], &s[1], &s[2]) != 3)
         return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing", path);
+    const char *mon = mgt_safetensors_meta(st, KEY_MONITOR);
+    memset(&pos->mon, 0, sizeof pos->mon);
+    if (mon && mgt_monitor_parse(mon, &pos->mon, err) < 0)
+        return mgt_errf(err,
+                        "%s: checkpoint metadata '%s' ('%s') is damaged; resume from an "
+                        "intact checkpoint",
+                        path, KEY_MONITOR, mon);
     return 0;
 }
 
@@ -205,6 +221,6 @@ int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt
 
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root) {
     /* Every field is 8 bytes: the struct has no padding, so its bytes are its values. */
-    _Static_assert(sizeof(mgt_ckpt_pos) == 8 * sizeof(int64_t), "mgt_ckpt_pos has padding");
+    _Static_assert(sizeof(mgt_ckpt_pos) == 16 * sizeof(int64_t), "mgt_ckpt_pos has padding");
     mgt_bcast(c, pos, sizeof *pos, root, "position broadcast");
 }

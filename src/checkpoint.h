@@ -18,6 +18,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "monitor.h"
 #include "optim.h"
 #include "util.h"
 
@@ -29,6 +30,7 @@ typedef struct mgt_ckpt_pos {
     int64_t optimizer_t;   /* the optimizer's own step count (Adam's bias correction) */
     uint64_t seed;         /* the run's seed: initialisation, shuffles, dropout */
     double epoch_sums[3];  /* the epoch so far over all ranks: loss sum, correct, samples */
+    mgt_monitor_state mon; /* the validation history's decisions so far (monitor.h) */
 } mgt_ckpt_pos;
 
 /* Host copies of the arenas a checkpoint holds, in the model's and the optimizer's layouts:
@@ -55,5 +57,8 @@ void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root);
  * loadable by torch's load_state_dict and by mgtrain eval/predict/--init-weights. */
 int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, const float *buf,
                            int64_t step, mgt_err *err);
+/* The same into DIR/name (best.safetensors). */
+int mgt_ckpt_write_weights_file(const char *dir, const char *name, const mgt_model *m,
+                                const float *w, const float *buf, int64_t step, mgt_err *err);
 
 #endif

@@ -14,20 +14,26 @@
  * --save-every checkpoint. Between epochs (end_epoch): the replicas' batchnorm statistics are
  * averaged, the model is validated, the epoch line is written and a checkpoint saved.
  *
+ * The training regime: the update phase first clips the all-reduced gradient (clip.h) and sets
+ * the step's learning rate from the schedule (schedule.h); after_step writes the per-step rows of
+ * --log-every (metrics.h); end_epoch hands a whole epoch's validation to the monitor (monitor.h:
+ * best weights, early stopping, the plateau schedule's cuts), whose state the checkpoint keeps.
+ *
  * Where the next features go: gradient accumulation repeats data/forward/backward for K
  * micro-batches before the all-reduce; a bucketed all-reduce overlapping backward hooks into
- * grads_ready and waits for its last bucket in the all-reduce phase; clipping comes between the
- * all-reduce and the update; learning-rate schedules and sharded optimizer state (ZeRO-1) are
- * the update phase's; per-step logging and a signal-driven checkpoint-and-exit belong in
- * after_step, whose checkpoint path they can share; early stopping is end_epoch's answer. */
+ * grads_ready and waits for its last bucket in the all-reduce phase; sharded optimizer state
+ * (ZeRO-1) is the update phase's; a signal-driven checkpoint-and-exit belongs in after_step,
+ * whose checkpoint path it can share. */
 #include "fit.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "clip.h"
 #include "data/shard.h"
 #include "evaluate.h"
 #include "metrics.h"
+#include "monitor.h"
 #include "profile.h"
 #include "runtime.h"
 
@@ -47,6 +53,14 @@ typedef struct fit {
     int64_t read_every, read_at, pending;
     double t_epoch;     /* when this epoch (or its resumed part) started */
     int64_t first_step; /* the epoch's first step in this run */
+    /* The training regime (see the top). */
+    mgt_sched sched;
+    mgt_clip clip;
+    mgt_monitor mon;
+    float lr;      /* the learning rate of the last step */
+    double win[3]; /* --log-every: loss sum, correct, samples since the last per-step row */
+    double t_win;  /* when that window started */
+    int stop;      /* early stopping: no further epoch */
 } fit;
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
@@ -65,6 +79,9 @@ static void read_metrics(fit *f, int64_t next) {
     s[0] += hs[0];
     s[1] += hs[1];
     s[2] += (double)f->pending;
+    f->win[0] += hs[0];
+    f->win[1] += hs[1];
+    f->win[2] += (double)f->pending;
     f->pending = 0;
     f->read_at = next;
 }
@@ -75,7 +92,17 @@ static int metrics_due(const fit *f, int64_t next) {
     const mgt_fit_opts *o = f->o;
     return next - f->read_at >= f->read_every || f->pos->step_in_epoch + 1 == f->steps ||
            next >= f->limit || (o->save_every > 0 && next % o->save_every == 0) ||
-           (o->debug_check > 0 && next % o->debug_check == 0);
+           (o->debug_check > 0 && next % o->debug_check == 0) ||
+           (o->log_every > 0 && next % o->log_every == 0);
+}
+
+/* The all-reduced gradient clipped, and this step's learning rate from the schedule (a function
+ * of the step and the validation history's cuts, the same on every rank). */
+static void before_update(fit *f, int64_t global_n) {
+    const mgt_fit_env *env = f->env;
+    mgt_clip_apply(&f->clip, env->be, env->m->g, env->m->param_count, global_n);
+    f->lr = mgt_sched_lr(&f->sched, f->pos->step, f->pos->mon.cuts);
+    env->opt->lr = f->lr;
 }
 
 /* One optimizer step at the position (see the top of the file). */
@@ -119,6 +146,7 @@ static void train_step(fit *f) {
     f->pending += bt->global_n;
     if (metrics_due(f, pos->step + 1))
         read_metrics(f, pos->step + 1);
+    before_update(f, bt->global_n);
     mgt_optim_step(env->opt, be, m->w, m->g, bt->global_n);
     mgt_stage_done(env->st);
     mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
@@ -127,21 +155,44 @@ static void train_step(fit *f) {
     f->res->steps++;
 }
 
+/* --log-every: the row of the steps since the last one (their metrics were read: metrics_due). */
+static void log_step(fit *f, int64_t done) {
+    const double now = mgt_now();
+    const mgt_step_row row = {.step = f->pos->step,
+                              .epoch = (double)f->pos->epoch + (double)done / (double)f->steps,
+                              .loss = f->win[2] > 0 ? f->win[0] / f->win[2] : 0,
+                              .acc = f->win[2] > 0 ? f->win[1] / f->win[2] : 0,
+                              .lr = f->lr,
+                              .samples_per_s = now > f->t_win ? f->win[2] / (now - f->t_win) : 0};
+    mgt_err e;
+    if (f->env->comm->rank == 0 && mgt_metrics_step(&f->mt, &row, &e) < 0)
+        mgt_die("%s", e.msg);
+    memset(f->win, 0, sizeof f->win);
+    f->t_win = mgt_now();
+    mgt_profile_gap(&f->prof);
+}
+
 /* After a step, before the position moves on to the next one. */
 static void after_step(fit *f) {
     const mgt_fit_opts *o = f->o;
     mgt_ckpt_pos *pos = f->pos;
     const int64_t done = pos->step_in_epoch + 1; /* steps of this epoch behind us */
+    if (o->log_every > 0 && pos->step % o->log_every == 0)
+        log_step(f, done);
+    const double t0 = mgt_now();
     if (o->debug_check > 0 && pos->step % o->debug_check == 0) {
         mgt_replica_check(f->env->rep, "during training (debug check)");
         mgt_profile_gap(&f->prof);
     }
     const double *s = pos->epoch_sums;
     if (f->env->comm->rank == 0 && f->mt.verbose == 1 && s[2] > 0) {
+        /* The bar ends where this epoch will: its last step, or where --max-steps stops. */
+        const int64_t left = f->limit - pos->step;
+        const int64_t target = left < f->steps - done ? done + left : f->steps;
         const double el = mgt_now() - f->t_epoch;
-        const double eta = el / (double)(done - f->first_step) * (double)(f->steps - done);
-        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, f->steps, eta, s[0] / s[2], s[1] / s[2],
-                             done == f->steps);
+        const double eta = el / (double)(done - f->first_step) * (double)(target - done);
+        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, target, eta, s[0] / s[2], s[1] / s[2],
+                             done == target);
     }
     if (o->save_every > 0 && pos->step % o->save_every == 0) {
         mgt_ckpt_pos at = *pos;
@@ -150,6 +201,7 @@ static void after_step(fit *f) {
         mgt_replica_save_checkpoint(f->env->rep, f->env->out, &at);
         mgt_profile_gap(&f->prof);
     }
+    f->t_win += mgt_now() - t0; /* no step's time: not in the per-step rows' samples/s */
 }
 
 /* After the steps of an epoch (all of them, or up to the limit): validation, the epoch line and
@@ -162,6 +214,8 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     res->seconds += secs;
     const int finished = pos->step_in_epoch == f->steps;
     mgt_replica_average_buffers(env->rep);
+    if (env->val && env->comm->rank == 0)
+        mgt_metrics_validating(&f->mt);
     if (env->val) {
         const mgt_eval e = {.m = env->m, .st = env->st, .comm = env->comm, .step = pos->step};
         const mgt_eval_sums v = mgt_eval_metrics(&e, env->val);
@@ -178,10 +232,15 @@ static int end_epoch(fit *f, double secs, double seen_before) {
                                .val_acc = res->val_acc,
                                .samples_per_s = secs > 0 ? (s[2] - seen_before) / secs : 0,
                                .seconds = secs,
-                               .lr = env->m->train.lr};
+                               .lr = f->lr};
     mgt_err e;
     if (env->comm->rank == 0 && mgt_metrics_epoch(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
+    /* Only a whole epoch's validation decides (monitor.h); the checkpoint below keeps it. */
+    if (finished && env->val)
+        f->stop = mgt_monitor_epoch(&f->mon, &pos->mon, pos->epoch + 1, pos->step, res->val_loss,
+                                    res->val_acc)
+                      .stop;
     if (finished) { /* the checkpoint resumes at the next epoch's first step */
         pos->epoch++;
         pos->step_in_epoch = 0;
@@ -190,6 +249,36 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     pos->optimizer_t = env->opt->t;
     mgt_replica_save_checkpoint(env->rep, env->out, pos);
     return finished;
+}
+
+/* The schedule, clipping, the monitor and the per-step files for this run. A resumed run whose
+ * history already stopped it trains no further. */
+static void regime_init(fit *f) {
+    const mgt_fit_env *env = f->env;
+    const mgt_train_cfg *t = &env->m->train;
+    const int rank0 = env->comm->rank == 0;
+    mgt_err e;
+    mgt_sched_init(&f->sched, &t->sched, t->lr, f->steps, t->epochs);
+    if (mgt_clip_init(&f->clip, &t->clip, env->be, &e) < 0)
+        mgt_die("%s", e.msg);
+    f->mon = (mgt_monitor){.cfg = t->stop,
+                           .sched = &f->sched,
+                           .rep = env->rep,
+                           .dir = env->out,
+                           .print = rank0 && f->mt.verbose >= 1};
+    const int64_t step = f->pos->step;
+    f->lr = mgt_sched_lr(&f->sched, step > 0 ? step - 1 : 0, f->pos->mon.cuts);
+    f->t_win = mgt_now();
+    if (rank0 && f->o->log_every > 0 && mgt_metrics_steps_open(&f->mt, step, &e) < 0)
+        mgt_die("%s", e.msg);
+    f->stop = mgt_monitor_stopped(&f->mon, &f->pos->mon);
+    if (f->stop && f->mon.print) {
+        const mgt_monitor_state *h = &f->pos->mon;
+        printf("Early stopping ended this run: %s has not improved for %lld epochs since epoch "
+               "%lld; nothing to train (a larger --early-stop continues it)\n",
+               mgt_mon_metric_name(t->stop.metric), (long long)h->wait, (long long)h->best_epoch);
+        fflush(stdout);
+    }
 }
 
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
@@ -221,8 +310,9 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     f->acc = be->ops->alloc(be, 16 * sizeof(float));
     if (!f->acc)
         mgt_die("out of %s memory for the metric sums", be->ops->name);
+    regime_init(f);
 
-    while (pos->epoch < epochs && pos->step < f->limit) {
+    while (pos->epoch < epochs && pos->step < f->limit && !f->stop) {
         mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch);
         f->t_epoch = mgt_now();
         f->first_step = pos->step_in_epoch;
@@ -232,11 +322,17 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
             train_step(f);
             after_step(f);
         }
-        if (!end_epoch(f, mgt_now() - f->t_epoch, seen_before))
+        const double t_end = mgt_now();
+        if (!end_epoch(f, t_end - f->t_epoch, seen_before))
             break;
+        f->t_win += mgt_now() - t_end; /* validation and saving: not in the per-step rows */
     }
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
+    /* Restored best weights were validated at another step: the caller tests them afresh. */
+    if (mgt_monitor_finish(&f->mon, &pos->mon))
+        res->val_step = -1;
+    mgt_clip_free(&f->clip, be);
     be->ops->free(be, f->acc);
     mgt_metrics_free(&f->mt);
     mgt_profile_free(&f->prof);

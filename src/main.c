@@ -33,6 +33,23 @@ static const flag flags[] = {
     {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
     {"lr", "X", C_TRAIN, "[train] learning_rate", "learning rate"},
     {"seed", "N", C_TRAIN, "[train] seed", "seed of initialisation, shuffling and dropout"},
+    {"lr-schedule", "NAME", C_TRAIN, "[train] lr_schedule (constant)",
+     "learning-rate schedule: constant, step, cosine, exponential or plateau"},
+    {"warmup-steps", "N", C_TRAIN, "[train] warmup_steps (0)",
+     "linear learning-rate warm-up over the first N steps"},
+    {"warmup-epochs", "E", C_TRAIN, "[train] warmup_epochs (0)",
+     "linear learning-rate warm-up over the first E epochs"},
+    {"clip-norm", "X", C_TRAIN, "[train] clip_norm (0: off)",
+     "clip the mean gradient's global L2 norm to X"},
+    {"clip-value", "X", C_TRAIN, "[train] clip_value (0: off)",
+     "clip each mean-gradient element to [-X, X]"},
+    {"label-smoothing", "S", C_TRAIN, "[train] label_smoothing (0)",
+     "cross-entropy against (1 - S) * target + S / classes"},
+    {"early-stop", "PATIENCE", C_TRAIN, "[train] early_stop_patience (0: off)",
+     "stop when [train] monitor (val_loss) has not improved for PATIENCE epochs"},
+    {"log-every", "N", C_TRAIN, "0 (epoch rows only)",
+     "also write a metrics row (step, loss, acc, lr, samples/s) every N steps to "
+     "OUT/metrics_steps.jsonl/.csv and TensorBoard"},
     {"max-steps", "N", C_TRAIN, "0 (no limit)", "stop after N optimizer steps in all"},
     {"out", "DIR", C_TRAIN, "runs/<model name>", "where weights, checkpoint and metrics go"},
     {"init-weights", "FILE", C_TRAIN, "none (random)", "start from these weights (names and "
@@ -72,6 +89,21 @@ static const flag flags[] = {
     {"help", NULL, C_ALL, "", "show this help"},
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+/* Flags that set a [train] key: the trainer checks their values as the model file's. */
+static const struct {
+    const char *flag, *key;
+} key_flags[] = {{"lr-schedule", "lr_schedule"},         {"warmup-steps", "warmup_steps"},
+                 {"warmup-epochs", "warmup_epochs"},     {"clip-norm", "clip_norm"},
+                 {"clip-value", "clip_value"},           {"label-smoothing", "label_smoothing"},
+                 {"early-stop", "early_stop_patience"}};
+
+static const char *key_of_flag(const char *name) {
+    for (size_t i = 0; i < sizeof key_flags / sizeof key_flags[0]; i++)
+        if (!strcmp(key_flags[i].flag, name))
+            return key_flags[i].key;
+    return NULL;
+}
 
 static const char *commands[] = {"train", "eval", "predict", "summary", "plot", "help"};
 
@@ -168,8 +200,9 @@ int main(int argc, char **argv) {
         if (argc == 3 && !strcmp(argv[2], "--help")) {
             if (rt.rank == 0)
                 printf("usage: mgtrain plot RUN_DIR\n\nwrites RUN_DIR/curves.png (loss and "
-                       "accuracy, train and validation, per epoch) from RUN_DIR/metrics.csv "
-                       "with gnuplot\n");
+                       "accuracy, train and validation, per epoch, and the learning rate; per "
+                       "step too where the run logged steps with --log-every) from "
+                       "RUN_DIR/metrics.csv and metrics_steps.csv with gnuplot\n");
         } else if (argc != 3) {
             mgt_die_all("usage: mgtrain plot RUN_DIR (the --out folder of a training run)");
         } else if (rt.rank == 0) {
@@ -235,6 +268,14 @@ int main(int argc, char **argv) {
                         o.command, o.command);
         const char *v = optarg;
         const char *n = f->name;
+        if (key_of_flag(n)) {
+            if (o.ntrain_keys == (int)(sizeof o.train_keys / sizeof o.train_keys[0]))
+                mgt_die_all("too many [train] flags; put some in the model file's [train]");
+            o.train_keys[o.ntrain_keys].flag = n;
+            o.train_keys[o.ntrain_keys].key = key_of_flag(n);
+            o.train_keys[o.ntrain_keys++].value = v;
+            continue;
+        }
         if (!strcmp(n, "help")) {
             if (rt.rank == 0)
                 usage(first == 2 ? o.command : NULL);
@@ -272,6 +313,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
         else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 0);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);
+        else if (!strcmp(n, "log-every")) o.log_every = need_i64(n, v, 0);
         else if (!strcmp(n, "weights")) o.weights = v;
         else if (!strcmp(n, "split")) o.split = v;
         else if (!strcmp(n, "output")) o.output = v;

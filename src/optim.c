@@ -102,6 +102,7 @@ int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
     o->count = count;
+    o->lr = cfg->lr;
     const mgt_optimizer *d = &table[cfg->optimizer];
     for (int i = 0; i < MGT_OPT_MAX_SLOTS && d->slot_names[i]; i++) {
         o->slot_name[i] = d->slot_names[i];
@@ -123,7 +124,7 @@ void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int
     const mgt_optimizer *d = &table[c->optimizer];
     o->t++;
     const mgt_opt_hyper h = {.s = c->opt,
-                             .lr = d->lr_at ? d->lr_at(c->lr, &c->opt, o->t) : c->lr,
+                             .lr = d->lr_at ? d->lr_at(o->lr, &c->opt, o->t) : o->lr,
                              .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f};
     be->ops->optim_step(be, c->optimizer, o->count, w, g, o->slot, &h);
 }

@@ -65,6 +65,7 @@ typedef struct mgt_optim {
     float *slot[MGT_OPT_MAX_SLOTS]; /* backend memory */
     const char *slot_name[MGT_OPT_MAX_SLOTS];
     int64_t t; /* steps taken (Adam's bias correction) */
+    float lr;  /* the next step's learning rate: cfg.lr until the schedule sets it (schedule.h) */
 } mgt_optim;
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,

@@ -45,6 +45,12 @@ static void to_host(mgt_replica *r) {
         o->to_host(r->be, r->host.slot[i], r->opt->slot[i], wb);
 }
 
+/* Rank 0's host copies of the weights and buffers to every rank's host copies. */
+static void share_weights(mgt_replica *r) {
+    mgt_bcast(r->comm, r->host.w, r->m->param_count * sizeof(float), 0, "weight broadcast");
+    mgt_bcast(r->comm, r->host.buf, r->m->buffer_count * sizeof(float), 0, "buffer broadcast");
+}
+
 void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_pos *pos) {
     mgt_model *m = r->m;
     memset(pos, 0, sizeof *pos);
@@ -62,8 +68,7 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
             mgt_die("%s", e.msg);
     }
     const size_t wb = m->param_count * sizeof(float);
-    mgt_bcast(r->comm, r->host.w, wb, 0, "weight broadcast");
-    mgt_bcast(r->comm, r->host.buf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
+    share_weights(r);
     for (int i = 0; i < r->opt->nslots; i++)
         mgt_bcast(r->comm, r->host.slot[i], wb, 0, "optimizer state broadcast");
     mgt_ckpt_bcast_pos(r->comm, pos, 0);
@@ -135,13 +140,30 @@ void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt
 }
 
 void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step) {
+    mgt_replica_save_weights_file(r, dir, "weights.safetensors", step);
+}
+
+void mgt_replica_save_weights_file(mgt_replica *r, const char *dir, const char *name,
+                                   int64_t step) {
     mgt_replica_average_buffers(r);
     if (r->comm->rank != 0)
         return;
     fetch_finite(r, dir, step);
     mgt_err e;
-    if (mgt_ckpt_write_weights(dir, r->m, r->host.w, r->host.buf, step, &e) < 0)
+    if (mgt_ckpt_write_weights_file(dir, name, r->m, r->host.w, r->host.buf, step, &e) < 0)
         mgt_die("%s", e.msg);
+}
+
+void mgt_replica_load_weights(mgt_replica *r, const char *path) {
+    mgt_model *m = r->m;
+    mgt_err e;
+    if (r->comm->rank == 0 && mgt_model_load_weights(m, path, r->host.w, r->host.buf, &e) < 0)
+        mgt_die("%s", e.msg);
+    share_weights(r);
+    const mgt_ops *o = r->be->ops;
+    o->to_device(r->be, m->w, r->host.w, m->param_count * sizeof(float));
+    o->to_device(r->be, m->buf, r->host.buf, m->buffer_count * sizeof(float));
+    mgt_replica_check(r, "after loading weights");
 }
 
 void mgt_replica_free(mgt_replica *r) {

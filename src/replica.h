@@ -55,6 +55,12 @@ void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt
 
 /* Collective: rank 0 writes DIR/weights.safetensors after `step` steps (as the checkpoint). */
 void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step);
+/* The same into DIR/name (best.safetensors: monitor.h). */
+void mgt_replica_save_weights_file(mgt_replica *r, const char *dir, const char *name, int64_t step);
+
+/* Collective: rank 0 reads a weights file (names and shapes checked), every replica takes its
+ * weights and buffers (the optimizer's state stays). */
+void mgt_replica_load_weights(mgt_replica *r, const char *path);
 
 void mgt_replica_free(mgt_replica *r);
 

@@ -41,6 +41,13 @@ typedef struct mgt_options {
     const char *transport; /* auto, nccl, mpi */
     int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */
+    int64_t log_every;         /* per-step metrics rows every N steps (0: none) */
+    /* [train] keys set by flags of their own (--lr-schedule, --clip-norm, ...), in the order
+     * given: the flag (for messages), the key and the value. */
+    struct {
+        const char *flag, *key, *value;
+    } train_keys[16];
+    int ntrain_keys;
 } mgt_options;
 
 void mgt_options_defaults(mgt_options *o);
