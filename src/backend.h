@@ -117,6 +117,12 @@ struct mgt_ops {
      * Returns -1 when the memory cannot be had. */
     int (*reserve)(mgt_backend *be, size_t bytes);
     void (*destroy)(mgt_backend *be);
+    /* The choices the backend made that change its numbers or its speed, as lines of text for
+     * --profile (the GPU: its arithmetic, and each convolution shape's cuDNN algorithm per
+     * direction with its math type, workspace and determinism). Optional (NULL: nothing to
+     * say). Writes at most n bytes, NUL-terminated when n > 0, and returns the length of the
+     * whole text (snprintf's rule). */
+    size_t (*describe)(mgt_backend *be, char *buf, size_t n);
 
     /* Dense: y[n][out] = x[n][in] * W^T + b (b may be NULL). */
     void (*dense_fwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,

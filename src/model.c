@@ -8,30 +8,43 @@
 
 #include "parse.h"
 
-static int add(mgt_param *tab, int *n, int cap, size_t *count, const mgt_layer *l,
-               const char *suffix, int ndim, const int64_t *shape, int init) {
-    if (*n == cap)
-        return -1;
-    mgt_param *p = &tab[*n];
+/* Appends a tensor to a table that grows as needed: its name, shape, element count (checked in
+ * 64 bits against MGT_MAX_TENSOR_ELEMS) and a 16-float-aligned offset in its arena. */
+static int add(mgt_param **tab, int *n, int *cap, size_t *count, const mgt_layer *l,
+               const char *suffix, int ndim, const int64_t *shape, int init, mgt_err *err) {
+    int64_t c = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(c, shape[i], &c) || c > MGT_MAX_TENSOR_ELEMS)
+            return mgt_errf(err,
+                            "model too large: its %s would hold more than %lld values, the most "
+                            "one tensor may hold; use fewer units, filters or a smaller input",
+                            suffix, (long long)MGT_MAX_TENSOR_ELEMS);
+    if (*n == *cap) {
+        int grow = *cap ? 2 * *cap : 32;
+        mgt_param *t = realloc(*tab, sizeof *t * (size_t)grow);
+        if (!t)
+            return mgt_errf(err, "out of host memory for the model's tensor table");
+        *tab = t;
+        *cap = grow;
+    }
+    mgt_param *p = &(*tab)[*n];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s.%s", l->name, suffix);
     p->ndim = ndim;
-    size_t c = 1;
-    for (int i = 0; i < ndim; i++) {
+    for (int i = 0; i < ndim; i++)
         p->shape[i] = shape[i];
-        c *= (size_t)shape[i];
-    }
-    p->count = c;
+    p->count = (size_t)c;
     /* 16-float (64-byte) alignment for every tensor: vector loads, and cuDNN/cuBLAS alignment. */
     p->offset = (*count + 15) & ~(size_t)15;
-    *count = p->offset + c;
+    *count = p->offset + p->count;
     p->init = init;
     return (*n)++;
 }
 
 int mgt_model_add_param(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
-                        const int64_t *shape, int init, float fan_in, float fan_out) {
-    int i = add(m->params, &m->nparams, 256, &m->param_count, l, suffix, ndim, shape, init);
+                        const int64_t *shape, int init, float fan_in, float fan_out, mgt_err *err) {
+    int i = add(&m->params, &m->nparams, &m->params_cap, &m->param_count, l, suffix, ndim, shape,
+                init, err);
     if (i >= 0) {
         m->params[i].fan_in = fan_in;
         m->params[i].fan_out = fan_out;
@@ -40,12 +53,33 @@ int mgt_model_add_param(mgt_model *m, mgt_layer *l, const char *suffix, int ndim
 }
 
 int mgt_model_add_buffer(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
-                         const int64_t *shape, int init) {
-    return add(m->buffers, &m->nbuffers, 64, &m->buffer_count, l, suffix, ndim, shape, init);
+                         const int64_t *shape, int init, mgt_err *err) {
+    return add(&m->buffers, &m->nbuffers, &m->buffers_cap, &m->buffer_count, l, suffix, ndim, shape,
+               init, err);
+}
+
+int mgt_model_check_batch(const mgt_model *m, int max_batch, mgt_err *err) {
+    int64_t mb = max_batch < 1 ? 1 : max_batch, most = mgt_shape_elems(m->input);
+    const char *where = "the input";
+    for (int i = 0; i < m->nlayers; i++)
+        if (mgt_shape_elems(m->layers[i].out) > most) {
+            most = mgt_shape_elems(m->layers[i].out);
+            where = m->layers[i].name;
+        }
+    if (most > MGT_MAX_TENSOR_ELEMS / mb)
+        return mgt_errf(err,
+                        "model too large for a local batch of %lld: %s holds %lld values per "
+                        "sample, and one tensor may hold at most %lld values (%lld samples); use "
+                        "a smaller global batch or more ranks",
+                        (long long)mb, where, (long long)most, (long long)MGT_MAX_TENSOR_ELEMS,
+                        (long long)(MGT_MAX_TENSOR_ELEMS / most));
+    return 0;
 }
 
 int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) {
     const mgt_ops *o = be->ops;
+    if (mgt_model_check_batch(m, max_batch, err) < 0)
+        return -1;
     m->be = be;
     m->max_batch = max_batch < 1 ? 1 : max_batch;
     size_t mb = (size_t)m->max_batch;
@@ -110,6 +144,8 @@ void mgt_model_free(mgt_model *m) {
             o->free(m->be, ptrs[i]);
     }
     free(m->layers);
+    free(m->params);
+    free(m->buffers);
     memset(m, 0, sizeof *m);
 }
 
@@ -307,6 +343,13 @@ static int take(const mgt_param *p, const mgt_safetensors *st, const char *path,
         return mgt_errf(err, "%s: tensor '%s' has shape [%s] but model %s needs [%s]; the "
                         "weights come from a different model file", path, p->name, a, model, b);
     }
+    /* A NaN or an infinity would surface only as "the loss became NaN" steps later. */
+    for (size_t i = 0; i < p->count; i++)
+        if (!isfinite(e->data[i]))
+            return mgt_errf(err,
+                            "%s: tensor '%s' holds %s at index %zu: the weights are damaged or "
+                            "come from a run that diverged; pass weights with finite values",
+                            path, p->name, isnan(e->data[i]) ? "a NaN" : "an infinity", i);
     memcpy(dst + p->offset, e->data, p->count * sizeof(float));
     return 0;
 }

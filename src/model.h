@@ -28,6 +28,14 @@ typedef struct mgt_shape {
     int h, w, c; /* per sample; dense outputs are 1 x 1 x units */
 } mgt_shape;
 
+/* Capacities. The backends take element counts as int (BLAS, cuBLAS and cuDNN do too), so every
+ * tensor, a parameter or one layer's activations for the whole local batch, holds at most
+ * MGT_MAX_TENSOR_ELEMS values; sizes are computed in 64 bits and checked against it, and a model
+ * past it is refused as "too large" when it is parsed (per sample) or allocated (per batch).
+ * A model file has at most MGT_MAX_LAYERS layers (ResNet-152 has about 500 in Keras' count). */
+#define MGT_MAX_TENSOR_ELEMS ((int64_t)2147483647)
+#define MGT_MAX_LAYERS 4096
+
 static inline int64_t mgt_shape_elems(mgt_shape s) { return (int64_t)s.h * s.w * s.c; }
 
 typedef enum { MGT_LOSS_SPARSE_CE = 0, MGT_LOSS_CE } mgt_loss;
@@ -181,7 +189,8 @@ struct mgt_model {
     int classes;      /* the last layer's units */
 
     int nparams, nbuffers;
-    mgt_param params[256], buffers[64];
+    mgt_param *params, *buffers; /* grown as layers declare tensors; freed by mgt_model_free */
+    int params_cap, buffers_cap;
     size_t param_count, buffer_count; /* floats */
 
     /* Backend memory, after mgt_model_alloc. */
@@ -200,12 +209,16 @@ struct mgt_model {
 /* Parses a model file (or, when text != NULL, that text under the name `path`). Every error names
  * file:line and the key. */
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err);
-/* Declares a tensor (used by layers' build). Returns its index. */
+/* Declares a tensor (used by layers' build). Returns its index, or -1 with the message in err
+ * when it is too large (MGT_MAX_TENSOR_ELEMS) or memory runs out. */
 int mgt_model_add_param(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
-                        const int64_t *shape, int init, float fan_in, float fan_out);
+                        const int64_t *shape, int init, float fan_in, float fan_out, mgt_err *err);
 int mgt_model_add_buffer(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
-                         const int64_t *shape, int init);
-/* Allocates arenas and activations for local batches up to max_batch. */
+                         const int64_t *shape, int init, mgt_err *err);
+/* Whether every activation tensor fits MGT_MAX_TENSOR_ELEMS for local batches of max_batch rows.
+ * Depends on the model and the batch only, so every rank gets the same answer. */
+int mgt_model_check_batch(const mgt_model *m, int max_batch, mgt_err *err);
+/* Allocates arenas and activations for local batches up to max_batch (checked as above). */
 int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err);
 void mgt_model_free(mgt_model *m);
 

@@ -8,12 +8,15 @@
  * the section the reader opened. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "parse.h"
@@ -91,8 +94,13 @@ static void open_section(pstate *p, const char *s) {
         return;
     }
     size_t len = (size_t)(end - s - 1);
-    if (len >= sizeof p->sec_name)
-        len = sizeof p->sec_name - 1;
+    if (len >= sizeof p->sec_name) {
+        fail(p, p->line,
+             "section name [%.40s...] is too long; sections are [input], then layers "
+             "(%s), then [train]",
+             s + 1, mgt_layer_type_names());
+        return;
+    }
     memcpy(p->sec_name, s + 1, len);
     p->sec_name[len] = 0;
     mgt_trim(p->sec_name);
@@ -134,6 +142,11 @@ static void open_section(pstate *p, const char *s) {
              p->sec_name);
         return;
     }
+    if (p->m->nlayers == MGT_MAX_LAYERS) {
+        fail(p, p->line, "more than %d layers; mgtrain supports at most %d", MGT_MAX_LAYERS,
+             MGT_MAX_LAYERS);
+        return;
+    }
     if (p->m->nlayers == p->cap) {
         int cap = p->cap ? 2 * p->cap : 16;
         mgt_layer *nl = realloc(p->m->layers, sizeof *nl * (size_t)cap);
@@ -163,6 +176,8 @@ static void open_section(pstate *p, const char *s) {
 static char *reader(char *str, int num, void *stream) {
     pstate *p = stream;
     char *r;
+    if (p->failed)
+        return NULL; /* the first error is the one reported: read no further */
     if (p->text) {
         if (!*p->text)
             r = NULL;
@@ -223,6 +238,11 @@ static int set_input(pstate *p, const char *key, const char *val) {
         return fail(p, p->line, "[input] shape = %s: expected three positive whole numbers "
                                 "H,W,C, e.g. shape = 28,28,1", val);
     p->m->input = (mgt_shape){v[0], v[1], v[2]};
+    if (mgt_shape_elems(p->m->input) > MGT_MAX_TENSOR_ELEMS)
+        return fail(p, p->line,
+                    "[input] shape = %s: model too large: %lld values per sample, "
+                    "more than the %lld one tensor may hold",
+                    val, (long long)mgt_shape_elems(p->m->input), (long long)MGT_MAX_TENSOR_ELEMS);
     return 1;
 }
 
@@ -324,6 +344,13 @@ static int build(pstate *p) {
         if (l->type->build(m, l, &e) < 0)
             return mgt_errf(p->err, "%s:%d: [%s] %s: %s", p->path, l->line, l->type->name,
                             l->name, e.msg);
+        if (l->out.h < 1 || l->out.w < 1 || l->out.c < 1 ||
+            mgt_shape_elems(l->out) > MGT_MAX_TENSOR_ELEMS)
+            return mgt_errf(p->err,
+                            "%s:%d: [%s] %s: model too large: its output holds %lld "
+                            "values per sample, more than the %lld one tensor may hold",
+                            p->path, l->line, l->type->name, l->name,
+                            (long long)mgt_shape_elems(l->out), (long long)MGT_MAX_TENSOR_ELEMS);
         s = l->out;
     }
     mgt_layer *last = &m->layers[m->nlayers - 1];
@@ -345,27 +372,65 @@ static int build(pstate *p) {
     return 0;
 }
 
-static void model_name(mgt_model *m, const char *path) {
+/* The model's name (the file name without its extension) and path, which must fit their
+ * buffers whole: the name makes the default output folder runs/<name>. */
+static int model_name(mgt_model *m, const char *path, mgt_err *err) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
-    snprintf(m->name, sizeof m->name, "%s", b);
-    char *dot = strrchr(m->name, '.');
-    if (dot && dot != m->name)
-        *dot = 0;
+    const char *dot = strrchr(b, '.');
+    size_t len = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+    if (strlen(path) >= sizeof m->path)
+        return mgt_errf(err,
+                        "model file %.40s...: the path has %zu characters, more than the "
+                        "%zu supported; use a shorter path",
+                        path, strlen(path), sizeof m->path - 1);
+    if (len == 0 || len >= sizeof m->name)
+        return mgt_errf(err,
+                        "model file %s: its name gives the model's name, which must have 1 "
+                        "to %zu characters; rename the file",
+                        path, sizeof m->name - 1);
+    memcpy(m->name, b, len);
+    m->name[len] = 0;
     snprintf(m->path, sizeof m->path, "%s", path);
+    return 0;
+}
+
+/* Opens a model file for reading: a regular file only (a pipe would block until someone wrote
+ * to it, a device would never end). */
+static FILE *open_model(const char *path, mgt_err *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0) {
+        mgt_errf(err,
+                 "cannot open model file %s: %s; pass --model with a model file such as "
+                 "examples/mlp.cfg",
+                 path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        mgt_errf(err,
+                 "model file %s is not a regular file (a folder, pipe or device); pass "
+                 "--model with a model file such as examples/mlp.cfg",
+                 path);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        mgt_errf(err, "cannot open model file %s: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err) {
     memset(m, 0, sizeof *m);
     mgt_train_defaults(&m->train);
-    model_name(m, path);
+    if (model_name(m, path, err) < 0)
+        return -1;
     pstate p = {.m = m, .path = path, .text = text, .err = err};
-    if (!text) {
-        p.f = fopen(path, "r");
-        if (!p.f)
-            return mgt_errf(err, "cannot open model file %s: %s; pass --model with a model file "
-                            "such as examples/mlp.cfg", path, strerror(errno));
-    }
+    if (!text && !(p.f = open_model(path, err)))
+        return -1;
     int rc = ini_parse_stream(reader, &p, handler, &p);
     if (p.f)
         fclose(p.f);
@@ -380,7 +445,10 @@ int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *e
         return 0;
 bad:
     free(m->layers);
+    free(m->params);
+    free(m->buffers);
     m->layers = NULL;
-    m->nlayers = 0;
+    m->params = m->buffers = NULL;
+    m->nlayers = m->nparams = m->nbuffers = 0;
     return -1;
 }

@@ -73,7 +73,7 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
         int k = (int)(step % MGT_TIME_SETS);
         p->set = k;
         if (p->set_step[k] == step && p->set_points[k] == 1)
-            return; /* point 0 was queued at the end of the previous step */
+            return;    /* point 0 was queued at the end of the previous step */
         collect(p, k); /* the step that used this set before, MGT_TIME_SETS steps ago */
         p->set_step[k] = step;
         p->set_points[k] = 1;
@@ -163,11 +163,13 @@ static int write_trace(const char *path, const mgt_span *spans, const int64_t *c
     char *s = malloc(cap);
     if (!s)
         return mgt_errf(err, "out of memory writing the timeline");
-    len += (size_t)snprintf(s + len, cap - len, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    len +=
+        (size_t)snprintf(s + len, cap - len, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int r = 0; r < world; r++)
         len += (size_t)snprintf(s + len, cap - len,
                                 "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
-                                "\"tid\": 0, \"args\": {\"name\": \"rank %d\"}},\n", r, r);
+                                "\"tid\": 0, \"args\": {\"name\": \"rank %d\"}},\n",
+                                r, r);
     const mgt_span *sp = spans;
     for (int r = 0; r < world; r++)
         for (int64_t i = 0; i < counts[r]; i++, sp++)
@@ -202,10 +204,25 @@ static int tb_means(mgt_profile *p, const double *all, int world, mgt_err *err) 
     return mgt_tb_scalars(p->tb, p->step + 1, MGT_PH_COUNT + 1, tags, values, err);
 }
 
+/* The backend's choices that change its numbers or speed (the GPU's convolution algorithms, with
+ * their determinism), after the table: rank 0's, as every rank runs the same shapes. */
+static void print_choices(mgt_backend *be) {
+    if (!be || !be->ops->describe)
+        return;
+    const size_t n = be->ops->describe(be, NULL, 0);
+    char *text = n ? malloc(n + 1) : NULL;
+    if (!text)
+        return; /* nothing to say, or no memory for it: the table above stands alone */
+    be->ops->describe(be, text, n + 1);
+    fputs(text, stdout);
+    free(text);
+}
+
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err) {
     if (!p->on)
         return 0;
-    if (p->device) /* the sets still pending, oldest first (the next step's lone point 0 is dropped) */
+    if (p->device) /* the sets still pending, oldest first (the next step's lone point 0 is dropped)
+                    */
         for (int64_t s = p->step - MGT_TIME_SETS + 2; s <= p->step + 1; s++)
             if (s >= 0)
                 collect(p, (int)(s % MGT_TIME_SETS));
@@ -231,6 +248,7 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
             printf(" %9.3f %9.1f%%\n", step,
                    step > 0 ? 100.0 * s[2 * MGT_PH_ALLREDUCE] / step : 0.0);
         }
+        print_choices(p->be);
         fflush(stdout);
     }
     int rc = root && p->tb && p->nsteps > 0 ? tb_means(p, all, world, err) : 0;

@@ -1,12 +1,17 @@
-/* runtime.c: MPI start-up, node-local ranks, core counts, and ending the job on error. */
+/* runtime.c: MPI start-up, node-local ranks, core counts, and ending the job on error (the two
+ * tiers runtime.h describes: MPI_Abort for one rank's failure, MPI_Finalize and exit(2) on every
+ * rank for an error they all meet). */
 #define _GNU_SOURCE
 #include "runtime.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
@@ -66,59 +71,107 @@ int mgt_runtime_cores(const mgt_runtime *rt) {
     return mine < 1 ? 1 : mine;
 }
 
-static int world_info(int *rank) {
-    int init = 0, fin = 0, world = 1;
-    *rank = 0;
+/* MPI is initialised and not yet finalised. */
+static int mpi_live(void) {
+    int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (init && !fin) {
+    return init && !fin;
+}
+
+static int world_info(int *rank) {
+    int world = 1;
+    *rank = 0;
+    if (mpi_live()) {
         MPI_Comm_rank(MPI_COMM_WORLD, rank);
         MPI_Comm_size(MPI_COMM_WORLD, &world);
     }
     return world;
 }
 
-static void __attribute__((noreturn)) end_job(int world) {
+static void vreport(const char *prefix, int rank, const char *msg) {
     fflush(stdout);
+    if (prefix)
+        fprintf(stderr, "%s: %s\n", prefix, msg);
+    else
+        fprintf(stderr, "rank %d: %s\n", rank, msg);
     fflush(stderr);
-    if (world > 1)
+}
+
+/* Who failed and why: the rank, the world and the formatted message. */
+typedef struct failure {
+    int rank, world;
+    char msg[2048];
+} failure;
+
+static void describe(failure *f, const char *fmt, va_list ap) {
+    f->world = world_info(&f->rank);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+}
+
+void mgt_die(const char *fmt, ...) {
+    failure f;
+    va_list ap;
+    va_start(ap, fmt);
+    describe(&f, fmt, ap);
+    va_end(ap);
+    vreport(NULL, f.rank, f.msg);
+    if (f.world > 1)
         MPI_Abort(MPI_COMM_WORLD, 1);
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin)
+    if (mpi_live())
         MPI_Finalize();
     exit(1);
 }
 
-static void vreport(int rank, const char *fmt, va_list ap) {
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    fflush(stdout);
-    fprintf(stderr, "rank %d: %s\n", rank, msg);
-    fflush(stderr);
-}
-
-void mgt_die(const char *fmt, ...) {
-    int rank;
-    int world = world_info(&rank);
-    va_list ap;
-    va_start(ap, fmt);
-    vreport(rank, fmt, ap);
-    va_end(ap);
-    end_job(world);
+/* Runs only if MPI_Finalize has not returned after the grace period: some rank is not on its way
+ * to mgt_die_all. The message must not be lost (rank 0 printed it; the others did not), and the
+ * job must end: exiting without finalising makes the launcher take the whole job down. */
+static void *grace_expired(void *arg) {
+    const failure *g = arg; /* in mgt_die_all's frame, which never ends */
+    struct timespec ts = {MGT_DIE_ALL_GRACE_S, 0};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    if (g->rank != 0)
+        vreport(NULL, g->rank, g->msg);
+    _exit(2);
 }
 
 void mgt_die_all(const char *fmt, ...) {
-    int rank;
-    int world = world_info(&rank);
-    if (rank != 0)
-        sleep(5); /* rank 0 normally prints and aborts the job before this returns */
+    failure f;
     va_list ap;
     va_start(ap, fmt);
-    vreport(rank, fmt, ap);
+    describe(&f, fmt, ap);
     va_end(ap);
-    end_job(world);
+    if (f.rank == 0)
+        vreport("mgtrain", f.rank, f.msg);
+    fflush(stdout);
+    if (mpi_live()) {
+        pthread_t t;
+        /* Without the thread a missing rank would hang the job: fall back to ending it now. */
+        if (f.world > 1 && pthread_create(&t, NULL, grace_expired, &f) != 0) {
+            if (f.rank != 0)
+                vreport(NULL, f.rank, f.msg);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        MPI_Finalize();
+    }
+    exit(2);
+}
+
+void mgt_die_all_if_root(const char *root_msg) {
+    int rank;
+    int world = world_info(&rank);
+    char msg[1024] = "";
+    int failed = rank == 0 && root_msg != NULL;
+    if (failed)
+        snprintf(msg, sizeof msg, "%s", root_msg);
+    if (world > 1) {
+        MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (failed)
+            MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
+    if (failed)
+        mgt_die_all("%s", msg);
 }
 
 void mgt_log0(const char *fmt, ...) {

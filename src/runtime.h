@@ -29,14 +29,32 @@ void mgt_runtime_finalize(mgt_runtime *rt);
  * node when they were not bound to separate cores. */
 int mgt_runtime_cores(const mgt_runtime *rt);
 
-/* An error on this rank: prints "rank R: <message>" and ends the WHOLE job (MPI_Abort), or, in a
- * world of one, finalises MPI and exits 1. Never returns. */
+/* Errors come in two tiers (STYLE.md, "Errors, two tiers"):
+ *
+ * mgt_die: an error this rank meets alone (its own I/O, a dead peer, a device fault). Prints
+ * "rank R: <message>" and ends the WHOLE job with MPI_Abort, or, in a world of one, exits 1.
+ *
+ * mgt_die_all: an error every rank meets in the same way at the same point (a bad flag, model
+ * file, data set or output folder). Rank 0 prints "mgtrain: <message>" once; every rank then
+ * leaves through MPI_Finalize and exit(2), like argparse: no MPI_Abort, so Open MPI prints no
+ * abort banner and nothing races the message. MPI_Finalize waits for every rank; should one rank
+ * not arrive within MGT_DIE_ALL_GRACE_S seconds (the error was not symmetric after all), the
+ * waiting rank prints its message as "rank R: ..." and exits 2 without finalising, which makes
+ * the launcher end the job: misuse costs the grace period, never a hang.
+ *
+ * Under mpirun, Open MPI itself still reports a non-zero exit status ("mpirun detected that one
+ * or more processes exited with non-zero status") unless it runs quiet (mpirun -q). Both never
+ * return. */
 void mgt_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-/* An error every rank meets in the same way (bad flag, bad model file): rank 0 prints it once and
- * ends the job; the other ranks wait a moment for that, and print it themselves only if the job
- * is still alive (rank 0 did not fail). Never returns. */
 void mgt_die_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+#define MGT_DIE_ALL_GRACE_S 30
+
+/* For an error only rank 0 can see (a file it alone reads or writes, the output folder it
+ * creates) that should still end the job as mgt_die_all does. Collective: every rank calls it at
+ * the same point. Rank 0 passes its error message, or NULL when all is well (the other ranks'
+ * argument is ignored); when rank 0 passed a message, every rank ends through mgt_die_all with
+ * it, otherwise the call returns everywhere. */
+void mgt_die_all_if_root(const char *root_msg);
 
 /* Prints on rank 0 only. */
 void mgt_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -96,8 +96,11 @@ static void set_up(session *s) {
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;
     const int64_t b = m->train.batch_size;
+    const int max_batch = (int)((b + world - 1) / world);
     mgt_err e;
-    if (mgt_model_alloc(m, be, (int)((b + world - 1) / world), &e) < 0 ||
+    if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
+        mgt_die_all("%s", e.msg);
+    if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
         mgt_optim_init(&s->opt, &m->train, be, m->param_count, &e) < 0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
@@ -133,22 +136,27 @@ static void out_path(session *s) {
 }
 
 static void make_out_dir(session *s) {
-    if (s->rt->rank != 0)
-        return;
-    char tmp[512];
+    /* Rank 0 creates it; a folder that cannot be made ends every rank alike. */
+    char tmp[512], msg[700];
+    const char *failed = NULL;
     snprintf(tmp, sizeof tmp, "%s", s->out);
-    for (char *p = tmp + 1;; p++) {
+    for (char *p = tmp + 1; s->rt->rank == 0 && !failed; p++) {
         int end = *p == 0;
         if (*p == '/' || end) {
             *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                mgt_die("cannot create output folder %s: %s; pass --out with a writable folder",
-                        tmp, strerror(errno));
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+                snprintf(msg, sizeof msg,
+                         "cannot create output folder %s: %s; pass --out with "
+                         "a writable folder",
+                         tmp, strerror(errno));
+                failed = msg;
+            }
             if (end)
                 break;
             *p = '/';
         }
     }
+    mgt_die_all_if_root(failed);
 }
 
 /* OUT/run.json: what the run was, for plots and for people reading the folder later. */
