@@ -84,7 +84,8 @@ static void timed_step(mgt_model *m, mgt_optim *opt, const mgt_step *s, double *
     mgt_layer *last = &m->layers[L - 1];
     mark t = mark_now();
     float *probs = last->fused_act ? last->y : m->probs;
-    o->xent_sparse(s->be, s->n, m->classes, last->y, m->labels, probs, m->grad[0], 1.0f, m->sums);
+    o->xent_sparse(s->be, s->n, m->classes, last->y, m->labels, probs, m->grad[0], 1.0f,
+                   m->train.label_smoothing, m->sums);
     mark_end(t, ms + 4 * L);
     int cur = 0;
     for (int i = L - 1; i >= 0; i--) {

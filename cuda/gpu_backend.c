@@ -408,6 +408,8 @@ static const mgt_ops gpu_ops = {
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
     .optim_step = mgt_gpu_optim_step,
+    .clip_value = mgt_gpu_clip_value,
+    .clip_norm = mgt_gpu_clip_norm,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */

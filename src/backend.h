@@ -187,13 +187,17 @@ struct mgt_ops {
     /* Fused, stable softmax + cross-entropy from logits [n][k].
      *  probs[n][k] = softmax(logits) (may alias logits);
      *  sparse: labels int32[n];  dense: targets float[n][k] (one-hot or soft);
+     *  label smoothing s in [0, 1] (Keras' label_smoothing): the target t becomes
+     *  (1 - s) * t + s / k (sparse: t the label's one-hot; an out-of-range label stays an
+     *  all-zero target); s = 0 leaves t as it is, bit for bit;
      *  dlogits (may be NULL) = (probs - target) * scale  (dense: probs * sum(t) - t);
-     *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions.
+     *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions
+     *  (against the label, or the largest target; smoothing does not change which).
      *  sums is backend memory so metrics stay on the device until they are read. */
     void (*xent_sparse)(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                        float *probs, float *dlogits, float scale, float *sums);
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
     void (*xent_dense)(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                       float *probs, float *dlogits, float scale, float *sums);
+                       float *probs, float *dlogits, float scale, float smoothing, float *sums);
 
     /* Layout change for Flatten: NHWC sample -> C,H,W order (PyTorch's flatten) and back. */
     void (*nhwc_to_chw)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
@@ -206,6 +210,16 @@ struct mgt_ops {
      * global batch. */
     void (*optim_step)(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
                        float *const *slots, const mgt_opt_hyper *h);
+
+    /* Gradient clipping (clip.h) over the n floats of g, in place, between the all-reduce and
+     * optim_step:
+     *  clip_value: g[i] = min(max(g[i], -limit), limit), a NaN staying NaN;
+     *  clip_norm:  S = sum of g[i]^2, accumulated in double in an order that depends on n alone
+     *              (no float atomics: the same bits on every run and rank); when sqrt(S) > limit,
+     *              every g[i] *= (float)(limit / sqrt(S)) (never when S is NaN). Leaves S in
+     *              work[0] (work: backend memory for 2 doubles). Nothing is read by the host. */
+    void (*clip_value)(mgt_backend *be, size_t n, float *g, float limit);
+    void (*clip_norm)(mgt_backend *be, size_t n, float *g, double limit, double *work);
 };
 
 /* The CPU reference backend; threads = OpenBLAS threads for this rank (0: leave as is). */

@@ -33,6 +33,7 @@
 #define KEY_EPOCH_SUMS "epoch_sums"
 #define KEY_BEST_VAL_LOSS "best_val_loss"
 #define KEY_VAL_LOSS "val_loss"
+#define KEY_MONITOR "validation_history" /* monitor.h's state; absent: none yet */
 
 enum { MAX_META = 16 };
 
@@ -135,6 +136,9 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g", pos->epoch_sums[0], pos->epoch_sums[1],
              pos->epoch_sums[2]);
     put_meta(meta, &nm, KEY_BEST_VAL_LOSS, "%.17g", pos->best_val_loss);
+    char history[256];
+    mgt_monitor_format(&pos->mon, history, sizeof history);
+    put_meta(meta, &nm, KEY_MONITOR, "%s", history);
     char path[600];
     file_path(path, sizeof path, dir, "checkpoint.safetensors");
     int rc = mgt_safetensors_write(path, t, nt, meta, nm, err);
@@ -266,6 +270,14 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
                         "loss, or -1 for none); resume from another checkpoint or train into "
                         "another --out",
                         path, best);
+    /* Early stopping's and the plateau schedule's decisions so far (older checkpoints: none). */
+    const char *mon = mgt_safetensors_meta(st, KEY_MONITOR);
+    memset(&pos->mon, 0, sizeof pos->mon);
+    if (mon && mgt_monitor_parse(mon, &pos->mon, err) < 0)
+        return mgt_errf(err,
+                        "%s: checkpoint metadata '%s' ('%s') is damaged; resume from an "
+                        "intact checkpoint",
+                        path, KEY_MONITOR, mon);
     return 0;
 }
 
@@ -419,6 +431,6 @@ int mgt_ckpt_prune(const char *dir, int64_t keep, mgt_err *err) {
 
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root) {
     /* Every field is 8 bytes: the struct has no padding, so its bytes are its values. */
-    _Static_assert(sizeof(mgt_ckpt_pos) == 9 * sizeof(int64_t), "mgt_ckpt_pos has padding");
+    _Static_assert(sizeof(mgt_ckpt_pos) == 17 * sizeof(int64_t), "mgt_ckpt_pos has padding");
     mgt_bcast(c, pos, sizeof *pos, root, "position broadcast");
 }

@@ -18,6 +18,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "monitor.h"
 #include "optim.h"
 #include "util.h"
 
@@ -30,6 +31,7 @@ typedef struct mgt_ckpt_pos {
     uint64_t seed;         /* the run's seed: initialisation, shuffles, dropout */
     double epoch_sums[3];  /* the epoch so far over all ranks: loss sum, correct, samples */
     double best_val_loss;  /* the lowest validation loss so far, best.safetensors' (-1: none) */
+    mgt_monitor_state mon; /* the validation history's decisions so far (monitor.h) */
 } mgt_ckpt_pos;
 
 /* Host copies of the arenas a checkpoint holds, in the model's and the optimizer's layouts:

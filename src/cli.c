@@ -37,6 +37,23 @@ static const flag flags[] = {
     {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
     {"lr", "X", C_TRAIN, "[train] learning_rate", "learning rate"},
     {"seed", "N", C_TRAIN, "[train] seed", "seed of initialisation, shuffling and dropout"},
+    {"lr-schedule", "NAME", C_TRAIN, "[train] lr_schedule (constant)",
+     "learning-rate schedule: constant, step, cosine, exponential or plateau"},
+    {"warmup-steps", "N", C_TRAIN, "[train] warmup_steps (0)",
+     "linear learning-rate warm-up over the first N steps"},
+    {"warmup-epochs", "E", C_TRAIN, "[train] warmup_epochs (0)",
+     "linear learning-rate warm-up over the first E epochs"},
+    {"clip-norm", "X", C_TRAIN, "[train] clip_norm (0: off)",
+     "clip the mean gradient's global L2 norm to X"},
+    {"clip-value", "X", C_TRAIN, "[train] clip_value (0: off)",
+     "clip each mean-gradient element to [-X, X]"},
+    {"label-smoothing", "S", C_TRAIN, "[train] label_smoothing (0)",
+     "cross-entropy against (1 - S) * target + S / classes"},
+    {"early-stop", "PATIENCE", C_TRAIN, "[train] early_stop_patience (0: off)",
+     "stop when [train] monitor (val_loss) has not improved for PATIENCE epochs"},
+    {"log-every", "N", C_TRAIN, "0 (epoch rows only)",
+     "also write a metrics row (step, loss, acc, lr, samples/s) every N steps to "
+     "OUT/metrics_steps.jsonl/.csv and TensorBoard"},
     {"max-steps", "N", C_TRAIN, "0 (no limit)", "stop after N optimizer steps in all"},
     {"out", "DIR", C_TRAIN, "runs/<model name>", "where weights, checkpoint and metrics go"},
     {"init-weights", "FILE", C_TRAIN, "none (random)", "start from these weights (names and "
@@ -95,6 +112,21 @@ static const flag flags[] = {
 /* clang-format on */
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
+/* Flags that set a [train] key: the trainer checks their values as the model file's. */
+static const struct {
+    const char *flag, *key;
+} key_flags[] = {{"lr-schedule", "lr_schedule"},       {"warmup-steps", "warmup_steps"},
+                 {"warmup-epochs", "warmup_epochs"},   {"clip-norm", "clip_norm"},
+                 {"clip-value", "clip_value"},         {"label-smoothing", "label_smoothing"},
+                 {"early-stop", "early_stop_patience"}};
+
+static const char *key_of_flag(const char *name) {
+    for (size_t i = 0; i < sizeof key_flags / sizeof key_flags[0]; i++)
+        if (!strcmp(key_flags[i].flag, name))
+            return key_flags[i].key;
+    return NULL;
+}
+
 /* Flags whose value is a path: never empty, never longer than MGT_CLI_MAX_PATH. */
 static const char *const path_flags[] = {"model",    "data",    "out",   "init-weights",
                                          "timeline", "weights", "output", "run"};
@@ -120,7 +152,9 @@ static int is_command(const char *s) {
 void mgt_cli_usage(FILE *f, const char *cmd) {
     if (cmd && !strcmp(cmd, "plot")) {
         fprintf(f, "usage: mgtrain plot RUN_DIR\n\nwrites RUN_DIR/curves.png (loss and accuracy, "
-                   "train and validation, per epoch) from RUN_DIR/metrics.csv with gnuplot\n");
+                   "train and validation, per epoch, and the learning rate; per step too where "
+                   "the run logged steps with --log-every) from RUN_DIR/metrics.csv and "
+                   "metrics_steps.csv with gnuplot\n");
         return;
     }
     if (cmd && (!strcmp(cmd, "help") || !is_command(cmd)))
@@ -280,6 +314,14 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
         if (check_path(what, v, err) < 0)
             return -1;
     }
+    if (key_of_flag(n)) {
+        if (o->ntrain_keys == (int)(sizeof o->train_keys / sizeof o->train_keys[0]))
+            return mgt_errf(err, "too many [train] flags; put some in the model file's [train]");
+        o->train_keys[o->ntrain_keys].flag = n;
+        o->train_keys[o->ntrain_keys].key = key_of_flag(n);
+        o->train_keys[o->ntrain_keys++].value = v;
+        return 0;
+    }
     /* clang-format off */
     if (!strcmp(n, "model")) o->model = v;
     else if (!strcmp(n, "data")) o->data = v;
@@ -322,6 +364,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     }
     else if (!strcmp(n, "comm-timeout")) rc = need_double(n, v, 1, 1e7, &o->comm_timeout, err);
     else if (!strcmp(n, "debug-check")) rc = need_i64(n, v, 0, &o->debug_check, err);
+    else if (!strcmp(n, "log-every")) rc = need_i64(n, v, 0, &o->log_every, err);
     else if (!strcmp(n, "synthetic-samples")) {
         /* Sample indices and counts are int64 everywhere, but one epoch's permutation is held
          * in memory: a billion samples is 8 GB of indices. */

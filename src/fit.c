@@ -27,11 +27,11 @@
  * --save-every checkpoint. Between epochs (end_epoch): the replicas' batchnorm statistics are
  * averaged, the model is validated, the epoch line is written and a checkpoint saved.
  *
- * Where the next features go: clipping comes between the last bucket's wait and the update (it
- * needs the whole gradient's norm: on the CPU the update then waits for every bucket first);
- * learning-rate schedules are the update phase's (optim.c); per-step logging belongs in
- * after_step, whose checkpoint path it can share;
- * early stopping is end_epoch's answer.
+ * The training regime: the update phase first clips the all-reduced gradient (clip.h; clipping by
+ * norm needs the whole gradient, so the update then waits for every bucket first) and sets the
+ * step's learning rate from the schedule (schedule.h); after_step writes the per-step rows of
+ * --log-every (metrics.h); end_epoch hands a whole epoch's validation to the monitor (monitor.h:
+ * best weights, early stopping, the plateau schedule's cuts), whose state the checkpoint keeps.
  *
  * Stopping on a signal (runtime.h: SIGTERM, SIGUSR1, SIGINT) may reach one rank, some or all, at
  * any moment. A rank that has caught one writes a 1 into a third metric sum (SUM_STOP) before the
@@ -47,9 +47,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clip.h"
 #include "data/shard.h"
 #include "evaluate.h"
 #include "metrics.h"
+#include "monitor.h"
 #include "profile.h"
 #include "runtime.h"
 
@@ -73,6 +75,14 @@ typedef struct fit {
     double t_epoch;     /* when this epoch (or its resumed part) started */
     int64_t first_step; /* the epoch's first step in this run */
     int stop_voted;     /* some rank asked to stop: the sums read said so */
+    /* The training regime (see the top). */
+    mgt_sched sched;
+    mgt_clip clip;
+    mgt_monitor mon;
+    float lr;      /* the learning rate of the last step */
+    double win[3]; /* --log-every: loss sum, correct, samples since the last per-step row */
+    double t_win;  /* when that window started */
+    int stop;      /* early stopping: no further epoch */
 } fit;
 
 /* The step's sums after the gradients (model.h: MGT_NSUMS), reduced with them: loss, correct
@@ -97,6 +107,9 @@ static void read_metrics(fit *f, int64_t next) {
     s[0] += hs[SUM_LOSS];
     s[1] += hs[SUM_CORRECT];
     s[2] += (double)f->pending;
+    f->win[0] += hs[SUM_LOSS];
+    f->win[1] += hs[SUM_CORRECT];
+    f->win[2] += (double)f->pending;
     f->pending = 0;
     f->read_at = next;
 }
@@ -107,7 +120,17 @@ static int metrics_due(const fit *f, int64_t next) {
     const mgt_fit_opts *o = f->o;
     return next - f->read_at >= f->read_every || f->pos->step_in_epoch + 1 == f->steps ||
            next >= f->limit || (o->save_every > 0 && next % o->save_every == 0) ||
-           (o->debug_check > 0 && next % o->debug_check == 0);
+           (o->debug_check > 0 && next % o->debug_check == 0) ||
+           (o->log_every > 0 && next % o->log_every == 0);
+}
+
+/* The all-reduced gradient clipped, and this step's learning rate from the schedule (a function
+ * of the step and the validation history's cuts, the same on every rank). */
+static void before_update(fit *f, int64_t global_n) {
+    const mgt_fit_env *env = f->env;
+    mgt_clip_apply(&f->clip, env->be, env->m->g, env->m->param_count, global_n);
+    f->lr = mgt_sched_lr(&f->sched, f->pos->step, f->pos->mon.cuts);
+    env->opt->lr = f->lr;
 }
 
 /* This rank's vote to stop, into the step's sums before they leave (backend memory, in the order
@@ -185,8 +208,13 @@ static void reduce_and_update(fit *f, int64_t global_n) {
     size_t lo, n;
     if (f->dump && f->res->steps == 0)
         dump_gradients(f);
-    mgt_optim_begin(env->opt, global_n);
-    if (r->interleave) {
+    const int clipping = f->clip.cfg.norm > 0 || f->clip.cfg.value > 0;
+    if (!clipping) { /* the rate first: mgt_optim_begin takes it */
+        f->lr = mgt_sched_lr(&f->sched, f->pos->step, f->pos->mon.cuts);
+        env->opt->lr = f->lr;
+    }
+    if (r->interleave && !clipping) {
+        mgt_optim_begin(env->opt, global_n);
         for (int b = 0; b < r->nb; b++) {
             mgt_reducer_wait(r, b);
             mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
@@ -202,6 +230,9 @@ static void reduce_and_update(fit *f, int64_t global_n) {
             mgt_reducer_wait(r, b);
         mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
         take_metrics(f, global_n);
+        if (clipping)
+            before_update(f, global_n);
+        mgt_optim_begin(env->opt, global_n);
         mgt_reducer_update_range(r, -1, &lo, &n);
         mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
         mgt_reducer_gather(r, -1, m->w);
@@ -273,22 +304,45 @@ static void save_step_checkpoint(fit *f) {
     mgt_profile_gap(&f->prof);
 }
 
+/* --log-every: the row of the steps since the last one (their metrics were read: metrics_due). */
+static void log_step(fit *f, int64_t done) {
+    const double now = mgt_now();
+    const mgt_step_row row = {.step = f->pos->step,
+                              .epoch = (double)f->pos->epoch + (double)done / (double)f->steps,
+                              .loss = f->win[2] > 0 ? f->win[0] / f->win[2] : 0,
+                              .acc = f->win[2] > 0 ? f->win[1] / f->win[2] : 0,
+                              .lr = f->lr,
+                              .samples_per_s = now > f->t_win ? f->win[2] / (now - f->t_win) : 0};
+    mgt_err e;
+    if (f->env->comm->rank == 0 && mgt_metrics_step(&f->mt, &row, &e) < 0)
+        mgt_die("%s", e.msg);
+    memset(f->win, 0, sizeof f->win);
+    f->t_win = mgt_now();
+    mgt_profile_gap(&f->prof);
+}
+
 /* After a step, before the position moves on to the next one. Returns 1 when training stops here
  * (a stop request, see the top of the file), the position then moved on and saved. */
 static int after_step(fit *f) {
     const mgt_fit_opts *o = f->o;
     mgt_ckpt_pos *pos = f->pos;
     const int64_t done = pos->step_in_epoch + 1; /* steps of this epoch behind us */
+    if (o->log_every > 0 && pos->step % o->log_every == 0)
+        log_step(f, done);
+    const double t0 = mgt_now();
     if (o->debug_check > 0 && pos->step % o->debug_check == 0) {
         mgt_replica_check(f->env->rep, "during training (debug check)");
         mgt_profile_gap(&f->prof);
     }
     const double *s = pos->epoch_sums;
     if (f->env->comm->rank == 0 && f->mt.verbose == 1 && s[2] > 0) {
+        /* The bar ends where this epoch will: its last step, or where --max-steps stops. */
+        const int64_t left = f->limit - pos->step;
+        const int64_t target = left < f->steps - done ? done + left : f->steps;
         const double el = mgt_now() - f->t_epoch;
-        const double eta = el / (double)(done - f->first_step) * (double)(f->steps - done);
-        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, f->steps, eta, s[0] / s[2], s[1] / s[2],
-                             done == f->steps);
+        const double eta = el / (double)(done - f->first_step) * (double)(target - done);
+        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, target, eta, s[0] / s[2], s[1] / s[2],
+                             done == target);
     }
     if (f->stop_voted) {
         const int sig = agree_stop(f);
@@ -299,6 +353,7 @@ static int after_step(fit *f) {
     }
     if (o->save_every > 0 && pos->step % o->save_every == 0)
         save_step_checkpoint(f);
+    f->t_win += mgt_now() - t0; /* no step's time: not in the per-step rows' samples/s */
     return 0;
 }
 
@@ -312,18 +367,18 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     res->seconds += secs;
     const int finished = pos->step_in_epoch == f->steps;
     mgt_replica_average_buffers(env->rep);
+    if (env->val && env->comm->rank == 0)
+        mgt_metrics_validating(&f->mt);
     if (env->val) {
         const mgt_eval e = {.m = env->m, .st = env->st, .comm = env->comm, .step = pos->step};
         const mgt_eval_sums v = mgt_eval_metrics(&e, env->val);
         res->val_loss = v.loss / v.samples;
         res->val_acc = v.correct / v.samples;
         res->val_step = pos->step;
-        /* best.safetensors: the weights of the lowest validation loss (Keras' ModelCheckpoint
-         * with save_best_only); the checkpoint below carries the loss to beat across resumes. */
-        if (pos->best_val_loss < 0 || res->val_loss < pos->best_val_loss) {
+        /* The lowest validation loss so far, kept in the checkpoint; best.safetensors follows
+         * the monitored metric (below). */
+        if (pos->best_val_loss < 0 || res->val_loss < pos->best_val_loss)
             pos->best_val_loss = res->val_loss;
-            mgt_replica_save_best(env->rep, env->out, pos->step, res->val_loss);
-        }
     }
     const double *s = pos->epoch_sums;
     const mgt_epoch_row row = {.epoch = (int)pos->epoch + 1,
@@ -334,10 +389,17 @@ static int end_epoch(fit *f, double secs, double seen_before) {
                                .val_acc = res->val_acc,
                                .samples_per_s = secs > 0 ? (s[2] - seen_before) / secs : 0,
                                .seconds = secs,
-                               .lr = env->m->train.lr};
+                               .lr = f->lr};
     mgt_err e;
     if (env->comm->rank == 0 && mgt_metrics_epoch(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
+    /* Only a whole epoch's validation decides (monitor.h): best.safetensors (Keras'
+     * ModelCheckpoint with save_best_only), early stopping and plateau cuts; the checkpoint below
+     * keeps its state. */
+    if (finished && env->val)
+        f->stop = mgt_monitor_epoch(&f->mon, &pos->mon, pos->epoch + 1, pos->step, res->val_loss,
+                                    res->val_acc)
+                      .stop;
     if (finished) { /* the checkpoint resumes at the next epoch's first step */
         pos->epoch++;
         pos->step_in_epoch = 0;
@@ -355,6 +417,39 @@ static int end_epoch(fit *f, double secs, double seen_before) {
         }
     }
     return finished;
+}
+
+/* The schedule, clipping, the monitor and the per-step files for this run. A resumed run whose
+ * history already stopped it trains no further. */
+static void regime_init(fit *f) {
+    const mgt_fit_env *env = f->env;
+    const mgt_train_cfg *t = &env->m->train;
+    const int rank0 = env->comm->rank == 0;
+    mgt_err e;
+    mgt_sched_init(&f->sched, &t->sched, t->lr, f->steps, t->epochs);
+    if (mgt_clip_init(&f->clip, &t->clip, env->be, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (t->clip.norm > 0 && f->o->zero)
+        mgt_die_all("clip_norm needs the whole gradient, which ZeRO-1 (--zero 1) leaves in slices "
+                    "on their owners; train with --zero 0 or clip by value (clip_value)");
+    f->mon = (mgt_monitor){.cfg = t->stop,
+                           .sched = &f->sched,
+                           .rep = env->rep,
+                           .dir = env->out,
+                           .print = rank0 && f->mt.verbose >= 1};
+    const int64_t step = f->pos->step;
+    f->lr = mgt_sched_lr(&f->sched, step > 0 ? step - 1 : 0, f->pos->mon.cuts);
+    f->t_win = mgt_now();
+    if (rank0 && f->o->log_every > 0 && mgt_metrics_steps_open(&f->mt, step, &e) < 0)
+        mgt_die("%s", e.msg);
+    f->stop = mgt_monitor_stopped(&f->mon, &f->pos->mon);
+    if (f->stop && f->mon.print) {
+        const mgt_monitor_state *h = &f->pos->mon;
+        printf("Early stopping ended this run: %s has not improved for %lld epochs since epoch "
+               "%lld; nothing to train (a larger --early-stop continues it)\n",
+               mgt_mon_metric_name(t->stop.metric), (long long)h->wait, (long long)h->best_epoch);
+        fflush(stdout);
+    }
 }
 
 /* Rank 0 of a resumed run: the metrics files keep the rows up to the checkpoint. */
@@ -423,8 +518,9 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     f->acc = be->ops->alloc(be, 16 * sizeof(float));
     if (!f->acc)
         mgt_die("out of %s memory for the metric sums", be->ops->name);
+    regime_init(f);
 
-    while (pos->epoch < epochs && pos->step < f->limit) {
+    while (pos->epoch < epochs && pos->step < f->limit && !f->stop) {
         mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch * f->accum);
         f->t_epoch = mgt_now();
         f->first_step = pos->step_in_epoch;
@@ -435,11 +531,17 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
             if (after_step(f))
                 break;
         }
-        if (res->stop_signal || !end_epoch(f, mgt_now() - f->t_epoch, seen_before))
+        const double t_end = mgt_now();
+        if (res->stop_signal || !end_epoch(f, t_end - f->t_epoch, seen_before))
             break;
+        f->t_win += mgt_now() - t_end; /* validation and saving: not in the per-step rows */
     }
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
+    /* Restored best weights were validated at another step: the caller tests them afresh. */
+    if (mgt_monitor_finish(&f->mon, &pos->mon))
+        res->val_step = -1;
+    mgt_clip_free(&f->clip, be);
     be->ops->free(be, f->acc);
     mgt_reducer_free(&f->red);
     mgt_metrics_free(&f->mt);

@@ -43,6 +43,7 @@ typedef struct mgt_fit_opts {
     int launched;         /* started by mpirun/srun (metrics.h) */
     int profile;          /* print per-phase times */
     int no_tensorboard;   /* no event files in OUT/tb */
+    int64_t log_every;    /* per-step rows every N global steps (0: none; metrics.h) */
     const char *timeline; /* Chrome-trace file of every phase, or NULL */
     int resumed;          /* from a checkpoint: the metrics files keep their history */
     /* The step's pipeline (reducer.h): bucket cap in MiB (0: one all-reduce after backward),

@@ -205,9 +205,11 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
     float *probs = last->fused_act ? last->y : m->probs;
     float *dlogits = backward ? m->grad[0] : NULL;
     if (m->train.loss == MGT_LOSS_SPARSE_CE)
-        o->xent_sparse(s->be, s->n, k, last->y, s->in.labels, probs, dlogits, 1.0f, m->sums);
+        o->xent_sparse(s->be, s->n, k, last->y, s->in.labels, probs, dlogits, 1.0f,
+                       m->train.label_smoothing, m->sums);
     else
-        o->xent_dense(s->be, s->n, k, last->y, s->in.targets, probs, dlogits, 1.0f, m->sums);
+        o->xent_dense(s->be, s->n, k, last->y, s->in.targets, probs, dlogits, 1.0f,
+                      m->train.label_smoothing, m->sums);
     if (!backward)
         return;
     int cur = 0;

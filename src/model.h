@@ -15,7 +15,10 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "clip.h"
 #include "cpu/optim_math.h" /* the optimizer kinds and their settings */
+#include "monitor.h"
+#include "schedule.h"
 #include "tensor_io.h"
 #include "util.h"
 
@@ -48,6 +51,12 @@ typedef struct mgt_train_cfg {
     int epochs;
     uint64_t seed;
     int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
+    /* The training regime's keys: the learning-rate schedule and warm-up, gradient clipping,
+     * early stopping and the best weights, label smoothing (schedule.h, clip.h, monitor.h). */
+    mgt_sched_cfg sched;
+    mgt_clip_cfg clip;
+    mgt_stop_cfg stop;
+    float label_smoothing; /* Keras' label_smoothing of the cross-entropy losses, in [0, 1] */
 } mgt_train_cfg;
 
 /* One named tensor of an arena. */
@@ -140,6 +149,9 @@ void mgt_train_defaults(mgt_train_cfg *t);
 int mgt_train_set(mgt_train_cfg *t, const char *key, const char *value, mgt_err *err);
 /* The keys [train] accepts, NULL-terminated in keys[max]; returns their count. */
 int mgt_train_keys(const char **keys, int max);
+/* The [train] keys checked against each other, once the model file and the command line have
+ * set them all; validating: the run validates after every epoch. */
+int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err);
 const char *mgt_opt_name(mgt_opt_kind k);
 const char *mgt_loss_name(mgt_loss l);
 

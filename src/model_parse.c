@@ -262,8 +262,8 @@ static int handler(void *user, const char *section, const char *key, const char 
     if (p->kind == SEC_NONE)
         return fail(p, p->line, "'%s = %s' is outside any section; keys belong under [input], "
                     "a layer or [train]", key, value);
-    const char *train_keys[32]; /* train_cfg.c's, the optimizers' included */
-    mgt_train_keys(train_keys, 32);
+    const char *train_keys[64]; /* train_cfg.c's, the optimizers' included */
+    mgt_train_keys(train_keys, 64);
     const char *const *keys = p->kind == SEC_INPUT   ? input_keys
                               : p->kind == SEC_TRAIN ? train_keys
                                                      : p->layer->type->keys;
@@ -273,9 +273,9 @@ static int handler(void *user, const char *section, const char *key, const char 
     if (p->kind == SEC_LAYER)
         ok |= !strcmp(key, "name") || (p->layer->type->has_act && !strcmp(key, "activation"));
     if (!ok) {
-        const char *cands[40] = {0};
+        const char *cands[68] = {0};
         int nc = 0;
-        for (int i = 0; keys && keys[i] && nc < 36; i++)
+        for (int i = 0; keys && keys[i] && nc < 64; i++)
             cands[nc++] = keys[i];
         if (p->kind == SEC_LAYER) {
             cands[nc++] = "name";
@@ -283,7 +283,7 @@ static int handler(void *user, const char *section, const char *key, const char 
                 cands[nc++] = "activation";
         }
         const char *near = mgt_nearest(key, cands, nc);
-        char list[512] = "";
+        char list[900] = "";
         for (int i = 0; i < nc; i++) {
             strncat(list, cands[i], sizeof list - strlen(list) - 3);
             if (i + 1 < nc)

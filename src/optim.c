@@ -115,6 +115,7 @@ int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *
     o->shards = shards < 1 ? 1 : shards;
     o->rank = o->shards == 1 ? 0 : rank;
     mgt_reducer_slice(count, o->rank, o->shards, &o->lo, &o->n);
+    o->lr = cfg->lr;
     const mgt_optimizer *d = &table[cfg->optimizer];
     for (int i = 0; i < MGT_OPT_MAX_SLOTS && d->slot_names[i]; i++) {
         o->slot_name[i] = d->slot_names[i];
@@ -136,7 +137,7 @@ void mgt_optim_begin(mgt_optim *o, int64_t global_n) {
     const mgt_optimizer *d = &table[c->optimizer];
     o->t++;
     o->step = (mgt_opt_hyper){.s = c->opt,
-                              .lr = d->lr_at ? d->lr_at(c->lr, &c->opt, o->t) : c->lr,
+                              .lr = d->lr_at ? d->lr_at(o->lr, &c->opt, o->t) : o->lr,
                               .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f};
 }
 

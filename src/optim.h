@@ -75,6 +75,7 @@ typedef struct mgt_optim {
     size_t lo, n;       /* the slice this instance keeps state for and updates (all: 0, count) */
     int rank, shards;   /* ZeRO-1: this rank of `shards` (1: not sharded) */
     mgt_opt_hyper step; /* the current step's values (mgt_optim_begin) */
+    float lr;  /* the next step's learning rate: cfg.lr until the schedule sets it (schedule.h) */
 } mgt_optim;
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,

@@ -47,6 +47,12 @@ static void to_host(mgt_replica *r) {
     o->to_host(r->be, r->host.buf, r->m->buf, r->m->buffer_count * sizeof(float));
 }
 
+/* Rank 0's host copies of the weights and buffers to every rank's host copies. */
+static void share_weights(mgt_replica *r) {
+    mgt_bcast(r->comm, r->host.w, r->m->param_count * sizeof(float), 0, "weight broadcast");
+    mgt_bcast(r->comm, r->host.buf, r->m->buffer_count * sizeof(float), 0, "buffer broadcast");
+}
+
 void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_pos *pos) {
     mgt_model *m = r->m;
     memset(pos, 0, sizeof *pos);
@@ -65,9 +71,7 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
             mgt_model_init_host(m, m->train.seed, r->host.w, r->host.buf);
     }
     mgt_die_all_if_root(rc < 0 ? e.msg : NULL);
-    const size_t wb = m->param_count * sizeof(float);
-    mgt_bcast(r->comm, r->host.w, wb, 0, "weight broadcast");
-    mgt_bcast(r->comm, r->host.buf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
+    share_weights(r);
     mgt_optim_state_put(r->opt, r->be, r->comm, r->host.slot, 0);
     mgt_ckpt_bcast_pos(r->comm, pos, 0);
     to_backend(r);
@@ -161,6 +165,18 @@ void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step) {
 
 void mgt_replica_save_best(mgt_replica *r, const char *dir, int64_t step, double val_loss) {
     save_weights(r, dir, "best.safetensors", step, val_loss);
+}
+
+void mgt_replica_load_weights(mgt_replica *r, const char *path) {
+    mgt_model *m = r->m;
+    mgt_err e;
+    if (r->comm->rank == 0 && mgt_model_load_weights(m, path, r->host.w, r->host.buf, &e) < 0)
+        mgt_die("%s", e.msg);
+    share_weights(r);
+    const mgt_ops *o = r->be->ops;
+    o->to_device(r->be, m->w, r->host.w, m->param_count * sizeof(float));
+    o->to_device(r->be, m->buf, r->host.buf, m->buffer_count * sizeof(float));
+    mgt_replica_check(r, "after loading weights");
 }
 
 void mgt_replica_free(mgt_replica *r) {

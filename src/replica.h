@@ -58,8 +58,12 @@ void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt
 /* Collective: rank 0 writes DIR/weights.safetensors after `step` steps (as the checkpoint). */
 void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step);
 
-/* Collective: rank 0 writes DIR/best.safetensors, the weights at `step` whose validation loss
- * val_loss is the lowest so far. */
+/* Collective: rank 0 reads a weights file (names and shapes checked), every replica takes its
+ * weights and buffers (the optimizer's state stays). */
+void mgt_replica_load_weights(mgt_replica *r, const char *path);
+
+/* Collective: rank 0 writes DIR/best.safetensors, the weights at `step`, the best so far by the
+ * monitored metric (monitor.h), with their validation loss val_loss in its metadata. */
 void mgt_replica_save_best(mgt_replica *r, const char *dir, int64_t step, double val_loss);
 
 void mgt_replica_free(mgt_replica *r);

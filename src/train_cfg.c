@@ -29,6 +29,8 @@ void mgt_train_defaults(mgt_train_cfg *t) {
     t->accum_steps = 1;
     t->epochs = 1;
     t->seed = 42;
+    mgt_sched_defaults(&t->sched);
+    mgt_stop_defaults(&t->stop);
 }
 
 static int positive_float(const char *v, float *out, int allow_zero, mgt_err *err, const char *key,
@@ -38,6 +40,49 @@ static int positive_float(const char *v, float *out, int allow_zero, mgt_err *er
         return mgt_errf(err, "%s = %s: expected a %s number, e.g. %s = %s", key, v,
                         allow_zero ? "non-negative" : "positive", key, example);
     *out = x;
+    return 0;
+}
+
+/* ---- the training regime: schedules, clipping, early stopping, label smoothing ----
+ * Their keys are parsed by their own modules (schedule.c, clip.c, monitor.c); this block lists
+ * them, hands each key to the module that takes it and checks them together. */
+
+static int regime_keys(const char **keys, int n, int max) {
+    for (int i = 0; mgt_sched_key_at(i) && n + 1 < max; i++)
+        keys[n++] = mgt_sched_key_at(i);
+    for (int i = 0; mgt_clip_key_at(i) && n + 1 < max; i++)
+        keys[n++] = mgt_clip_key_at(i);
+    for (int i = 0; mgt_stop_key_at(i) && n + 1 < max; i++)
+        keys[n++] = mgt_stop_key_at(i);
+    if (n + 1 < max)
+        keys[n++] = "label_smoothing";
+    return n;
+}
+
+/* 1 if `key` is the regime's (taken, or -1 on a bad value), 0 if not. */
+static int regime_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err) {
+    int rc = mgt_sched_set(&t->sched, key, v, err);
+    if (!rc)
+        rc = mgt_clip_set(&t->clip, key, v, err);
+    if (!rc)
+        rc = mgt_stop_set(&t->stop, key, v, err);
+    if (!rc && !strcmp(key, "label_smoothing")) {
+        float x;
+        if (mgt_parse_float(v, &x) < 0 || x < 0 || x > 1)
+            return mgt_errf(err,
+                            "label_smoothing = %s: expected a number from 0 (off) to 1, e.g. "
+                            "label_smoothing = 0.1",
+                            v);
+        t->label_smoothing = x;
+        return 1;
+    }
+    return rc;
+}
+
+int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err) {
+    if (mgt_sched_check(&t->sched, validating, err) < 0 ||
+        mgt_stop_check(&t->stop, validating, err) < 0)
+        return -1;
     return 0;
 }
 
@@ -52,6 +97,7 @@ int mgt_train_keys(const char **keys, int max) {
         keys[n++] = mgt_opt_key_at(i)->key;
     for (size_t i = 0; i < sizeof after / sizeof after[0] && n + 1 < max; i++)
         keys[n++] = after[i];
+    n = regime_keys(keys, n, max);
     keys[n] = NULL;
     return n;
 }
@@ -164,5 +210,8 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
         t->augment_crop = x;
         return 0;
     }
+    const int rc = regime_set(t, key, v, err);
+    if (rc)
+        return rc < 0 ? -1 : 0;
     return mgt_errf(err, "unknown key %s", key);
 }

@@ -127,6 +127,11 @@ static void load_model(session *s) {
     override(s, "--lr", "learning_rate", o->lr);
     override(s, "--seed", "seed", o->seed);
     override(s, "--accum-steps", "accum_steps", o->accum_steps);
+    for (int i = 0; i < o->ntrain_keys; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", o->train_keys[i].flag);
+        override(s, flag, o->train_keys[i].key, o->train_keys[i].value);
+    }
     if (o->conv_algo && mgt_conv2d_set_algo(&s->m, o->conv_algo, &e) < 0)
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
     mgt_train_cfg *t = &s->m.train;
@@ -383,6 +388,9 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     session ss, *s = open_session(&ss, rt, o);
     load_model(s);
     mgt_model *m = &s->m;
+    mgt_err ce;
+    if (mgt_train_check(&m->train, !o->no_validation, &ce) < 0)
+        mgt_die_all("%s", ce.msg);
     const int64_t B = m->train.batch_size;
     if (B < rt->world)
         mgt_die_all("%d ranks but the global batch is %lld: every rank needs at least one sample "
@@ -453,6 +461,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         .zero = o->zero,
         .progress = o->comm_progress && !strcmp(o->comm_progress, "thread") ? MGT_PROGRESS_THREAD
                                                                             : MGT_PROGRESS_TEST,
+        .log_every = o->log_every,
         .resumed = s->resumed};
     mgt_fit_result res;
     /* From here on a stop signal saves the work done: the loop stops at a step boundary. */

@@ -49,6 +49,13 @@ typedef struct mgt_options {
     double bucket_mb;
     int zero;
     const char *comm_progress; /* test, thread (NULL: test) */
+    int64_t log_every;         /* per-step metrics rows every N steps (0: none) */
+    /* [train] keys set by flags of their own (--lr-schedule, --clip-norm, ...), in the order
+     * given: the flag (for messages), the key and the value. */
+    struct {
+        const char *flag, *key, *value;
+    } train_keys[16];
+    int ntrain_keys;
 } mgt_options;
 
 /* --resume: off; "require" (plain --resume): the run's checkpoint must be there; "auto": resume

@@ -219,6 +219,8 @@ static const mgt_ops cpu_ops = {
     .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
     .optim_step = mgt_cpu_optim_step,
+    .clip_value = mgt_cpu_clip_value,
+    .clip_norm = mgt_cpu_clip_norm,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

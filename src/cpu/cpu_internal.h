@@ -9,6 +9,7 @@
  *   cpu_pool.c     max / average pooling;
  *   cpu_norm.c     batch normalisation;
  *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
+ *   cpu_clip.c     gradient clipping by value and by global norm;
  *   cpu_optim.c    the optimizers' steps over the flat parameter arena.
  *
  * No file holds mutable globals: everything per instance lives in mgt_cpu_impl (be->impl). */
@@ -161,9 +162,13 @@ void mgt_cpu_dropout_bwd(mgt_backend *be, int n, int row, float rate, uint64_t k
 void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x);
 void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy);
 void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                         float *probs, float *dlogits, float scale, float *sums);
+                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                        float *probs, float *dlogits, float scale, float *sums);
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
+
+/* cpu_clip.c */
+void mgt_cpu_clip_value(mgt_backend *be, size_t n, float *g, float limit);
+void mgt_cpu_clip_norm(mgt_backend *be, size_t n, float *g, double limit, double *work);
 
 /* cpu_optim.c */
 void mgt_cpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,

@@ -6,7 +6,8 @@
 # metrics.jsonl holds (exactly, in float32), the learning rate, the --profile phase means; a
 # resumed run adds a file and leaves the earlier one's bytes alone, and TensorBoard shows both
 # runs as one; a new run into the same folder hides the old one's scalars; a run stopped inside
-# an epoch and resumed; --no-validation writes no validation scalars; --no-tensorboard no files.
+# an epoch and resumed; --no-validation writes no validation scalars; per-step scalars with
+# --log-every and a schedule's rates; --no-tensorboard no files.
 source "$(dirname "$0")/lib.bash"
 PY=$("$MGT_SRC/tests/tools/tensorboard-python") || { bad "no Python with the tensorboard package"; finish; exit 1; }
 CHECK=("$PY" "$MGT_SRC/tests/tools/tb_check.py")
@@ -51,6 +52,17 @@ grep -q '"step": 3,' part/metrics.jsonl && ok "the resumed run keeps the row whe
   bad "the row at step 3 is gone: $(cat part/metrics.jsonl)"
 tb_ok "stopped at step 3, resumed to step 8, --no-validation" part/tb --jsonl part/metrics.jsonl \
   --lr "$lr" --no-val
+
+# Per-step scalars (--log-every 3) and a schedule's rates: 2 ranks, cosine with warm-up, stopped
+# at step 10 and resumed; the epoch rows' rates are their own (the rate each epoch ended with).
+mpi 2 $N --epochs 3 --log-every 3 --lr-schedule cosine --warmup-steps 4 --max-steps 10 --out sched \
+  >g.log 2>&1 || { bad "scheduled run"; cat g.log; }
+mpi 2 $N --epochs 3 --log-every 3 --lr-schedule cosine --warmup-steps 4 --resume --out sched \
+  >h.log 2>&1 || { bad "resumed scheduled run"; cat h.log; }
+tb_ok "per-step scalars and scheduled rates, stopped at step 10 and resumed" sched/tb \
+  --jsonl sched/metrics.jsonl --steps sched/metrics_steps.jsonl
+[ "$(wc -l <sched/metrics_steps.jsonl)" = 8 ] && ok "rows at steps 3, 6, ..., 24" \
+  || bad "step rows: $(cut -c1-20 sched/metrics_steps.jsonl)"
 
 mpi 1 $N --max-steps 2 --no-tensorboard --out none >f.log 2>&1 || { bad "--no-tensorboard run"; cat f.log; }
 [ -s none/weights.safetensors ] && [ ! -e none/tb ] && ok "--no-tensorboard: no tb folder" || bad "--no-tensorboard: $(ls none)"

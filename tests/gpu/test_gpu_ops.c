@@ -544,7 +544,7 @@ static void test_act(pair *p, mgt_act act, int n, int row) {
 
 /* ---- softmax + cross-entropy ---- */
 
-static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d) {
+static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d, float smooth) {
     mgt_backend *cb = &p->cpu, *g = &p->gpu;
     const size_t nl = (size_t)n * k;
     float *l = hrand(nl, -6, 6), *t = NULL;
@@ -565,23 +565,23 @@ static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d) {
     float *lc = hcopy(l, nl), *pc = alias ? lc : hf(nl), *dc = with_d ? hf(nl) : NULL;
     float sums[2] = {sums0[0], sums0[1]};
     if (dense)
-        cb->ops->xent_dense(cb, n, k, lc, t, pc, dc, scale, sums);
+        cb->ops->xent_dense(cb, n, k, lc, t, pc, dc, scale, smooth, sums);
     else
-        cb->ops->xent_sparse(cb, n, k, lc, lab, pc, dc, scale, sums);
+        cb->ops->xent_sparse(cb, n, k, lc, lab, pc, dc, scale, smooth, sums);
 
     float *gl = dput(g, l, nl), *gp = alias ? gl : dnan(g, nl), *gd = with_d ? dnan(g, nl) : NULL;
     float *gs = dput(g, sums0, 2);
     if (dense) {
         float *gt = dput(g, t, nl);
-        g->ops->xent_dense(g, n, k, gl, gt, gp, gd, scale, gs);
+        g->ops->xent_dense(g, n, k, gl, gt, gp, gd, scale, smooth, gs);
     } else {
         int32_t *glab = dmem(g, (size_t)n * sizeof(int32_t));
         g->ops->to_device(g, glab, lab, (size_t)n * sizeof(int32_t));
-        g->ops->xent_sparse(g, n, k, gl, glab, gp, gd, scale, gs);
+        g->ops->xent_sparse(g, n, k, gl, glab, gp, gd, scale, smooth, gs);
     }
     char what[96];
-    snprintf(what, sizeof what, "xent %s n=%d k=%d alias=%d probs", dense ? "dense" : "sparse", n,
-             k, alias);
+    snprintf(what, sizeof what, "xent %s n=%d k=%d alias=%d smoothing=%g probs",
+             dense ? "dense" : "sparse", n, k, alias, smooth);
     expect_close(what, g, gp, pc, nl, TOL);
     if (with_d)
         expect_close("xent dlogits", g, gd, dc, nl, TOL);
@@ -589,6 +589,41 @@ static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d) {
     CHECK(fabs(hs[0] - sums[0]) <= TOL * fabs(sums[0]), "xent loss sum %.7g, CPU %.7g", hs[0],
           sums[0]);
     CHECK(hs[1] == sums[1], "xent correct count %g, CPU %g", hs[1], sums[1]);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- gradient clipping ---- */
+
+/* clip_value exactly as the CPU (a comparison per element). clip_norm: each backend sums the n
+ * exact squares in double in its own order, so each S is within gamma(n) = n 2^-53 of the exact
+ * sum (positive terms, Higham's bound) and the two within twice that; the scales limit /
+ * sqrt(S) then differ by less than that in double, and after their rounding to float by at
+ * most an ulp (2^-23), so the scaled elements agree to ~2^-22 relative (within TOL). A norm
+ * below the limit leaves the gradient's bits as they were. */
+static void test_clip(pair *p, size_t n, double limit) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    float *x = hrand(n, -1, 1), *xc = hcopy(x, n);
+    double *cw = (double *)hbuf(2 * sizeof(double));
+    cb->ops->clip_value(cb, n, xc, 0.5f);
+    float *gx = dput(g, x, n);
+    g->ops->clip_value(g, n, gx, 0.5f);
+    expect_same("clip_value", g, gx, xc, n * sizeof(float));
+
+    float *yc = hcopy(x, n), *gy = dput(g, x, n);
+    double *gw = (double *)dmem(g, 2 * sizeof(double));
+    cb->ops->clip_norm(cb, n, yc, limit, cw);
+    g->ops->clip_norm(g, n, gy, limit, gw);
+    char what[96];
+    snprintf(what, sizeof what, "clip_norm n=%zu limit=%g", n, limit);
+    if (sqrt(cw[0]) > limit)
+        expect_close(what, g, gy, yc, n, TOL);
+    else
+        expect_same(what, g, gy, x, n * sizeof(float));
+    double hw[2];
+    g->ops->to_host(g, hw, gw, sizeof hw);
+    CHECK(fabs(hw[0] - cw[0]) <= 2.0 * (double)n * 0x1p-53 * cw[0],
+          "clip_norm sum of squares %.17g, CPU %.17g", hw[0], cw[0]);
     dfree_all();
     hfree_all();
 }
@@ -812,17 +847,23 @@ int main(void) {
         test_act(&p, acts[i], 3, 1000);
     }
 
-    test_xent(&p, 50, 10, 0, 0, 1);
-    test_xent(&p, 50, 10, 0, 1, 1);  /* probs alias the logits */
-    test_xent(&p, 7, 1000, 0, 0, 1); /* several values per lane */
-    test_xent(&p, 20, 10, 0, 0, 0);  /* no dlogits (evaluation) */
-    test_xent(&p, 50, 10, 1, 0, 1);
-    test_xent(&p, 9, 333, 1, 1, 1);
+    for (int s = 0; s < 2; s++) { /* without and with label smoothing */
+        const float smooth = s ? 0.1f : 0.0f;
+        test_xent(&p, 50, 10, 0, 0, 1, smooth);
+        test_xent(&p, 50, 10, 0, 1, 1, smooth);  /* probs alias the logits */
+        test_xent(&p, 7, 1000, 0, 0, 1, smooth); /* several values per lane */
+        test_xent(&p, 20, 10, 0, 0, 0, smooth);  /* no dlogits (evaluation) */
+        test_xent(&p, 50, 10, 1, 0, 1, smooth);
+        test_xent(&p, 9, 333, 1, 1, 1, smooth);
+    }
 
     test_layout(&p, 3, 5, 7, 9);
     test_layout(&p, 2, 13, 11, 40);
 
     test_optim(&p, 10007);
+    test_clip(&p, 10007, 0.05); /* clipped */
+    test_clip(&p, 300001, 1e9); /* not clipped: many blocks, the gradient untouched */
+    test_clip(&p, 1, 1e-3);     /* one element */
 
     test_synthetic(&p, 64, 28, 28, 1, 10, 0);
     test_synthetic(&p, 5, 13, 11, 3, 37, 12345); /* several class passes, a partial last draw */
