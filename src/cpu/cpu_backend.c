@@ -220,6 +220,15 @@ static const mgt_ops cpu_ops = {
     .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
     .optim_step = mgt_cpu_optim_step,
+    .add2 = mgt_cpu_add2,
+    .copy_cols = mgt_cpu_copy_cols,
+    .pad_fwd = mgt_cpu_pad_fwd,
+    .pad_bwd = mgt_cpu_pad_bwd,
+    .gap_fwd = mgt_cpu_gap_fwd,
+    .gap_bwd = mgt_cpu_gap_bwd,
+    .dwconv_scratch = mgt_cpu_dwconv_scratch,
+    .dwconv_fwd = mgt_cpu_dwconv_fwd,
+    .dwconv_bwd = mgt_cpu_dwconv_bwd,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

@@ -1,5 +1,8 @@
-/* cpu_pool.c: max and average pooling over NHWC activations, valid windows only (no padding):
- * output (oy, ox) sees input rows oy*stride .. oy*stride+size-1 and the same for columns.
+/* cpu_pool.c: max and average pooling over NHWC activations. Output (oy, ox) sees input rows
+ * oy*stride - pad_top .. + size - 1 and the same for columns; window positions outside the input
+ * are left out (with no padding every window is whole: Keras' "valid"; with TensorFlow's "same"
+ * padding the border windows are smaller: the maximum of the values there, their average over
+ * their count).
  *
  * Every loop keeps the channel index innermost, so each window position is one contiguous
  * c-vector read and the per-channel work vectorises. Max pooling stores, for each output, the
@@ -15,23 +18,36 @@ static size_t pool_in_count(const mgt_pool_shape *s) {
     return (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * s->c;
 }
 
+/* The part of output (oy, ox)'s window inside the input: rows y0..y1-1, columns x0..x1-1. */
+typedef struct {
+    int y0, y1, x0, x1;
+} pool_win;
+
+static pool_win window_of(const mgt_pool_shape *s, int oy, int ox) {
+    const int iy = oy * s->stride - s->pad_top, ix = ox * s->stride - s->pad_left;
+    pool_win w = {iy < 0 ? 0 : iy, iy + s->size, ix < 0 ? 0 : ix, ix + s->size};
+    w.y1 = w.y1 > s->h ? s->h : w.y1;
+    w.x1 = w.x1 > s->w ? s->w : w.x1;
+    return w;
+}
+
 MGT_SIMD
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
                          int32_t *argmax) {
     (void)be;
-    const int c = s->c, size = s->size;
+    const int c = s->c;
     for (int smp = 0; smp < s->n; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 const size_t o = (((size_t)smp * s->oh + oy) * s->ow + ox) * c;
                 float *restrict yo = y + o;
                 int32_t *restrict ao = argmax + o;
-                const int iy0 = oy * s->stride, ix0 = ox * s->stride;
-                for (int i = 0; i < size; i++)
-                    for (int j = 0; j < size; j++) {
-                        const size_t in = (((size_t)smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                const pool_win win = window_of(s, oy, ox);
+                for (int iy = win.y0; iy < win.y1; iy++)
+                    for (int ix = win.x0; ix < win.x1; ix++) {
+                        const size_t in = (((size_t)smp * s->h + iy) * s->w + ix) * c;
                         const float *restrict xp = x + in;
-                        if (i == 0 && j == 0) {
+                        if (iy == win.y0 && ix == win.x0) {
                             for (int ch = 0; ch < c; ch++) {
                                 yo[ch] = xp[ch];
                                 ao[ch] = (int32_t)(in + ch);
@@ -61,22 +77,23 @@ void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
         dx[argmax[o]] += dy[o];
 }
 
+/* The divisor is the window's count of input positions: size * size for a whole window, so
+ * valid pooling multiplies by the same 1 / (size * size) it always did. */
 MGT_SIMD
 void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
     (void)be;
-    const int c = s->c, size = s->size;
-    const float inv = 1.0f / (float)(size * size);
+    const int c = s->c;
     for (int smp = 0; smp < s->n; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 float *restrict yo = y + (((size_t)smp * s->oh + oy) * s->ow + ox) * c;
-                const int iy0 = oy * s->stride, ix0 = ox * s->stride;
+                const pool_win win = window_of(s, oy, ox);
+                const float inv = 1.0f / (float)((win.y1 - win.y0) * (win.x1 - win.x0));
                 for (int ch = 0; ch < c; ch++)
                     yo[ch] = 0.0f;
-                for (int i = 0; i < size; i++)
-                    for (int j = 0; j < size; j++) {
-                        const float *restrict xp =
-                            x + (((size_t)smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                for (int iy = win.y0; iy < win.y1; iy++)
+                    for (int ix = win.x0; ix < win.x1; ix++) {
+                        const float *restrict xp = x + (((size_t)smp * s->h + iy) * s->w + ix) * c;
                         for (int ch = 0; ch < c; ch++)
                             yo[ch] += xp[ch];
                     }
@@ -90,8 +107,7 @@ void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
     (void)be;
     if (!dx)
         return;
-    const int c = s->c, size = s->size;
-    const float inv = 1.0f / (float)(size * size);
+    const int c = s->c;
     const size_t nin = pool_in_count(s);
     if (nin)
         memset(dx, 0, sizeof(float) * nin);
@@ -99,11 +115,11 @@ void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 const float *restrict go = dy + (((size_t)smp * s->oh + oy) * s->ow + ox) * c;
-                const int iy0 = oy * s->stride, ix0 = ox * s->stride;
-                for (int i = 0; i < size; i++)
-                    for (int j = 0; j < size; j++) {
-                        float *restrict xp =
-                            dx + (((size_t)smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                const pool_win win = window_of(s, oy, ox);
+                const float inv = 1.0f / (float)((win.y1 - win.y0) * (win.x1 - win.x0));
+                for (int iy = win.y0; iy < win.y1; iy++)
+                    for (int ix = win.x0; ix < win.x1; ix++) {
+                        float *restrict xp = dx + (((size_t)smp * s->h + iy) * s->w + ix) * c;
                         for (int ch = 0; ch < c; ch++)
                             xp[ch] += go[ch] * inv;
                     }
