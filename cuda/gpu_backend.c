@@ -394,6 +394,15 @@ static const mgt_ops gpu_ops = {
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
     .optim_step = mgt_gpu_optim_step,
+    .add2 = mgt_gpu_add2,
+    .copy_cols = mgt_gpu_copy_cols,
+    .pad_fwd = mgt_gpu_pad_fwd,
+    .pad_bwd = mgt_gpu_pad_bwd,
+    .gap_fwd = mgt_gpu_gap_fwd,
+    .gap_bwd = mgt_gpu_gap_bwd,
+    .dwconv_scratch = mgt_gpu_dwconv_scratch,
+    .dwconv_fwd = mgt_gpu_dwconv_fwd,
+    .dwconv_bwd = mgt_gpu_dwconv_bwd,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */
