@@ -7,11 +7,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model.h"
 #include "runtime.h"
+#include "tensor_io.h"
 
 void mgt_fault_init(mgt_fault *f, int rank) {
     memset(f, 0, sizeof *f);
     f->rank = rank;
+    const char *d = getenv("MGT_DUMP_GRADIENTS");
+    f->dump_gradients = rank == 0 && d && *d ? d : NULL;
     const char *v = getenv("MGT_FAULT");
     if (!v)
         return;
@@ -51,4 +55,32 @@ void mgt_fault_poison(const mgt_fault *f, int64_t step, float *x, size_t count) 
 
 int mgt_fault_host_batches(const mgt_fault *f) {
     return f->kind == MGT_FAULT_NAN;
+}
+
+void mgt_fault_dump_gradients(const mgt_fault *f, const mgt_model *m, int64_t step) {
+    if (!f->dump_gradients)
+        return;
+    mgt_backend *be = m->be;
+    float *g = malloc(sizeof(float) * (m->param_count + 1));
+    mgt_tensor_entry *t = calloc((size_t)m->nparams + 1, sizeof *t);
+    if (!g || !t)
+        mgt_die("out of host memory for the gradient dump");
+    be->ops->to_host(be, g, m->g, sizeof(float) * m->param_count);
+    for (int i = 0; i < m->nparams; i++) {
+        const mgt_param *p = &m->params[i];
+        snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
+        t[i].ndim = p->ndim;
+        memcpy(t[i].shape, p->shape, sizeof t[i].shape);
+        t[i].data = g + p->offset;
+    }
+    mgt_meta_entry meta[2];
+    snprintf(meta[0].key, sizeof meta[0].key, "format");
+    snprintf(meta[0].value, sizeof meta[0].value, "mgtrain-gradient-sum");
+    snprintf(meta[1].key, sizeof meta[1].key, "step");
+    snprintf(meta[1].value, sizeof meta[1].value, "%lld", (long long)step);
+    mgt_err e;
+    if (mgt_safetensors_write(f->dump_gradients, t, m->nparams, meta, 2, &e) < 0)
+        mgt_die("MGT_DUMP_GRADIENTS: %s", e.msg);
+    free(g);
+    free(t);
 }

@@ -113,6 +113,8 @@ static void train_step(fit *f) {
     /* The one collective of the step: gradient sums and the step's loss/accuracy sums. */
     mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
     mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+    if (f->res->steps == 0)
+        mgt_fault_dump_gradients(env->fault, m, pos->step);
 
     /* Metrics stay in backend memory until they are read (metrics_due). */
     be->ops->add(be, 2, m->sums, f->acc);

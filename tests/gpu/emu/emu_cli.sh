@@ -14,34 +14,55 @@ emu() { # emu GPUS NP ARGS...
     "$MGT_BIN" "$@"
 }
 
-# 1. One emulated GPU against the CPU backend: the same run, the same weights (the batches are
-#    generated on the device here, the host there).
-out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --out "$T/g1" 2>&1)
+# The smooth ConvNet of tests/cli/smooth.cfg for the comparisons of numbers (the GPU and the
+# CPU, or 1 and 2 GPUs, round their sums differently), with RMSprop; direct convolutions on the
+# CPU (the emulated cuDNN sums in double).
+sed -e 's/^optimizer = sgd/optimizer = rmsprop/' -e 's/^learning_rate = .*/learning_rate = 0.001/' \
+  -e 's/^batch_size = .*/batch_size = 96/' "$MGT_SRC/tests/cli/smooth.cfg" >"$T/smooth.cfg"
+# addends per gradient element (tests/tools/gradcmp.py): 96 samples, times 26x26 output pixels
+# for conv1 and 12x12 for conv2 and the BatchNorm
+K=(conv1=$((96 * 26 * 26)) conv2=$((96 * 144)) bn=$((96 * 144)) fc=96)
+GRADCMP=(/usr/bin/python3 "$MGT_SRC/tests/tools/gradcmp.py")
+
+# 1. One emulated GPU against the CPU backend (the batches are generated on the device here, the
+#    host there): the first step's gradient sums within float32 rounding of a sum, and the
+#    weights after 8 RMSprop steps to 1e-5 (the per-step agreement, 2 u sqrt(K) <= 1.3e-5 of the
+#    gradient, scaled by RMSprop's bounded step of about lr = 1e-3 per step: differences of
+#    ~1e-7 of the weights per step, 1e-5 allowing for their growth over 8 steps).
+out=$(MGT_DUMP_GRADIENTS=$T/g1.st emu 1 1 train --model "$T/smooth.cfg" "${run[@]}" --out "$T/g1" 2>&1)
 echo "$out" | tail -4
 grep -q "backend gpu, transport mpi" <<<"$out" && ok "one rank trains on the emulated GPU" \
   || bad "one rank on the emulated GPU: $(tail -3 <<<"$out")"
-"$MGT_CPU_BIN" train --model "$SMALL" "${run[@]}" --device cpu --out "$T/c1" >/dev/null 2>&1
-same "GPU and CPU weights after 8 steps (ConvNet, batchnorm, dropout, RMSprop)" \
-  "$T/g1/weights.safetensors" "$T/c1/weights.safetensors" 1e-4
+MGT_DUMP_GRADIENTS=$T/c1.st "$MGT_CPU_BIN" train --model "$T/smooth.cfg" "${run[@]}" --device cpu \
+  --out "$T/c1" >/dev/null 2>&1
+out=$("${GRADCMP[@]}" "$T/c1.st" "$T/g1.st" "${K[@]}" 2>&1) \
+  && ok "GPU and CPU: one step's gradients (ConvNet, batchnorm, dropout) within rounding" \
+  || { bad "GPU and CPU: one step's gradients"; echo "$out"; }
+same "GPU and CPU weights after 8 RMSprop steps" "$T/g1/weights.safetensors" \
+  "$T/c1/weights.safetensors" 1e-5
 
-# 2. Two ranks on two GPUs over NCCL: the same weights as one rank.
-out=$(emu 2 2 train --model "$SMALL" "${run[@]}" --out "$T/g2" 2>&1)
+# 2. Two ranks on two GPUs over NCCL: the same gradients and weights as one rank.
+out=$(MGT_DUMP_GRADIENTS=$T/g2.st emu 2 2 train --model "$T/smooth.cfg" "${run[@]}" --out "$T/g2" 2>&1)
 grep -q "backend gpu, transport nccl" <<<"$out" && ok "two ranks use the NCCL transport" \
   || bad "two ranks: $(tail -5 <<<"$out")"
 grep -q "rank 1: .*local rank 1, GPU 1: Emulated GPU 1, PCI 00000000:19:00.0" <<<"$out" \
   && ok "the start-up block shows each rank's GPU and bus id" \
   || bad "start-up block: $(grep -i 'gpu' <<<"$out" | head -4)"
-same "2 ranks (NCCL) against 1 rank" "$T/g2/weights.safetensors" "$T/g1/weights.safetensors" 1e-5
+out=$("${GRADCMP[@]}" "$T/g1.st" "$T/g2.st" "${K[@]}" 2>&1) \
+  && ok "2 ranks (NCCL) against 1 rank: one step's gradients within rounding" \
+  || { bad "2 ranks (NCCL) against 1 rank: one step's gradients"; echo "$out"; }
+same "2 ranks (NCCL) against 1 rank: weights after 8 steps" "$T/g2/weights.safetensors" \
+  "$T/g1/weights.safetensors" 1e-5
 
 # 3. The staged MPI transport gives the same result.
-out=$(emu 2 2 train --model "$SMALL" "${run[@]}" --transport mpi --out "$T/g2m" 2>&1)
+out=$(emu 2 2 train --model "$T/smooth.cfg" "${run[@]}" --transport mpi --out "$T/g2m" 2>&1)
 grep -q "transport mpi-staged" <<<"$out" && ok "--transport mpi on GPUs stages through the host" \
   || bad "--transport mpi: $(tail -5 <<<"$out")"
 same "2 ranks (staged MPI) against 2 ranks (NCCL)" "$T/g2m/weights.safetensors" \
   "$T/g2/weights.safetensors" 1e-6
 
 # 4. --transport nccl on one rank runs the all-reduce (timed by --profile), same weights.
-out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --transport nccl --profile --out "$T/g1n" 2>&1)
+out=$(emu 1 1 train --model "$T/smooth.cfg" "${run[@]}" --transport nccl --profile --out "$T/g1n" 2>&1)
 grep -q "transport nccl" <<<"$out" && grep -q "^Profile" <<<"$out" \
   && ok "--transport nccl on one rank, with the device-timed profile" \
   || bad "--transport nccl, one rank: $(tail -5 <<<"$out")"
@@ -52,12 +73,17 @@ same "one rank with the NCCL all-reduce against without" "$T/g1n/weights.safeten
 #    kept there, and (--device-data off) gathered on the host into pinned buffers and copied.
 if [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ubyte" ]; then
   mlp=(--data "$DATA" --batch-size 128 --max-steps 12 --verbose 2 --no-validation)
-  emu 2 2 train "${mlp[@]}" --out "$T/r2" >/dev/null 2>&1
+  MGT_DUMP_GRADIENTS=$T/r2.st emu 2 2 train "${mlp[@]}" --out "$T/r2" >/dev/null 2>&1
   emu 2 2 train "${mlp[@]}" --device-data off --out "$T/r2h" >/dev/null 2>&1
-  "$MGT_CPU_BIN" train "${mlp[@]}" --device cpu --out "$T/rc" >/dev/null 2>&1
-  same "Fashion-MNIST MLP, 2 emulated GPUs (data on the GPUs) against the CPU" \
-    "$T/r2/weights.safetensors" "$T/rc/weights.safetensors" 1e-4
-  same "... and with the batches copied from the host" "$T/r2h/weights.safetensors" \
+  MGT_DUMP_GRADIENTS=$T/rc.st "$MGT_CPU_BIN" train "${mlp[@]}" --device cpu --out "$T/rc" >/dev/null 2>&1
+  # The first step's gradients, 128 addends each: from the same weights and data the two
+  # forward passes differ by rounding only, and a ReLU gate flips only where a pre-activation
+  # lies within that rounding (~1e-7 of its scale) of zero: for these 64K gates, odds well
+  # under 1% (an all-zero input row, which gives exact zeros, cannot occur in a dense layer).
+  out=$("${GRADCMP[@]}" "$T/rc.st" "$T/r2.st" dense_=128 2>&1) \
+    && ok "Fashion-MNIST MLP, 2 emulated GPUs (data on the GPUs) against the CPU: one step's gradients within rounding" \
+    || { bad "Fashion-MNIST MLP on 2 emulated GPUs against the CPU"; echo "$out"; }
+  same "... and with the batches copied from the host: the same 12 steps" "$T/r2h/weights.safetensors" \
     "$T/r2/weights.safetensors" 0
 fi
 
