@@ -396,8 +396,10 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
             return -1;
     }
     if (scratch && o->reserve(be, scratch) < 0)
-        return mgt_errf(err, "out of %s memory: %zu bytes of convolution workspace; try a "
-                        "smaller batch per rank", o->name, scratch);
+        return mgt_errf(err,
+                        "out of %s memory: %zu bytes of convolution workspace; try a "
+                        "smaller batch per rank",
+                        o->name, scratch);
     return 0;
 }
 
@@ -448,20 +450,23 @@ static const float *input_of(const mgt_model *m, const mgt_step *s, int j) {
     return j < 0 ? s->in.x : m->layers[j].y;
 }
 
-float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
-    for (int i = 0; i < m->nlayers; i++) {
-        mgt_layer *l = &m->layers[i];
-        if (l->type->merge) {
-            const float *x[MGT_MAX_INPUTS];
-            for (int k = 0; k < l->ninputs; k++)
-                x[k] = input_of(m, s, l->inputs[k]);
-            l->type->forward_n(m, l, s, x, l->y);
-        } else {
-            l->type->forward(m, l, s, input_of(m, s, l->inputs[0]), l->y);
-        }
-        if (l->act != MGT_ACT_NONE && !l->fused_act)
-            s->be->ops->act_fwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y);
+void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s) {
+    mgt_layer *l = &m->layers[i];
+    if (l->type->merge) {
+        const float *x[MGT_MAX_INPUTS];
+        for (int k = 0; k < l->ninputs; k++)
+            x[k] = input_of(m, s, l->inputs[k]);
+        l->type->forward_n(m, l, s, x, l->y);
+    } else {
+        l->type->forward(m, l, s, input_of(m, s, l->inputs[0]), l->y);
     }
+    if (l->act != MGT_ACT_NONE && !l->fused_act)
+        s->be->ops->act_fwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y);
+}
+
+float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
+    for (int i = 0; i < m->nlayers; i++)
+        mgt_model_layer_forward(m, i, s);
     return m->layers[m->nlayers - 1].y;
 }
 
@@ -506,7 +511,17 @@ static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
         o->add(s->be, (size_t)s->n * (size_t)mgt_shape_elems(l->in), m->grad_acc, dx);
 }
 
-void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
+int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s) {
+    mgt_layer *l = &m->layers[i];
+    if (!m->needs_grad[i])
+        return 0;
+    layer_backward(m, l, s);
+    if (s->grads_ready && l->param[0] >= 0)
+        grads_ready(m, l, s);
+    return 1;
+}
+
+void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     const mgt_ops *o = s->be->ops;
     mgt_layer *last = &m->layers[m->nlayers - 1];
     int k = m->classes;
@@ -518,19 +533,17 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
         o->xent_sparse(s->be, s->n, k, last->y, s->in.labels, probs, dlogits, 1.0f, m->sums);
     else
         o->xent_dense(s->be, s->n, k, last->y, s->in.targets, probs, dlogits, 1.0f, m->sums);
+}
+
+void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
+    mgt_model_loss(m, s, backward);
     if (!backward)
         return;
     /* File order is an order of computation, so its reverse runs every consumer of a tensor
      * before the layer that made it. Layers with no parameters at or above them are skipped:
      * no gradient reaches anything that needs it. */
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        mgt_layer *l = &m->layers[i];
-        if (!m->needs_grad[i])
-            continue;
-        layer_backward(m, l, s);
-        if (s->grads_ready && l->param[0] >= 0)
-            grads_ready(m, l, s);
-    }
+    for (int i = m->nlayers - 1; i >= 0; i--)
+        mgt_model_layer_backward(m, i, s);
 }
 
 void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out) {
@@ -656,13 +669,14 @@ int mgt_model_weights_entries(const mgt_model *m, const float *w, const float *b
     return n;
 }
 
-static int take(const mgt_param *p, const mgt_safetensors *st, const char *path,
-                const char *model, float *dst, mgt_err *err) {
+static int take(const mgt_param *p, const mgt_safetensors *st, const char *path, const char *model,
+                float *dst, mgt_err *err) {
     const mgt_tensor_entry *e = mgt_safetensors_find(st, p->name);
     if (!e)
-        return mgt_errf(err, "%s has no tensor '%s', which model %s needs: it was saved from "
-                        "another model; pass weights saved from this model file", path, p->name,
-                        model);
+        return mgt_errf(err,
+                        "%s has no tensor '%s', which model %s needs: it was saved from "
+                        "another model; pass weights saved from this model file",
+                        path, p->name, model);
     int same = e->ndim == p->ndim;
     for (int i = 0; same && i < p->ndim; i++)
         same = e->shape[i] == p->shape[i];
@@ -674,8 +688,10 @@ static int take(const mgt_param *p, const mgt_safetensors *st, const char *path,
         for (int i = 0; i < p->ndim; i++)
             snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? "," : "",
                      (long long)p->shape[i]);
-        return mgt_errf(err, "%s: tensor '%s' has shape [%s] but model %s needs [%s]; the "
-                        "weights come from a different model file", path, p->name, a, model, b);
+        return mgt_errf(err,
+                        "%s: tensor '%s' has shape [%s] but model %s needs [%s]; the "
+                        "weights come from a different model file",
+                        path, p->name, a, model, b);
     }
     memcpy(dst + p->offset, e->data, p->count * sizeof(float));
     return 0;
@@ -701,8 +717,10 @@ int mgt_model_take_weights(const mgt_model *m, const mgt_safetensors *st, const 
         for (int j = 0; j < m->nbuffers && !known; j++)
             known = !strcmp(m->buffers[j].name, name);
         if (!known)
-            return mgt_errf(err, "%s holds tensor '%s', which model %s does not have: the "
-                            "weights come from a different model file", path, name, m->name);
+            return mgt_errf(err,
+                            "%s holds tensor '%s', which model %s does not have: the "
+                            "weights come from a different model file",
+                            path, name, m->name);
     }
     return 0;
 }

@@ -281,6 +281,13 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s);
 /* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also
  * back-propagates, writing the SUM over the rows of per-sample gradients into m->g. */
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward);
+/* The same passes one piece at a time (bench/layer_times.c times them): layer i's forward with
+ * its activation; the loss alone (and the logits' gradient when backward is set); layer i's
+ * backward, which returns 0 and does nothing where no gradient is needed at or below it. Run the
+ * layers forward in file order and backward in reverse. */
+void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s);
+void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward);
+int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s);
 /* Applies the final softmax where it was fused into the loss (predict without labels). */
 void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out);
 
