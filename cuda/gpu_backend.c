@@ -410,6 +410,15 @@ static const mgt_ops gpu_ops = {
     .optim_step = mgt_gpu_optim_step,
     .clip_value = mgt_gpu_clip_value,
     .clip_norm = mgt_gpu_clip_norm,
+    .add2 = mgt_gpu_add2,
+    .copy_cols = mgt_gpu_copy_cols,
+    .pad_fwd = mgt_gpu_pad_fwd,
+    .pad_bwd = mgt_gpu_pad_bwd,
+    .gap_fwd = mgt_gpu_gap_fwd,
+    .gap_bwd = mgt_gpu_gap_bwd,
+    .dwconv_scratch = mgt_gpu_dwconv_scratch,
+    .dwconv_fwd = mgt_gpu_dwconv_fwd,
+    .dwconv_bwd = mgt_gpu_dwconv_bwd,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */

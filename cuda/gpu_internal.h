@@ -11,6 +11,8 @@
  *   gpu_layout.cu   batched transposes (flatten, filters), explicit padding and its adjoint;
  *   gpu_reduce.cu   deterministic column sums (biases, batchnorm statistics and gradients);
  *   gpu_pool.cu     max and average pooling;
+ *   gpu_graph.cu    what graph models add: residual sums, concatenation, zero padding, global
+ *                   average pooling; gpu_depthwise.cu: depthwise convolution (own kernels);
  *   gpu_norm.cu     batch normalisation;
  *   gpu_elem.cu     activations (softmax included), dropout, y += x, the device RNG's twins;
  *   gpu_xent.cu     fused softmax + cross-entropy;
@@ -138,6 +140,7 @@ int mgt_gpu_rank(void);
 #include "gpu_data.h"
 #include "gpu_dense.h"
 #include "gpu_elem.h"
+#include "gpu_graph.h"
 #include "gpu_layout.h"
 #include "gpu_norm.h"
 #include "gpu_optim.h"

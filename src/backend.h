@@ -41,12 +41,22 @@ typedef struct mgt_conv_shape {
     mgt_conv_algo algo;    /* zero (AUTO) unless the layer or --conv-algo says otherwise */
 } mgt_conv_shape;
 
-/* Geometry of one pooling window (NHWC, no padding). */
+/* Geometry of one pooling window (NHWC). Output (oy, ox) sees input rows oy*stride - pad_top ..
+ * + size - 1 and the same for columns; positions outside the input are left out of the window
+ * (TensorFlow's "same" pooling: a maximum over the real values, an average divided by their
+ * count). pad_top = pad_left = 0 and oh, ow that fit: valid windows. */
 typedef struct mgt_pool_shape {
     int n, h, w, c;
     int size, stride;
     int oh, ow;
+    int pad_top, pad_left;
 } mgt_pool_shape;
+
+/* Zero padding of an NHWC tensor: [n][h][w][c] -> [n][h + top + bottom][w + left + right][c]. */
+typedef struct mgt_pad_shape {
+    int n, h, w, c;
+    int top, bottom, left, right;
+} mgt_pad_shape;
 
 typedef struct mgt_ops mgt_ops;
 
@@ -202,6 +212,33 @@ struct mgt_ops {
     /* Layout change for Flatten: NHWC sample -> C,H,W order (PyTorch's flatten) and back. */
     void (*nhwc_to_chw)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
     void (*chw_to_nhwc)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
+
+    /* ---- graph models: merges, padding, global pooling, depthwise convolution ---- */
+
+    /* y[i] = a[i] + b[i] for i < count; y may be a or b (a residual sum). */
+    void (*add2)(mgt_backend *be, size_t count, const float *a, const float *b, float *y);
+    /* A block of columns between two row-major matrices, for concatenation along the channels
+     * and its adjoint: for r < rows, j < width, dst[r * dst_ld + j] = src[r * src_ld + j], or
+     * += with accumulate. */
+    void (*copy_cols)(mgt_backend *be, size_t rows, int width, const float *src, int src_ld,
+                      float *dst, int dst_ld, int accumulate);
+    /* Zero padding (pad_fwd: x [n][h][w][c] into the middle of y, zeros around) and its adjoint
+     * (pad_bwd: dx = the middle of dy). */
+    void (*pad_fwd)(mgt_backend *be, const mgt_pad_shape *s, const float *x, float *y);
+    void (*pad_bwd)(mgt_backend *be, const mgt_pad_shape *s, const float *dy, float *dx);
+    /* Global average pooling: y[i][ch] = mean over the hw positions of x[i][.][ch] (sums in
+     * double); backward dx[i][p][ch] = dy[i][ch] / hw. */
+    void (*gap_fwd)(mgt_backend *be, int n, int hw, int c, const float *x, float *y);
+    void (*gap_bwd)(mgt_backend *be, int n, int hw, int c, const float *dy, float *dx);
+    /* Depthwise convolution, depth multiplier 1 (s->oc == s->c): each channel with its own
+     * kh x kw filter, weights [c][1][kh][kw] (PyTorch's Conv2d with groups = c), bias [c] or
+     * NULL. Padding and stride as for conv2d. dwconv_scratch: bytes of scratch (reserve) the
+     * two passes need on this backend. */
+    size_t (*dwconv_scratch)(mgt_backend *be, const mgt_conv_shape *s);
+    void (*dwconv_fwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                       const float *b, float *y);
+    void (*dwconv_bwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db);
 
     /* One step of optimizer `kind` over a whole flat arena of `count` floats: its rule
      * (cpu/optim_math.h) on every element of w, with the state slots[0 .. MGT_OPT_MAX_SLOTS)

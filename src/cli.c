@@ -82,6 +82,8 @@ static const flag flags[] = {
     {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
      "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
      "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
+    {"input-shape", "H,W,C", C_ALL, "[input] shape",
+     "build the model for inputs of this shape, e.g. 224,224,3 (every layer's shape follows)"},
     {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
      "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
      "through host memory"},
@@ -356,6 +358,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "gpus")) o->gpus = v;
     else if (!strcmp(n, "tf32")) o->tf32 = 1;
     else if (!strcmp(n, "conv-algo")) o->conv_algo = v;
+    else if (!strcmp(n, "input-shape")) o->input_shape = v;
     else if (!strcmp(n, "transport")) o->transport = v;
     else if (!strcmp(n, "device-data")) {
         if (strcmp(v, "auto") && strcmp(v, "off"))

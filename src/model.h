@@ -1,12 +1,21 @@
-/* model.h: a model file becomes a list of layers over two flat arenas.
+/* model.h: a model file becomes a graph of layers over two flat arenas.
  *
- * The model file is INI: [input], one section per layer in order, then [train]. Every trainable
- * tensor lives in ONE parameter arena and its gradient at the same offset in ONE gradient arena,
- * so an optimizer step is one call and the gradient all-reduce is one collective. Non-trainable
- * state (batchnorm running statistics) lives in a third arena. Tensors are in PyTorch's layouts
- * and named <layer>.weight, <layer>.bias, <layer>.running_mean, <layer>.running_var.
+ * The model file is INI: [input], one section per layer, then [train]. A layer takes the
+ * previous layer's output unless it names its inputs (input = NAME, inputs = A, B: layers above
+ * it, or "input" for the model's input), so the file order is an order of computation and the
+ * graph has no cycles by construction; the last layer is the output. Merge layers ([add],
+ * [concat]) take two or more inputs. Every trainable tensor lives in ONE parameter arena and its
+ * gradient at the same offset in ONE gradient arena, so an optimizer step is one call and the
+ * gradient all-reduce is one collective. Non-trainable state (batchnorm running statistics) lives
+ * in a third arena. Tensors are in PyTorch's layouts and named <layer>.weight, <layer>.bias,
+ * <layer>.running_mean, <layer>.running_var (a separable convolution: <layer>.depthwise.weight,
+ * <layer>.pointwise.weight, <layer>.pointwise.bias).
  *
- * Activations are NHWC, allocated once for the largest local batch when the model is built. */
+ * Activations are NHWC, in one arena allocated for the largest local batch when the model is
+ * built. A planner (mgt_model_plan) places every activation, every gradient of an activation and
+ * every layer's temporary tensor at an offset of that arena for the span of the step in which it
+ * is needed (forward, and backward where backward reads it), so memory a later layer no longer
+ * needs is used again. */
 #ifndef MGT_MODEL_H
 #define MGT_MODEL_H
 
@@ -105,10 +114,14 @@ typedef struct mgt_step {
     void *grads_ctx;
 } mgt_step;
 
+/* What a layer type's backward reads of its forward pass (the planner keeps those alive). */
+enum { MGT_BWD_READS_X = 1 };
+
 /* A layer type: one file in layers/, one line in layers/registry.c. */
 typedef struct mgt_layer_type {
     const char *name;        /* the section name */
-    const char *const *keys;     /* accepted keys besides "name" (and "activation" if has_act) */
+    /* accepted keys besides "name", "input"/"inputs" (and "activation" if has_act) */
+    const char *const *keys;
     const char *const *required; /* keys that must be given (NULL: none) */
     int has_act;                 /* accepts activation = */
     void (*defaults)(mgt_layer *l); /* default settings before the section's keys, may be NULL */
@@ -125,6 +138,25 @@ typedef struct mgt_layer_type {
                      const float *y, float *dy, float *dx);
     size_t (*scratch)(mgt_backend *be, const mgt_layer *l, int max_batch); /* may be NULL */
     void (*release)(mgt_model *m, mgt_layer *l);          /* may be NULL */
+    /* MGT_BWD_READS_X when backward reads its input x (the planner keeps x until then). A
+     * layer's own output y is kept for backward only where its activation needs it. */
+    int bwd_reads;
+    /* The output may take the input's memory (an elementwise op whose backward reads neither x
+     * nor y): the planner lets it where nothing else needs the input afterwards. */
+    int inplace;
+    /* Per-sample floats of layer-private memory the planner places: `saved` lives from the
+     * layer's forward to its backward (l->saved), `work` during its backward only (l->work).
+     * May be NULL. */
+    void (*temps)(const mgt_layer *l, size_t *saved, size_t *work);
+    /* Merge layers (two or more inputs: inputs = a, b, ...) have these instead of forward and
+     * backward, with one x and one dx per input. dx[k] is NULL where input k needs no gradient;
+     * accumulate[k] says to add to dx[k] instead of overwriting it (the input already holds the
+     * gradient from another of its consumers). */
+    int merge;
+    void (*forward_n)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *const *x,
+                      float *y);
+    void (*backward_n)(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy, float *const *dx,
+                       const int *accumulate);
 } mgt_layer_type;
 
 /* The registry (layers/registry.c). */
@@ -159,8 +191,9 @@ const char *mgt_loss_name(mgt_loss l);
 typedef struct mgt_layer_cfg {
     int units;                   /* dense */
     int filters, kernel, kernel_w, stride; /* conv2d; pool: kernel = size */
-    int same;                    /* conv2d padding */
+    int same;                              /* conv2d, pool padding */
     int bias;                    /* dense, conv2d */
+    int pad[4];                  /* zeropad: top, bottom, left, right */
     float rate;                  /* dropout */
     float momentum, epsilon;     /* batchnorm */
     int sync;                    /* batchnorm: global statistics */
@@ -169,20 +202,45 @@ typedef struct mgt_layer_cfg {
     mgt_conv_algo algo;          /* conv2d: algo = auto|direct|winograd */
 } mgt_layer_cfg;
 
+enum { MGT_MAX_INPUTS = 16 };
+
 struct mgt_layer {
     const mgt_layer_type *type;
     char name[64];
     int index;  /* 0-based position */
     int line;   /* section header line in the model file */
-    mgt_shape in, out;
+    mgt_shape in, out; /* in: the first input's shape */
+    /* The layers whose outputs this one takes (-1: the model's input), in the order given. */
+    int ninputs;
+    int inputs[MGT_MAX_INPUTS];
+    char inputs_text[256]; /* the input / inputs key as written ("" : the previous layer) */
+    int inputs_line;
+    int consumers; /* how many input slots of later layers take this one's output */
+    /* Bit k: backward adds input k's gradient to what a later consumer of the same tensor
+     * wrote (set by mgt_model_alloc). */
+    unsigned accumulate;
     mgt_act act;      /* applied after the layer's own op (activation = key) */
     int fused_act;    /* softmax left to the loss op (last layer, cross-entropy) */
     mgt_layer_cfg cfg;
     int param[4];     /* indices into m->params (-1: none) */
     int buffer[2];    /* indices into m->buffers */
-    float *y;         /* output activations [max_batch][out] */
-    void *state[4];   /* layer-private backend memory (argmax, mean, invstd, ...) */
+    float *y;         /* output activations [max_batch][out] (in the activation arena) */
+    float *saved, *work; /* the planner's layer-private memory (temps), or NULL */
+    void *state[4];      /* layer-private backend memory (mean, invstd, ...) */
 };
+
+/* The activation memory plan (mgt_model_plan): where each tensor lives in the arena. Blocks are
+ * the layers' outputs, the gradients of those outputs, the layers' saved and work tensors and
+ * one buffer for gradients a second consumer adds in; each has a life span in the step's
+ * timeline (layer i's forward at time i, the loss at L, layer i's backward at 2L - i). */
+typedef struct mgt_plan {
+    size_t *y, *dy, *saved, *work; /* per layer: byte offsets into the arena (SIZE_MAX: none) */
+    size_t acc;                    /* the accumulation buffer's offset (SIZE_MAX: none) */
+    int *y_from;                   /* per layer: the layer whose memory y shares (itself if none) */
+    size_t arena;                  /* bytes of the arena */
+    size_t unplanned;              /* bytes if every block had its own memory (share = 0) */
+    size_t live_peak;              /* the most bytes alive at one time: no plan needs less */
+} mgt_plan;
 
 struct mgt_model {
     char name[64];    /* from the file name: examples/mlp.cfg -> "mlp" */
@@ -196,6 +254,8 @@ struct mgt_model {
     int nparams, nbuffers;
     mgt_param *params, *buffers; /* grown as layers declare tensors; freed by mgt_model_free */
     int params_cap, buffers_cap;
+    int add_failed;        /* a declaration failed (the build then fails) */
+    int no_memory_sharing; /* set before mgt_model_alloc: plan with share = 0 (tests) */
     size_t param_count, buffer_count; /* floats */
 
     /* Backend memory, after mgt_model_alloc. */
@@ -206,14 +266,27 @@ struct mgt_model {
     int32_t *labels;     /* [max_batch] */
     float *targets;      /* one-hot targets for categorical CE */
     float *probs;        /* softmax when the last layer outputs logits */
-    float *grad[2];      /* ping-pong activation gradients */
     float *sums;         /* MGT_NSUMS step sums: inside the gradient arena, after it */
-    int first_trainable; /* layers up to this one need no input gradient */
+    float *act;          /* the activation arena (plan.arena bytes) */
+    float *grad_acc;     /* where a second consumer's input gradient goes before it is added */
+    mgt_plan plan;
+    float **dy;      /* per layer: the gradient of its output in the arena, or NULL */
+    int *needs_grad; /* per layer: its output's gradient is needed (params at or above it) */
 };
 
 /* Parses a model file (or, when text != NULL, that text under the name `path`). Every error names
  * file:line and the key. */
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err);
+/* --input-shape: replaces the [input] shape ("H,W,C") and builds the layers again, shapes and
+ * parameters; errors name the flag's value or the layer that no longer fits. */
+int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err);
+/* The shape of layer l's k-th input. */
+mgt_shape mgt_layer_input_shape(const mgt_model *m, const mgt_layer *l, int k);
+/* Plans the activation memory for local batches of `batch` (see mgt_plan); frees with
+ * mgt_plan_free. share = 0 gives every block its own memory and no layer works in place (the
+ * baseline the plan is measured against). -1 when out of host memory. */
+int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_err *err);
+void mgt_plan_free(mgt_plan *p);
 /* Declares a tensor (used by layers' build). Returns its index, or -1 with the message in err
  * when it is too large (MGT_MAX_TENSOR_ELEMS) or memory runs out. */
 int mgt_model_add_param(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
@@ -236,10 +309,18 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s);
 /* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also
  * back-propagates, writing the SUM over the rows of per-sample gradients into m->g. */
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward);
+/* The same passes one piece at a time (bench/layer_times.c times them): layer i's forward with
+ * its activation; the loss alone (and the logits' gradient when backward is set); layer i's
+ * backward, which returns 0 and does nothing where no gradient is needed at or below it. Run the
+ * layers forward in file order and backward in reverse. */
+void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s);
+void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward);
+int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s);
 /* Applies the final softmax where it was fused into the loss (predict without labels). */
 void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out);
 
-/* Prints the layer table (name, type, output shape, parameters) and totals. */
+/* Prints the layer table (name, type, output shape, parameters, inputs), the totals and the
+ * activation memory of one rank at the global batch, planned and unplanned. */
 void mgt_model_summary(const mgt_model *m, FILE *f);
 
 /* Weights file I/O in PyTorch layout/names: writes params and buffers from host arrays; reads and

@@ -134,6 +134,8 @@ static void load_model(session *s) {
     }
     if (o->conv_algo && mgt_conv2d_set_algo(&s->m, o->conv_algo, &e) < 0)
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
+    if (o->input_shape && mgt_model_set_input_shape(&s->m, o->input_shape, &e) < 0)
+        mgt_die_all("--input-shape %s: %s", o->input_shape, e.msg);
     mgt_train_cfg *t = &s->m.train;
     if (t->lr < 0)
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
@@ -374,6 +376,10 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
                                 s->m.train.accum_steps / r->seconds
                           : 0.0,
            mgt_now() - t_start, s->out);
+    /* Keras' "s/step": a large model's samples/s rounds to a few digits, its step time does not */
+    if (r->steps > 0)
+        printf("Step time: %.3f s (mean of %lld steps)\n", r->seconds / (double)r->steps,
+               (long long)r->steps);
 #ifdef MGT_HAVE_CUDA
     if (!strcmp(s->pl.be.ops->name, "gpu"))
         printf("Peak GPU memory: %.1f MiB on rank 0 (mgtrain's own allocations, the CUDA "

@@ -41,6 +41,7 @@ typedef struct mgt_options {
     const char *gpus;      /* "0,2,3": local rank i uses the i-th listed device (NULL: device i) */
     int tf32;              /* let cuDNN / cuBLAS use TF32 */
     const char *conv_algo; /* auto, direct, winograd for every conv2d layer (NULL: the file's) */
+    const char *input_shape; /* "H,W,C" instead of the file's [input] shape (NULL: the file's) */
     const char *transport; /* auto, nccl, mpi */
     int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */

@@ -117,4 +117,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 const mgt_layer_type mgt_layer_batchnorm = {
     .name = "batchnorm", .keys = keys, .defaults = defaults, .set = set, .build = build,
     .alloc = alloc, .forward = forward, .backward = backward, .release = release,
+    .bwd_reads = MGT_BWD_READS_X,
 };

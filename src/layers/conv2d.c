@@ -30,7 +30,7 @@ static int winograd_applies(const mgt_layer_cfg *c) {
     return c->kernel == 3 && c->kernel_w == 3 && c->stride == 1;
 }
 
-static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
+int mgt_conv_set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     mgt_layer_cfg *c = &l->cfg;
     if (!strcmp(key, "filters"))
         return mgt_set_pos_int(v, &c->filters, err);
@@ -138,5 +138,6 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float
 
 const mgt_layer_type mgt_layer_conv2d = {
     .name = "conv2d", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
-    .set = set, .build = build, .forward = forward, .backward = backward, .scratch = scratch,
+    .set = mgt_conv_set, .build = build, .forward = forward, .backward = backward,
+    .scratch = scratch, .bwd_reads = MGT_BWD_READS_X,
 };

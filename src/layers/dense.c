@@ -45,4 +45,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
+    .bwd_reads = MGT_BWD_READS_X,
 };

@@ -98,7 +98,7 @@ wide = ["[input]", "shape = 1,1,1"] + ["[activation]", "type = relu"] * 4097 + [
 open("many.cfg", "w").write("\n".join(wide) + "\n[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 8\n")
 PY
 s=$("$MGT_BIN" summary --model deep.cfg 2>&1)
-grep -q "dense_129 (dense) *(8) relu *72$" <<<"$s" && grep -q "dense_201 (dense) *(3) *27$" <<<"$s" && grep -q "Total params: 14,491" <<<"$s" \
+grep -qE "dense_129 \(dense\) *\(8\) relu *72( |$)" <<<"$s" && grep -qE "dense_201 \(dense\) *\(3\) *27( |$)" <<<"$s" && grep -q "Total params: 14,491" <<<"$s" \
   && ok "201 dense layers: every layer's parameters counted" || { bad "summary of 201 dense layers"; tail -5 <<<"$s"; }
 "$MGT_BIN" --model deep.cfg --data synthetic --max-steps 2 --verbose 0 --out deep >deep.log 2>&1 && [ -s deep/weights.safetensors ] \
   && ok "201 dense layers train" || { bad "201 dense layers do not train"; tail -5 deep.log; }

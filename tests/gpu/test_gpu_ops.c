@@ -250,7 +250,8 @@ static void test_conv(pair *p, const conv_case *k) {
 
 /* ---- pooling ---- */
 
-static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride) {
+/* same: TensorFlow's "same" padding (border windows leave out what is outside the input). */
+static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride, int same) {
     mgt_backend *cb = &p->cpu, *g = &p->gpu;
     mgt_pool_shape s = {.n = n,
                         .h = h,
@@ -260,9 +261,14 @@ static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride)
                         .stride = stride,
                         .oh = (h - size) / stride + 1,
                         .ow = (w - size) / stride + 1};
+    if (same) {
+        const mgt_conv_shape q = mgt_conv2d_geometry(n, h, w, c, c, size, size, stride, 1);
+        s.oh = q.oh, s.ow = q.ow, s.pad_top = q.pad_top, s.pad_left = q.pad_left;
+    }
     const size_t nx = (size_t)n * h * w * c, ny = (size_t)n * s.oh * s.ow * c;
     char what[128];
-    snprintf(what, sizeof what, "pool n=%d %dx%dx%d size %d stride %d", n, h, w, c, size, stride);
+    snprintf(what, sizeof what, "pool n=%d %dx%dx%d size %d stride %d%s", n, h, w, c, size, stride,
+             same ? " same" : "");
     float *x = hrand(nx, -1, 1), *dy = hrand(ny, -1, 1);
     float *y = hf(ny), *dx = hf(nx);
     int32_t *am = hbuf(ny * sizeof(int32_t));
@@ -280,10 +286,11 @@ static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride)
     float *gya = dnan(g, ny), *gdxa = dnan(g, nx);
     g->ops->avgpool_fwd(g, &s, gx, gya);
     g->ops->avgpool_bwd(g, &s, gdy, gdxa);
-    /* exact: y = sum of the window / size^2, dx = the sum of dy / size^2 over the windows that
-     * cover the element; with the sums of |terms|. The GPU sums size^2 terms (size^2 - 1
-     * additions) and scales by 1/size^2 rounded to float (two more roundings; backward scales
-     * each term first, then sums): gamma(size^2 + 1). */
+    /* exact: y = sum of the window / k, dx = the sum of dy / k over the windows that cover the
+     * element, k the window's inputs inside the image (size^2 without padding; "same" padding
+     * divides by the real inputs only); with the sums of |terms|. The GPU sums at most size^2
+     * terms and scales by 1/k rounded to float (two more roundings; backward scales each term
+     * first, then sums): gamma(size^2 + 1) bounds every window. */
     const double area = (double)size * size;
     double *ye = dbuf(ny), *yabs = dbuf(ny), *dxe = dbuf(nx), *dxabs = dbuf(nx);
     for (int i = 0; i < n; i++)
@@ -291,18 +298,123 @@ static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride)
             for (int ox = 0; ox < s.ow; ox++)
                 for (int ch = 0; ch < c; ch++) {
                     const size_t o = (((size_t)i * s.oh + oy) * s.ow + ox) * c + ch;
+                    const int y0 = oy * stride - s.pad_top, x0 = ox * stride - s.pad_left;
+                    int k = 0;
+                    for (int a = 0; a < size; a++)
+                        for (int b = 0; b < size; b++)
+                            k += y0 + a >= 0 && y0 + a < h && x0 + b >= 0 && x0 + b < w;
                     for (int a = 0; a < size; a++)
                         for (int b = 0; b < size; b++) {
+                            if (y0 + a < 0 || y0 + a >= h || x0 + b < 0 || x0 + b >= w)
+                                continue;
                             const size_t xi =
-                                (((size_t)i * h + oy * stride + a) * w + ox * stride + b) * c + ch;
-                            ye[o] += x[xi] / area;
-                            yabs[o] += fabs(x[xi]) / area;
-                            dxe[xi] += dy[o] / area;
-                            dxabs[xi] += fabs(dy[o]) / area;
+                                (((size_t)i * h + y0 + a) * w + x0 + b) * c + ch;
+                            ye[o] += x[xi] / k;
+                            yabs[o] += fabs(x[xi]) / k;
+                            dxe[xi] += dy[o] / k;
+                            dxabs[xi] += fabs(dy[o]) / k;
                         }
                 }
     expect_bound("avgpool_fwd", g, gya, ye, yabs, ny, area + 1.0);
     expect_bound("avgpool_bwd", g, gdxa, dxe, dxabs, nx, area + 1.0);
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- graph models: residual sums, concatenation, padding, global average pooling ---- */
+
+static void test_graph_ops(pair *p) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    printf("  graph ops\n");
+    const size_t n = 10007;
+    float *a = hrand(n, -1, 1), *b = hrand(n, -1, 1), *y = hf(n);
+    cb->ops->add2(cb, n, a, b, y);
+    float *ga = dput(g, a, n), *gb = dput(g, b, n), *gy = dnan(g, n);
+    g->ops->add2(g, n, ga, gb, gy);
+    expect_same("add2 (one rounding: the same bits)", g, gy, y, n * sizeof(float));
+    g->ops->add2(g, n, ga, gb, ga);
+    expect_same("add2 into its input", g, ga, y, n * sizeof(float));
+
+    /* concatenation of 3 and 5 channels into 8, and a slice back with accumulation */
+    const size_t rows = 333;
+    float *x0 = hrand(rows * 3, -1, 1), *x1 = hrand(rows * 5, -1, 1), *cat = hf(rows * 8);
+    cb->ops->copy_cols(cb, rows, 3, x0, 3, cat, 8, 0);
+    cb->ops->copy_cols(cb, rows, 5, x1, 5, cat + 3, 8, 0);
+    float *gx0 = dput(g, x0, rows * 3), *gx1 = dput(g, x1, rows * 5), *gcat = dnan(g, rows * 8);
+    g->ops->copy_cols(g, rows, 3, gx0, 3, gcat, 8, 0);
+    g->ops->copy_cols(g, rows, 5, gx1, 5, gcat + 3, 8, 0);
+    expect_same("copy_cols (concat)", g, gcat, cat, rows * 8 * sizeof(float));
+    float *acc = hrand(rows * 5, -1, 1), *gacc = dput(g, acc, rows * 5);
+    cb->ops->copy_cols(cb, rows, 5, cat + 3, 8, acc, 5, 1);
+    g->ops->copy_cols(g, rows, 5, gcat + 3, 8, gacc, 5, 1);
+    expect_same("copy_cols accumulate", g, gacc, acc, rows * 5 * sizeof(float));
+
+    /* zero padding and its adjoint */
+    const mgt_pad_shape ps = {3, 5, 7, 4, 3, 0, 1, 2};
+    const size_t nx = 3 * 5 * 7 * 4, ny = 3 * (5 + 3) * (7 + 3) * 4;
+    float *px = hrand(nx, -1, 1), *py = hf(ny), *pdy = hrand(ny, -1, 1), *pdx = hf(nx);
+    cb->ops->pad_fwd(cb, &ps, px, py);
+    cb->ops->pad_bwd(cb, &ps, pdy, pdx);
+    float *gpx = dput(g, px, nx), *gpy = dnan(g, ny), *gpdy = dput(g, pdy, ny);
+    float *gpdx = dnan(g, nx);
+    g->ops->pad_fwd(g, &ps, gpx, gpy);
+    g->ops->pad_bwd(g, &ps, gpdy, gpdx);
+    expect_same("pad_fwd", g, gpy, py, ny * sizeof(float));
+    expect_same("pad_bwd", g, gpdx, pdx, nx * sizeof(float));
+
+    /* global average pooling: double sums in the CPU's order, the same bits */
+    const int gn = 5, hw = 49, gc = 300;
+    float *gx = hrand((size_t)gn * hw * gc, -1, 1), *gout = hf((size_t)gn * gc);
+    float *gdy = hrand((size_t)gn * gc, -1, 1), *gdx = hf((size_t)gn * hw * gc);
+    cb->ops->gap_fwd(cb, gn, hw, gc, gx, gout);
+    cb->ops->gap_bwd(cb, gn, hw, gc, gdy, gdx);
+    float *dgx = dput(g, gx, (size_t)gn * hw * gc), *dgout = dnan(g, (size_t)gn * gc);
+    float *dgdy = dput(g, gdy, (size_t)gn * gc), *dgdx = dnan(g, (size_t)gn * hw * gc);
+    g->ops->gap_fwd(g, gn, hw, gc, dgx, dgout);
+    g->ops->gap_bwd(g, gn, hw, gc, dgdy, dgdx);
+    expect_same("gap_fwd", g, dgout, gout, (size_t)gn * gc * sizeof(float));
+    expect_same("gap_bwd", g, dgdx, gdx, (size_t)gn * hw * gc * sizeof(float));
+    dfree_all();
+    hfree_all();
+}
+
+/* ---- depthwise convolution: q = n, h, w, c, kh, kw, stride, same ---- */
+
+static void test_dwconv(pair *p, const int *q) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const mgt_conv_shape s =
+        mgt_conv2d_geometry(q[0], q[1], q[2], q[3], q[3], q[4], q[5], q[6], q[7]);
+    char what[128];
+    snprintf(what, sizeof what, "depthwise n=%d %dx%dx%d k=%dx%d s=%d pad=%d,%d", s.n, s.h, s.w,
+             s.c, s.kh, s.kw, s.stride, s.pad_top, s.pad_left);
+    printf("  %s\n", what);
+    const size_t nx = conv_nx(&s), ny = conv_ny(&s), nw = (size_t)s.c * s.kh * s.kw;
+    CHECK(cb->ops->reserve(cb, cb->ops->dwconv_scratch(cb, &s)) == 0, "%s: CPU reserve", what);
+    CHECK(g->ops->reserve(g, g->ops->dwconv_scratch(g, &s)) == 0, "%s: GPU reserve", what);
+    float *x = hrand(nx, -1, 1), *w = hrand(nw, -1, 1), *b = hrand((size_t)s.c, -1, 1);
+    float *dy = hrand(ny, -1, 1), *y = hf(ny), *dx = hf(nx), *dw = hf(nw), *db = hf((size_t)s.c);
+    cb->ops->dwconv_fwd(cb, &s, x, w, b, y);
+    cb->ops->dwconv_bwd(cb, &s, x, w, dy, dx, dw, db);
+    float *gx = dput(g, x, nx), *gw = dput(g, w, nw), *gb = dput(g, b, (size_t)s.c);
+    float *gdy = dput(g, dy, ny), *gy = dnan(g, ny), *gdx = dnan(g, nx), *gdw = dnan(g, nw);
+    float *gdb = dnan(g, (size_t)s.c);
+    g->ops->dwconv_fwd(g, &s, gx, gw, gb, gy);
+    g->ops->dwconv_bwd(g, &s, gx, gw, gdy, gdx, gdw, gdb);
+    expect_close(what, g, gy, y, ny, TOL);
+    expect_close("dwconv_bwd dx", g, gdx, dx, nx, TOL);
+    expect_close("dwconv_bwd dW", g, gdw, dw, nw, TOL);
+    expect_close("dwconv_bwd db", g, gdb, db, (size_t)s.c, TOL);
+    g->ops->dwconv_fwd(g, &s, gx, gw, NULL, gy); /* no bias */
+    cb->ops->dwconv_fwd(cb, &s, x, w, NULL, y);
+    expect_close("dwconv_fwd without bias", g, gy, y, ny, TOL);
+    float *first = dget(g, gdw, nw);
+    g->ops->dwconv_bwd(g, &s, gx, gw, gdy, NULL, gdw, NULL); /* dx, db NULL; deterministic */
+    expect_same("dwconv_bwd dW again (dx NULL): the same bits", g, gdw, first, nw * sizeof(float));
+    mgt_conv_shape s0 = s;
+    s0.n = 0;
+    g->ops->dwconv_bwd(g, &s0, gx, gw, gdy, NULL, gdw, gdb);
+    expect_same("dwconv_bwd n=0 dW zeros", g, gdw, hf(nw), nw * sizeof(float));
+    expect_same("dwconv_bwd n=0 db zeros", g, gdb, hf((size_t)s.c), (size_t)s.c * sizeof(float));
     dfree_all();
     hfree_all();
 }
@@ -829,9 +941,21 @@ int main(void) {
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
         test_conv(&p, &convs[i]);
 
-    test_pool(&p, 3, 8, 8, 5, 2, 2);
-    test_pool(&p, 2, 7, 7, 3, 3, 2); /* overlapping windows */
-    test_pool(&p, 2, 6, 6, 4, 3, 1);
+    test_pool(&p, 3, 8, 8, 5, 2, 2, 0);
+    test_pool(&p, 2, 7, 7, 3, 3, 2, 0); /* overlapping windows */
+    test_pool(&p, 2, 6, 6, 4, 3, 1, 0);
+    test_pool(&p, 2, 8, 8, 3, 3, 2, 1); /* same: pads the bottom/right only */
+    test_pool(&p, 2, 7, 6, 5, 3, 2, 1); /* same: pads both sides */
+    test_pool(&p, 1, 6, 6, 4, 3, 1, 1);
+
+    test_graph_ops(&p);
+    const int dws[][8] = {{2, 9, 9, 17, 3, 3, 2, 1},
+                          {3, 7, 6, 5, 3, 3, 1, 0},
+                          {1, 8, 8, 64, 3, 3, 2, 1},
+                          {2, 5, 8, 3, 5, 3, 1, 1},
+                          {4, 19, 19, 40, 3, 3, 1, 1}};
+    for (size_t i = 0; i < sizeof dws / sizeof dws[0]; i++)
+        test_dwconv(&p, dws[i]);
 
     test_bn(&p, 1000, 7);
     test_bn(&p, 5, 300);
