@@ -99,7 +99,7 @@ start usr1 $N --verbose 2 --save-every 40 && stop "SIGUSR1 to mpirun" usr1 138 S
 # 4. SIGTERM or Ctrl-C to mpirun: Open MPI sends the ranks SIGTERM and kills them 1 s later
 # (odls_base_sigkill_timeout), and exits 1 itself, whatever the ranks' status; an MLP step and
 # its checkpoint fit in that second.
-start mpint $N --verbose 2 --save-every 40 && stop "SIGINT to mpirun (SIGTERM to the ranks)" mpint - SIGTERM -INT $MP
+start mpint $N --epochs 20 --verbose 2 --save-every 40 && stop "SIGINT to mpirun (SIGTERM to the ranks)" mpint - SIGTERM -INT $MP
 
 # 5. Ctrl-C on a terminal: one process on a pseudo-terminal (script), ^C typed into it. The bar's
 # line is ended before the message.
