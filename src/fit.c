@@ -124,13 +124,11 @@ static int metrics_due(const fit *f, int64_t next) {
            (o->log_every > 0 && next % o->log_every == 0);
 }
 
-/* The all-reduced gradient clipped, and this step's learning rate from the schedule (a function
- * of the step and the validation history's cuts, the same on every rank). */
-static void before_update(fit *f, int64_t global_n) {
-    const mgt_fit_env *env = f->env;
-    mgt_clip_apply(&f->clip, env->be, env->m->g, env->m->param_count, global_n);
+/* This step's learning rate from the schedule (a function of the step and the validation
+ * history's cuts, the same on every rank), before mgt_optim_begin takes it. */
+static void set_rate(fit *f) {
     f->lr = mgt_sched_lr(&f->sched, f->pos->step, f->pos->mon.cuts);
-    env->opt->lr = f->lr;
+    f->env->opt->lr = f->lr;
 }
 
 /* This rank's vote to stop, into the step's sums before they leave (backend memory, in the order
@@ -209,10 +207,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
     if (f->dump && f->res->steps == 0)
         dump_gradients(f);
     const int clipping = f->clip.cfg.norm > 0 || f->clip.cfg.value > 0;
-    if (!clipping) { /* the rate first: mgt_optim_begin takes it */
-        f->lr = mgt_sched_lr(&f->sched, f->pos->step, f->pos->mon.cuts);
-        env->opt->lr = f->lr;
-    }
+    set_rate(f);
     if (r->interleave && !clipping) {
         mgt_optim_begin(env->opt, global_n);
         for (int b = 0; b < r->nb; b++) {
@@ -230,8 +225,8 @@ static void reduce_and_update(fit *f, int64_t global_n) {
             mgt_reducer_wait(r, b);
         mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
         take_metrics(f, global_n);
-        if (clipping)
-            before_update(f, global_n);
+        if (clipping) /* on the whole all-reduced gradient (clip.h) */
+            mgt_clip_apply(&f->clip, env->be, m->g, m->param_count, global_n);
         mgt_optim_begin(env->opt, global_n);
         mgt_reducer_update_range(r, -1, &lo, &n);
         mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
