@@ -131,6 +131,14 @@ stop_job() {
   [ "$(job_field Restarts)" = 1 ] && [ "$(job_field JobState)" = PENDING ] &&
     ok "$name: requeued $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the signal" ||
     bad "$name: not requeued: $("${SLURM_ON[@]}" scontrol -o show job "$JID")"
+  # Nor before the first start's step daemons are gone: one may still be finishing (seconds) and
+  # hold the step's PMIx socket, which the next start's step 0 would then fail to bind (srun:
+  # "task launch failed"). Slurm's 2-minute delay is what covers this outside a test.
+  for _ in $(seq 600); do
+    pgrep -f "slurmstepd: \\[$JID\\." >/dev/null || [ -e "spool/stepd.slurm.pmix.$JID.0" ] || break
+    sleep 0.1
+  done
+  pgrep -af "slurmstepd: \\[$JID\\." && bad "$name: the first start's step daemons still run after 60 s"
   sleep 2
   "${SLURM_ON[@]}" scontrol update JobId="$JID" StartTime=now >/dev/null 2>&1 || true
   slurm_wait "$name"
