@@ -10,6 +10,7 @@ launch/install-deps python3-matplotlib when missing and a package manager is the
 """
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -52,6 +53,161 @@ MODELS = {
 for _m in MODELS.values():
     _m["flop_per_sample"] = 3 * 2 * _m["fwd_macs"]
 
+# The graph models, at the input shape the comparison uses (the product owner's 224x224x3, as
+# ImageNet-size inputs are fed to them) and a batch per RANK: the global batch grows with the
+# ranks, as a Horovod or DDP user scales out. Their FLOP count is too long to type in: it is
+# computed from the model file's layers (graph_flops below), and bench/peer checks every layer's
+# output shape against mgtrain summary's before using it.
+GRAPH_MODELS = {
+    "xception": {"cfg": "examples/xception.cfg", "batch_per_rank": 32,
+                 "input_shape": "224,224,3"},
+    "resnet50": {"cfg": "examples/resnet50.cfg", "batch_per_rank": 32,
+                 "input_shape": "224,224,3"},
+}
+
+
+def _pair(text, what):
+    """A model-file size: "3" (square) or "3,1" (height, width)."""
+    try:
+        v = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        v = []
+    if len(v) not in (1, 2) or min(v) < 1:
+        raise ValueError(f"{what} = {text}: expected N or H,W (positive whole numbers)")
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+def _out_size(n, k, s, same):
+    """Output length of a window k, stride s: "same" is TensorFlow's ceil(n / s)."""
+    return -(-n // s) if same else (n - k) // s + 1
+
+
+def model_layers(cfg):
+    """A model file's [input] shape, its layer sections in order as (line, type, {key: value}),
+    and its [train] keys. One section per layer, so a plain line reader (sections repeat)."""
+    shape, layers, cur, train = None, [], None, {}
+    for no, raw in enumerate(Path(cfg).read_text().splitlines(), 1):
+        line = raw.split("#")[0].split(";")[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"\[(\w+)\]", line)
+        if m:
+            cur = None if m.group(1) in ("input", "train") else {}
+            if cur is not None:
+                layers.append((no, m.group(1), cur))
+            section = m.group(1)
+        elif "=" in line:
+            k, v = (x.strip() for x in line.split("=", 1))
+            if section == "input" and k == "shape":
+                shape = tuple(int(x) for x in v.split(","))
+            elif section == "train":
+                train[k] = v
+            elif cur is not None:
+                cur[k] = v
+    return shape, layers, train
+
+
+def graph_flops(cfg, input_shape=None):
+    """Walks a model file's graph (README: Graphs) from `input_shape` ("H,W,C"; default its
+    [input] shape) and counts the multiply-adds of one sample's forward pass in every
+    convolution and dense layer:
+      conv2d             H_out * W_out * kh * kw * C_in * filters
+      depthwise_conv2d   H_out * W_out * kh * kw * C
+      separable_conv2d   the depthwise part, then a pointwise H_out * W_out * C_in * filters
+      dense              inputs * units
+    BatchNorm, activations, pooling, additions and the bias adds are left out (element-wise:
+    a few FLOP per output, under 1% of these models' total), as they are in the seed models'
+    formulas. Returns the total, the sums per kind, the count of layers behind each, the
+    trainable parameters and every layer's output shape (H, W, C), or (N,) once flat."""
+    shape, layers, _ = model_layers(cfg)
+    if input_shape:
+        shape = tuple(int(x) for x in str(input_shape).split(","))
+    shapes, prev = {"input": shape}, "input"
+    macs = {"conv2d": 0, "depthwise": 0, "pointwise": 0, "dense": 0}
+    count = dict.fromkeys(macs, 0)
+    params, rows, seen = 0, [], {}
+    for no, kind, kv in layers:
+        seen[kind] = seen.get(kind, 0) + 1
+        name = kv.get("name", f"{kind}_{seen[kind]}")
+        ins = [x.strip() for x in kv.get("inputs", kv.get("input", prev)).split(",")]
+        where = f"{cfg}:{no}: [{kind}] {name}"
+        if any(i not in shapes for i in ins):
+            raise ValueError(f"{where}: an input of {ins} is not a layer above it")
+        x = shapes[ins[0]]
+        bias = kv.get("use_bias", "true") == "true"
+        if kind in ("conv2d", "depthwise_conv2d", "separable_conv2d", "maxpool", "avgpool"):
+            h, w, c = x
+            if kind.endswith("pool"):
+                k = _pair(kv.get("size", "2"), f"{where}: size")
+                s = _pair(kv.get("stride", kv.get("size", "2")), f"{where}: stride")
+            else:
+                k = _pair(kv["kernel"], f"{where}: kernel")
+                s = _pair(kv.get("stride", "1"), f"{where}: stride")
+            same = kv.get("padding", "valid") == "same"
+            ho, wo = _out_size(h, k[0], s[0], same), _out_size(w, k[1], s[1], same)
+            if ho < 1 or wo < 1:
+                raise ValueError(f"{where}: a {h}x{w} input is too small for its {k[0]}x{k[1]} "
+                                 "window: give a larger input shape")
+            f = c if kind in ("depthwise_conv2d", "maxpool", "avgpool") else int(kv["filters"])
+            if kind == "conv2d":
+                macs["conv2d"] += ho * wo * k[0] * k[1] * c * f
+                count["conv2d"] += 1
+                params += k[0] * k[1] * c * f + f * bias
+            elif kind != "maxpool" and kind != "avgpool":  # depthwise, alone or separable
+                macs["depthwise"] += ho * wo * k[0] * k[1] * c
+                count["depthwise"] += 1
+                params += k[0] * k[1] * c
+                if kind == "separable_conv2d":
+                    macs["pointwise"] += ho * wo * c * f
+                    count["pointwise"] += 1
+                    params += c * f
+                params += f * bias
+            y = (ho, wo, f)
+        elif kind == "zeropad":
+            p = [int(v) for v in kv["pad"].split(",")]
+            p = p * 4 if len(p) == 1 else [p[0], p[0], p[1], p[1]] if len(p) == 2 else p
+            y = (x[0] + p[0] + p[1], x[1] + p[2] + p[3], x[2])
+        elif kind == "concat":
+            y = x[:-1] + (sum(shapes[i][-1] for i in ins),)
+        elif kind == "global_avgpool":
+            y = (x[-1],)
+        elif kind == "flatten":
+            y = (math.prod(x),)
+        elif kind == "dense":
+            n, units = math.prod(x), int(kv["units"])
+            macs["dense"] += n * units
+            count["dense"] += 1
+            params += n * units + units * bias
+            y = (units,)
+        elif kind == "batchnorm":
+            params += 2 * x[-1]  # gamma and beta; the moving statistics are not trained
+            y = x
+        elif kind in ("activation", "dropout", "add"):
+            y = x
+        else:
+            raise ValueError(f"{where}: no FLOP rule for [{kind}] (add one to graph_flops)")
+        shapes[name], prev = y, name
+        rows.append((name, y))
+    return {"fwd_macs": sum(macs.values()), "macs": macs, "layers": count, "params": params,
+            "shapes": rows, "input_shape": shape}
+
+
+def graph_formula(g):
+    """The FLOP formula of a graph model as the results header prints it."""
+    parts = [f"{kind} {g['macs'][kind] / 1e6:,.1f} M ({g['layers'][kind]} layers)"
+             for kind in ("conv2d", "depthwise", "pointwise", "dense") if g["layers"][kind]]
+    return ("3 x 2 x (" + " + ".join(parts) + " multiply-adds; from the model file at "
+            + "x".join(map(str, g["input_shape"])) + ": H_out*W_out*kh*kw*C_in*F per conv2d, "
+            "H_out*W_out*kh*kw*C per depthwise, H_out*W_out*C_in*F per pointwise, in*units "
+            "per dense)")
+
+
+for _name, _m in GRAPH_MODELS.items():
+    _g = graph_flops(REPO / _m["cfg"], _m["input_shape"])
+    _m.update(params=_g["params"], fwd_macs=_g["fwd_macs"], flop_per_sample=6 * _g["fwd_macs"],
+              formula=graph_formula(_g), shapes=_g["shapes"])
+    MODELS[_name] = _m
+
 
 def die(msg):
     print(f"{Path(sys.argv[0]).name}: {msg}", file=sys.stderr)
@@ -91,6 +247,7 @@ class Session:
         self.results = Path(args.results_dir).resolve()
         self.build = Path(args.build_dir).resolve()
         self.log = []
+        self.peak_rss_mib = None  # of the last run(peak_rss=True)
         self.t0 = time.monotonic()
         if meta:  # a finished run, from its JSON
             self.started = datetime.datetime.fromisoformat(meta["started"])
@@ -120,11 +277,15 @@ class Session:
     def env_prefix(self, env):
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
-    def run(self, argv, env=None, check=True, record=True):
+    def run(self, argv, env=None, check=True, record=True, peak_rss=False):
         """Runs argv (a list) in the checkout with the extra environment `env`, keeping the
         command line (record=False: set-up steps such as the build, left out of the report) and
-        its output for the log; returns (rc, stdout, stderr). check: a failure ends the script."""
+        its output for the log; returns (rc, stdout, stderr). check: a failure ends the script.
+        peak_rss: run it under `benchlib.py peak-rss` and keep the peak resident memory of its
+        largest process in self.peak_rss_mib."""
         env = env or {}
+        if peak_rss:
+            argv = [sys.executable, BENCH / "benchlib.py", "peak-rss", *argv]
         line = (self.env_prefix(env) + " " if env else "") + shlex.join(str(a) for a in argv)
         if record:
             self.commands.append(line)
@@ -133,6 +294,9 @@ class Session:
         p = subprocess.run([str(a) for a in argv], env={**os.environ, **env}, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
         rc, out, err = p.returncode, p.stdout, p.stderr
+        if peak_rss:
+            m = re.search(rf"^{PEAK_RSS_TAG} (\d+)\n\Z", err, re.M)
+            self.peak_rss_mib = int(m.group(1)) / 1024 if m else None
         self.log.append(f"$ {line}\n# rc={rc}, {time.monotonic() - t:.1f} s, load average "
                         f"before {load:.2f}\n{out}" + (f"# stderr:\n{err}" if err.strip() else ""))
         if check and rc != 0:
@@ -405,6 +569,28 @@ def add_common_args(p, default_name):
                         "(e.g. where the run had no matplotlib)")
 
 
+# The line `benchlib.py peak-rss` ends its stderr with: the peak RSS in KiB.
+PEAK_RSS_TAG = "benchlib-peak-rss-kib"
+
+
+def peak_rss_main(argv):
+    """benchlib.py peak-rss CMD...: runs CMD and then prints the peak resident memory (KiB) of
+    the largest process of its tree. Linux's RUSAGE_CHILDREN maxrss is the largest of every
+    waited-for descendant (mpirun's ranks, torch.multiprocessing's workers), and this process
+    has no other children, so the figure is CMD's alone."""
+    import resource
+    if not argv:
+        die("usage: benchlib.py peak-rss CMD [ARGS...]")
+    try:
+        rc = subprocess.run(argv).returncode
+    except OSError as e:
+        die(f"cannot run {argv[0]}: {e.strerror}")
+    sys.stdout.flush()
+    print(f"{PEAK_RSS_TAG} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}",
+          file=sys.stderr, flush=True)
+    return rc if rc >= 0 else 128 - rc
+
+
 def install_deps(sess, *extra):
     """launch/install-deps (the build's Debian packages plus `extra`): a no-op when they are all
     installed; skipped where there is no apt-get (a GPU machine with a carried build)."""
@@ -452,21 +638,33 @@ def mpirun(np, argv, bind="none", cores_per_rank=None):
     return cmd + [str(a) for a in argv]
 
 
-def trainable_params(sess, mgtrain, cfg):
-    _, out, _ = sess.run([mgtrain, "summary", "--model", cfg], record=False)
+def model_summary(sess, mgtrain, cfg, input_shape=None):
+    """mgtrain summary's trainable parameters and each layer's output shape {name: tuple}."""
+    argv = [mgtrain, "summary", "--model", cfg]
+    argv += ["--input-shape", input_shape] if input_shape else []
+    _, out, _ = sess.run(argv, record=False)
     m = re.search(r"Trainable params:\s*([\d,]+)", out)
     if not m:
-        die(f"mgtrain summary --model {cfg} printed no 'Trainable params' line")
-    return int(m.group(1).replace(",", ""))
+        die(f"{shlex.join(map(str, argv))} printed no 'Trainable params' line")
+    shapes = {r.group(1): tuple(int(v) for v in r.group(2).split(","))
+              for r in re.finditer(r"^(\S+) \(\w+\) +\(([\d, ]+)\)", out, re.M)}
+    return int(m.group(1).replace(",", "")), shapes
 
 
 def check_model_table(sess, mgtrain, model):
-    """The FLOP formula in MODELS is only right for the model file it was written for."""
+    """The FLOP formula in MODELS is only right for the model file it was written for: the
+    trainable parameters must match, and for a graph model, whose count is computed from its
+    file, so must every layer's output shape (the walk's H_out, W_out and channels)."""
     spec = MODELS[model]
-    n = trainable_params(sess, mgtrain, spec["cfg"])
+    n, shapes = model_summary(sess, mgtrain, spec["cfg"], spec.get("input_shape"))
     if n != spec["params"]:
         die(f"{spec['cfg']} now has {n} trainable parameters, not {spec['params']}: update the "
             f"FLOP formula of '{model}' in bench/benchlib.py to the new layer sizes")
+    for name, shape in spec.get("shapes", ()):
+        if shapes.get(name) != shape:
+            die(f"{spec['cfg']}: layer {name} has output shape {shapes.get(name)} in mgtrain "
+                f"summary but {shape} in graph_flops (bench/benchlib.py): fix the rule of its "
+                "layer type there")
     return n
 
 
@@ -531,8 +729,9 @@ def run_mgtrain(sess, mgtrain, np, args, warmup, batch, bind="none", cores_per_r
         argv = [mgtrain, *args, "--batch-size", batch, "--verbose", "0", "--out",
                 Path(tmp) / "out", "--timeline", tl]
         _, out, _ = sess.run(mpirun(np, argv, bind, cores_per_rank),
-                             env={**mpi_env(), **(env or {})})
+                             env={**mpi_env(), **(env or {})}, peak_rss=True)
         r = timed_steps(timeline_steps(tl), warmup, batch)
+    r["peak_rss_mib"] = sess.peak_rss_mib
     r["samples_per_s"] = r["samples"] / r["seconds"]
     r["trained_line"] = trained_line(out)
     m = re.search(r"Peak GPU memory: ([\d.]+) MiB", out)
@@ -587,8 +786,21 @@ def md_table(header, rows):
 if __name__ == "__main__":
     # python3 bench/benchlib.py gpu-libs BINARY: one line per GPU library BINARY loads,
     # "name version code path" (tests/gpu/on-device logs these and picks its NCCL route by code).
+    # python3 bench/benchlib.py peak-rss CMD...: CMD's peak RSS (peak_rss_main).
+    # python3 bench/benchlib.py flops MODEL.cfg [H,W,C]: graph_flops as JSON (tests/cli).
+    if len(sys.argv) > 1 and sys.argv[1] == "peak-rss":
+        sys.exit(peak_rss_main(sys.argv[2:]))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "flops":
+        try:
+            g = graph_flops(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None)
+        except (OSError, ValueError, KeyError) as e:
+            die(f"{sys.argv[2]}: {e}")
+        g["flop_per_sample"] = 6 * g["fwd_macs"]
+        g["formula"] = graph_formula(g)
+        print(json.dumps(g))
+        sys.exit(0)
     if len(sys.argv) != 3 or sys.argv[1] != "gpu-libs":
-        die("usage: benchlib.py gpu-libs BINARY")
+        die("usage: benchlib.py gpu-libs BINARY | peak-rss CMD... | flops MODEL.cfg [H,W,C]")
     if not Path(sys.argv[2]).is_file():
         die(f"{sys.argv[2]}: no such file")
     for lib, v in gpu_lib_versions(sys.argv[2]).items():

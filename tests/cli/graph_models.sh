@@ -5,9 +5,48 @@
 # which 22,855,952 trainable; ResNet50: 25,636,712; BatchNorm moving statistics are the
 # non-trainable ones), summary's graph column and memory plan, --input-shape (shapes follow,
 # parameters do not change, bad values are refused), and a 224x224x3 Xception trained on 2
-# ranks, which prints its step time.
+# ranks, which prints its step time. Every example model file parses. bench/benchlib.py's FLOP
+# count of a model file (bench/peer reports GFLOP/s with it) walks the same shapes as mgtrain.
 source "$(dirname "$0")/lib.bash"
 X=$MGT_SRC/examples/xception.cfg
+PY=/usr/bin/python3
+
+for cfg in "$MGT_SRC"/examples/*.cfg; do
+  s=$("$MGT_BIN" summary --model "$cfg" 2>&1) && grep -qE "^Total params: [0-9,]+$" <<<"$s" \
+    && ok "$(basename "$cfg") parses: $(grep "^Total params" <<<"$s")" \
+    || { bad "summary of $(basename "$cfg")"; tail -3 <<<"$s"; }
+done
+
+# bench/benchlib.py's FLOP walk. The seed ConvNet by hand: 3x3 convolutions 1->32 on 26x26,
+# 32->256 on 24x24, 256->128 on 22x22, dense 15488->128->10 (exact integers: no tolerance).
+want=$((26 * 26 * 32 * 9 + 24 * 24 * 256 * 9 * 32 + 22 * 22 * 128 * 9 * 256 + 15488 * 128 + 128 * 10))
+got=$("$PY" "$MGT_SRC/bench/benchlib.py" flops "$MGT_SRC/examples/convnet.cfg" \
+  | "$PY" -c "import json, sys; print(json.load(sys.stdin)['fwd_macs'])")
+[ "$got" = "$want" ] && ok "FLOP walk of convnet.cfg: $got multiply-adds, as by hand" \
+  || bad "FLOP walk of convnet.cfg: $got multiply-adds, by hand $want"
+# Xception and ResNet-50 at 224x224x3: every layer's output shape and the trainable parameters
+# as mgtrain summary prints them (the walk and mgtrain's shape inference are written apart)
+CHECK_WALK='
+import json, re, sys
+text = open(sys.argv[1]).read()
+g = json.load(open(sys.argv[2]))
+mgt = {m.group(1): [int(v) for v in m.group(2).split(",")]
+       for m in re.finditer(r"^(\S+) \(\w+\) +\(([\d, ]+)\)", text, re.M)}
+walk = dict((n, list(s)) for n, s in g["shapes"])
+diff = sorted(n for n in set(mgt) | set(walk) if mgt.get(n) != walk.get(n))
+params = int(re.search(r"Trainable params: ([\d,]+)", text).group(1).replace(",", ""))
+walked, gmacs = g["params"], g["fwd_macs"] / 1e9
+if diff or params != walked or len(walk) < 100:
+    sys.exit(f"shapes differ at {diff[:5]}; parameters {params} vs {walked}")
+print(f"{len(walk)} layers, {gmacs:.3f} G multiply-adds forward")'
+for m in xception resnet50; do
+  "$MGT_BIN" summary --model "$MGT_SRC/examples/$m.cfg" --input-shape 224,224,3 >sum_$m.txt 2>&1
+  "$PY" "$MGT_SRC/bench/benchlib.py" flops "$MGT_SRC/examples/$m.cfg" 224,224,3 >flops_$m.json
+  if r=$("$PY" -c "$CHECK_WALK" sum_$m.txt flops_$m.json 2>&1); then
+    ok "FLOP walk of $m.cfg at 224x224x3: shapes and parameters as mgtrain's; $r"
+  else bad "FLOP walk of $m.cfg: $r"; fi
+done
+
 s=$("$MGT_BIN" summary --model "$X" 2>&1) || bad "summary of xception.cfg"
 grep -q "Total params: 22,910,480" <<<"$s" && grep -q "Trainable params: 22,855,952" <<<"$s" \
   && grep -q "Non-trainable params: 54,528 (batchnorm moving statistics)" <<<"$s" \
