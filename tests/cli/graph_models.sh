@@ -5,8 +5,9 @@
 # which 22,855,952 trainable; ResNet50: 25,636,712; BatchNorm moving statistics are the
 # non-trainable ones), summary's graph column and memory plan, --input-shape (shapes follow,
 # parameters do not change, bad values are refused), and a 224x224x3 Xception trained on 2
-# ranks, which prints its step time. Every example model file parses. bench/benchlib.py's FLOP
-# count of a model file (bench/peer reports GFLOP/s with it) walks the same shapes as mgtrain.
+# ranks, which prints its step time. Every example model file parses; examples/resnet_small.cfg
+# trains a few steps on 1 and 2 ranks. bench/benchlib.py's FLOP count of a model file (bench/peer
+# reports GFLOP/s with it) walks the same shapes as mgtrain.
 source "$(dirname "$0")/lib.bash"
 X=$MGT_SRC/examples/xception.cfg
 PY=/usr/bin/python3
@@ -15,6 +16,24 @@ for cfg in "$MGT_SRC"/examples/*.cfg; do
   s=$("$MGT_BIN" summary --model "$cfg" 2>&1) && grep -qE "^Total params: [0-9,]+$" <<<"$s" \
     && ok "$(basename "$cfg") parses: $(grep "^Total params" <<<"$s")" \
     || { bad "summary of $(basename "$cfg")"; tail -3 <<<"$s"; }
+done
+
+# the small residual network: identity and 1x1 stride-2 shortcuts, 677,482 trainable parameters
+# (3x3 convolutions without bias: stem 9*32, stage 1 2*9*32*32, stage 2 9*32*64 + 3*9*64*64
+# + 32*64, stage 3 9*64*128 + 3*9*128*128 + 64*128; BatchNorm 2 per channel; dense 128*10 + 10)
+R=$MGT_SRC/examples/resnet_small.cfg
+s=$("$MGT_BIN" summary --model "$R" 2>&1) || bad "summary of resnet_small.cfg"
+grep -q "Trainable params: 677,482" <<<"$s" \
+  && grep -qE "^s3b1_add \(add\) +\(7, 7, 128\) relu +0  s3b1_short_bn, s3b1_bn2$" <<<"$s" \
+  && ok "resnet_small: 677,482 trainable parameters, 1x1 stride-2 shortcut into s3b1_add" \
+  || { bad "resnet_small summary"; grep -E "Trainable|s3b1_add" <<<"$s"; }
+for np in 1 2; do
+  out=$(mpi $np --model "$R" --batch-size 32 --max-steps 4 --no-validation --out rs$np 2>&1) \
+    && grep -qE "^Trained 4 steps in [0-9.]+ s" <<<"$out" \
+    && grep -qE "^Epoch 1/[0-9]+ - [0-9]+s - loss: [0-9]+\.[0-9]+ - acc: [0-9.]+$" <<<"$out" \
+    && [ -s rs$np/weights.safetensors ] \
+    && ok "resnet_small trains 4 steps on $np rank(s): $(grep "^Epoch" <<<"$out")" \
+    || { bad "resnet_small on $np rank(s)"; tail -5 <<<"$out"; }
 done
 
 # bench/benchlib.py's FLOP walk. The seed ConvNet by hand: 3x3 convolutions 1->32 on 26x26,
