@@ -9,6 +9,8 @@
  *   all-reduce ONE collective over the whole gradient arena and the step's loss and accuracy
  *              sums, which sit right after it;
  *   update     the optimizer, with the sums divided by the global batch.
+ * Under --reproducible (repro.h) forward and backward run chunk by chunk, and the all-reduce adds
+ * exact integer accumulators, rounded once into the arena: the same bits on any rank count.
  * Between steps (after_step): the metric read (every step on the CPU, every 20 on a GPU, which
  * must not wait on the host each step), the --debug-check comparison, the progress bar and the
  * --save-every checkpoint. Between epochs (end_epoch): the replicas' batchnorm statistics are
@@ -29,6 +31,7 @@
 #include "evaluate.h"
 #include "metrics.h"
 #include "profile.h"
+#include "repro.h"
 #include "runtime.h"
 
 /* The loop's state besides the position. */
@@ -47,6 +50,7 @@ typedef struct fit {
     int64_t read_every, read_at, pending;
     double t_epoch;     /* when this epoch (or its resumed part) started */
     int64_t first_step; /* the epoch's first step in this run */
+    mgt_repro *repro;   /* --reproducible's chunks and exact sums (NULL: off) */
 } fit;
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
@@ -101,7 +105,8 @@ static void train_step(fit *f) {
                         .first_sample = bt->first,
                         .global_n = bt->global_n,
                         .seed = m->train.seed,
-                        .comm = env->comm};
+                        .comm = env->comm,
+                        .repro = f->repro};
     be->ops->zero(be, m->sums, 2 * sizeof(float));
     mgt_profile_phase(&f->prof, MGT_PH_DATA);
 
@@ -110,8 +115,12 @@ static void train_step(fit *f) {
     mgt_model_loss_backward(m, &s, 1);
     mgt_profile_phase(&f->prof, MGT_PH_BACKWARD);
 
-    /* The one collective of the step: gradient sums and the step's loss/accuracy sums. */
-    mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
+    /* The one collective of the step: gradient sums and the step's loss/accuracy sums (exact
+     * integer sums, rounded once, under --reproducible). */
+    if (f->repro)
+        mgt_repro_allreduce(f->repro, pos->step);
+    else
+        mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
     mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
     if (f->res->steps == 0)
         mgt_fault_dump_gradients(env->fault, m, pos->step);
@@ -223,6 +232,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     f->acc = be->ops->alloc(be, 16 * sizeof(float));
     if (!f->acc)
         mgt_die("out of %s memory for the metric sums", be->ops->name);
+    if (o->repro_chunk > 0 && !(f->repro = mgt_repro_create(env->m, env->comm, o->repro_chunk, &e)))
+        mgt_die("%s", e.msg);
 
     while (pos->epoch < epochs && pos->step < f->limit) {
         mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch);
@@ -240,6 +251,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
     be->ops->free(be, f->acc);
+    mgt_repro_free(f->repro);
     mgt_metrics_free(&f->mt);
     mgt_profile_free(&f->prof);
 }

@@ -42,6 +42,7 @@ typedef struct mgt_fit_opts {
     int profile;          /* print per-phase times */
     int no_tensorboard;   /* no event files in OUT/tb */
     const char *timeline; /* Chrome-trace file of every phase, or NULL */
+    int64_t repro_chunk;  /* --reproducible with chunks of this many samples (repro.h); 0: off */
 } mgt_fit_opts;
 
 typedef struct mgt_fit_result {

@@ -66,6 +66,11 @@ static const flag flags[] = {
     {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
                                              "steps"},
     {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
+    {"reproducible", NULL, C_TRAIN, "off",
+     "the same weights, bit for bit, on any number of ranks: exact sums of fixed chunks of the "
+     "batch (for debugging scale-out, audited runs, CI baselines; slower, CPU only)"},
+    {"repro-chunk", "N", C_TRAIN, "8",
+     "--reproducible's chunk in samples: larger is faster, but no more ranks than chunks do work"},
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
     {"split", "train|test", C_EVAL | C_PREDICT, "test", "which split of --data"},
     {"output", "FILE", C_PREDICT, "none (required)", "where predict writes its .npy"},
@@ -143,7 +148,7 @@ int main(int argc, char **argv) {
     mgt_options o;
     mgt_options_defaults(&o);
 
-    int first = 1;
+    int first = 1, chunk_given = 0;
     if (argc > 1 && argv[1][0] != '-') {
         int known = 0;
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -272,6 +277,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(n, "comm-timeout")) o.comm_timeout = need_double(n, v, 1, 1e7);
         else if (!strcmp(n, "debug-check")) o.debug_check = need_i64(n, v, 0);
         else if (!strcmp(n, "synthetic-samples")) o.synthetic_samples = need_i64(n, v, 1);
+        else if (!strcmp(n, "reproducible")) o.reproducible = 1;
+        else if (!strcmp(n, "repro-chunk")) o.repro_chunk = need_i64(n, v, 1), chunk_given = 1;
         else if (!strcmp(n, "weights")) o.weights = v;
         else if (!strcmp(n, "split")) o.split = v;
         else if (!strcmp(n, "output")) o.output = v;
@@ -281,6 +288,9 @@ int main(int argc, char **argv) {
     if (optind < argc)
         mgt_die_all("unexpected argument '%s' (flags start with --; see mgtrain %s --help)",
                     argv[optind], o.command);
+    if (chunk_given && !o.reproducible)
+        mgt_die_all("--repro-chunk sets --reproducible's chunk; add --reproducible, or drop "
+                    "--repro-chunk");
     if (o.resume && o.init_weights)
         mgt_die_all("--resume and --init-weights exclude each other: a resumed run takes its "
                     "weights from the checkpoint");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "parse.h"
+#include "repro.h"
 
 static int add(mgt_param *tab, int *n, int cap, size_t *count, const mgt_layer *l,
                const char *suffix, int ndim, const int64_t *shape, int init) {
@@ -136,6 +137,8 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
 }
 
 float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
+    if (s->repro)
+        return mgt_repro_forward(m, s);
     const float *x = s->in.x;
     for (int i = 0; i < m->nlayers; i++) {
         mgt_layer *l = &m->layers[i];
@@ -147,20 +150,30 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
     return m->layers[m->nlayers - 1].y;
 }
 
-/* Layer l's gradients to the step's listener: one range of the arena holds all its tensors, as
- * a layer declares them one after another (mgt_model_add_param). */
-static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *s) {
-    size_t lo = (size_t)-1, hi = 0;
+size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo) {
+    size_t low = (size_t)-1, hi = 0;
     for (int j = 0; j < 4; j++)
         if (l->param[j] >= 0) {
             const mgt_param *p = &m->params[l->param[j]];
-            lo = p->offset < lo ? p->offset : lo;
+            low = p->offset < low ? p->offset : low;
             hi = p->offset + p->count > hi ? p->offset + p->count : hi;
         }
-    s->grads_ready(s->grads_ctx, l, lo, hi - lo);
+    *lo = hi ? low : 0;
+    return hi ? hi - low : 0;
+}
+
+/* Layer l's gradients to the step's listener. */
+static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *s) {
+    size_t lo;
+    const size_t count = mgt_layer_param_range(m, l, &lo);
+    s->grads_ready(s->grads_ctx, l, lo, count);
 }
 
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
+    if (s->repro) {
+        mgt_repro_loss_backward(m, s, backward);
+        return;
+    }
     const mgt_ops *o = s->be->ops;
     mgt_layer *last = &m->layers[m->nlayers - 1];
     int k = m->classes;

@@ -74,6 +74,11 @@ typedef struct mgt_step {
     int64_t global_n;       /* samples in the global batch (all ranks) */
     uint64_t seed;          /* run seed: with global_step and the layer, keys dropout */
     struct mgt_comm *comm;  /* for synchronised batchnorm; NULL: local statistics */
+    /* --reproducible (repro.h): the step runs chunk by chunk with exact sums; NULL: off. A chunk
+     * is handed to a layer as a step of its own, whose rows start at row0 among the rank's
+     * rows: a layer keeping per-row state (maxpool's argmax) offsets it by row0 (0 otherwise). */
+    struct mgt_repro *repro;
+    int64_t row0;
     /* Backward calls grads_ready(grads_ctx, l, offset, count) as soon as layer l's parameter
      * gradients are final: layer by layer from the last, for each layer with parameters, once
      * the ops writing m->g[offset .. offset + count) (all of l's tensors) are issued and before
@@ -201,6 +206,10 @@ void mgt_model_free(mgt_model *m);
  * a pure function of the seed. Host arrays [param_count] and [buffer_count]. */
 void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf);
 
+/* Layer l's tensors in the parameter arena: one range holds them all, as a layer declares them
+ * one after another (mgt_model_add_param). Returns the range's floats (0: no parameters) and
+ * its first in *lo. */
+size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo);
 /* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities). */
 float *mgt_model_forward(mgt_model *m, const mgt_step *s);
 /* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also

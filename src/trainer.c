@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "data/shard.h"
 #include "default_model.h"
 #include "evaluate.h"
 #include "fault.h"
@@ -21,6 +22,7 @@
 #include "optim.h"
 #include "placement.h"
 #include "replica.h"
+#include "repro.h"
 #include "splits.h"
 #include "staging.h"
 #include "tensor_io.h"
@@ -34,6 +36,7 @@ void mgt_options_defaults(mgt_options *o) {
     o->device = "auto";
     o->synthetic_samples = 60000;
     o->device_data = 1;
+    o->repro_chunk = MGT_REPRO_CHUNK_DEFAULT;
 }
 
 /* What a command works with, one module each, set up in this order. */
@@ -85,14 +88,20 @@ static void set_up(session *s) {
                                .gpus = o->gpus,
                                .transport = o->transport,
                                .tf32 = o->tf32,
-                               .comm_timeout = o->comm_timeout};
+                               .comm_timeout = o->comm_timeout,
+                               .one_thread = o->reproducible};
     mgt_place_init(&s->pl, s->rt, &po);
     mgt_model *m = &s->m;
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;
     const int64_t b = m->train.batch_size;
     mgt_err e;
-    if (mgt_model_alloc(m, be, (int)((b + world - 1) / world), &e) < 0 ||
+    /* --reproducible: ranks take whole chunks, so one may get more than an even share */
+    const int64_t most =
+        o->reproducible ? mgt_shard_chunks_max(b, o->repro_chunk, world) : (b + world - 1) / world;
+    if (o->reproducible && mgt_repro_check(m, be, b, o->repro_chunk, &e) < 0)
+        mgt_die_all("%s", e.msg);
+    if (mgt_model_alloc(m, be, (int)most, &e) < 0 ||
         mgt_optim_init(&s->opt, &m->train, be, m->param_count, &e) < 0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
@@ -210,8 +219,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     load_data(s, 1, NULL);
     make_out_dir(s);
     write_run_info(s);
-    const mgt_place_run run = {
-        .what = o->resume ? "resuming" : "training", .m = m, .data = s->data.desc, .out = s->out};
+    const mgt_place_run run = {.what = o->resume ? "resuming" : "training",
+                               .m = m,
+                               .data = s->data.desc,
+                               .out = s->out,
+                               .chunk = o->reproducible ? o->repro_chunk : 0};
     mgt_place_report(&s->pl, rt, &run);
     if (o->resume && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", s->out,
@@ -226,7 +238,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                                                  mgt_runtime_cores(rt) > 1,
                                      .device_data = o->device_data,
                                      .host_batches = mgt_fault_host_batches(&fault),
-                                     .augment = {m->train.augment_flip, m->train.augment_crop}};
+                                     .augment = {m->train.augment_flip, m->train.augment_crop},
+                                     .chunk = o->reproducible ? o->repro_chunk : 0};
     mgt_err e;
     if (mgt_stage_train(&s->st, &s->data.train, &so, &e) < 0)
         mgt_die("%s", e.msg);
@@ -246,7 +259,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                              .launched = rt->launched,
                              .profile = o->profile,
                              .no_tensorboard = o->no_tensorboard,
-                             .timeline = o->timeline};
+                             .timeline = o->timeline,
+                             .repro_chunk = o->reproducible ? o->repro_chunk : 0};
     mgt_fit_result res;
     mgt_fit(&env, &fo, &pos, &res);
 

@@ -41,6 +41,8 @@ typedef struct mgt_options {
     const char *transport; /* auto, nccl, mpi */
     int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */
+    int reproducible;          /* the same bits on any rank count (repro.h) */
+    int64_t repro_chunk;       /* its chunk, in samples */
 } mgt_options;
 
 void mgt_options_defaults(mgt_options *o);

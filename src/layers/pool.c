@@ -43,10 +43,15 @@ static int alloc_max(mgt_model *m, mgt_layer *l, int max_batch, mgt_err *err) {
 
 static void release(mgt_model *m, mgt_layer *l) { m->be->ops->free(m->be, l->state[0]); }
 
+/* The argmax of the step's rows (a chunk's, under --reproducible: model.h's row0). */
+static int32_t *argmax(const mgt_layer *l, const mgt_step *st) {
+    return (int32_t *)l->state[0] + st->row0 * mgt_shape_elems(l->out);
+}
+
 static void max_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
     (void)m;
     mgt_pool_shape s = geometry(l, st->n);
-    st->be->ops->maxpool_fwd(st->be, &s, x, y, l->state[0]);
+    st->be->ops->maxpool_fwd(st->be, &s, x, y, argmax(l, st));
 }
 
 static void max_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x,
@@ -55,7 +60,7 @@ static void max_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
     if (!dx)
         return;
     mgt_pool_shape s = geometry(l, st->n);
-    st->be->ops->maxpool_bwd(st->be, &s, dy, l->state[0], dx);
+    st->be->ops->maxpool_bwd(st->be, &s, dy, argmax(l, st), dx);
 }
 
 static void avg_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {

@@ -1,0 +1,311 @@
+/* repro.c: chunked steps and exact sums for --reproducible (see repro.h). */
+#include "repro.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exactsum.h"
+#include "runtime.h"
+
+/* The accumulators live in backend memory, in one block so the step's all-reduce is one
+ * collective: the gradient arena's (param_count elements), then the loss and correct count's
+ * (2), then one counter of values that could not be summed. Batchnorm's sums have their own
+ * small block of the same shape (2c elements and a counter), reduced where the layer needs
+ * them. */
+struct mgt_repro {
+    mgt_model *m;
+    mgt_comm *comm;
+    int64_t chunk;
+    int64_t *words;    /* [param_count + 2][MGT_XS_WORDS], then the counter */
+    size_t nwords;     /* all of it, counter included */
+    int64_t *bn_words; /* [2 * widest batchnorm][MGT_XS_WORDS], then the counter */
+    float *part;       /* one chunk's partial sums: the loss's 2, or batchnorm's 2c */
+    int bn_c;          /* the widest batchnorm's channels */
+};
+
+/* The layer types whose ops treat every sample alone (so a chunk's rows give the same results
+ * wherever the chunk sits), and batchnorm, which sums over samples through the hooks below. */
+static const char *const chunkable[] = {"dense",   "conv2d",  "maxpool",    "avgpool",
+                                        "dropout", "flatten", "activation", NULL};
+
+static int is_batchnorm(const mgt_layer *l) {
+    return !strcmp(l->type->name, "batchnorm");
+}
+
+int mgt_repro_check(const mgt_model *m, const mgt_backend *be, int64_t batch, int64_t chunk,
+                    mgt_err *err) {
+    if (chunk < 1)
+        return mgt_errf(err, "--repro-chunk %lld: expected a positive number of samples",
+                        (long long)chunk);
+    if (!be->ops->xs_add || !be->ops->xs_round)
+        return mgt_errf(err,
+                        "--reproducible is not available on the %s backend yet; train with "
+                        "--device cpu, or without --reproducible",
+                        be->ops->name);
+    const int64_t chunks = (batch + chunk - 1) / chunk;
+    if (chunks > MGT_XS_MAX_TERMS)
+        return mgt_errf(err,
+                        "--reproducible: a global batch of %lld makes %lld chunks of %lld, "
+                        "more than the %d an exact sum can take; raise --repro-chunk to at least "
+                        "%lld",
+                        (long long)batch, (long long)chunks, (long long)chunk, MGT_XS_MAX_TERMS,
+                        (long long)((batch + MGT_XS_MAX_TERMS - 1) / MGT_XS_MAX_TERMS));
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        if (is_batchnorm(l)) {
+            if (!l->cfg.sync)
+                return mgt_errf(err,
+                                "--reproducible: batchnorm layer '%s' normalises with each "
+                                "rank's own statistics, which depend on the rank count; set "
+                                "sync = true in its section of %s",
+                                l->name, m->path);
+            continue;
+        }
+        int known = 0;
+        for (int k = 0; chunkable[k] && !known; k++)
+            known = !strcmp(l->type->name, chunkable[k]);
+        if (!known)
+            return mgt_errf(err,
+                            "--reproducible does not support layer '%s' (%s) yet; train "
+                            "this model without --reproducible",
+                            l->name, l->type->name);
+    }
+    return 0;
+}
+
+mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, int64_t chunk, mgt_err *err) {
+    mgt_backend *be = m->be;
+    mgt_repro *r = calloc(1, sizeof *r);
+    if (!r) {
+        mgt_errf(err, "out of host memory");
+        return NULL;
+    }
+    r->m = m;
+    r->comm = comm;
+    r->chunk = chunk;
+    for (int i = 0; i < m->nlayers; i++)
+        if (is_batchnorm(&m->layers[i]) && m->layers[i].in.c > r->bn_c)
+            r->bn_c = m->layers[i].in.c;
+    r->nwords = (m->param_count + 2) * MGT_XS_WORDS + 1;
+    const size_t part = (size_t)(2 * r->bn_c > 2 ? 2 * r->bn_c : 2);
+    r->words = be->ops->alloc(be, r->nwords * sizeof(int64_t));
+    r->bn_words = be->ops->alloc(be, (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
+    r->part = be->ops->alloc(be, part * sizeof(float));
+    if (!r->words || !r->bn_words || !r->part) {
+        mgt_errf(err,
+                 "out of %s memory for --reproducible's accumulators (%zu MiB); use a "
+                 "smaller model or train without --reproducible",
+                 be->ops->name, r->nwords * sizeof(int64_t) >> 20);
+        mgt_repro_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void mgt_repro_free(mgt_repro *r) {
+    if (!r)
+        return;
+    mgt_backend *be = r->m->be;
+    be->ops->free(be, r->words);
+    be->ops->free(be, r->bn_words);
+    be->ops->free(be, r->part);
+    free(r);
+}
+
+/* ---- chunks ---- */
+
+/* A rank's rows start on a chunk boundary (mgt_shard_chunks), so its chunks start every
+ * `chunk` rows and only its last may be shorter (the global batch's remainder). */
+static int chunks_of(const mgt_step *s) {
+    const int64_t c = s->repro->chunk;
+    return (int)((s->n + c - 1) / c);
+}
+
+/* Chunk i of the step as a step of its own: its rows of the input, its first sample's global
+ * position (dropout keys), and its first row among the rank's (row0). */
+static mgt_step chunk_step(const mgt_step *s, const mgt_model *m, int i) {
+    const int64_t c = s->repro->chunk, row0 = (int64_t)i * c;
+    mgt_step q = *s;
+    q.n = (int)(s->n - row0 < c ? s->n - row0 : c);
+    q.first_sample = s->first_sample + row0;
+    q.row0 = s->row0 + row0;
+    const size_t in = (size_t)mgt_shape_elems(m->input), k = (size_t)m->classes;
+    q.in.x = s->in.x + (size_t)row0 * in;
+    q.in.labels = s->in.labels + row0;
+    q.in.targets = s->in.targets ? s->in.targets + (size_t)row0 * k : NULL;
+    return q;
+}
+
+static size_t elems(mgt_shape sh) {
+    return (size_t)mgt_shape_elems(sh);
+}
+
+float *mgt_repro_forward(mgt_model *m, const mgt_step *s) {
+    const mgt_ops *o = s->be->ops;
+    const float *x = s->in.x;
+    const int nch = chunks_of(s);
+    for (int i = 0; i < m->nlayers; i++) {
+        mgt_layer *l = &m->layers[i];
+        const size_t in = elems(l->in), out = elems(l->out);
+        if (is_batchnorm(l) && s->training) { /* sums over the batch: chunked inside */
+            l->type->forward(m, l, s, x, l->y);
+        } else {
+            for (int k = 0; k < nch; k++) {
+                const mgt_step q = chunk_step(s, m, k);
+                const size_t r0 = (size_t)(q.row0 - s->row0);
+                l->type->forward(m, l, &q, x + r0 * in, l->y + r0 * out);
+            }
+        }
+        if (l->act != MGT_ACT_NONE && !l->fused_act)
+            for (int k = 0; k < nch; k++) {
+                const mgt_step q = chunk_step(s, m, k);
+                const size_t r0 = (size_t)(q.row0 - s->row0);
+                o->act_fwd(s->be, l->act, q.n, (int)out, l->y + r0 * out);
+            }
+        x = l->y;
+    }
+    return m->layers[m->nlayers - 1].y;
+}
+
+/* Adds n floats of backend memory at `from` into the accumulators of arena elements starting
+ * at `at` (the metric sums count as elements param_count, param_count + 1). */
+static void add_arena(mgt_repro *r, const mgt_backend *be, size_t at, size_t n, const float *from) {
+    be->ops->xs_add((mgt_backend *)be, n, from, r->words + at * MGT_XS_WORDS,
+                    r->words + r->nwords - 1);
+}
+
+void mgt_repro_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
+    mgt_repro *r = s->repro;
+    mgt_backend *be = s->be;
+    const mgt_ops *o = be->ops;
+    const int nch = chunks_of(s);
+    mgt_layer *last = &m->layers[m->nlayers - 1];
+    const int k = m->classes;
+    float *probs = last->fused_act ? last->y : m->probs;
+    o->zero(be, r->words, r->nwords * sizeof(int64_t));
+    for (int c = 0; c < nch; c++) { /* the loss: a partial sum per chunk */
+        const mgt_step q = chunk_step(s, m, c);
+        const size_t r0 = (size_t)(q.row0 - s->row0) * (size_t)k;
+        float *dl = backward ? m->grad[0] + r0 : NULL;
+        o->zero(be, r->part, 2 * sizeof(float));
+        if (m->train.loss == MGT_LOSS_SPARSE_CE)
+            o->xent_sparse(be, q.n, k, last->y + r0, q.in.labels, probs + r0, dl, 1.0f, r->part);
+        else
+            o->xent_dense(be, q.n, k, last->y + r0, q.in.targets, probs + r0, dl, 1.0f, r->part);
+        add_arena(r, be, m->param_count, 2, r->part);
+    }
+    if (!backward)
+        return;
+    int cur = 0;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        mgt_layer *l = &m->layers[i];
+        const size_t in = elems(l->in), out = elems(l->out);
+        float *dy = m->grad[cur];
+        float *dx = i > m->first_trainable ? m->grad[cur ^ 1] : NULL;
+        const float *x = i ? m->layers[i - 1].y : s->in.x;
+        size_t lo;
+        const size_t count = mgt_layer_param_range(m, l, &lo);
+        for (int c = 0; c < nch; c++) {
+            const mgt_step q = chunk_step(s, m, c);
+            const size_t r0 = (size_t)(q.row0 - s->row0);
+            if (l->act != MGT_ACT_NONE && !l->fused_act)
+                o->act_bwd(be, l->act, q.n, (int)out, l->y + r0 * out, dy + r0 * out);
+            if (is_batchnorm(l))
+                continue; /* below, over all chunks at once */
+            l->type->backward(m, l, &q, x + r0 * in, l->y + r0 * out, dy + r0 * out,
+                              dx ? dx + r0 * in : NULL);
+            if (count) /* this chunk's parameter gradient sums */
+                add_arena(r, be, lo, count, m->g + lo);
+        }
+        if (is_batchnorm(l)) /* accumulates its own parameter gradients (mgt_repro_bn_grads) */
+            l->type->backward(m, l, s, x, l->y, dy, dx);
+        if (!dx)
+            break; /* nothing below has parameters */
+        cur ^= 1;
+    }
+}
+
+/* ---- exact all-reduce ---- */
+
+static void allreduce_words(mgt_comm *c, int64_t *w, size_t count, const char *what) {
+    if (c->world == 1)
+        return;
+    mgt_comm_enter(c, what);
+    for (size_t off = 0; off < count; off += INT_MAX) {
+        const size_t n = count - off < INT_MAX ? count - off : INT_MAX;
+        const int rc = MPI_Allreduce(MPI_IN_PLACE, w + off, (int)n, MPI_INT64_T, MPI_SUM, c->mpi);
+        if (rc != MPI_SUCCESS)
+            mgt_die("MPI_Allreduce failed during %s (code %d)", what, rc);
+    }
+    mgt_comm_leave(c);
+}
+
+/* The counter after an all-reduce: the same on every rank, so every rank stops alike. */
+static void check_bad(const mgt_backend *be, const int64_t *counter, const char *what,
+                      int64_t step) {
+    int64_t bad = 0;
+    be->ops->to_host((mgt_backend *)be, &bad, counter, sizeof bad);
+    if (bad)
+        mgt_die_all("step %lld: %lld %s not finite or of magnitude 2^64 or more, which "
+                    "--reproducible cannot sum exactly: training stopped, nothing was saved over "
+                    "the last checkpoint; lower --lr or check the data",
+                    (long long)step, (long long)bad, what);
+}
+
+void mgt_repro_allreduce(mgt_repro *r, int64_t step) {
+    mgt_model *m = r->m;
+    mgt_backend *be = m->be;
+    allreduce_words(r->comm, r->words, r->nwords, "gradient all-reduce (exact)");
+    check_bad(be, r->words + r->nwords - 1, "gradient or loss values were", step);
+    be->ops->xs_round(be, m->param_count, r->words, m->g);
+    be->ops->xs_round(be, 2, r->words + m->param_count * MGT_XS_WORDS, m->sums);
+}
+
+/* ---- batchnorm ---- */
+
+/* The batchnorm block's words: zeroed, for n sums. */
+static int64_t *bn_begin(mgt_repro *r, const mgt_backend *be, size_t n) {
+    be->ops->zero((mgt_backend *)be, r->bn_words, (n * MGT_XS_WORDS + 1) * sizeof(int64_t));
+    return r->bn_words;
+}
+
+static void bn_end(mgt_repro *r, const mgt_step *s, size_t n, float *out, const char *what) {
+    const mgt_backend *be = s->be;
+    allreduce_words(r->comm, r->bn_words, n * MGT_XS_WORDS + 1, what);
+    check_bad(be, r->bn_words + n * MGT_XS_WORDS, "batchnorm sums were", s->global_step);
+    be->ops->xs_round((mgt_backend *)be, n, r->bn_words, out);
+}
+
+void mgt_repro_bn_stats(const mgt_step *s, int hw, int c, const float *x, float *sum) {
+    mgt_repro *r = s->repro;
+    mgt_backend *be = s->be;
+    const size_t n = 2 * (size_t)c;
+    int64_t *w = bn_begin(r, be, n);
+    for (int k = 0; k < chunks_of(s); k++) {
+        const mgt_step q = chunk_step(s, r->m, k);
+        const size_t r0 = (size_t)(q.row0 - s->row0) * (size_t)hw * (size_t)c;
+        be->ops->bn_stats(be, q.n * hw, c, x + r0, r->part, r->part + c);
+        be->ops->xs_add(be, n, r->part, w, w + n * MGT_XS_WORDS);
+    }
+    bn_end(r, s, n, sum, "synchronised batchnorm statistics (exact)");
+}
+
+void mgt_repro_bn_grads(const mgt_step *s, int hw, int c, const float *x, const float *dy,
+                        const float *mean, const float *invstd, float *dgamma, float *dbeta,
+                        float *out) {
+    mgt_repro *r = s->repro;
+    mgt_backend *be = s->be;
+    const size_t n = 2 * (size_t)c;
+    int64_t *w = bn_begin(r, be, n), *bad = w + n * MGT_XS_WORDS;
+    for (int k = 0; k < chunks_of(s); k++) {
+        const mgt_step q = chunk_step(s, r->m, k);
+        const size_t r0 = (size_t)(q.row0 - s->row0) * (size_t)hw * (size_t)c;
+        be->ops->bn_bwd_reduce(be, q.n * hw, c, x + r0, dy + r0, mean, invstd, dgamma, dbeta);
+        add_arena(r, be, (size_t)(dgamma - r->m->g), (size_t)c, dgamma);
+        add_arena(r, be, (size_t)(dbeta - r->m->g), (size_t)c, dbeta);
+        be->ops->xs_add(be, (size_t)c, dgamma, w, bad);
+        be->ops->xs_add(be, (size_t)c, dbeta, w + (size_t)c * MGT_XS_WORDS, bad);
+    }
+    bn_end(r, s, n, out, "synchronised batchnorm gradients (exact)");
+}
