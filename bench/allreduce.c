@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bench_args.h"
 #include "comm.h"
 #include "gpu.h"
-#include "parse.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -60,13 +60,6 @@ static size_t parse_bytes(const char *flag, const char *v) {
     if (x < sizeof(float) || x % sizeof(float))
         mgt_die_all("%s %s: the size must be a positive multiple of 4 bytes (float32)", flag, v);
     return (size_t)x;
-}
-
-static long need_long(const char *flag, const char *v, long min) {
-    int64_t x;
-    if (mgt_parse_i64(v, &x) < 0 || x < min)
-        mgt_die_all("%s %s: expected a whole number of at least %ld", flag, v, min);
-    return (long)x;
 }
 
 static void usage(void) {
@@ -108,19 +101,19 @@ static void parse(int argc, char **argv, opts *o, mgt_runtime *rt) {
             o->max_bytes = parse_bytes("--max-bytes", optarg);
             break;
         case 'f':
-            o->factor = need_long("--factor", optarg, 2);
+            o->factor = bench_need_long("--factor", optarg, 2);
             break;
         case 'w':
-            o->warmup = need_long("--warmup", optarg, 0);
+            o->warmup = bench_need_long("--warmup", optarg, 0);
             break;
         case 'n':
-            o->iters = need_long("--iters", optarg, 1);
+            o->iters = bench_need_long("--iters", optarg, 1);
             break;
         case 'g':
             o->nccl = 1;
             break;
         case 't':
-            o->timeout = (double)need_long("--comm-timeout", optarg, 0);
+            o->timeout = (double)bench_need_long("--comm-timeout", optarg, 0);
             break;
         case 'h':
             if (rank == 0)

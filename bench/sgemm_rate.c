@@ -17,16 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "parse.h"
+#include "bench_args.h"
 #include "runtime.h"
 #include "util.h"
-
-static long need_long(const char *flag, const char *v, long min) {
-    int64_t x;
-    if (mgt_parse_i64(v, &x) < 0 || x < min)
-        mgt_die_all("%s %s: expected a whole number of at least %ld", flag, v, min);
-    return (long)x;
-}
 
 int main(int argc, char **argv) {
     mgt_runtime rt;
@@ -41,13 +34,13 @@ int main(int argc, char **argv) {
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
         case 'n':
-            n = need_long("--size", optarg, 16);
+            n = bench_need_long("--size", optarg, 16);
             break;
         case 'r':
-            reps = need_long("--reps", optarg, 1);
+            reps = bench_need_long("--reps", optarg, 1);
             break;
         case 't':
-            threads = need_long("--threads", optarg, 1);
+            threads = bench_need_long("--threads", optarg, 1);
             break;
         case 'h':
             if (rt.rank == 0)

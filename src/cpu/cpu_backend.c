@@ -3,8 +3,8 @@
  * layout changes. The other ops live in the sibling files listed in cpu_internal.h.
  *
  * This backend is the reference the GPU one is compared against, so every op follows backend.h
- * literally; speed comes from OpenBLAS (every matrix product is one cblas_sgemm call) and from
- * plain loops the compiler can vectorise. */
+ * literally; speed comes from OpenBLAS (every matrix product but Winograd's goes to cblas_sgemm,
+ * split across the lanes by mgt_cpu_gemm) and from plain loops the compiler can vectorise. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +99,6 @@ void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
  * (beta = 1), which costs one pass over y instead of a separate bias pass after the product. */
 void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *b, float *y) {
-    (void)be;
     if (n <= 0 || out <= 0)
         return;
     float beta = 0.0f;
@@ -113,8 +112,8 @@ void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
             memset(y, 0, sizeof(float) * (size_t)n * out);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, beta, y,
-                out);
+    mgt_cpu_gemm(mgt_cpu_impl_of(be)->lanes, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w,
+                 in, beta, y, out);
 }
 
 /* dx = dy * W, dW = dy^T * x, db = column sums of dy. With n == 0 the GEMM for dW would have
@@ -122,7 +121,7 @@ void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
  * by hand instead. */
 void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *dy, float *dx, float *dw, float *db) {
-    (void)be;
+    mgt_cpu_lanes *lanes = mgt_cpu_impl_of(be)->lanes;
     if (n < 0)
         n = 0;
     if (db)
@@ -136,12 +135,12 @@ void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
         if (n == 0)
             memset(dw, 0, sizeof(float) * (size_t)out * in);
         else
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-                        0.0f, dw, in);
+            mgt_cpu_gemm(lanes, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f,
+                         dw, in);
     }
     if (dx && n > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
-                    0.0f, dx, in);
+        mgt_cpu_gemm(lanes, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx,
+                     in);
 }
 
 /* ---- Flatten layout ---------------------------------------------------------------------- */
@@ -242,11 +241,11 @@ int mgt_cpu_backend_init(mgt_backend *be, int threads) {
     if (!im)
         return -1;
     im->threads = threads;
-    if (threads > 0)
-        openblas_set_num_threads(threads);
-    /* Winograd's lanes: one per BLAS thread this rank was given. Without workers (threads
-     * unavailable) the passes still run, on the calling thread. */
+    /* The lanes: one per thread this rank was given (0: as many as OpenBLAS would use). They
+     * split every pass, the GEMMs included, and OpenBLAS runs on one thread (cpu_lanes.c says
+     * why). Without workers (threads unavailable) the passes still run, on the calling thread. */
     const int lanes = threads > 0 ? threads : openblas_get_num_threads();
+    openblas_set_num_threads(1);
     im->lanes = mgt_cpu_lanes_create(lanes > 0 ? lanes : 1);
     be->ops = &cpu_ops;
     be->impl = im;

@@ -61,10 +61,10 @@ static size_t conv_target_rows(const mgt_conv_shape *s) {
 
 /* Winograd's output tile side for this layer (2 or 4), or 0 for im2col.
  * Every 3x3 stride-1 convolution goes through Winograd unless its algorithm is DIRECT (AUTO and
- * WINOGRAD take it alike: it is the faster wherever it applies). Measured at batch 128 on this 2-core
- * Xeon (OpenBLAS 0.3.21, 2 threads; ms fwd / bwd data / bwd filter, best of 5 to 9 interleaved
- * runs), it beats im2col by a wide margin wherever the channel counts are not tiny and is no
- * slower with one input channel (im2col's GEMMs are thin there, Winograd's lanes run the
+ * WINOGRAD take it alike: it is the faster wherever it applies). Measured at batch 128 on this
+ * 2-core Xeon (OpenBLAS 0.3.21, 2 threads; ms fwd / bwd data / bwd filter, best of 5 to 9
+ * interleaved runs), it beats im2col by a wide margin wherever the channel counts are not tiny and
+ * is no slower with one input channel (im2col's GEMMs are thin there, Winograd's lanes run the
  * transforms in parallel):
  *                                   im2col         F(2x2)         F(4x4)
  *   28x28x1 -> 32 valid (conv1)     4.0/4.7/7.3    3.2/4.2/3.3    5.2/4.7/3.9
@@ -215,16 +215,36 @@ static void col2im(const mgt_conv_shape *s, const float *restrict dcol, size_t r
 }
 
 /* y[rows][oc] = col[rows][K] * W^T + b; the bias is copied in first and the GEMM adds to it. */
-static void conv_gemm_fwd(size_t rows, size_t K, int oc, const float *col, const float *w,
-                          const float *b, float *y) {
+static void conv_gemm_fwd(mgt_cpu_lanes *lanes, size_t rows, size_t K, int oc, const float *col,
+                          const float *w, const float *b, float *y) {
     float beta = 0.0f;
     if (b) {
         for (size_t r = 0; r < rows; r++)
             memcpy(y + r * oc, b, sizeof(float) * (size_t)oc);
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, oc, (int)K, 1.0f, col, (int)K,
-                w, (int)K, beta, y, oc);
+    mgt_cpu_gemm(lanes, CblasNoTrans, CblasTrans, (int)rows, oc, (int)K, 1.0f, col, (int)K, w,
+                 (int)K, beta, y, oc);
+}
+
+/* im2col over the lanes: rows [r0, r1) of the column matrix, cut by rows (each row is written
+ * alone). */
+typedef struct {
+    const mgt_conv_shape *s;
+    const float *x;
+    size_t r0;
+    float *col;
+} im2col_job;
+
+static void im2col_part(void *p, size_t lo, size_t hi) {
+    const im2col_job *j = p;
+    im2col(j->s, j->x, j->r0 + lo, j->r0 + hi, j->col + lo * conv_k(j->s));
+}
+
+static void im2col_lanes(mgt_cpu_lanes *lanes, const mgt_conv_shape *s, const float *x, size_t r0,
+                         size_t r1, float *col) {
+    im2col_job j = {s, x, r0, col};
+    mgt_cpu_lanes_for(lanes, r1 - r0, ((size_t)1 << 14) / conv_k(s) + 1, im2col_part, &j);
 }
 
 /* ---- direct fallback (no scratch at all) ---- */
@@ -313,14 +333,13 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                 y[r * oc + o] = b ? b[o] : 0.0f;
         return;
     }
+    mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     if (conv_is_pointwise(s)) {
-        conv_gemm_fwd(rows, K, oc, x, w, b, y);
+        conv_gemm_fwd(im->lanes, rows, K, oc, x, w, b, y);
         return;
     }
-    mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     const int m = mgt_cpu_conv_wino_tile(s);
-    if (m &&
-        mgt_cpu_wino_fwd(im->scratch, im->scratch_bytes, im->lanes, m, s, x, w, b, y) == 0)
+    if (m && mgt_cpu_wino_fwd(im->scratch, im->scratch_bytes, im->lanes, m, s, x, w, b, y) == 0)
         return;
     const size_t chunk = conv_chunk_rows(im, s);
     if (chunk == 0) {
@@ -330,8 +349,8 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     float *col = im->scratch;
     for (size_t r0 = 0; r0 < rows; r0 += chunk) {
         const size_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
-        im2col(s, x, r0, r1, col);
-        conv_gemm_fwd(r1 - r0, K, oc, col, w, b, y + r0 * oc);
+        im2col_lanes(im->lanes, s, x, r0, r1, col);
+        conv_gemm_fwd(im->lanes, r1 - r0, K, oc, col, w, b, y + r0 * oc);
     }
 }
 
@@ -342,8 +361,9 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     const int oc = s->oc > 0 ? s->oc : 0;
     const size_t x_count = (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * (s->c > 0 ? s->c : 0);
 
-    if (db)
-        mgt_cpu_colsum(rows, oc, dy, db); /* zeros when rows == 0 */
+    mgt_cpu_impl *im = mgt_cpu_impl_of(be);
+    if (db) /* zeros when rows == 0 */
+        mgt_cpu_channel_sums(be, rows, oc, dy, db, NULL);
     if (rows == 0 || oc == 0 || K == 0) {
         /* Nothing flows: parameter gradients are overwritten with zeros, dx too. */
         if (dw)
@@ -354,14 +374,13 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     }
     if (conv_is_pointwise(s)) { /* col is x itself and col2im is the identity */
         if (dw)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, (int)K, (int)rows, 1.0f, dy,
-                        oc, x, (int)K, 0.0f, dw, (int)K);
+            mgt_cpu_gemm(im->lanes, CblasTrans, CblasNoTrans, oc, (int)K, (int)rows, 1.0f, dy, oc,
+                         x, (int)K, 0.0f, dw, (int)K);
         if (dx)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)K, oc, 1.0f, dy,
-                        oc, w, (int)K, 0.0f, dx, (int)K);
+            mgt_cpu_gemm(im->lanes, CblasNoTrans, CblasNoTrans, (int)rows, (int)K, oc, 1.0f, dy, oc,
+                         w, (int)K, 0.0f, dx, (int)K);
         return;
     }
-    mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     /* Winograd takes each of the two products it can; whatever is left goes through im2col. */
     const int m = mgt_cpu_conv_wino_tile(s);
     if (m && dw &&
@@ -385,13 +404,13 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         const int m = (int)(r1 - r0);
         const float *dyc = dy + r0 * oc;
         if (dw) {
-            im2col(s, x, r0, r1, col);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, (int)K, m, 1.0f, dyc, oc, col,
-                        (int)K, r0 == 0 ? 0.0f : 1.0f, dw, (int)K);
+            im2col_lanes(im->lanes, s, x, r0, r1, col);
+            mgt_cpu_gemm(im->lanes, CblasTrans, CblasNoTrans, oc, (int)K, m, 1.0f, dyc, oc, col,
+                         (int)K, r0 == 0 ? 0.0f : 1.0f, dw, (int)K);
         }
         if (dx) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, (int)K, oc, 1.0f, dyc, oc, w,
-                        (int)K, 0.0f, col, (int)K);
+            mgt_cpu_gemm(im->lanes, CblasNoTrans, CblasNoTrans, m, (int)K, oc, 1.0f, dyc, oc, w,
+                         (int)K, 0.0f, col, (int)K);
             col2im(s, col, r0, r1, dx);
         }
     }

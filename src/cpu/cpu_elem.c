@@ -6,39 +6,78 @@
  * the batch across ranks) see the same mask without storing it.
  *
  * Softmax (activation and loss) subtracts the row maximum before exponentiating, so no logit is
- * too large; the log-sum-exp and the loss are formed in double. */
+ * too large; the log-sum-exp and the loss are formed in double.
+ *
+ * Activations and dropout split their elements (softmax its rows) across the backend's lanes;
+ * each element is computed alone, so the split changes no bit. */
 #include <math.h>
 
 #include "cpu_internal.h"
 #include "util.h"
 
+/* Elements below which a pass is not worth splitting across the lanes (waking a worker costs
+ * microseconds; 64K floats take tens of them). */
+#define ELEM_PART ((size_t)1 << 16)
+
 /* ---- dropout ---- */
 
-/* Forward and backward are the same map: the mask from (key, counter) times 1/(1-rate). */
+/* Forward and backward are the same map: the mask from (key, counter) times 1/(1-rate), over
+ * rows [r0, r1) of x. mgt_uniform(key, c) = u * 2^-24 with u its 24 random bits, so an element
+ * is kept when u >= rate * 2^24, i.e. u >= ceil(rate * 2^24) (exact: rate * 2^24 is a float
+ * scaled by a power of two), which the loop tests on the integer bits. */
+typedef struct {
+    int row;
+    uint64_t key, first_sample;
+    uint32_t keep_from; /* keep when the 24 bits are >= keep_from (2^24: keep none) */
+    float keep_scale;
+    float *x;
+} dropout_job;
+
 MGT_SIMD
-static void dropout_apply(int n, int row, float rate, uint64_t key, uint64_t first_sample,
-                          float *restrict x) {
+static void dropout_rows(void *p, size_t r0, size_t r1) {
+    enum { BLOCK = 64 }; /* the mask's bits for a block of elements, then the block */
+    const dropout_job *j = p;
+    const int row = j->row;
+    const uint64_t key = j->key;
+    const uint32_t keep_from = j->keep_from;
+    const float keep_scale = j->keep_scale;
+    uint32_t bits[BLOCK];
+    for (size_t i = r0; i < r1; i++) {
+        float *restrict xr = j->x + i * (size_t)row;
+        const uint64_t base = (j->first_sample + (uint64_t)i) * (uint64_t)row;
+        for (int c0 = 0; c0 < row; c0 += BLOCK) {
+            const int len = row - c0 < BLOCK ? row - c0 : BLOCK;
+            for (int v = 0; v < len; v++)
+                bits[v] = (uint32_t)(mgt_rand64(key, base + (uint64_t)(c0 + v)) >> 40);
+            for (int v = 0; v < len; v++)
+                xr[c0 + v] = bits[v] >= keep_from ? xr[c0 + v] * keep_scale : 0.0f;
+        }
+    }
+}
+
+static void dropout_apply(mgt_backend *be, int n, int row, float rate, uint64_t key,
+                          uint64_t first_sample, float *x) {
     if (!(rate > 0.0f) || n <= 0 || row <= 0)
         return;
-    const float keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f;
-    for (int i = 0; i < n; i++) {
-        float *restrict xr = x + (size_t)i * row;
-        const uint64_t base = (first_sample + (uint64_t)i) * (uint64_t)row;
-        for (int j = 0; j < row; j++)
-            xr[j] = mgt_uniform(key, base + (uint64_t)j) >= rate ? xr[j] * keep_scale : 0.0f;
-    }
+    dropout_job j = {.row = row,
+                     .key = key,
+                     .first_sample = first_sample,
+                     .keep_from = rate < 1.0f ? (uint32_t)ceil((double)rate * 16777216.0)
+                                              : (uint32_t)1 << 24,
+                     .keep_scale = rate < 1.0f ? 1.0f / (1.0f - rate) : 0.0f,
+                     .x = x};
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)n, ELEM_PART / (size_t)row + 1,
+                      dropout_rows, &j);
 }
 
 void mgt_cpu_dropout_fwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
                          uint64_t first_sample, float *x) {
-    (void)be;
-    dropout_apply(n, row, rate, key, first_sample, x);
+    dropout_apply(be, n, row, rate, key, first_sample, x);
 }
 
 void mgt_cpu_dropout_bwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
                          uint64_t first_sample, float *dx) {
-    (void)be;
-    dropout_apply(n, row, rate, key, first_sample, dx);
+    dropout_apply(be, n, row, rate, key, first_sample, dx);
 }
 
 /* ---- activations ---- */
@@ -66,29 +105,35 @@ static void softmax_row(int k, float *restrict x) {
         x[j] *= inv;
 }
 
+/* An activation pass over a flat range [lo, hi) of elements (softmax: of rows). */
+typedef struct {
+    mgt_act act;
+    int row;
+    const float *y;
+    float *x; /* forward: x in place; backward: dy in place */
+} act_job;
+
 MGT_SIMD
-void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
-    (void)be;
-    if (n <= 0 || row <= 0)
-        return;
-    const size_t count = (size_t)n * row;
-    switch (act) {
+static void act_fwd_range(void *p, size_t lo, size_t hi) {
+    const act_job *j = p;
+    float *restrict x = j->x;
+    switch (j->act) {
     case MGT_ACT_RELU:
         /* NaN stays NaN (as in PyTorch): a diverged model must reach the loss check. */
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = lo; i < hi; i++)
             x[i] = x[i] < 0.0f ? 0.0f : x[i];
         break;
     case MGT_ACT_SIGMOID:
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = lo; i < hi; i++)
             x[i] = sigmoidf(x[i]);
         break;
     case MGT_ACT_TANH:
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = lo; i < hi; i++)
             x[i] = tanhf(x[i]);
         break;
     case MGT_ACT_SOFTMAX:
-        for (int i = 0; i < n; i++)
-            softmax_row(row, x + (size_t)i * row);
+        for (size_t i = lo; i < hi; i++)
+            softmax_row(j->row, x + i * (size_t)j->row);
         break;
     case MGT_ACT_NONE:
     default:
@@ -99,40 +144,59 @@ void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
 /* dx = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
  * softmax (per row): dx_j = y_j (dy_j - sum_k dy_k y_k). */
 MGT_SIMD
-void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
-    (void)be;
-    if (n <= 0 || row <= 0)
-        return;
-    const size_t count = (size_t)n * row;
-    switch (act) {
+static void act_bwd_range(void *p, size_t lo, size_t hi) {
+    const act_job *j = p;
+    const float *restrict y = j->y;
+    float *restrict dy = j->x;
+    switch (j->act) {
     case MGT_ACT_RELU:
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = lo; i < hi; i++)
             dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
         break;
     case MGT_ACT_SIGMOID:
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = lo; i < hi; i++)
             dy[i] *= y[i] * (1.0f - y[i]);
         break;
     case MGT_ACT_TANH:
-        for (size_t i = 0; i < count; i++)
+        for (size_t i = lo; i < hi; i++)
             dy[i] *= 1.0f - y[i] * y[i];
         break;
     case MGT_ACT_SOFTMAX:
-        for (int i = 0; i < n; i++) {
-            const float *restrict yr = y + (size_t)i * row;
-            float *restrict gr = dy + (size_t)i * row;
+        for (size_t i = lo; i < hi; i++) {
+            const float *restrict yr = y + i * (size_t)j->row;
+            float *restrict gr = dy + i * (size_t)j->row;
             double dot = 0.0;
-            for (int j = 0; j < row; j++)
-                dot += (double)gr[j] * yr[j];
+            for (int c = 0; c < j->row; c++)
+                dot += (double)gr[c] * yr[c];
             const float d = (float)dot;
-            for (int j = 0; j < row; j++)
-                gr[j] = yr[j] * (gr[j] - d);
+            for (int c = 0; c < j->row; c++)
+                gr[c] = yr[c] * (gr[c] - d);
         }
         break;
     case MGT_ACT_NONE:
     default:
         break;
     }
+}
+
+/* Softmax goes by rows, the others by elements; either way every element is computed alone. */
+static void act_split(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *x,
+                      void (*range)(void *, size_t, size_t)) {
+    if (n <= 0 || row <= 0 || act == MGT_ACT_NONE)
+        return;
+    act_job j = {.act = act, .row = row, .y = y, .x = x};
+    const int rows = act == MGT_ACT_SOFTMAX;
+    const size_t count = rows ? (size_t)n : (size_t)n * row;
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, count,
+                      rows ? ELEM_PART / (size_t)row + 1 : ELEM_PART, range, &j);
+}
+
+void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
+    act_split(be, act, n, row, NULL, x, act_fwd_range);
+}
+
+void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
+    act_split(be, act, n, row, y, dy, act_bwd_range);
 }
 
 /* ---- softmax + cross-entropy ----

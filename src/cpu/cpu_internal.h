@@ -15,6 +15,7 @@
 #ifndef MGT_CPU_INTERNAL_H
 #define MGT_CPU_INTERNAL_H
 
+#include <cblas.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,15 +30,35 @@ int mgt_cpu_lanes_count(const mgt_cpu_lanes *l); /* NULL: 1 */
  * workers (or the caller, beyond them), and returns when all are done. l may be NULL. */
 void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int lane), void *ctx);
 void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
+/* fn(ctx, lo, hi) over [0, n) cut into parts of at least min_part items (boundaries at multiples
+ * of 16 items), which the lanes take in any order; the calling thread alone does all of [0, n)
+ * when there is one lane or too little work for two parts. For passes whose every item is
+ * computed the same way wherever the cuts fall (element-wise maps, per-channel sums over all
+ * rows), so that the results do not depend on the number of threads. */
+void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
+                       void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+/* C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm (OpenBLAS single-threaded): the
+ * larger GEMMs are cut into parts fixed by the shape alone (rows or columns of C) that the lanes
+ * take, so the result is the same on any number of threads. l may be NULL. */
+void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc);
 
-/* The hot loops are compiled twice, for x86-64-v3 (AVX2, FMA) and for the build's own target,
- * and the dynamic loader picks one per CPU (GCC's function multi-versioning, an ifunc): one
- * binary runs on every x86-64 CPU and still vectorises its loops 8 wide where it can. Not
- * needed where the build already targets AVX2 (MGT_ARCH=x86-64-v3 or native), or with other
- * compilers or CPUs. On a CPU with and one without AVX2 the results of these loops differ in
- * the last bits (contraction into FMA), as OpenBLAS's kernels do between CPUs. */
+/* The hot loops are compiled three times, for x86-64-v4 (AVX-512: 64-bit multiplies, masks
+ * and 32 vector registers; GCC still prefers 256-bit vectors there), for x86-64-v3 (AVX2, FMA)
+ * and for the build's own target, and the dynamic loader picks one per CPU (GCC's function
+ * multi-versioning, an ifunc): one binary runs on every x86-64 CPU and still vectorises its
+ * loops 8 wide where it can. Where the build already targets one of these levels
+ * (MGT_ARCH=x86-64-v3, native, ...) the levels below it are left out; other compilers and CPUs
+ * get the build's target alone. On CPUs of different levels the results of these loops may
+ * differ in the last bits (contraction into FMA), as OpenBLAS's kernels do between CPUs.
+ * Measured on a 2-core AMD EPYC (Zen 4): dropout's counter-based mask, two 64-bit mixes per
+ * element, runs 10 times faster in the x86-64-v4 variant (vpmullq) than in the x86-64-v3 one,
+ * where GCC leaves the 64-bit multiplies scalar. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)
-#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX512F__)
+#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define MGT_SIMD
 #endif
@@ -47,8 +68,8 @@ typedef struct mgt_cpu_impl {
      * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
     float *scratch;
     size_t scratch_bytes;
-    int threads; /* OpenBLAS threads asked for at init (0: left as the library had it) */
-    mgt_cpu_lanes *lanes; /* one per BLAS thread, for the Winograd passes */
+    int threads;          /* threads asked for at init (0: as many as OpenBLAS would have used) */
+    mgt_cpu_lanes *lanes; /* one per thread the backend was given, for the passes split in lanes */
 } mgt_cpu_impl;
 
 static inline mgt_cpu_impl *mgt_cpu_impl_of(mgt_backend *be) {
@@ -77,21 +98,32 @@ int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s);
 
 /* cpu_winograd.c: 3x3 stride-1 convolution (forward, backward data, backward filter) by
  * Winograd F(m x m, 3 x 3), m = 2 or 4, through the given scratch buffer, on the lanes of
- * `lanes` (NULL: the calling thread alone). Each pass returns 0 when done and -1, having written nothing,
- * when the shape does not qualify or the scratch cannot hold one tile's buffers (the caller
- * then takes another path). n == 0 writes nothing (backward filter: zeros). */
+ * `lanes` (NULL: the calling thread alone). Each pass returns 0 when done and -1, having written
+ * nothing, when the shape does not qualify or the scratch cannot hold one tile's buffers (the
+ * caller then takes another path). n == 0 writes nothing (backward filter: zeros). */
 int mgt_cpu_wino_fits(const mgt_conv_shape *s); /* 3x3, stride 1, non-empty */
 /* Scratch bytes for bounded chunks of tiles on up to 4 lanes (the three passes need the same);
  * 0 if the shape does not fit. */
 size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m);
 /* Scratch bytes for chunks of `tiles` tiles on `lanes` lanes, c and oc channels. */
 size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes);
-int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                     const float *x, const float *w, const float *b, float *y);
-int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                          const float *w, const float *dy, float *dx);
-int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                            const float *x, const float *dy, float *dw);
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                     const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y);
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                          const mgt_conv_shape *s, const float *w, const float *dy, float *dx);
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                            const mgt_conv_shape *s, const float *x, const float *dy, float *dw);
+/* The passes' GEMM kernel, for the tests: the variants this CPU runs (the base one, then the
+ * x86-64-v3 and x86-64-v4 ones where the CPU has them; the passes use the last), and one
+ * product by variant `variant`: C = A B (acc: C += A B), rows a multiple of 6 and cols of 32,
+ * A(i, k) = a[i * ai + k * ak], B(k, j) = b[(j / 32) * bp + k * bk + j % 32],
+ * C(i, j) = c[i * ldc + j]. Returns the variant's name, NULL (and does nothing) when there is
+ * no such variant or the sizes are not multiples. */
+int mgt_cpu_wino_gemm_count(void);
+const char *mgt_cpu_wino_gemm(int variant, int rows, int cols, int K, int acc, const float *a,
+                              ptrdiff_t ai, ptrdiff_t ak, const float *b, ptrdiff_t bp,
+                              ptrdiff_t bk, float *c, ptrdiff_t ldc);
 
 /* cpu_pool.c */
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
@@ -102,6 +134,11 @@ void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
 void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
 
 /* cpu_norm.c */
+/* sum[j] (and sumsq[j] unless NULL) of column j of x[rows][c], each in double in row order
+ * (the same values as mgt_cpu_colsum), the columns split across the lanes: BatchNorm's
+ * statistics and a convolution's bias gradient. */
+void mgt_cpu_channel_sums(mgt_backend *be, size_t rows, int c, const float *x, float *sum,
+                          float *sumsq);
 void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq);
 void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
                       const float *invstd, const float *gamma, const float *beta, float *y);

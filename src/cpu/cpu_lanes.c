@@ -1,11 +1,25 @@
 /* cpu_lanes.c: the CPU backend's worker threads for the passes that split their work in lanes
- * (Winograd). Started once, with the backend; a pass hands them a function and waits for them,
- * so no op starts a thread or allocates a stack inside the step loop.
+ * (Winograd, the element-wise, BatchNorm and pooling passes, and the GEMMs of the dense and
+ * im2col layers). Started once, with the backend; a pass hands them a function and waits for
+ * them, so no op starts a thread or allocates a stack inside the step loop.
  *
  * Protocol, under one mutex: run() publishes (fn, ctx, lanes), bumps the generation and wakes
  * the workers; worker i runs lane i + 1 if that lane is wanted, then counts itself done. The
- * calling thread runs lane 0. If a worker could not be started, the caller runs its lane too. */
+ * calling thread runs lane 0. If a worker could not be started, the caller runs its lane too.
+ *
+ * OpenBLAS runs on one thread: the backend sets it so when it starts, and while lanes run it is
+ * held there whatever a caller has set since. The lanes are the parallelism; a GEMM a lane calls
+ * must not start OpenBLAS's own threads on the same cores. Which GEMMs would is up to the
+ * kernel OpenBLAS picks for the CPU: its SkylakeX / Cooperlake kernels take a single-threaded
+ * small-matrix path up to 10^6 multiply-adds, but the Haswell and Zen kernels that AMD EPYCs
+ * get have no such path, and OpenBLAS 0.3.21 threads any GEMM past 2.6 x 10^5 multiply-adds.
+ * Two lanes then each ran every GEMM on two OpenBLAS threads, which serialise on OpenBLAS's lock
+ * and spin on each other's cores: with the Haswell kernel the seed ConvNet's step (batch 128,
+ * two lanes) took 3.8 times the CPU time it takes with one OpenBLAS thread per lane
+ * (bench/layer_times.c, on a 2-core AMD EPYC). */
+#include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -85,6 +99,12 @@ void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int la
     if (lanes < 1)
         lanes = 1;
     const int threaded = l ? (lanes - 1 < l->workers ? lanes - 1 : l->workers) : 0;
+    /* one OpenBLAS thread per lane (see the top of the file), a lone lane too: which kernel
+     * OpenBLAS takes for a GEMM can depend on its thread count, and results must not depend on
+     * how many lanes ran */
+    const int blas = openblas_get_num_threads();
+    if (blas > 1)
+        openblas_set_num_threads(1);
     if (threaded > 0) {
         pthread_mutex_lock(&l->mu);
         l->fn = fn;
@@ -104,6 +124,8 @@ void mgt_cpu_lanes_run(mgt_cpu_lanes *l, int lanes, void (*fn)(void *ctx, int la
             pthread_cond_wait(&l->done, &l->mu);
         pthread_mutex_unlock(&l->mu);
     }
+    if (blas > 1)
+        openblas_set_num_threads(blas);
 }
 
 void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l) {
@@ -119,4 +141,125 @@ void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l) {
     pthread_cond_destroy(&l->go);
     pthread_cond_destroy(&l->done);
     free(l);
+}
+
+/* ---- ranges split in parts ------------------------------------------------------------------ */
+
+enum {
+    SPLIT_PARTS_PER_LANE = 4, /* parts a lane may take: a late or slowed lane leaves less behind */
+    SPLIT_ALIGN = 16,         /* part boundaries at multiples of 16 items (64 bytes of floats) */
+};
+
+typedef struct {
+    void (*fn)(void *ctx, size_t lo, size_t hi);
+    void *ctx;
+    size_t n, part, parts;
+    atomic_size_t next;
+} split_job;
+
+static void split_lane(void *p, int lane) {
+    (void)lane;
+    split_job *j = p;
+    for (;;) {
+        const size_t k = atomic_fetch_add(&j->next, 1);
+        if (k >= j->parts)
+            return;
+        const size_t lo = k * j->part, hi = lo + j->part < j->n ? lo + j->part : j->n;
+        j->fn(j->ctx, lo, hi);
+    }
+}
+
+/* fn over [0, n) in parts of `part` items (the last shorter), taken by the lanes in any order;
+ * on one lane, or with one part, in order on the calling thread. */
+static void lanes_parts(mgt_cpu_lanes *l, size_t n, size_t part,
+                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx) {
+    const size_t parts = (n + part - 1) / part;
+    const int lanes = mgt_cpu_lanes_count(l);
+    split_job j = {.fn = fn, .ctx = ctx, .n = n, .part = part, .parts = parts};
+    atomic_init(&j.next, 0);
+    mgt_cpu_lanes_run(l, (size_t)lanes < parts ? lanes : (int)parts, split_lane, &j);
+}
+
+void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
+                       void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx) {
+    if (n == 0)
+        return;
+    const int lanes = mgt_cpu_lanes_count(l);
+    if (min_part < 1)
+        min_part = 1;
+    size_t parts = (size_t)lanes * SPLIT_PARTS_PER_LANE;
+    if (parts > n / min_part)
+        parts = n / min_part;
+    if (lanes < 2 || parts < 2) { /* no BLAS in these passes: straight on the calling thread */
+        fn(ctx, 0, n);
+        return;
+    }
+    size_t part = (n + parts - 1) / parts;
+    part = (part + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
+    lanes_parts(l, n, part, fn, ctx);
+}
+
+/* ---- GEMMs split across the lanes ----------------------------------------------------------- *
+ * OpenBLAS runs single-threaded in this backend (mgt_cpu_backend_init): its own threads
+ * busy-wait for work, so that after every threaded call they spun on the cores the lanes were
+ * using, and under load a threaded call waited for a descheduled helper (the seed ConvNet's
+ * 15488 -> 128 dense layer at batch 128 took 440 ms with two OpenBLAS threads on a busy 2-core
+ * EPYC, 26-48 ms with one). The larger GEMMs are split here instead: the larger of C's two
+ * dimensions is cut into at most GEMM_PARTS parts of at least GEMM_PART_MIN rows or columns
+ * (multiples of 16), fixed by the shape alone, which the lanes take as they come. Each part is
+ * one cblas_sgemm on the same rows of op(A) or columns of op(B), so every element of C is
+ * computed by the same call whatever the number of threads. Each part copies the operand it
+ * shares in whole (OpenBLAS packs it), which is why the parts are few and large. */
+enum { GEMM_PARTS = 4, GEMM_PART_MIN = 64 };
+#define GEMM_SPLIT_MACS ((double)(1 << 22)) /* below: one call (a split saves < ~20 us) */
+
+typedef struct {
+    CBLAS_TRANSPOSE ta, tb;
+    int M, N, K, lda, ldb, ldc, by_rows;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+} gemm_job;
+
+static void gemm_part(void *p, size_t lo, size_t hi) {
+    const gemm_job *g = p;
+    const int n = (int)(hi - lo);
+    if (g->by_rows) { /* rows [lo, hi) of C: the same rows of op(A) */
+        const float *a = g->A + (g->ta == CblasNoTrans ? lo * (size_t)g->lda : lo);
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, n, g->N, g->K, g->alpha, a, g->lda, g->B, g->ldb,
+                    g->beta, g->C + lo * (size_t)g->ldc, g->ldc);
+    } else { /* columns [lo, hi) of C: the same columns of op(B) */
+        const float *b = g->B + (g->tb == CblasNoTrans ? lo : lo * (size_t)g->ldb);
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->M, n, g->K, g->alpha, g->A, g->lda, b, g->ldb,
+                    g->beta, g->C + lo, g->ldc);
+    }
+}
+
+void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc) {
+    if (M <= 0 || N <= 0)
+        return;
+    gemm_job g = {.ta = ta,
+                  .tb = tb,
+                  .M = M,
+                  .N = N,
+                  .K = K,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .by_rows = M >= N,
+                  .alpha = alpha,
+                  .beta = beta,
+                  .A = A,
+                  .B = B,
+                  .C = C};
+    const size_t dim = (size_t)(g.by_rows ? M : N);
+    size_t part = (dim + GEMM_PARTS - 1) / GEMM_PARTS;
+    part = (part + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
+    if (part < GEMM_PART_MIN)
+        part = GEMM_PART_MIN;
+    if ((double)M * N * (K > 0 ? K : 0) < GEMM_SPLIT_MACS)
+        part = dim;
+    lanes_parts(l, dim, part, gemm_part, &g);
 }

@@ -7,50 +7,117 @@
  * Per-channel sums accumulate in double: a channel may sum hundreds of thousands of rows.
  * The double accumulators live on the stack in blocks of channels (ops do not allocate); each
  * row's block is still read contiguously. gamma == NULL means 1 and beta == NULL means 0
- * (layers without scale / centre). */
+ * (layers without scale / centre).
+ *
+ * Every pass is split across the backend's lanes: the sums by ranges of channels, one per lane
+ * (each channel is still summed over all rows in row order, so the split changes no bit), the
+ * maps by rows. */
 #include <math.h>
 #include <string.h>
 
 #include "bn_math.h"
 #include "cpu_internal.h"
 
-enum { BN_BLOCK = 128 }; /* channels per block of stack accumulators */
+enum { BN_BLOCK = 256 }; /* channels per block of stack accumulators */
 
+/* Rows below which a pass runs on the calling thread alone (see cpu_elem.c's ELEM_PART). */
+#define BN_PART ((size_t)1 << 16)
+
+/* What the passes below share; each lane takes a range of channels (sums) or rows (maps). */
+typedef struct {
+    int rows, c;
+    size_t nrows; /* the sums' rows (a convolution's bias gradient may have more than INT_MAX) */
+    float count;
+    const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma, *dbeta;
+    float *out0, *out1; /* sum, sumsq / dgamma, dbeta / y / dx */
+} bn_job;
+
+/* Channels per part of a per-channel sum: one contiguous range per lane, so each lane reads a
+ * long run of every row. */
+static size_t bn_channel_part(mgt_backend *be, int c, size_t rows) {
+    const int lanes = mgt_cpu_lanes_count(mgt_cpu_impl_of(be)->lanes);
+    if ((size_t)c * rows < BN_PART)
+        return (size_t)c;
+    return ((size_t)c + (size_t)lanes - 1) / (size_t)lanes;
+}
+
+/* sum (and sumsq, unless NULL) of channels [lo, hi) over all rows, each summed in row order
+ * in double. */
 MGT_SIMD
-void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq) {
-    (void)be;
+static void bn_stats_part(void *p, size_t lo, size_t hi) {
+    const bn_job *j = p;
     double s1[BN_BLOCK], s2[BN_BLOCK];
-    for (int c0 = 0; c0 < c; c0 += BN_BLOCK) {
-        const int nc = c - c0 < BN_BLOCK ? c - c0 : BN_BLOCK;
-        for (int j = 0; j < nc; j++)
-            s1[j] = s2[j] = 0.0;
-        for (int r = 0; r < rows; r++) {
-            const float *restrict xr = x + (size_t)r * c + c0;
-            for (int j = 0; j < nc; j++) {
-                const double v = xr[j];
-                s1[j] += v;
-                s2[j] += v * v;
+    for (int c0 = (int)lo; c0 < (int)hi; c0 += BN_BLOCK) {
+        const int nc = (int)hi - c0 < BN_BLOCK ? (int)hi - c0 : BN_BLOCK;
+        for (int k = 0; k < nc; k++)
+            s1[k] = s2[k] = 0.0;
+        if (j->out1) {
+            for (size_t r = 0; r < j->nrows; r++) {
+                const float *restrict xr = j->x + r * j->c + c0;
+                for (int k = 0; k < nc; k++) {
+                    const double v = xr[k];
+                    s1[k] += v;
+                    s2[k] += v * v;
+                }
+            }
+        } else {
+            for (size_t r = 0; r < j->nrows; r++) {
+                const float *restrict xr = j->x + r * j->c + c0;
+                for (int k = 0; k < nc; k++)
+                    s1[k] += xr[k];
             }
         }
-        for (int j = 0; j < nc; j++) {
-            sum[c0 + j] = (float)s1[j];
-            sumsq[c0 + j] = (float)s2[j];
+        for (int k = 0; k < nc; k++) {
+            j->out0[c0 + k] = (float)s1[k];
+            if (j->out1)
+                j->out1[c0 + k] = (float)s2[k];
         }
     }
 }
 
+void mgt_cpu_channel_sums(mgt_backend *be, size_t rows, int c, const float *x, float *sum,
+                          float *sumsq) {
+    if (c <= 0)
+        return;
+    bn_job j = {.nrows = rows, .c = c, .x = x, .out0 = sum, .out1 = sumsq};
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, rows),
+                      bn_stats_part, &j);
+}
+
+void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq) {
+    mgt_cpu_channel_sums(be, rows < 0 ? 0 : (size_t)rows, c, x, sum, sumsq);
+}
+
 MGT_SIMD
-void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
-                      const float *invstd, const float *gamma, const float *beta, float *y) {
-    (void)be;
-    for (int r = 0; r < rows; r++) {
-        const float *restrict xr = x + (size_t)r * c;
-        float *restrict yr = y + (size_t)r * c;
-        for (int j = 0; j < c; j++) {
-            const float g = gamma ? gamma[j] : 1.0f, b = beta ? beta[j] : 0.0f;
-            yr[j] = (xr[j] - mean[j]) * (invstd[j] * g) + b;
+static void bn_apply_rows(void *p, size_t lo, size_t hi) {
+    const bn_job *j = p;
+    const int c = j->c;
+    const float *restrict mean = j->mean, *restrict invstd = j->invstd;
+    const float *restrict gamma = j->gamma, *restrict beta = j->beta;
+    for (size_t r = lo; r < hi; r++) {
+        const float *restrict xr = j->x + r * c;
+        float *restrict yr = j->out0 + r * c;
+        for (int k = 0; k < c; k++) {
+            const float g = gamma ? gamma[k] : 1.0f, b = beta ? beta[k] : 0.0f;
+            yr[k] = (xr[k] - mean[k]) * (invstd[k] * g) + b;
         }
     }
+}
+
+void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
+                      const float *invstd, const float *gamma, const float *beta, float *y) {
+    if (rows <= 0 || c <= 0)
+        return;
+    bn_job j = {.rows = rows,
+                .c = c,
+                .x = x,
+                .mean = mean,
+                .invstd = invstd,
+                .gamma = gamma,
+                .beta = beta,
+                .out0 = y};
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)rows, BN_PART / (size_t)c + 1,
+                      bn_apply_rows, &j);
 }
 
 /* The arithmetic is bn_math.h's, shared with the GPU kernel. */
@@ -75,49 +142,83 @@ void mgt_cpu_bn_running(mgt_backend *be, int c, float eps, const float *running_
 
 /* dbeta = sum dy; dgamma = sum dy * (x - mean) * invstd = invstd * sum dy * (x - mean). */
 MGT_SIMD
-void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
-                           const float *mean, const float *invstd, float *dgamma, float *dbeta) {
-    (void)be;
+static void bn_bwd_reduce_part(void *p, size_t lo, size_t hi) {
+    const bn_job *j = p;
     double sg[BN_BLOCK], sb[BN_BLOCK];
-    for (int c0 = 0; c0 < c; c0 += BN_BLOCK) {
-        const int nc = c - c0 < BN_BLOCK ? c - c0 : BN_BLOCK;
-        for (int j = 0; j < nc; j++)
-            sg[j] = sb[j] = 0.0;
-        for (int r = 0; r < rows; r++) {
-            const float *restrict xr = x + (size_t)r * c + c0;
-            const float *restrict gr = dy + (size_t)r * c + c0;
-            const float *restrict mr = mean + c0;
-            for (int j = 0; j < nc; j++) {
-                sb[j] += gr[j];
-                sg[j] += (double)gr[j] * (xr[j] - mr[j]);
+    for (int c0 = (int)lo; c0 < (int)hi; c0 += BN_BLOCK) {
+        const int nc = (int)hi - c0 < BN_BLOCK ? (int)hi - c0 : BN_BLOCK;
+        for (int k = 0; k < nc; k++)
+            sg[k] = sb[k] = 0.0;
+        for (int r = 0; r < j->rows; r++) {
+            const float *restrict xr = j->x + (size_t)r * j->c + c0;
+            const float *restrict gr = j->dy + (size_t)r * j->c + c0;
+            const float *restrict mr = j->mean + c0;
+            for (int k = 0; k < nc; k++) {
+                sb[k] += gr[k];
+                sg[k] += (double)gr[k] * (xr[k] - mr[k]);
             }
         }
-        for (int j = 0; j < nc; j++) {
-            if (dgamma)
-                dgamma[c0 + j] = (float)(sg[j] * invstd[c0 + j]);
-            if (dbeta)
-                dbeta[c0 + j] = (float)sb[j];
+        for (int k = 0; k < nc; k++) {
+            if (j->out0)
+                j->out0[c0 + k] = (float)(sg[k] * j->invstd[c0 + k]);
+            if (j->out1)
+                j->out1[c0 + k] = (float)sb[k];
         }
     }
 }
 
+void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
+                           const float *mean, const float *invstd, float *dgamma, float *dbeta) {
+    if (c <= 0)
+        return;
+    bn_job j = {.rows = rows < 0 ? 0 : rows,
+                .c = c,
+                .x = x,
+                .dy = dy,
+                .mean = mean,
+                .invstd = invstd,
+                .out0 = dgamma,
+                .out1 = dbeta};
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, (size_t)j.rows),
+                      bn_bwd_reduce_part, &j);
+}
+
 /* dx = gamma * invstd * (dy - (dbeta + xhat * dgamma) / count). */
 MGT_SIMD
+static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
+    const bn_job *j = p;
+    const int c = j->c;
+    const float inv_count = j->count > 0.0f ? 1.0f / j->count : 0.0f;
+    const float *restrict mean = j->mean, *restrict invstd = j->invstd, *restrict gamma = j->gamma;
+    const float *restrict dgamma = j->dgamma, *restrict dbeta = j->dbeta;
+    for (size_t r = lo; r < hi; r++) {
+        const float *restrict xr = j->x + r * c;
+        const float *restrict gr = j->dy + r * c;
+        float *restrict dr = j->out0 + r * c;
+        for (int k = 0; k < c; k++) {
+            const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
+            const float xhat = (xr[k] - mean[k]) * is;
+            dr[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+        }
+    }
+}
+
 void mgt_cpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
                           const float *dy, const float *mean, const float *invstd,
                           const float *gamma, const float *dgamma, const float *dbeta, float *dx) {
-    (void)be;
-    if (!dx)
+    if (!dx || rows <= 0 || c <= 0)
         return;
-    const float inv_count = count > 0.0f ? 1.0f / count : 0.0f;
-    for (int r = 0; r < rows; r++) {
-        const float *restrict xr = x + (size_t)r * c;
-        const float *restrict gr = dy + (size_t)r * c;
-        float *restrict dr = dx + (size_t)r * c;
-        for (int j = 0; j < c; j++) {
-            const float is = invstd[j], g = gamma ? gamma[j] : 1.0f;
-            const float xhat = (xr[j] - mean[j]) * is;
-            dr[j] = g * is * (gr[j] - (dbeta[j] + xhat * dgamma[j]) * inv_count);
-        }
-    }
+    bn_job j = {.rows = rows,
+                .c = c,
+                .count = count,
+                .x = x,
+                .dy = dy,
+                .mean = mean,
+                .invstd = invstd,
+                .gamma = gamma,
+                .dgamma = dgamma,
+                .dbeta = dbeta,
+                .out0 = dx};
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)rows, BN_PART / (size_t)c + 1,
+                      bn_bwd_apply_rows, &j);
 }

@@ -11,25 +11,47 @@
 
 #include "cpu_internal.h"
 
-static size_t pool_in_count(const mgt_pool_shape *s) {
-    return (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * s->c;
+/* Each pass splits the batch by samples across the lanes: a sample's outputs depend only on
+ * its own input (and its gradient scatters only into its own input), so the results do not
+ * depend on the number of threads. */
+typedef struct {
+    const mgt_pool_shape *s;
+    const float *x; /* forward input, or backward dy */
+    float *y;       /* forward output, or backward dx */
+    const int32_t *argmax_in;
+    int32_t *argmax_out;
+} pool_job;
+
+/* Samples per part: enough that a part is worth a lane (see cpu_elem.c's ELEM_PART). */
+static size_t pool_part(const mgt_pool_shape *s) {
+    const size_t per = (size_t)s->h * s->w * (s->c > 0 ? s->c : 1);
+    return ((size_t)1 << 16) / (per ? per : 1) + 1;
+}
+
+static void pool_split(mgt_backend *be, const mgt_pool_shape *s, pool_job *j,
+                       void (*fn)(void *, size_t, size_t)) {
+    if (s->n <= 0)
+        return;
+    j->s = s;
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)s->n, pool_part(s), fn, j);
 }
 
 MGT_SIMD
-void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
-                         int32_t *argmax) {
-    (void)be;
+static void maxpool_fwd_samples(void *p, size_t n0, size_t n1) {
+    const pool_job *jb = p;
+    const mgt_pool_shape *s = jb->s;
+    const float *x = jb->x;
     const int c = s->c, size = s->size;
-    for (int smp = 0; smp < s->n; smp++)
+    for (size_t smp = n0; smp < n1; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
-                const size_t o = (((size_t)smp * s->oh + oy) * s->ow + ox) * c;
-                float *restrict yo = y + o;
-                int32_t *restrict ao = argmax + o;
+                const size_t o = ((smp * s->oh + oy) * s->ow + ox) * c;
+                float *restrict yo = jb->y + o;
+                int32_t *restrict ao = jb->argmax_out + o;
                 const int iy0 = oy * s->stride, ix0 = ox * s->stride;
                 for (int i = 0; i < size; i++)
                     for (int j = 0; j < size; j++) {
-                        const size_t in = (((size_t)smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                        const size_t in = ((smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
                         const float *restrict xp = x + in;
                         if (i == 0 && j == 0) {
                             for (int ch = 0; ch < c; ch++) {
@@ -47,36 +69,50 @@ void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
             }
 }
 
+void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,
+                         int32_t *argmax) {
+    pool_job j = {.x = x, .y = y, .argmax_out = argmax};
+    pool_split(be, s, &j, maxpool_fwd_samples);
+}
+
+/* Zeroes the samples' part of dx and adds each output's gradient at its argmax (which lies in
+ * the same sample). */
 MGT_SIMD
+static void maxpool_bwd_samples(void *p, size_t n0, size_t n1) {
+    const pool_job *jb = p;
+    const mgt_pool_shape *s = jb->s;
+    const size_t in = (size_t)s->h * s->w * s->c, out = (size_t)s->oh * s->ow * s->c;
+    float *dx = jb->y;
+    memset(dx + n0 * in, 0, sizeof(float) * (n1 - n0) * in);
+    for (size_t o = n0 * out; o < n1 * out; o++)
+        dx[jb->argmax_in[o]] += jb->x[o];
+}
+
 void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
                          const int32_t *argmax, float *dx) {
-    (void)be;
     if (!dx)
         return;
-    const size_t nin = pool_in_count(s);
-    if (nin)
-        memset(dx, 0, sizeof(float) * nin);
-    const size_t nout = (size_t)(s->n > 0 ? s->n : 0) * s->oh * s->ow * s->c;
-    for (size_t o = 0; o < nout; o++)
-        dx[argmax[o]] += dy[o];
+    pool_job j = {.x = dy, .y = dx, .argmax_in = argmax};
+    pool_split(be, s, &j, maxpool_bwd_samples);
 }
 
 MGT_SIMD
-void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
-    (void)be;
+static void avgpool_fwd_samples(void *p, size_t n0, size_t n1) {
+    const pool_job *jb = p;
+    const mgt_pool_shape *s = jb->s;
     const int c = s->c, size = s->size;
     const float inv = 1.0f / (float)(size * size);
-    for (int smp = 0; smp < s->n; smp++)
+    for (size_t smp = n0; smp < n1; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
-                float *restrict yo = y + (((size_t)smp * s->oh + oy) * s->ow + ox) * c;
+                float *restrict yo = jb->y + ((smp * s->oh + oy) * s->ow + ox) * c;
                 const int iy0 = oy * s->stride, ix0 = ox * s->stride;
                 for (int ch = 0; ch < c; ch++)
                     yo[ch] = 0.0f;
                 for (int i = 0; i < size; i++)
                     for (int j = 0; j < size; j++) {
                         const float *restrict xp =
-                            x + (((size_t)smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                            jb->x + ((smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
                         for (int ch = 0; ch < c; ch++)
                             yo[ch] += xp[ch];
                     }
@@ -85,27 +121,36 @@ void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
             }
 }
 
+void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
+    pool_job j = {.x = x, .y = y};
+    pool_split(be, s, &j, avgpool_fwd_samples);
+}
+
 MGT_SIMD
-void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
-    (void)be;
-    if (!dx)
-        return;
+static void avgpool_bwd_samples(void *p, size_t n0, size_t n1) {
+    const pool_job *jb = p;
+    const mgt_pool_shape *s = jb->s;
     const int c = s->c, size = s->size;
     const float inv = 1.0f / (float)(size * size);
-    const size_t nin = pool_in_count(s);
-    if (nin)
-        memset(dx, 0, sizeof(float) * nin);
-    for (int smp = 0; smp < s->n; smp++)
+    const size_t in = (size_t)s->h * s->w * c;
+    memset(jb->y + n0 * in, 0, sizeof(float) * (n1 - n0) * in);
+    for (size_t smp = n0; smp < n1; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
-                const float *restrict go = dy + (((size_t)smp * s->oh + oy) * s->ow + ox) * c;
+                const float *restrict go = jb->x + ((smp * s->oh + oy) * s->ow + ox) * c;
                 const int iy0 = oy * s->stride, ix0 = ox * s->stride;
                 for (int i = 0; i < size; i++)
                     for (int j = 0; j < size; j++) {
-                        float *restrict xp =
-                            dx + (((size_t)smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                        float *restrict xp = jb->y + ((smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
                         for (int ch = 0; ch < c; ch++)
                             xp[ch] += go[ch] * inv;
                     }
             }
+}
+
+void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
+    if (!dx)
+        return;
+    pool_job j = {.x = dy, .y = dx};
+    pool_split(be, s, &j, avgpool_bwd_samples);
 }

@@ -13,7 +13,8 @@
  * Summed over the input channels, the element-wise product at each of the P = n^2 positions xi
  * of the transformed tile is a matrix product over a chunk of tiles:
  *     M_xi[tile][oc] = V_xi[tile][c] * U_xi[c][oc],   V = B^T d B,  U = G g G^T,
- * so a chunk costs P cblas_sgemm calls plus the transforms, which are linear in the data.
+ * so a chunk costs P small matrix products (see "the chunk GEMMs") plus the transforms, which
+ * are linear in the data.
  *
  * Backward data: the input gradient of a 3x3 stride-1 correlation is the correlation of dy
  *     (zero outside the output) with the kernel rotated by 180 degrees and its two channel
@@ -30,21 +31,22 @@
  * zero, which is also how padding is done. The tiles of the whole batch are numbered
  * sample-major and processed in chunks of T tiles. A chunk's transformed tiles are stored
  * position-major, [xi][tile][channel], so each position's GEMM operand is one contiguous
- * T x channels matrix. T is small (see wino_target_tiles): the chunk stays in L2 from the
- * transform through the GEMMs to the inverse transform, and the GEMMs stay within OpenBLAS's
- * single-threaded small-matrix path. The parallelism comes from lanes instead: each thread
- * takes whole chunks (see "lanes" below), so the transforms run in parallel too.
- * A tile's outputs depend only on that tile, so forward and backward-data results depend
- * neither on the chunking nor on the number of threads; backward filter sums its tiles in
- * two fixed halves, chunk by chunk, so its result does not depend on the number of threads
- * either, and on the chunking only through the rounding of the sums.
+ * T x channels matrix, and the transformed filters are laid out as the GEMM kernel reads them.
+ * T is small (see wino_target_tiles): the chunk stays in L2 from the transform through the
+ * GEMMs to the inverse transform. The parallelism comes from lanes: each thread takes whole
+ * chunks (see "lanes" below), so the transforms run in parallel too.
+ * A tile's outputs depend only on that tile, and the GEMM kernel sums every element in the
+ * same order whatever the chunk, so forward and backward-data results depend neither on the
+ * chunking nor on the number of threads; backward filter sums its tiles in two fixed halves,
+ * each in tile order through its chunks, so its result does not depend on the number of
+ * threads either, and on the chunking only through where the halves meet.
  *
  * The transforms work on blocks of WINO_CB channels (NHWC keeps a pixel's channels adjacent),
  * each 1-D transform a loop over the channel block that the compiler vectorises. Filter
  * transforms (c x oc small 3x3 filters per call, little next to the tiles) are done in
  * double. */
-#include <cblas.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "cpu_internal.h"
@@ -61,15 +63,14 @@ enum {
 };
 
 /* Tiles per chunk (measured on the seed ConvNet's layers, see wino_target_tiles): a lane's
- * buffers stay within about the 2 MB L2 of a core... */
-#define WINO_LANE_BYTES ((size_t)2 << 20)
-/* ...and each of the chunk's GEMMs within 10^6 multiply-adds, the size up to which OpenBLAS
- * (0.3.21, AVX-512) takes its single-threaded, copy-free small-matrix path: the lanes supply the
- * parallelism, and a bigger GEMM would start OpenBLAS's own threads on top of them. */
-#define WINO_GEMM_MACS 1000000.0
-/* Work (multiply-adds) below which a pass runs on the calling thread alone: starting a thread
- * costs tens of microseconds. */
-#define WINO_LANE_MIN_MACS 4000000.0
+ * buffers stay within about the L2 of a core (1 MB on AMD's Zen 4, 2 MB on Intel's Sapphire
+ * Rapids). */
+#define WINO_LANE_BYTES ((size_t)1 << 20)
+/* Work (multiply-adds) below which a pass runs on the calling thread alone: waking a worker
+ * costs tens of microseconds. (The transforms make a pass with few channels, such as a first
+ * layer's, cost far more than its multiply-adds: 28x28x1 -> 32 at batch 128 has 7 x 10^6 of
+ * them and takes 3 ms.) */
+#define WINO_LANE_MIN_MACS 1000000.0
 
 /* One correlation as the transforms see it: `in` (n, ih, iw, ic) -> `out` (n, oh, ow, oc),
  * output (oy, ox) reading input rows oy - pt .. oy - pt + 2 and columns ox - pl .. ox - pl + 2. */
@@ -104,16 +105,157 @@ static size_t align16(size_t floats) { /* keeps each buffer 64-byte aligned */
     return (floats + 15) & ~(size_t)15;
 }
 
+static size_t pad_up(size_t x, size_t q) {
+    return (x + q - 1) / q * q;
+}
+
 /* A chunk's transformed tiles, position-major: element (tile r, position xi, channel ch) is
- * at p[r * st + xi * sp + ch], st = channels, sp = tiles per chunk * channels. (Measured
- * against [tile][xi][channel]: the same to 10% faster, the GEMMs reading contiguous rows.) */
+ * at p[r * st + xi * sp + ch], st = the row stride (the channels, or more where the GEMM wants
+ * padding), sp = rows per chunk * st. (Measured against [tile][xi][channel]: the same to 10%
+ * faster, the GEMMs reading contiguous rows.) */
 typedef struct {
     float *p;
     size_t st, sp;
 } wino_buf;
 
-static wino_buf wino_buf_at(float *p, size_t tiles, int channels) {
-    return (wino_buf){p, (size_t)channels, tiles * (size_t)channels};
+static wino_buf wino_buf_at(float *p, size_t rows, size_t stride) {
+    return (wino_buf){p, stride, rows * stride};
+}
+
+/* ---- the chunk GEMMs ----------------------------------------------------------------------- *
+ * Every product of a pass is C = A B, or C += A B, in blocks of GEMM_MR rows by GEMM_NR columns
+ * whose sums stay in registers from the first k to the last: each element is summed over k in
+ * order (by FMAs where the CPU has them), whatever the block, the chunk or the thread, so the
+ * results depend on neither, and the backward-filter sums run in tile order through the chunks.
+ *   A(i, k) = a[i * ai + k * ak]                  any strides: rows of V, or columns of D
+ *   B(k, j) = b[(j / NR) * bp + k * bk + j % NR]   NR-wide panels: the packed U, or rows of X
+ *   C(i, j) = c[i * ldc + j]
+ * with rows a multiple of GEMM_MR and columns of GEMM_NR: the buffers are padded, with zeros or
+ * with rows that are computed and dropped.
+ * Why not OpenBLAS: the products are small (tens of rows, P of them per chunk), and how fast
+ * OpenBLAS runs them depends on the kernel it picks for the CPU: its SkylakeX / Cooperlake
+ * small-matrix path took the seed ConvNet's shapes at 75-110 GFLOP/s per core of a 2-core AMD
+ * EPYC (AVX-512, 116 GFLOP/s peak), its Haswell and Zen kernels, which EPYCs get, at 65-85, both
+ * copying operands and clearing C first. This kernel, on operands the transforms and the
+ * filter transform lay out for it, ran every one of them at 100-113 on the same core. */
+enum { GEMM_MR = 6, GEMM_NR = 32 };
+
+typedef struct {
+    int rows, cols, K, acc; /* acc: C += A B, else C = A B */
+    const float *a;
+    ptrdiff_t ai, ak;
+    const float *b;
+    ptrdiff_t bp, bk;
+    float *c;
+    ptrdiff_t ldc;
+} wino_gemm_args;
+
+typedef void (*wino_gemm_fn)(const wino_gemm_args *g);
+
+/* The kernel for vectors of W floats, NV of them across a row at a time (GEMM_NR / (W NV)
+ * strips of columns per block): GEMM_MR x NV vector sums in registers (12 of 16 or 32), NV
+ * loads of B and GEMM_MR broadcasts of A per k. Compiled once per instruction set below. */
+#define WINO_GEMM_DEFINE(NAME, W, NV, ATTR)                                                        \
+    typedef float NAME##_vec __attribute__((vector_size(4 * (W)), aligned(4)));                    \
+    ATTR static void NAME(const wino_gemm_args *g) {                                               \
+        const int rows = g->rows, cols = g->cols, K = g->K, acc = g->acc;                          \
+        const ptrdiff_t ai = g->ai, ak = g->ak, bp = g->bp, bk = g->bk, ldc = g->ldc;              \
+        for (int j0 = 0; j0 < cols; j0 += GEMM_NR) {                                               \
+            const float *bpan = g->b + (j0 / GEMM_NR) * bp;                                        \
+            for (int i0 = 0; i0 < rows; i0 += GEMM_MR) {                                           \
+                const float *a = g->a + i0 * ai;                                                   \
+                float *c = g->c + i0 * ldc + j0;                                                   \
+                for (int js = 0; js < GEMM_NR; js += (W) * (NV)) {                                 \
+                    NAME##_vec sum[GEMM_MR][NV];                                                   \
+                    for (int i = 0; i < GEMM_MR; i++)                                              \
+                        for (int v = 0; v < (NV); v++)                                             \
+                            sum[i][v] = acc ? *(const NAME##_vec *)(c + i * ldc + js + v * (W))    \
+                                            : (NAME##_vec){0};                                     \
+                    for (int k = 0; k < K; k++) {                                                  \
+                        const float *bk_row = bpan + k * bk + js;                                  \
+                        NAME##_vec bv[NV];                                                         \
+                        for (int v = 0; v < (NV); v++)                                             \
+                            bv[v] = *(const NAME##_vec *)(bk_row + v * (W));                       \
+                        for (int i = 0; i < GEMM_MR; i++) {                                        \
+                            const float x = a[i * ai + k * ak];                                    \
+                            for (int v = 0; v < (NV); v++)                                         \
+                                sum[i][v] += x * bv[v];                                            \
+                        }                                                                          \
+                    }                                                                              \
+                    for (int i = 0; i < GEMM_MR; i++)                                              \
+                        for (int v = 0; v < (NV); v++)                                             \
+                            *(NAME##_vec *)(c + i * ldc + js + v * (W)) = sum[i][v];               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* One variant for the build's own target (the widest vectors it has) and, on x86-64 with GCC,
+ * one each for x86-64-v3 (AVX2 + FMA, 16 registers of 8 floats) and x86-64-v4 (AVX-512, 32
+ * registers of 16 floats), picked by what the CPU has, as MGT_SIMD's clones are. */
+#if defined(__AVX512F__)
+#define WINO_GEMM_BASE_W 16
+#elif defined(__AVX__)
+#define WINO_GEMM_BASE_W 8
+#else
+#define WINO_GEMM_BASE_W 4
+#endif
+WINO_GEMM_DEFINE(wino_gemm_base, WINO_GEMM_BASE_W, 2, )
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define WINO_GEMM_MULTI 1
+WINO_GEMM_DEFINE(wino_gemm_v3, 8, 2, __attribute__((target("arch=x86-64-v3"))))
+WINO_GEMM_DEFINE(wino_gemm_v4, 16, 2, __attribute__((target("arch=x86-64-v4"))))
+#endif
+
+/* The variants this CPU can run, in order: the base one, then x86-64-v3 and x86-64-v4 where the
+ * CPU has them; the passes use the last. */
+static int wino_gemm_variants(wino_gemm_fn *fn, const char **name) {
+    int n = 0;
+    fn[n] = wino_gemm_base, name[n++] = "base";
+#ifdef WINO_GEMM_MULTI
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v3"))
+        fn[n] = wino_gemm_v3, name[n++] = "x86-64-v3";
+    if (__builtin_cpu_supports("x86-64-v4"))
+        fn[n] = wino_gemm_v4, name[n++] = "x86-64-v4";
+#endif
+    return n;
+}
+
+static wino_gemm_fn wino_gemm_pick(void) {
+    wino_gemm_fn fn[3];
+    const char *name[3];
+    return fn[wino_gemm_variants(fn, name) - 1];
+}
+
+int mgt_cpu_wino_gemm_count(void) {
+    wino_gemm_fn fn[3];
+    const char *name[3];
+    return wino_gemm_variants(fn, name);
+}
+
+const char *mgt_cpu_wino_gemm(int variant, int rows, int cols, int K, int acc, const float *a,
+                              ptrdiff_t ai, ptrdiff_t ak, const float *b, ptrdiff_t bp,
+                              ptrdiff_t bk, float *c, ptrdiff_t ldc) {
+    wino_gemm_fn fn[3];
+    const char *name[3];
+    const int n = wino_gemm_variants(fn, name);
+    if (variant < 0 || variant >= n || rows % GEMM_MR || cols % GEMM_NR)
+        return NULL;
+    const wino_gemm_args g = {.rows = rows,
+                              .cols = cols,
+                              .K = K,
+                              .acc = acc,
+                              .a = a,
+                              .ai = ai,
+                              .ak = ak,
+                              .b = b,
+                              .bp = bp,
+                              .bk = bk,
+                              .c = c,
+                              .ldc = ldc};
+    fn[variant](&g);
+    return name[variant];
 }
 
 /* ---- tile walk ---------------------------------------------------------------------------- */
@@ -399,22 +541,23 @@ static const double (*wino_g(int m))[3] {
     return m == 2 ? WINO_G2 : WINO_G4;
 }
 
-/* U[xi][a][b] = G g G^T for the correlation's filters, a < na its input channels (rows, the
- * lanes split them), b < nb its output channels. From the layer's OIHW w:
+/* U_xi = G g G^T for the correlation's filters, a < na its input channels (the lanes split
+ * them), b < nb its output channels, as the GEMM kernel reads B: in panels of GEMM_NR output
+ * channels, U_xi(a, b) at U[xi * na * nbp + (b / NR) * na * NR + a * NR + b % NR], nbp = nb
+ * padded to GEMM_NR with zeros. From the layer's OIHW w:
  *   forward        (flip = 0): g = w[b][a] (the layer has na input channels);
  *   backward data  (flip = 1): g = w[a][b] rotated by 180 degrees (nb input channels).
- * Filters go WINO_CB at a time along b so that each of the P rows written is a contiguous run
- * (the P values of one filter lie a whole P x na x nb plane apart). */
+ * Filters go GEMM_NR at a time along b, so each of the P rows written is one panel's row. */
 MGT_SIMD
 static void wino_filter(int m, int na, int nb, const float *w, int flip, float *U, int a0, int a1) {
     const int nt = m + 2;
     const double(*G)[3] = wino_g(m);
-    const size_t plane = (size_t)na * nb;
+    const size_t plane = (size_t)na * pad_up((size_t)nb, GEMM_NR);
     const int lc = flip ? nb : na; /* the layer's input channels */
-    double gg[9][WINO_CB], t[WINO_NMAX][3][WINO_CB];
+    double gg[9][GEMM_NR], t[WINO_NMAX][3][GEMM_NR];
     for (int a = a0; a < a1; a++)
-        for (int b0 = 0; b0 < nb; b0 += WINO_CB) {
-            const int len = nb - b0 < WINO_CB ? nb - b0 : WINO_CB;
+        for (int b0 = 0; b0 < nb; b0 += GEMM_NR) {
+            const int len = nb - b0 < GEMM_NR ? nb - b0 : GEMM_NR;
             for (int v = 0; v < len; v++) {
                 const int o = flip ? a : b0 + v, ch = flip ? b0 + v : a;
                 const float *f = w + ((size_t)o * lc + ch) * 9;
@@ -428,31 +571,35 @@ static void wino_filter(int m, int na, int nb, const float *w, int flip, float *
                             G[i][0] * gg[j][v] + G[i][1] * gg[3 + j][v] + G[i][2] * gg[6 + j][v];
             for (int i = 0; i < nt; i++) /* (G g) G^T */
                 for (int j = 0; j < nt; j++) {
-                    float *restrict dst = U + (size_t)(i * nt + j) * plane + (size_t)a * nb + b0;
+                    float *restrict dst =
+                        U + (size_t)(i * nt + j) * plane + (size_t)b0 * na + (size_t)a * GEMM_NR;
                     for (int v = 0; v < len; v++)
                         dst[v] = (float)(t[i][0][v] * G[j][0] + t[i][1][v] * G[j][1] +
                                          t[i][2][v] * G[j][2]);
+                    for (int v = len; v < GEMM_NR; v++)
+                        dst[v] = 0.0f;
                 }
         }
 }
 
-/* dW[o][ch] = G^T (S0 + S1)[xi][o][ch] G (3 x 3 from nt x nt) for o in [o0, o1): the two
- * partial sums of the backward-filter pass are added here, in double, WINO_CB channels at a
- * time so that the P rows are read as contiguous runs. */
+/* dW[o][ch] = G^T (S0 + S1)[xi](o, ch) G (3 x 3 from nt x nt) for o in [o0, o1), S_xi(o, ch)
+ * at S[xi * plane + o * so + ch * sc]: the two partial sums of the backward-filter pass are
+ * added here, in double, WINO_CB channels at a time. */
 MGT_SIMD
-static void wino_filter_grad(int m, int oc, int c, const float *S0, const float *S1, float *dw,
-                             int o0, int o1) {
+static void wino_filter_grad(int m, int oc, int c, const float *S0, const float *S1, size_t plane,
+                             size_t so, size_t sc, float *dw, int o0, int o1) {
+    (void)oc;
     const int nt = m + 2;
     const double(*G)[3] = wino_g(m);
-    const size_t plane = (size_t)oc * c;
     double sm[WINO_PMAX][WINO_CB], t[3][WINO_NMAX][WINO_CB];
     for (int o = o0; o < o1; o++)
         for (int c0 = 0; c0 < c; c0 += WINO_CB) {
             const int len = c - c0 < WINO_CB ? c - c0 : WINO_CB;
-            const size_t at = (size_t)o * c + c0;
+            const size_t at = (size_t)o * c + c0, s_at = (size_t)o * so + (size_t)c0 * sc;
             for (int k = 0; k < nt * nt; k++)
                 for (int v = 0; v < len; v++)
-                    sm[k][v] = (double)S0[k * plane + at + v] + (double)S1[k * plane + at + v];
+                    sm[k][v] = (double)S0[k * plane + s_at + v * sc] +
+                               (double)S1[k * plane + s_at + v * sc];
             for (int i = 0; i < 3; i++) /* t = G^T S */
                 for (int j = 0; j < nt; j++) {
                     for (int v = 0; v < len; v++)
@@ -475,43 +622,92 @@ static void wino_filter_grad(int m, int oc, int c, const float *S0, const float 
 }
 
 /* ---- sizing ------------------------------------------------------------------------------- *
- * Scratch: [ U (or S0) : P x a x b ][ S1 : P x a x b ][ lane 0: V, M ][ lane 1: V, M ] ...
- * with a, b the two channel counts, each lane's V holding T x P x a floats and M T x P x b.
- * The backward-filter pass sums its tiles into two fixed halves S0 and S1 (added at the end),
- * which makes its result independent of how many lanes ran; the other passes leave S1 unused. */
+ * Scratch: [ U, or S0 and S1 ][ lane 0's buffers ][ lane 1's ] ... The three passes of a layer
+ * (c input and oc output channels, P positions) lay them out so (T tiles per chunk):
+ *   forward        U: P x c x oc32       lane: V (T6 x P x c), M (T6 x P x oc32)
+ *   backward data  U: P x oc x c32       lane: V (T6 x P x oc), M (T6 x P x c32)
+ *   backward filter S0, S1: P x R6 x C32  lane: the tiles of x and of dy (T x P each, rows
+ *                  padded as the product takes them)
+ * where n6 and n32 are n padded to GEMM_MR and GEMM_NR, and (R, C) is (oc, c) or (c, oc)
+ * (wino_grad_rows_oc). Every pass plans with the largest of the three, so that one size of
+ * scratch gives all three passes the same chunks. The backward-filter pass sums its tiles into
+ * two fixed halves S0 and S1 (added at the end), which makes its result independent of how
+ * many lanes ran. */
 
 int mgt_cpu_wino_fits(const mgt_conv_shape *s) {
     return s->kh == 3 && s->kw == 3 && s->stride == 1 && s->c > 0 && s->oc > 0 && s->h > 0 &&
            s->w > 0 && s->oh > 0 && s->ow > 0;
 }
 
-static size_t wino_lane_floats(size_t tiles, size_t P, int a, int b) {
-    return align16(tiles * P * (size_t)a) + align16(tiles * P * (size_t)b);
+/* Backward filter's product has the layer's output channels as rows (padded to GEMM_MR) and its
+ * input channels as columns (padded to GEMM_NR), or the other way round: whichever pads less. */
+static int wino_grad_rows_oc(int c, int oc) {
+    return pad_up((size_t)oc, GEMM_MR) * pad_up((size_t)c, GEMM_NR) <=
+           pad_up((size_t)c, GEMM_MR) * pad_up((size_t)oc, GEMM_NR);
+}
+
+/* Row strides of the backward-filter pass's tile buffers (x's, dy's): the operand whose channels
+ * are the product's rows is padded to GEMM_MR, the other to GEMM_NR. */
+static size_t wino_grad_x_stride(int c, int oc) {
+    return pad_up((size_t)c, wino_grad_rows_oc(c, oc) ? GEMM_NR : GEMM_MR);
+}
+static size_t wino_grad_dy_stride(int c, int oc) {
+    return pad_up((size_t)oc, wino_grad_rows_oc(c, oc) ? GEMM_MR : GEMM_NR);
+}
+
+/* Floats of one S_xi block (P of them make S0, as many S1). */
+static size_t wino_grad_block(int c, int oc) {
+    const int roc = wino_grad_rows_oc(c, oc);
+    return pad_up((size_t)(roc ? oc : c), GEMM_MR) * pad_up((size_t)(roc ? c : oc), GEMM_NR);
+}
+
+typedef struct {
+    size_t planes, lane; /* floats: U or S0 + S1; one lane's buffers */
+} wino_need;
+
+static size_t max3(size_t a, size_t b, size_t c) {
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+
+/* What the largest of a layer's three passes needs for chunks of T tiles. */
+static wino_need wino_need_of(size_t P, int c, int oc, size_t T) {
+    const size_t T6 = pad_up(T, GEMM_MR), c32 = pad_up((size_t)c, GEMM_NR);
+    const size_t oc32 = pad_up((size_t)oc, GEMM_NR);
+    const size_t fwd_u = P * (size_t)c * oc32, data_u = P * (size_t)oc * c32;
+    const size_t grad_s = 2 * align16(P * wino_grad_block(c, oc));
+    const size_t fwd = align16(T6 * P * (size_t)c) + align16(T6 * P * oc32);
+    const size_t data = align16(T6 * P * (size_t)oc) + align16(T6 * P * c32);
+    const size_t grad =
+        align16(T * P * wino_grad_x_stride(c, oc)) + align16(T * P * wino_grad_dy_stride(c, oc));
+    return (wino_need){align16(max3(fwd_u, data_u, grad_s)), max3(fwd, data, grad)};
 }
 
 size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes) {
-    const size_t P = (size_t)(m + 2) * (m + 2);
-    return sizeof(float) *
-           (WINO_GROUPS * align16(P * c * oc) + (size_t)lanes * wino_lane_floats(tiles, P, c, oc));
+    const wino_need need = wino_need_of((size_t)(m + 2) * (m + 2), c, oc, tiles);
+    return sizeof(float) * (need.planes + (size_t)lanes * need.lane);
 }
 
-/* Tiles per chunk: as many as the two bounds above allow. Measured at batch 128 on 2 lanes,
- * F(4x4), ms fwd / bwd data / bwd filter (best of 3 interleaved runs):
- *   26x26x32 -> 256:   25 tiles: 34/32/24   50 (these bounds): 35/32/23   101: 38/34/27
- *   24x24x256 -> 128:   7 tiles: 120/124/113   18: 87/87/80   30 (these bounds): 72/79/69
- *                      37 tiles, past the small-matrix bound: 192/206/184 (OpenBLAS packs and
- *                      starts its own threads under each lane) */
-static size_t wino_target_tiles(int P, int a, int b) {
-    const size_t by_bytes = WINO_LANE_BYTES / (sizeof(float) * (size_t)P * ((size_t)a + b));
-    const size_t by_gemm = (size_t)(WINO_GEMM_MACS / ((double)a * (double)b));
-    const size_t t = by_bytes < by_gemm ? by_bytes : by_gemm;
+/* Tiles per chunk: as many as keep a lane's buffers within WINO_LANE_BYTES, a multiple of
+ * GEMM_MR. Measured at batch 128 on the 2 lanes of a 2-core AMD EPYC (Zen 4, 1 MB L2 per
+ * core), F(4x4), CPU ms of both threads fwd / bwd data / bwd filter, best of 3, two runs:
+ *   26x26x32 -> 256:    24 tiles (1 MB): 44-46/70-77/49-54   48: 46-48/73-77/49-50
+ *                       96: 48/79/50-55
+ *   24x24x256 -> 128:   18 tiles (1 MB): 126-127/132-140/148-156   36: 131-134/141-143/154-158
+ *                       72: 139-142/147-150/186-204 */
+static size_t wino_target_tiles(size_t P, int c, int oc) {
+    const size_t floats = WINO_LANE_BYTES / sizeof(float);
+    size_t t = floats / (P * (pad_up((size_t)c, GEMM_NR) + pad_up((size_t)oc, GEMM_NR)));
+    while (t > 1 && wino_need_of(P, c, oc, t).lane > floats)
+        t--;
+    if (t >= GEMM_MR)
+        t -= t % GEMM_MR;
     return t ? t : 1;
 }
 
 size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return 0;
-    const int P = (m + 2) * (m + 2);
+    const size_t P = (size_t)(m + 2) * (m + 2);
     size_t t = wino_target_tiles(P, s->c, s->oc);
     /* no more than the batch has (backward data tiles dx, h x w, forward y, oh x ow) */
     const size_t n = (size_t)(s->n > 0 ? s->n : 1);
@@ -525,9 +721,9 @@ size_t mgt_cpu_wino_scratch(const mgt_conv_shape *s, int m) {
 /* ---- lanes -------------------------------------------------------------------------------- *
  * A pass runs on up to `lanes` lanes of the backend's workers (cpu_lanes.c; the calling thread
  * is lane 0). Each lane takes whole chunks - transform, P GEMMs, inverse transform - on its own
- * L2-sized buffers, so the transforms run in parallel too, and the GEMMs, small enough for
- * OpenBLAS's single-threaded small-matrix path, need no synchronisation. Every buffer is in the
- * reserved scratch, and the lanes' only shared state is the job below. */
+ * L2-sized buffers, so the transforms run in parallel too, and the GEMMs need no
+ * synchronisation. Every buffer is in the reserved scratch, and the lanes' only shared state is
+ * the job below. */
 
 typedef struct wino_job wino_job;
 typedef void (*wino_task)(wino_job *job, int lane);
@@ -536,12 +732,14 @@ struct wino_job {
     const wino_geom *g;
     mgt_cpu_lanes *pool;
     int lanes;
+    int c, oc;          /* the layer's channels (for backward data, g's are swapped) */
     size_t tc, nchunks; /* tiles per chunk, chunks */
-    atomic_size_t next; /* next chunk to take (forward, backward data) */
+    atomic_size_t next; /* next chunk (forward, backward data) or half (backward filter) */
     float *U;           /* transformed filters (or S0, with S1 = U + plane) */
-    size_t plane;       /* floats of one P x a x b block, aligned */
-    float *lane0;       /* lane l's V at lane0 + l * lane_floats, its M after V */
-    size_t lane_floats, v_floats;
+    size_t plane;       /* floats of S0 (backward filter) */
+    float *lane0;       /* lane l's buffers at lane0 + l * lane_floats */
+    size_t lane_floats;
+    wino_gemm_fn gemm;
     const float *w; /* filters, OIHW */
     int flip;       /* filter transform for backward data */
     const float *in, *bias, *dy;
@@ -569,41 +767,41 @@ static void wino_share(int n, int lane, int lanes, int *lo, int *hi) {
 static void wino_plan(wino_job *job, float *scratch, size_t bytes) {
     const wino_geom *g = job->g;
     int lanes = mgt_cpu_lanes_count(job->pool);
-    const int P = g->P, a = g->ic, b = g->oc;
+    const size_t P = (size_t)g->P;
     const size_t floats = scratch ? bytes / sizeof(float) : 0;
-    job->plane = align16((size_t)P * a * b);
+    const size_t planes = wino_need_of(P, job->c, job->oc, 1).planes;
     job->tc = 0;
     if (lanes < 1)
         lanes = 1;
     if (lanes > WINO_MAX_LANES)
         lanes = WINO_MAX_LANES;
-    if (floats <= WINO_GROUPS * job->plane)
+    if (floats <= planes)
         return;
-    const size_t avail = floats - WINO_GROUPS * job->plane;
-    const size_t want = wino_target_tiles(P, a, b);
+    const size_t avail = floats - planes;
+    const size_t want = wino_target_tiles(P, job->c, job->oc);
     for (; lanes >= 1; lanes--) {
         const size_t per_lane = avail / (size_t)lanes;
-        size_t t = per_lane / ((size_t)P * ((size_t)a + b));
-        while (t > 0 && wino_lane_floats(t, (size_t)P, a, b) > per_lane)
+        size_t t = want;
+        while (t > 0 && wino_need_of(P, job->c, job->oc, t).lane > per_lane)
             t--;
         if (t == 0)
             continue;
-        const double macs = (double)g->tiles * P * (double)a * (double)b;
+        const double macs = (double)g->tiles * (double)P * job->c * (double)job->oc;
         if (lanes > 1 && macs < WINO_LANE_MIN_MACS * lanes)
             continue; /* too little work to share: fewer lanes */
         /* Small batches: chunks small enough to give every lane work. Split for the most
-         * lanes, not this call's, so that the chunking (hence backward filter's rounding)
-         * does not depend on the thread count. */
-        const size_t even = (g->tiles + WINO_MAX_LANES - 1) / WINO_MAX_LANES;
-        t = t < want ? t : want;
+         * lanes, not this call's, so that the chunking (hence where backward filter's halves
+         * meet) does not depend on the thread count. */
+        const size_t even = pad_up((g->tiles + WINO_MAX_LANES - 1) / WINO_MAX_LANES, GEMM_MR);
         t = t < even ? t : even;
-        job->tc = t ? t : 1;
+        job->tc = t;
         job->lanes = lanes;
         job->nchunks = (g->tiles + job->tc - 1) / job->tc;
         job->U = scratch;
-        job->lane0 = scratch + WINO_GROUPS * job->plane;
-        job->v_floats = align16(job->tc * P * (size_t)a);
-        job->lane_floats = wino_lane_floats(job->tc, (size_t)P, a, b);
+        job->plane = align16(P * wino_grad_block(job->c, job->oc));
+        job->lane0 = scratch + planes;
+        job->lane_floats = wino_need_of(P, job->c, job->oc, t).lane;
+        job->gemm = wino_gemm_pick();
         atomic_init(&job->next, 0);
         return;
     }
@@ -619,31 +817,53 @@ static void wino_task_filter(wino_job *job, int lane) {
     wino_filter(g->m, g->ic, g->oc, job->w, job->flip, job->U, a0, a1);
 }
 
-/* out = in (*) w: chunks taken in any order (a tile's result depends only on the tile). */
+/* out = in (*) w: chunks taken in any order (a tile's result depends only on the tile). Each
+ * GEMM takes the chunk's rows rounded up to GEMM_MR: V's extra rows are zeroed, M's dropped. */
 static void wino_task_corr(wino_job *job, int lane) {
     const wino_geom *g = job->g;
-    const int P = g->P, ic = g->ic, oc = g->oc;
+    const int P = g->P, ic = g->ic;
+    const size_t rows = pad_up(job->tc, GEMM_MR), oc32 = pad_up((size_t)g->oc, GEMM_NR);
     float *vp = job->lane0 + (size_t)lane * job->lane_floats;
-    const wino_buf V = wino_buf_at(vp, job->tc, ic);
-    const wino_buf M = wino_buf_at(vp + job->v_floats, job->tc, oc);
+    const wino_buf V = wino_buf_at(vp, rows, (size_t)ic);
+    const wino_buf M = wino_buf_at(vp + align16(rows * P * (size_t)ic), rows, oc32);
     for (;;) {
         const size_t k = atomic_fetch_add(&job->next, 1);
         if (k >= job->nchunks)
             break;
         const size_t t0 = k * job->tc, t1 = t0 + job->tc < g->tiles ? t0 + job->tc : g->tiles;
+        const size_t n = t1 - t0, n6 = pad_up(n, GEMM_MR);
         wino_input(g, job->in, t0, t1, V);
-        for (int xi = 0; xi < P; xi++) /* M_xi = V_xi U_xi */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(t1 - t0), oc, ic, 1.0f,
-                        V.p + xi * V.sp, (int)V.st, job->U + (size_t)xi * ic * oc, oc, 0.0f,
-                        M.p + xi * M.sp, (int)M.st);
+        for (int xi = 0; xi < P; xi++) { /* M_xi = V_xi U_xi */
+            if (n6 > n)
+                memset(V.p + xi * V.sp + n * V.st, 0, sizeof(float) * (n6 - n) * V.st);
+            const wino_gemm_args a = {.rows = (int)n6,
+                                      .cols = (int)oc32,
+                                      .K = ic,
+                                      .a = V.p + xi * V.sp,
+                                      .ai = (ptrdiff_t)V.st,
+                                      .ak = 1,
+                                      .b = job->U + (size_t)xi * ic * oc32,
+                                      .bp = (ptrdiff_t)ic * GEMM_NR,
+                                      .bk = GEMM_NR,
+                                      .c = M.p + xi * M.sp,
+                                      .ldc = (ptrdiff_t)M.st};
+            job->gemm(&a);
+        }
         wino_output(g, M, t0, t1, job->bias, job->out);
     }
 }
 
 static int wino_corr(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const wino_geom *g,
                      const float *w, int flip, const float *in, const float *bias, float *out) {
-    wino_job job = {
-        .g = g, .pool = lanes, .w = w, .flip = flip, .in = in, .bias = bias, .out = out};
+    wino_job job = {.g = g,
+                    .pool = lanes,
+                    .c = flip ? g->oc : g->ic,
+                    .oc = flip ? g->ic : g->oc,
+                    .w = w,
+                    .flip = flip,
+                    .in = in,
+                    .bias = bias,
+                    .out = out};
     wino_plan(&job, scratch, bytes);
     if (job.tc == 0)
         return -1;
@@ -652,43 +872,71 @@ static int wino_corr(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const w
     return 0;
 }
 
-/* Backward filter: half h of the chunks sums into S_h, in chunk order, on one lane. */
+/* Backward filter: half h of the chunks sums into S_h, in chunk order, on one lane. The tile
+ * buffers' padding columns are zeroed once and never written by the transforms, so they add
+ * zeros to padding rows and columns of S that nothing reads. */
 static void wino_task_grad(wino_job *job, int lane) {
     const wino_geom *g = job->g;
-    const int P = g->P, c = g->ic, oc = g->oc;
+    const int P = g->P, c = g->ic, oc = g->oc, roc = wino_grad_rows_oc(c, oc);
+    const size_t xs = wino_grad_x_stride(c, oc), ds = wino_grad_dy_stride(c, oc);
     float *vp = job->lane0 + (size_t)lane * job->lane_floats;
-    const wino_buf X = wino_buf_at(vp, job->tc, c);
-    const wino_buf D = wino_buf_at(vp + job->v_floats, job->tc, oc);
-    const int lanes = job->lanes < WINO_GROUPS ? job->lanes : WINO_GROUPS;
-    for (int h = lane; h < WINO_GROUPS; h += lanes) {
+    const wino_buf X = wino_buf_at(vp, job->tc, xs);
+    const wino_buf D = wino_buf_at(vp + align16(job->tc * P * xs), job->tc, ds);
+    int zeroed = 0;
+    /* S_xi = sum over tiles of D_xi^T X_xi (rows oc), or of X_xi^T D_xi (rows c) */
+    const wino_buf rows_op = roc ? D : X, cols_op = roc ? X : D;
+    const size_t rows = pad_up((size_t)(roc ? oc : c), GEMM_MR);
+    const size_t cols = pad_up((size_t)(roc ? c : oc), GEMM_NR);
+    for (;;) { /* the halves go to whichever lane is free: a late worker leaves its half */
+        const size_t h = atomic_fetch_add(&job->next, 1);
+        if (h >= WINO_GROUPS)
+            break;
+        if (!zeroed) {
+            memset(vp, 0, sizeof(float) * job->lane_floats);
+            zeroed = 1;
+        }
         float *S = job->U + (size_t)h * job->plane;
         const size_t k0 = job->nchunks * (size_t)h / WINO_GROUPS,
                      k1 = job->nchunks * (size_t)(h + 1) / WINO_GROUPS;
         if (k0 == k1)
-            memset(S, 0, sizeof(float) * (size_t)P * oc * c);
+            memset(S, 0, sizeof(float) * (size_t)P * rows * cols);
         for (size_t k = k0; k < k1; k++) {
             const size_t t0 = k * job->tc, t1 = t0 + job->tc < g->tiles ? t0 + job->tc : g->tiles;
             wino_input(g, job->in, t0, t1, X);
             wino_grad_output(g, job->dy, t0, t1, D);
-            /* S_xi[oc][c] (+)= D_xi^T X_xi, the chunk's tiles being the reduction dimension */
-            for (int xi = 0; xi < P; xi++)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, c, (int)(t1 - t0), 1.0f,
-                            D.p + xi * D.sp, (int)D.st, X.p + xi * X.sp, (int)X.st,
-                            k == k0 ? 0.0f : 1.0f, S + (size_t)xi * oc * c, c);
+            for (int xi = 0; xi < P; xi++) {
+                const wino_gemm_args a = {.rows = (int)rows,
+                                          .cols = (int)cols,
+                                          .K = (int)(t1 - t0),
+                                          .acc = k > k0,
+                                          .a = rows_op.p + xi * rows_op.sp,
+                                          .ai = 1,
+                                          .ak = (ptrdiff_t)rows_op.st,
+                                          .b = cols_op.p + xi * cols_op.sp,
+                                          .bp = GEMM_NR,
+                                          .bk = (ptrdiff_t)cols_op.st,
+                                          .c = S + (size_t)xi * rows * cols,
+                                          .ldc = (ptrdiff_t)cols};
+                job->gemm(&a);
+            }
         }
     }
 }
 
 static void wino_task_grad_filter(wino_job *job, int lane) {
     const wino_geom *g = job->g;
+    const int c = g->ic, oc = g->oc, roc = wino_grad_rows_oc(c, oc);
+    /* S_xi(o, ch): rows oc, columns c (padded to GEMM_NR), or the transpose */
+    const size_t ld = pad_up((size_t)(roc ? c : oc), GEMM_NR);
     int o0, o1;
-    wino_share(g->oc, lane, job->lanes, &o0, &o1);
-    wino_filter_grad(g->m, g->oc, g->ic, job->U, job->U + job->plane, job->out, o0, o1);
+    wino_share(oc, lane, job->lanes, &o0, &o1);
+    wino_filter_grad(g->m, oc, c, job->U, job->U + job->plane, wino_grad_block(c, oc), roc ? ld : 1,
+                     roc ? 1 : ld, job->out, o0, o1);
 }
 
 static int wino_grad(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const wino_geom *g,
                      const float *x, const float *dy, float *dw) {
-    wino_job job = {.g = g, .pool = lanes, .in = x, .dy = dy, .out = dw};
+    wino_job job = {.g = g, .pool = lanes, .c = g->ic, .oc = g->oc, .in = x, .dy = dy, .out = dw};
     wino_plan(&job, scratch, bytes);
     if (job.tc == 0)
         return -1;
@@ -697,8 +945,9 @@ static int wino_grad(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const w
     return 0;
 }
 
-int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                     const float *x, const float *w, const float *b, float *y) {
+int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                     const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                     float *y) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
     const wino_geom g =
@@ -708,8 +957,8 @@ int mgt_cpu_wino_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, 
     return wino_corr(scratch, bytes, lanes, &g, w, 0, x, b, y);
 }
 
-int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                          const float *w, const float *dy, float *dx) {
+int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                          const mgt_conv_shape *s, const float *w, const float *dy, float *dx) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
     /* dx (h x w) = dy (oh x ow, zero outside) correlated with the rotated kernel: dx[iy] gets
@@ -721,8 +970,8 @@ int mgt_cpu_wino_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, in
     return wino_corr(scratch, bytes, lanes, &g, w, 1, dy, NULL, dx);
 }
 
-int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m, const mgt_conv_shape *s,
-                            const float *x, const float *dy, float *dw) {
+int mgt_cpu_wino_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, int m,
+                            const mgt_conv_shape *s, const float *x, const float *dy, float *dw) {
     if (!mgt_cpu_wino_fits(s) || (m != 2 && m != 4))
         return -1;
     const wino_geom g =

@@ -10,14 +10,24 @@
  *    chunking and its choice by the op table: test_winograd.c);
  *  - n == 0 backward writing zeros; BatchNorm statistics; dropout's mask rule and its
  *    independence from how the batch is split; optimizer steps against hand-computed values;
- *    cross-entropy on small hand examples.
+ *    cross-entropy on small hand examples;
+ *  - the lanes (src/cpu/cpu_lanes.c): a split range visits every item exactly once in parts
+ *    cut at multiples of 16, BLAS runs single-threaded inside the lanes (one lane too) and gets
+ *    its thread count back after, and every op that splits its work across lanes (activations,
+ * dropout, BatchNorm, column sums, pooling) gives bit for bit the same result on 1 to 4 threads, on
+ *    shapes large enough to be split; the split column sums equal mgt_cpu_colsum's; GEMMs
+ *    split across the lanes (mgt_cpu_gemm), every transpose, within gamma(K + 2) of a double
+ *    reference and bit for bit the same on 1 to 4 lanes.
  * Each failing check prints its numbers; main returns non-zero if any check failed. */
+#include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu_internal.h"
 #include "util.h"
 
 #define OPCHECK_KEY 0x7e57ULL
@@ -1252,6 +1262,259 @@ static void test_memory(mgt_backend *be) {
     CHECK(o->reserve(be, SIZE_MAX) == -1, "reserve(SIZE_MAX) should fail with -1");
 }
 
+/* ---- lanes: split ranges, BLAS threads, ops bit for bit on any thread count ---- */
+
+typedef struct {
+    atomic_int *seen;
+    atomic_int misaligned, parts;
+} split_ctx;
+
+static void split_count(void *p, size_t lo, size_t hi) {
+    split_ctx *c = p;
+    if (lo % 16)
+        atomic_fetch_add(&c->misaligned, 1);
+    atomic_fetch_add(&c->parts, 1);
+    for (size_t i = lo; i < hi; i++)
+        atomic_fetch_add(&c->seen[i], 1);
+}
+
+static void lane_blas_threads(void *p, int lane) {
+    atomic_int *threads = p;
+    atomic_store(&threads[lane], openblas_get_num_threads());
+}
+
+/* Every op that splits its work, on a backend with `threads` lanes; outputs into out[]. The
+ * shapes are past the ops' thresholds for splitting (2^16 elements). */
+enum { LANE_OUTS = 26 }; /* outputs lane_outs() writes, at most */
+typedef struct {
+    int n, h, w, c; /* activation shape; pooling 2x2 stride 2 and 3x3 stride 2 on it */
+    const float *x, *dy, *gamma, *beta;
+} lane_case;
+
+/* Runs them all, output i into out[i] (len[i] elements written); returns how many. */
+static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t *len) {
+    const mgt_ops *o = be->ops;
+    const size_t cnt = (size_t)k->n * k->h * k->w * k->c;
+    const int rows = k->n * k->h * k->w, row = k->h * k->w * k->c;
+    size_t m = 0;
+    const mgt_act acts[] = {MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX};
+    for (int a = 0; a < 4; a++) { /* forward on a copy, then backward with that output */
+        float *y = out[m], *g = out[m + 1];
+        len[m] = len[m + 1] = cnt;
+        m += 2;
+        memcpy(y, k->x, sizeof(float) * cnt);
+        o->act_fwd(be, acts[a], k->n, row, y);
+        memcpy(g, k->dy, sizeof(float) * cnt);
+        o->act_bwd(be, acts[a], k->n, row, y, g);
+    }
+    float *d = out[m], *e = out[m + 1];
+    len[m] = len[m + 1] = cnt;
+    m += 2;
+    memcpy(d, k->x, sizeof(float) * cnt);
+    o->dropout_fwd(be, k->n, row, 0.3f, 99, 5, d);
+    memcpy(e, k->dy, sizeof(float) * cnt);
+    o->dropout_bwd(be, k->n, row, 0.6f, 7, 0, e);
+    /* BatchNorm: sums, mean/invstd from them, apply, and both backward passes (the six
+     * per-channel vectors side by side in one output) */
+    /* column sums alone (a convolution's bias gradient): mgt_cpu_colsum's values, bit for bit */
+    float *cs = out[m], *want = out[m + 1];
+    len[m] = len[m + 1] = (size_t)k->c;
+    m += 2;
+    mgt_cpu_channel_sums(be, (size_t)rows, k->c, k->dy, cs, NULL);
+    mgt_cpu_colsum((size_t)rows, k->c, k->dy, want);
+    CHECK(memcmp(cs, want, sizeof(float) * (size_t)k->c) == 0,
+          "mgt_cpu_channel_sums differs from mgt_cpu_colsum");
+    float *v = out[m], *y = out[m + 1], *dx = out[m + 2];
+    len[m++] = 6 * (size_t)k->c;
+    len[m] = len[m + 1] = cnt;
+    m += 2;
+    float *sum = v, *sumsq = v + k->c, *mean = v + 2 * k->c, *invstd = v + 3 * k->c;
+    float *dgamma = v + 4 * k->c, *dbeta = v + 5 * k->c;
+    o->bn_stats(be, rows, k->c, k->x, sum, sumsq);
+    o->bn_finalize(be, k->c, (float)rows, sum, sumsq, 1e-3f, 0.9f, mean, invstd, NULL, NULL);
+    o->bn_apply(be, rows, k->c, k->x, mean, invstd, k->gamma, k->beta, y);
+    o->bn_bwd_reduce(be, rows, k->c, k->x, k->dy, mean, invstd, dgamma, dbeta);
+    o->bn_bwd_apply(be, rows, k->c, (float)rows, k->x, k->dy, mean, invstd, k->gamma, dgamma, dbeta,
+                    dx);
+    /* pooling: 2x2 stride 2 and overlapping 3x3 stride 2 windows; the argmax indices are
+     * compared too */
+    for (int pz = 2; pz <= 3; pz++) {
+        const mgt_pool_shape ps = {.n = k->n,
+                                   .h = k->h,
+                                   .w = k->w,
+                                   .c = k->c,
+                                   .size = pz,
+                                   .stride = 2,
+                                   .oh = (k->h - pz) / 2 + 1,
+                                   .ow = (k->w - pz) / 2 + 1};
+        const size_t ny = (size_t)ps.n * ps.oh * ps.ow * ps.c;
+        float *py = out[m], *pdx = out[m + 1], *ay = out[m + 2], *adx = out[m + 3];
+        int32_t *am = (int32_t *)out[m + 4];
+        len[m++] = ny, len[m++] = cnt, len[m++] = ny, len[m++] = cnt, len[m++] = ny;
+        o->maxpool_fwd(be, &ps, k->x, py, am);
+        o->maxpool_bwd(be, &ps, k->dy, am, pdx);
+        o->avgpool_fwd(be, &ps, k->x, ay);
+        o->avgpool_bwd(be, &ps, k->dy, adx);
+    }
+    return m;
+}
+
+/* mgt_cpu_gemm against a double reference and bit for bit on 1 to 4 lanes. Shapes above and
+ * below the size it splits at, split by rows (M >= N) and by columns, every transpose, with
+ * leading dimensions wider than the matrices. */
+static void test_lanes_gemm(void) {
+    const int shapes[][3] = {
+        {8, 5, 3}, {300, 70, 250}, {70, 301, 260}, {128, 128, 600}, {1000, 40, 130}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            const CBLAS_TRANSPOSE ta = t & 1 ? CblasTrans : CblasNoTrans;
+            const CBLAS_TRANSPOSE tb = t & 2 ? CblasTrans : CblasNoTrans;
+            /* row-major storage: op(A) is M x K, stored K x M when transposed */
+            const int lda = (ta == CblasNoTrans ? K : M) + 3,
+                      ldb = (tb == CblasNoTrans ? N : K) + 5;
+            const int ldc = N + 7;
+            const size_t na = (size_t)(ta == CblasNoTrans ? M : K) * lda;
+            const size_t nb = (size_t)(tb == CblasNoTrans ? K : N) * ldb, nc = (size_t)M * ldc;
+            float *a = fbuf(na), *b = fbuf(nb), *c0 = fbuf(nc), *ref1 = fbuf(nc), *c = fbuf(nc);
+            fill(a, na, -1, 1);
+            fill(b, nb, -1, 1);
+            fill(c0, nc, -1, 1);
+            const float alpha = 0.75f, beta = t == 3 ? 0.0f : 0.5f;
+            /* the exact result and the sum of absolute terms, in double */
+            double worst = 0.0;
+            for (int lanes = 1; lanes <= 4; lanes++) {
+                mgt_cpu_lanes *l = mgt_cpu_lanes_create(lanes);
+                memcpy(c, c0, sizeof(float) * nc);
+                mgt_cpu_gemm(l, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+                mgt_cpu_lanes_destroy(l);
+                if (lanes == 1) {
+                    memcpy(ref1, c, sizeof(float) * nc);
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) {
+                            double r = 0.0, ar = 0.0;
+                            for (int k = 0; k < K; k++) {
+                                const double p =
+                                    (double)a[ta == CblasNoTrans ? i * lda + k : k * lda + i] *
+                                    b[tb == CblasNoTrans ? k * ldb + j : j * ldb + k];
+                                r += p;
+                                ar += fabs(p);
+                            }
+                            const double cij = c0[i * ldc + j];
+                            const double want = alpha * r + beta * cij;
+                            /* K products summed in any order (gamma(K)), times alpha, plus
+                             * beta C: gamma(K + 2) of the absolute terms */
+                            const double bound =
+                                opcheck_gamma(K + 2.0) * (fabs(alpha) * ar + fabs(beta * cij));
+                            const double e = fabs(c[i * ldc + j] - want) / (bound > 0 ? bound : 1);
+                            worst = e > worst ? e : worst;
+                        }
+                    int gaps = 1; /* columns past N are not written */
+                    for (int i = 0; i < M; i++)
+                        for (int j = N; j < ldc; j++)
+                            gaps &= c[i * ldc + j] == c0[i * ldc + j];
+                    CHECK(worst <= 1.0 && gaps,
+                          "mgt_cpu_gemm %dx%dx%d (%c%c): error %.3g of the bound, gap %s", M, N, K,
+                          ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', worst,
+                          gaps ? "untouched" : "written");
+                } else {
+                    CHECK(memcmp(c, ref1, sizeof(float) * nc) == 0,
+                          "mgt_cpu_gemm %dx%dx%d (%c%c) on %d lanes differs from 1 lane", M, N, K,
+                          ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', lanes);
+                }
+            }
+        }
+    tmp_free_all();
+}
+
+static void test_lanes(void) {
+    /* split ranges: each item once, parts cut at multiples of 16 */
+    const size_t ns[] = {0, 1, 15, 16, 17, 100, 1000, 100003};
+    const size_t mins[] = {1, 7, 1000};
+    atomic_int *seen = tmp_alloc(sizeof(atomic_int) * 100003, 0);
+    for (int lanes = 1; lanes <= 4; lanes++) {
+        mgt_cpu_lanes *l = mgt_cpu_lanes_create(lanes);
+        CHECK(l != NULL, "mgt_cpu_lanes_create(%d) failed", lanes);
+        if (!l)
+            continue;
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof mins / sizeof mins[0]; b++) {
+                for (size_t i = 0; i < ns[a]; i++)
+                    atomic_init(&seen[i], 0);
+                split_ctx c = {.seen = seen};
+                atomic_init(&c.misaligned, 0);
+                atomic_init(&c.parts, 0);
+                mgt_cpu_lanes_for(l, ns[a], mins[b], split_count, &c);
+                size_t wrong = 0;
+                for (size_t i = 0; i < ns[a]; i++)
+                    wrong += atomic_load(&seen[i]) != 1;
+                const int parts = atomic_load(&c.parts);
+                CHECK(wrong == 0 && atomic_load(&c.misaligned) == 0 &&
+                          (ns[a] == 0 ? parts == 0 : parts >= 1) &&
+                          (size_t)parts <= (ns[a] + mins[b] - 1) / mins[b],
+                      "lanes_for(%zu items, parts >= %zu) on %d lanes: %zu items not visited "
+                      "exactly once, %d parts, %d not at a multiple of 16",
+                      ns[a], mins[b], lanes, wrong, parts, atomic_load(&c.misaligned));
+            }
+        /* BLAS inside the lanes, one lane too: one thread (the lanes are the parallelism, and
+         * results must not depend on their number); restored after */
+        openblas_set_num_threads(3);
+        atomic_int threads[4];
+        for (int i = 0; i < 4; i++)
+            atomic_init(&threads[i], -1);
+        mgt_cpu_lanes_run(l, lanes, lane_blas_threads, threads);
+        int inside_ok = 1;
+        for (int i = 0; i < lanes; i++)
+            inside_ok &= atomic_load(&threads[i]) == 1;
+        CHECK(inside_ok && openblas_get_num_threads() == 3,
+              "%d lanes: BLAS threads inside the lanes %d %d %d %d (want 1), after %d (want 3)",
+              lanes, atomic_load(&threads[0]), atomic_load(&threads[1]), atomic_load(&threads[2]),
+              atomic_load(&threads[3]), openblas_get_num_threads());
+        mgt_cpu_lanes_destroy(l);
+    }
+    openblas_set_num_threads(1); /* as the backend holds it */
+
+    /* the split ops, bit for bit on 1 to 4 threads */
+    lane_case k = {.n = 24, .h = 13, .w = 11, .c = 40};
+    const size_t cnt = (size_t)k.n * k.h * k.w * k.c;
+    float *x = fbuf(cnt), *dy = fbuf(cnt), *gamma = fbuf(k.c), *beta = fbuf(k.c);
+    fill(x, cnt, -2, 2);
+    fill(dy, cnt, -1, 1);
+    fill(gamma, k.c, 0.5f, 1.5f);
+    fill(beta, k.c, -1, 1);
+    k.x = x, k.dy = dy, k.gamma = gamma, k.beta = beta;
+    float *ref[LANE_OUTS], *got[LANE_OUTS];
+    for (int i = 0; i < LANE_OUTS; i++) {
+        ref[i] = fbuf(cnt);
+        got[i] = fbuf(cnt);
+    }
+    mgt_backend one = {0};
+    CHECK(mgt_cpu_backend_init(&one, 1) == 0, "cpu backend with 1 thread failed to start");
+    size_t len[LANE_OUTS], len2[LANE_OUTS];
+    const size_t m = lane_outs(&k, &one, ref, len);
+    CHECK(m <= LANE_OUTS, "lane_outs wrote %zu outputs, more than %d", m, LANE_OUTS);
+    mgt_backend_destroy(&one);
+    for (int threads = 2; threads <= 4; threads++) {
+        mgt_backend be = {0};
+        CHECK(mgt_cpu_backend_init(&be, threads) == 0, "cpu backend with %d threads", threads);
+        for (size_t i = 0; i < m; i++)
+            poison(got[i], cnt);
+        lane_outs(&k, &be, got, len2);
+        for (size_t i = 0; i < m; i++) {
+            size_t first = len[i];
+            for (size_t e = 0; e < len[i] && first == len[i]; e++)
+                if (memcmp(&got[i][e], &ref[i][e], sizeof(float)) != 0)
+                    first = e;
+            CHECK(first == len[i],
+                  "split op output %zu on %d threads differs from 1 thread at "
+                  "element %zu: %g vs %g",
+                  i, threads, first, first < len[i] ? got[i][first] : 0.0,
+                  first < len[i] ? ref[i][first] : 0.0);
+        }
+        mgt_backend_destroy(&be);
+    }
+}
+
 int main(void) {
     mgt_backend be = opcheck_cpu_backend("test_ops");
     test_memory(&be);
@@ -1266,6 +1529,8 @@ int main(void) {
     test_xent(&be);
     test_layout(&be);
     test_optim(&be);
+    test_lanes();
+    test_lanes_gemm();
     mgt_backend_destroy(&be);
     tmp_free_all();
     return opcheck_finish("test_ops");

@@ -11,8 +11,13 @@
  *    the data, so the test means the same on every CPU and BLAS kernel;
  *  - chunking and threads: the same pass run with scratch for its largest chunks, for a few
  *    tiles (chunks that straddle samples) and for one tile, on 1 to 4 threads, stays within the
- *    bound (and is bit for bit the same across thread counts); too little scratch makes the
- *    pass decline (return -1) without writing anything;
+ *    bound, is bit for bit the same across thread counts, and for the forward and
+ *    backward-data passes across chunkings too; too little scratch makes the pass decline
+ *    (return -1) without writing anything;
+ *  - the GEMM kernel of the passes, every variant this CPU runs (base, x86-64-v3, x86-64-v4),
+ *    against a double reference within gamma(K + 1) of each element's absolute sum, for both
+ *    operand layouts the passes use, overwriting and accumulating, writing nothing outside its
+ *    block; the x86-64-v3 and -v4 variants bit for bit alike;
  *  - the op table: 3x3 stride-1 layers go through Winograd (bit-identical to a direct call
  *    with the same scratch), F(2x2) or F(4x4) as chosen, dW/db are overwritten, dx may be
  *    NULL, n == 0 writes zeros, the backend's thread count changes no bit, and too little
@@ -251,10 +256,7 @@ static void test_chunking(void) {
             CHECK(rc == 0, "F(%d) with scratch for %zu tiles x %d threads: rc %d", m, tiles[v],
                   lanes[v], rc);
         }
-        /* Every chunking is within the algorithm's bound of the exact result. The chunks'
-         * GEMMs have as many rows as the chunk has tiles, and BLAS kernels (OpenBLAS picks its
-         * own per CPU) may sum a row differently for different row counts, so chunkings agree
-         * with each other only to within twice that bound, not bit for bit. */
+        /* Every chunking is within the algorithm's bound of the exact result. */
         for (int v = 0; v < NV; v++) {
             const double ry = wino_ratio_y(&t, m, y[v], 1), rx = wino_ratio_dx(&t, m, dx[v]),
                          rw = wino_ratio_dw(&t, m, dw[v]);
@@ -263,6 +265,14 @@ static void test_chunking(void) {
                   "bound",
                   m, tiles[v], lanes[v], ry, rx, rw);
         }
+        /* The GEMM kernel sums each element in the same order whatever the chunk, so forward
+         * and backward data do not change a bit with the chunking; backward filter sums its
+         * tiles in two halves, which meet where the chunking puts them. */
+        for (int v = 1; v < NV; v++)
+            CHECK(memcmp(y[v], y[0], ny * sizeof(float)) == 0 &&
+                      memcmp(dx[v], dx[0], nx * sizeof(float)) == 0,
+                  "F(%d) chunks of %zu tiles on %d threads: y or dx differs from chunks of %zu", m,
+                  tiles[v], lanes[v], tiles[0]);
         /* the thread count does not change a bit of any result, whatever the chunking */
         for (int v = 2; v < NV; v++) {
             const int u = v < 4 ? 1 : 4;
@@ -500,7 +510,88 @@ static void test_op_table(void) {
     }
 }
 
+/* ---- the GEMM kernel ---- */
+
+/* One product by every variant: A rows x K in the layout given by (ai, ak), B in panels given by
+ * (bp, bk), C with a gap of 8 columns after each row that must stay untouched. */
+static void gemm_case(int rows, int cols, int K, int a_cols_major, int b_rows, int acc) {
+    const ptrdiff_t ai = a_cols_major ? 1 : K + 3, ak = a_cols_major ? rows + 2 : 1;
+    const ptrdiff_t bp = b_rows ? 32 : (ptrdiff_t)K * 32, bk = b_rows ? cols + 32 : 32;
+    const ptrdiff_t ldc = cols + 8;
+    const size_t na = (size_t)(a_cols_major ? (size_t)K * ak : (size_t)rows * ai) + 8;
+    const size_t nb = b_rows ? (size_t)K * bk : (size_t)(cols / 32) * bp;
+    const size_t nc = (size_t)rows * ldc;
+    float *a = fbuf(na), *b = fbuf(nb), *c0 = fbuf(nc), *c = fbuf(nc), *first = fbuf(nc);
+    double *ref = tmp_alloc(sizeof(double) * nc, 0), *absref = tmp_alloc(sizeof(double) * nc, 0);
+    fill(a, na, -1, 1);
+    fill(b, nb, -1, 1);
+    fill(c0, nc, -1, 1);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double r = acc ? c0[i * ldc + j] : 0.0, ar = fabs(r);
+            for (int k = 0; k < K; k++) {
+                const double p = (double)a[i * ai + k * ak] * b[(j / 32) * bp + k * bk + j % 32];
+                r += p;
+                ar += fabs(p);
+            }
+            ref[i * ldc + j] = r;
+            absref[i * ldc + j] = ar;
+        }
+    const int nv = mgt_cpu_wino_gemm_count();
+    const char *v3 = NULL;
+    for (int v = 0; v < nv; v++) {
+        memcpy(c, c0, sizeof(float) * nc);
+        for (int i = 0; i < rows; i++) /* the gap after each row: NaN, to stay so */
+            for (int j = cols; j < ldc; j++)
+                c[i * ldc + j] = NAN;
+        const char *name = mgt_cpu_wino_gemm(v, rows, cols, K, acc, a, ai, ak, b, bp, bk, c, ldc);
+        CHECK(name != NULL, "GEMM variant %d of %d did not run", v, nv);
+        if (!name)
+            continue;
+        /* a sum of K products (and C when accumulating), each rounded at most once, in any
+         * order: within gamma(K + 1) of the sum of the absolute terms */
+        double worst = 0.0;
+        int gap_ok = 1;
+        for (int i = 0; i < rows; i++) {
+            const double r =
+                bound_ratio(c + i * ldc, ref + i * ldc, absref + i * ldc, (size_t)cols, K + 1.0);
+            worst = r > worst ? r : worst;
+            for (int j = cols; j < ldc; j++)
+                gap_ok &= isnan(c[i * ldc + j]);
+        }
+        CHECK(worst <= 1.0 && gap_ok,
+              "GEMM %s %dx%dx%d (A %s, B %s, %s): error %.3g of the bound, gap %s", name, rows,
+              cols, K, a_cols_major ? "by columns" : "by rows", b_rows ? "rows" : "panels",
+              acc ? "C +=" : "C =", worst, gap_ok ? "untouched" : "written");
+        /* the AVX2 and AVX-512 variants do the same FMAs in the same order */
+        if (!strcmp(name, "x86-64-v3")) {
+            memcpy(first, c, sizeof(float) * nc);
+            v3 = name;
+        } else if (!strcmp(name, "x86-64-v4") && v3) {
+            CHECK(memcmp(first, c, sizeof(float) * nc) == 0,
+                  "GEMM %dx%dx%d: x86-64-v4 differs from x86-64-v3", rows, cols, K);
+        }
+    }
+}
+
+static void test_gemm(void) {
+    const int shapes[][3] = {{6, 32, 1}, {12, 64, 7}, {18, 32, 33}, {6, 96, 256}, {30, 128, 40}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int layout = 0; layout < 4; layout++)
+            gemm_case(shapes[i][0], shapes[i][1], shapes[i][2], layout & 1, layout >> 1 & 1,
+                      (int)(i + layout) % 2);
+    float one = 1.0f;
+    CHECK(mgt_cpu_wino_gemm(0, 5, 32, 1, 0, &one, 1, 1, &one, 32, 32, &one, 32) == NULL &&
+              mgt_cpu_wino_gemm(0, 6, 30, 1, 0, &one, 1, 1, &one, 32, 32, &one, 32) == NULL &&
+              mgt_cpu_wino_gemm(mgt_cpu_wino_gemm_count(), 6, 32, 1, 0, &one, 1, 1, &one, 32, 32,
+                                &one, 32) == NULL,
+          "the GEMM should refuse rows not a multiple of 6, columns not of 32, and a variant "
+          "the CPU does not run");
+    tmp_free_all();
+}
+
 int main(void) {
+    test_gemm();
     test_direct();
     test_chunking();
     test_op_table();
