@@ -478,7 +478,8 @@ def timeline_steps(path, rank=0):
         trace = json.load(f)
     steps = {}
     for ev in trace["traceEvents"]:
-        if ev.get("ph") != "X" or ev.get("pid") != rank:
+        # tid 0: the step's phases; tid 1 holds the bucket requests in flight, which overlap them
+        if ev.get("ph") != "X" or ev.get("pid") != rank or ev.get("tid", 0) != 0:
             continue
         s = steps.setdefault(ev["args"]["step"], {"start": float("inf"), "end": 0.0})
         s[ev["name"]] = s.get(ev["name"], 0.0) + ev["dur"] * 1e-6

@@ -66,39 +66,22 @@ static double median_of(const double *t, int reps, int cols, int col, double *tm
 
 /* One training step, timing each part on both clocks: forward of layer i is part 2i, its
  * backward part 2i + 1, the loss part 2L, the update part 2L + 1; part p's wall ms go to
- * ms[2p] and its CPU ms to ms[2p + 1]. The loops are those of mgt_model_forward and
- * mgt_model_loss_backward, split so that each layer can be timed. */
+ * ms[2p] and its CPU ms to ms[2p + 1]. The pieces are those mgt_model_forward and
+ * mgt_model_loss_backward run, one at a time (a layer backward skips is timed at ~0). */
 static void timed_step(mgt_model *m, mgt_optim *opt, const mgt_step *s, double *ms) {
-    const mgt_ops *o = s->be->ops;
     const int L = m->nlayers;
-    const float *x = m->x;
     for (int i = 0; i < L; i++) {
-        mgt_layer *l = &m->layers[i];
         const mark t = mark_now();
-        l->type->forward(m, l, s, x, l->y);
-        if (l->act != MGT_ACT_NONE && !l->fused_act)
-            o->act_fwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y);
+        mgt_model_layer_forward(m, i, s);
         mark_end(t, ms + 4 * i);
-        x = l->y;
     }
-    mgt_layer *last = &m->layers[L - 1];
     mark t = mark_now();
-    float *probs = last->fused_act ? last->y : m->probs;
-    o->xent_sparse(s->be, s->n, m->classes, last->y, m->labels, probs, m->grad[0], 1.0f, m->sums);
+    mgt_model_loss(m, s, 1);
     mark_end(t, ms + 4 * L);
-    int cur = 0;
     for (int i = L - 1; i >= 0; i--) {
-        mgt_layer *l = &m->layers[i];
-        float *dy = m->grad[cur];
-        float *dx = i > m->first_trainable ? m->grad[cur ^ 1] : NULL;
         t = mark_now();
-        if (l->act != MGT_ACT_NONE && !l->fused_act)
-            o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y, dy);
-        l->type->backward(m, l, s, i ? m->layers[i - 1].y : m->x, l->y, dy, dx);
+        mgt_model_layer_backward(m, i, s);
         mark_end(t, ms + 4 * i + 2);
-        if (!dx)
-            break;
-        cur ^= 1;
     }
     t = mark_now();
     mgt_optim_step(opt, s->be, m->w, m->g, s->n);
@@ -174,18 +157,19 @@ int main(int argc, char **argv) {
 
     const int L = m.nlayers, cols = 2 * (2 * L + 2);
     double *t = calloc((size_t)reps * cols, sizeof *t), *tmp = calloc((size_t)reps, sizeof *tmp);
-    double *step = calloc((size_t)reps, sizeof *step);
-    if (!t || !tmp || !step)
+    double *step = calloc((size_t)reps, sizeof *step), *row = calloc((size_t)cols, sizeof *row);
+    if (!t || !tmp || !step || !row)
         mgt_die("out of host memory for %ld x %d timings", reps, cols);
     double wall = 0.0, cpu = 0.0;
     for (long r = -warmup; r < reps; r++) {
-        mgt_step s = {.be = &be,
+        mgt_step s = {.in = {m.x, m.labels, m.targets},
+                      .be = &be,
                       .n = (int)batch,
                       .training = 1,
                       .global_step = r + warmup,
                       .global_n = batch,
                       .seed = m.train.seed};
-        double row[4 * 256 + 4] = {0};
+        memset(row, 0, sizeof(double) * (size_t)cols);
         const mark m0 = mark_now();
         timed_step(&m, &opt, &s, row);
         double total[2];
@@ -224,6 +208,7 @@ int main(int argc, char **argv) {
     free(t);
     free(tmp);
     free(step);
+    free(row);
     mgt_optim_free(&opt, &be);
     mgt_model_free(&m);
     mgt_backend_destroy(&be);

@@ -1,6 +1,7 @@
 /* gpu_backend.c: the GPU backend's life cycle and the "gpu" op table: device discovery
  * (mgt_gpu_count, mgt_gpu_describe), mgt_gpu_backend_init and destroy, device memory, batch
- * staging, device timing and the convolution workspace. The ops themselves live in one file per
+ * staging, device timing, the convolution workspace and the account of the backend's choices for
+ * --profile. The ops themselves live in one file per
  * family (gpu_internal.h lists them); the table points straight at their entry points.
  *
  * Ops are queued on the backend's compute stream (non-blocking, so nothing else on the device
@@ -306,6 +307,18 @@ void *mgt_gpu_workspace(mgt_backend *be, size_t bytes) {
     return im->ws;
 }
 
+/* --profile's account of the backend's choices: the arithmetic, then the convolutions'. */
+static size_t gpu_describe(mgt_backend *be, char *buf, size_t n) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const int len =
+        snprintf(buf, n, "GPU arithmetic: %s\n",
+                 im->tf32 ? "fp32 with TF32 tensor cores (cuBLAS "
+                            "CUBLAS_TF32_TENSOR_OP_MATH, cuDNN tensor-op math)"
+                          : "fp32 (cuBLAS default math, cuDNN CUDNN_FMA_MATH: no TF32)");
+    const size_t used = len > 0 ? (size_t)len : 0;
+    return used + mgt_gpu_conv_describe(im, used < n ? buf + used : NULL, used < n ? n - used : 0);
+}
+
 static void gpu_destroy(mgt_backend *be) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     if (im) {
@@ -370,6 +383,7 @@ static const mgt_ops gpu_ops = {
     .gather_u8 = mgt_gpu_gather_u8,
     .reserve = gpu_reserve,
     .destroy = gpu_destroy,
+    .describe = gpu_describe,
     .dense_fwd = mgt_gpu_dense_fwd,
     .dense_bwd = mgt_gpu_dense_bwd,
     .conv2d_scratch = mgt_gpu_conv2d_scratch,
@@ -394,6 +408,17 @@ static const mgt_ops gpu_ops = {
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
     .optim_step = mgt_gpu_optim_step,
+    .clip_value = mgt_gpu_clip_value,
+    .clip_norm = mgt_gpu_clip_norm,
+    .add2 = mgt_gpu_add2,
+    .copy_cols = mgt_gpu_copy_cols,
+    .pad_fwd = mgt_gpu_pad_fwd,
+    .pad_bwd = mgt_gpu_pad_bwd,
+    .gap_fwd = mgt_gpu_gap_fwd,
+    .gap_bwd = mgt_gpu_gap_bwd,
+    .dwconv_scratch = mgt_gpu_dwconv_scratch,
+    .dwconv_fwd = mgt_gpu_dwconv_fwd,
+    .dwconv_bwd = mgt_gpu_dwconv_bwd,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */

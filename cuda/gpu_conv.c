@@ -14,13 +14,19 @@
  * input is zero-padded explicitly into the workspace (hp = (oh-1)*stride + kh rows) and cuDNN
  * runs unpadded; backward crops dx out of the padded gradient.
  *
- * Plans and algorithms. A plan per distinct shape (batch size included) is cached in the backend
- * (linear search: a model has a handful of shapes). Its algorithms are chosen once, at the first
- * call in each direction, from cuDNN's heuristics (cudnnGet*Algorithm_v7, which runs nothing):
- * the best-ranked DETERMINISTIC algorithm whose workspace fits, else the best-ranked that fits,
- * else the one needing the least workspace (and the workspace then grows, once). Without --tf32
- * the descriptors use CUDNN_FMA_MATH (no tensor-core TF32; CUDNN_DEFAULT_MATH would allow TF32 on
- * Ampere and later) and algorithms that need tensor-op math are skipped.
+ * Plans and algorithms. A plan per distinct shape (batch size and --conv-algo included) is cached
+ * in the backend (linear search: a model has a handful of shapes). At the first call in each
+ * direction it lists candidates from cuDNN's heuristics (cudnnGet*Algorithm_v7, which runs
+ * nothing, asked for cudnnGet*AlgorithmMaxCount entries): without --tf32 the descriptors use
+ * CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 on Ampere and later) and entries that need
+ * tensor-op math are left out; --conv-algo direct leaves out FFT and Winograd (their transforms
+ * round on their own: not a plain fp32 dot product), --conv-algo winograd puts Winograd first
+ * and says so where none runs for the layout (NHWC float has none). Then, in order:
+ * deterministic algorithms whose workspace fits, any that fits, the rest by workspace (which
+ * then grows, once). NHWC float filters have few algorithms, and the _v7 heuristics can rank
+ * first one whose kernel then refuses the shape at execution (NOT_SUPPORTED), so the candidates
+ * are tried in that order until one runs; the one that ran is final. --profile prints the log
+ * (mgt_gpu_conv_describe): algorithm, math type, workspace, determinism, and what was refused.
  *
  * Workspace. conv2d_scratch() has no backend (it is a pure function of the shape, called while
  * the model is built), so it cannot ask cuDNN. It returns the exact bytes of the transposed
@@ -38,6 +44,7 @@
 #endif
 
 #include <cudnn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +54,17 @@
 /* The three directions a plan chooses an algorithm for. */
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2, NDIRS };
 
+/* One heuristics entry kept as a candidate: its math type as it will run, its workspace, and the
+ * status of its call if cuDNN refused it at execution. */
+typedef struct conv_cand {
+    int algo;
+    cudnnStatus_t status;
+    int deterministic;
+    cudnnMathType_t math;
+    size_t ws;
+    int refused;
+} conv_cand;
+
 typedef struct conv_plan {
     mgt_conv_shape s; /* the key */
     int padded;       /* explicit zero padding (asymmetric "same") */
@@ -55,14 +73,22 @@ typedef struct conv_plan {
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd[NDIRS]; /* per direction: the math type is per algorithm */
+    /* Per direction, made at first use (choose): the candidates in the order they are tried, the
+     * current one, whether it has run (then it is final), and the statuses of those refused. */
     int chosen[NDIRS];
-    int algo[NDIRS];
-    size_t algo_ws[NDIRS];
+    conv_cand *cand[NDIRS];
+    int ncand[NDIRS];
+    int cur[NDIRS];
+    int ran[NDIRS];
 } conv_plan;
 
 static const char *const dir_name[] = {
     [DIR_FWD] = "forward", [DIR_BWD_DATA] = "backward-data", [DIR_BWD_FILTER] = "backward-filter"};
 _Static_assert(sizeof dir_name / sizeof dir_name[0] == NDIRS, "one name per direction");
+static const char *const want_name[] = {
+    [MGT_CONV_AUTO] = "auto", [MGT_CONV_DIRECT] = "direct", [MGT_CONV_WINOGRAD] = "winograd"};
+_Static_assert(sizeof want_name / sizeof want_name[0] == MGT_CONV_WINOGRAD + 1,
+               "one name per --conv-algo value");
 
 struct mgt_gpu_conv_cache {
     conv_plan *plans;
@@ -132,9 +158,11 @@ static void plan_destroy(conv_plan *p) {
         cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd)
         cudnnDestroyFilterDescriptor(p->wd);
-    for (int d = 0; d < NDIRS; d++)
+    for (int d = 0; d < NDIRS; d++) {
         if (p->cd[d])
             cudnnDestroyConvolutionDescriptor(p->cd[d]);
+        free(p->cand[d]);
+    }
 }
 
 void mgt_gpu_conv_cache_free(mgt_gpu_impl *im) {
@@ -151,7 +179,7 @@ void mgt_gpu_conv_cache_free(mgt_gpu_impl *im) {
 static int same_shape(const mgt_conv_shape *a, const mgt_conv_shape *b) {
     return a->n == b->n && a->h == b->h && a->w == b->w && a->c == b->c && a->oc == b->oc &&
            a->kh == b->kh && a->kw == b->kw && a->stride == b->stride && a->pad_top == b->pad_top &&
-           a->pad_left == b->pad_left && a->oh == b->oh && a->ow == b->ow;
+           a->pad_left == b->pad_left && a->oh == b->oh && a->ow == b->ow && a->algo == b->algo;
 }
 
 static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
@@ -206,44 +234,107 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
 
 /* ---- algorithm choice ---- */
 
-typedef struct cand {
-    int algo;
-    cudnnStatus_t status;
-    int deterministic;
-    cudnnMathType_t math;
-} cand;
+/* cuDNN's names, for the log and for messages. */
+static const char *const fwd_names[] = {
+    "IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+    "WINOGRAD",      "WINOGRAD_NONFUSED"};
+static const char *const bwd_data_names[] = {"ALGO_0",     "ALGO_1",   "FFT",
+                                             "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+static const char *const bwd_filter_names[] = {
+    "ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+_Static_assert(sizeof fwd_names / sizeof fwd_names[0] == CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+               "one name per forward algorithm");
+_Static_assert(sizeof bwd_data_names / sizeof bwd_data_names[0] ==
+                   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+               "one name per backward-data algorithm");
+_Static_assert(sizeof bwd_filter_names / sizeof bwd_filter_names[0] ==
+                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+               "one name per backward-filter algorithm");
+
+static const char *algo_name(int dir, int algo) {
+    const char *const *t = dir == DIR_FWD        ? fwd_names
+                           : dir == DIR_BWD_DATA ? bwd_data_names
+                                                 : bwd_filter_names;
+    const int n = dir == DIR_FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                  : dir == DIR_BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                        : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    return algo >= 0 && algo < n ? t[algo] : "(unknown)";
+}
+
+/* The transform algorithms: Winograd's and FFT's results are not plain fp32 dot products (the
+ * transforms round on their own and can lose several bits on large inputs), so --conv-algo
+ * direct leaves both out, as PyTorch's deterministic cuDNN mode would for agreement; "winograd"
+ * puts Winograd first. */
+static int is_winograd(int dir, int algo) {
+    if (dir == DIR_FWD)
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    if (dir == DIR_BWD_DATA)
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+static int is_fft(int dir, int algo) {
+    if (dir == DIR_FWD)
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING;
+    if (dir == DIR_BWD_DATA)
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING;
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING;
+}
 
 /* The three directions' result structs differ in type only: copy the fields we use. */
 #define CANDS(r)                                                                                   \
     for (int i = 0; i < got; i++)                                                                  \
-        out[i] = (cand) {                                                                          \
+        out[i] = (conv_cand) {                                                                     \
             (int)(r)[i].algo, (r)[i].status, (r)[i].determinism == CUDNN_DETERMINISTIC,            \
-                (r)[i].mathType                                                                    \
+                (r)[i].mathType, 0, 0                                                              \
         }
 
-static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, cand *out) {
+/* cuDNN's heuristics (cudnnGet*Algorithm_v7, which runs nothing), as many entries as the
+ * direction has algorithms (cudnnGet*AlgorithmMaxCount), best first. Returns the count; *out is
+ * malloc'd. */
+static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, conv_cand **out_p) {
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
-    int got = 0;
+    int max = 0, got = 0;
+    if (dir == DIR_FWD)
+        GPU_CHECK(CUDNN, cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
+    else if (dir == DIR_BWD_DATA)
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
+    else
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
+    if (max < 1)
+        max = 1;
+    /* one allocation big enough for any direction's result type, then the candidates */
+    size_t rsz = sizeof(cudnnConvolutionFwdAlgoPerf_t);
+    if (sizeof(cudnnConvolutionBwdDataAlgoPerf_t) > rsz)
+        rsz = sizeof(cudnnConvolutionBwdDataAlgoPerf_t);
+    if (sizeof(cudnnConvolutionBwdFilterAlgoPerf_t) > rsz)
+        rsz = sizeof(cudnnConvolutionBwdFilterAlgoPerf_t);
+    void *r = malloc(rsz * (size_t)max);
+    conv_cand *out = malloc(sizeof *out * (size_t)max);
+    if (!r || !out)
+        mgt_die("out of host memory for the convolution algorithm list");
     if (dir == DIR_FWD) {
-        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         GPU_CHECK(CUDNN, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd[dir], p->yd,
-                                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                                &got, r));
-        CANDS(r);
+                                                                max, &got, r));
+        CANDS((cudnnConvolutionFwdAlgoPerf_t *)r);
     } else if (dir == DIR_BWD_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                             h, p->wd, p->yd, p->cd[dir], p->xd,
-                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-        CANDS(r);
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd[dir],
+                                                                     p->xd, max, &got, r));
+        CANDS((cudnnConvolutionBwdDataAlgoPerf_t *)r);
     } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                             h, p->xd, p->yd, p->cd[dir], p->wd,
-                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-        CANDS(r);
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd[dir],
+                                                                       p->wd, max, &got, r));
+        CANDS((cudnnConvolutionBwdFilterAlgoPerf_t *)r);
     }
-    return got;
+    free(r);
+    *out_p = out;
+    return got < 0 ? 0 : got > max ? max : got;
 }
 #undef CANDS
 
@@ -263,6 +354,33 @@ static int tensor_op(cudnnMathType_t m) {
     return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
+static const char *math_name(cudnnMathType_t m) {
+    switch (m) {
+    case CUDNN_DEFAULT_MATH:
+        return "DEFAULT_MATH";
+    case CUDNN_TENSOR_OP_MATH:
+        return "TENSOR_OP_MATH";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+        return "TENSOR_OP_MATH_ALLOW_CONVERSION";
+    case CUDNN_FMA_MATH:
+        return "FMA_MATH";
+    }
+    return "(unknown math)";
+}
+
+/* The order candidates are tried in: with --conv-algo winograd, Winograd first; then
+ * deterministic ones whose workspace fits, then any that fits, then the rest by workspace
+ * (the workspace then grows, once); ties keep cuDNN's ranking. */
+static int cand_tier(const conv_cand *c, int dir, mgt_conv_algo want, size_t avail) {
+    const int wino_last = want == MGT_CONV_WINOGRAD && !is_winograd(dir, c->algo);
+    const int fit = c->ws <= avail ? (c->deterministic ? 0 : 1) : 2;
+    return wino_last * 4 + fit;
+}
+
+/* Makes the plan's ordered candidate list for one direction (first use): cuDNN's heuristics,
+ * less what this run excludes (a failed entry, tensor-op math without --tf32, transform
+ * algorithms under --conv-algo direct, an entry whose workspace query fails), ordered as
+ * cand_tier says. Candidates are then tried in that order when the op runs (conv_ran). */
 static void choose(mgt_backend *be, conv_plan *p, int dir) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
@@ -273,51 +391,131 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
     GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir],
                                                  im->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    cand c[16];
-    const int n = heuristics(im, p, dir, c);
-    int best = -1;
-    size_t best_ws = 0;
-    cudnnMathType_t best_math = CUDNN_FMA_MATH;
-    /* pass 0: deterministic and fits; 1: fits; 2: the smallest workspace of any */
-    for (int pass = 0; pass < 3 && best < 0; pass++)
-        for (int i = 0; i < n; i++) {
-            if (c[i].status != CUDNN_STATUS_SUCCESS || (!im->tf32 && tensor_op(c[i].math)) ||
-                (pass == 0 && !c[i].deterministic))
-                continue;
-            const cudnnMathType_t math = im->tf32 ? c[i].math : CUDNN_FMA_MATH;
-            size_t ws = 0;
-            if (cudnnSetConvolutionMathType(p->cd[dir], math) != CUDNN_STATUS_SUCCESS ||
-                algo_ws(im, p, dir, c[i].algo, &ws) != CUDNN_STATUS_SUCCESS)
-                continue;
-            if (pass < 2 && ws > avail)
-                continue;
-            if (pass == 2 && best >= 0 && ws >= best_ws)
-                continue;
-            best = i;
-            best_ws = ws;
-            best_math = math;
-            if (pass < 2)
+    conv_cand *c = NULL;
+    const int n = heuristics(im, p, dir, &c);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].status != CUDNN_STATUS_SUCCESS || (!im->tf32 && tensor_op(c[i].math)))
+            continue;
+        if (s->algo == MGT_CONV_DIRECT && (is_winograd(dir, c[i].algo) || is_fft(dir, c[i].algo)))
+            continue;
+        c[i].math = im->tf32 ? c[i].math : CUDNN_FMA_MATH;
+        if (cudnnSetConvolutionMathType(p->cd[dir], c[i].math) != CUDNN_STATUS_SUCCESS ||
+            algo_ws(im, p, dir, c[i].algo, &c[i].ws) != CUDNN_STATUS_SUCCESS)
+            continue;
+        c[kept++] = c[i];
+    }
+    /* a stable insertion sort by (tier, workspace in the last tier), so that ties keep cuDNN's
+     * ranking: a handful of entries */
+    for (int i = 1; i < kept; i++) {
+        conv_cand v = c[i];
+        const int tv = cand_tier(&v, dir, s->algo, avail);
+        int j = i;
+        for (; j > 0; j--) {
+            const int tj = cand_tier(&c[j - 1], dir, s->algo, avail);
+            const int before = tv < tj || (tv == tj && (tv % 4) == 2 && v.ws < c[j - 1].ws);
+            if (!before)
                 break;
+            c[j] = c[j - 1];
         }
-    if (best < 0)
+        c[j] = v;
+    }
+    if (kept == 0) {
+        free(c);
         mgt_die("cuDNN offers no %s algorithm for the convolution n=%d %dx%dx%d -> %dx%dx%d, "
-                "kernel %dx%d, stride %d (NHWC float%s); please report this with the model file",
+                "kernel %dx%d, stride %d (NHWC float, %s%s); please report this with the model "
+                "file",
                 dir_name[dir], s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
-                im->tf32 ? ", TF32 allowed" : ", FMA math");
-    GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], best_math));
-    p->algo[dir] = c[best].algo;
-    p->algo_ws[dir] = best_ws;
+                im->tf32 ? "TF32 allowed" : "FMA math",
+                s->algo == MGT_CONV_DIRECT ? ", --conv-algo direct: no FFT or Winograd" : "");
+    }
+    p->cand[dir] = c;
+    p->ncand[dir] = kept;
+    p->cur[dir] = 0;
     p->chosen[dir] = 1;
-    if (best_ws > avail)
-        mgt_gpu_workspace(be, fixed + best_ws);
 }
 
-/* The workspace for plan p in direction dir (chosen on first use). */
+/* The workspace for plan p in direction dir (candidates made on first use), with the current
+ * candidate's math type set on the descriptor. */
 static char *plan_ws(mgt_backend *be, conv_plan *p, int dir, ws_layout *l) {
     const size_t fixed = conv_layout(&p->s, l);
     if (!p->chosen[dir])
         choose(be, p, dir);
-    return mgt_gpu_workspace(be, fixed + p->algo_ws[dir]);
+    const conv_cand *c = &p->cand[dir][p->cur[dir]];
+    GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], c->math));
+    return mgt_gpu_workspace(be, fixed + c->ws);
+}
+
+static int cur_algo(const conv_plan *p, int dir) {
+    return p->cand[dir][p->cur[dir]].algo;
+}
+
+static size_t cur_ws(const conv_plan *p, int dir) {
+    return p->cand[dir][p->cur[dir]].ws;
+}
+
+/* After a convolution call in direction dir: returns 0 when it ran. Until a direction's first
+ * success, a candidate cuDNN refuses at execution (a NOT_SUPPORTED status: the heuristics can
+ * name an algorithm whose kernel then declines the shape or layout) is recorded and the next
+ * candidate is made current: returns 1, and the caller redoes the call (its workspace may have
+ * moved). Any other failure, or a refusal once a candidate has run or when none is left, ends the
+ * job as GPU_CHECK does. */
+static int conv_ran(conv_plan *p, int dir, cudnnStatus_t st, const char *call, int line) {
+    if (st == CUDNN_STATUS_SUCCESS) {
+        const mgt_conv_shape *s = &p->s;
+        const int algo = cur_algo(p, dir);
+        if (!p->ran[dir] && s->algo == MGT_CONV_WINOGRAD && !is_winograd(dir, algo))
+            mgt_log0("notice: cuDNN runs no Winograd %s algorithm for the NHWC float convolution "
+                     "%dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %d (cuDNN's Winograd needs NCHW "
+                     "float, stride 1 and a 3x3 or 5x5 kernel); --conv-algo winograd uses %s "
+                     "there\n",
+                     dir_name[dir], s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
+                     algo_name(dir, algo));
+        p->ran[dir] = 1;
+        return 0;
+    }
+    const int not_supported = (int)st / 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED / 1000;
+    if (p->ran[dir] || !not_supported || p->cur[dir] + 1 >= p->ncand[dir])
+        mgt_gpu_fail(MGT_GPU_CUDNN, (int)st, call, __FILE__, line);
+    p->cand[dir][p->cur[dir]].refused = (int)st;
+    p->cur[dir]++;
+    return 1;
+}
+
+/* One line per plan and direction: the algorithm that runs, its math type, workspace and
+ * determinism, and what cuDNN refused before it. */
+size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
+    size_t len = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        const int k_ = snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, __VA_ARGS__);   \
+        len += k_ > 0 ? (size_t)k_ : 0;                                                            \
+    } while (0)
+    if (n > 0)
+        buf[0] = '\0';
+    const struct mgt_gpu_conv_cache *cc = im->conv;
+    for (int i = 0; cc && i < cc->n; i++) {
+        const conv_plan *p = &cc->plans[i];
+        const mgt_conv_shape *s = &p->s;
+        for (int d = 0; d < NDIRS; d++) {
+            if (!p->chosen[d])
+                continue;
+            const conv_cand *c = &p->cand[d][p->cur[d]];
+            PUT("cuDNN conv n=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d --conv-algo %s, %s: %s, %s, "
+                "workspace %zu bytes, %s%s",
+                s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
+                want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0], dir_name[d],
+                algo_name(d, c->algo), math_name(c->math), c->ws,
+                c->deterministic ? "deterministic" : "non-deterministic",
+                p->ran[d] ? "" : " (not run yet)");
+            for (int j = 0; j < p->cur[d]; j++)
+                PUT("%s%s refused (cuDNN status %d)", j ? ", " : "; before it ",
+                    algo_name(d, p->cand[d][j].algo), p->cand[d][j].refused);
+            PUT("\n");
+        }
+    }
+#undef PUT
+    return len;
 }
 
 /* ---- ops ---- */
@@ -337,29 +535,32 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         return;
     }
     conv_plan *p = plan_for(im, s);
-    ws_layout l;
-    char *ws = plan_ws(be, p, DIR_FWD, &l);
-    const float *wk = w, *xin = x;
-    if (p->transpose) { /* per filter: [c][kh*kw] -> [kh*kw][c] */
-        mgt_k_transpose(im->stream, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, w,
-                        (float *)(ws + l.w_t));
-        wk = (const float *)(ws + l.w_t);
-    }
-    if (p->padded) {
-        mgt_k_pad_nhwc(im->stream, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, x,
-                       (float *)(ws + l.pad));
-        xin = (const float *)(ws + l.pad);
-    }
     const float one = 1.0f;
-    float beta = 0.0f;
-    if (b) { /* the bias first, the convolution adds onto it (as the CPU backend does) */
-        mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
-        beta = 1.0f;
-    }
-    GPU_CHECK(CUDNN,
-              cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xin, p->wd, wk,
-                                      p->cd[DIR_FWD], (cudnnConvolutionFwdAlgo_t)p->algo[DIR_FWD],
-                                      ws + l.algo, p->algo_ws[DIR_FWD], &beta, p->yd, y));
+    cudnnStatus_t st;
+    do { /* again with the next candidate while cuDNN refuses one at its first use */
+        ws_layout l;
+        char *ws = plan_ws(be, p, DIR_FWD, &l);
+        const float *wk = w, *xin = x;
+        if (p->transpose) { /* per filter: [c][kh*kw] -> [kh*kw][c] */
+            mgt_k_transpose(im->stream, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, w,
+                            (float *)(ws + l.w_t));
+            wk = (const float *)(ws + l.w_t);
+        }
+        if (p->padded) {
+            mgt_k_pad_nhwc(im->stream, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top,
+                           s->pad_left, x, (float *)(ws + l.pad));
+            xin = (const float *)(ws + l.pad);
+        }
+        float beta = 0.0f;
+        if (b) { /* the bias first, the convolution adds onto it (as the CPU backend does) */
+            mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
+            beta = 1.0f;
+        }
+        st =
+            cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xin, p->wd, wk,
+                                    p->cd[DIR_FWD], (cudnnConvolutionFwdAlgo_t)cur_algo(p, DIR_FWD),
+                                    ws + l.algo, cur_ws(p, DIR_FWD), &beta, p->yd, y);
+    } while (conv_ran(p, DIR_FWD, st, "cudnnConvolutionForward", __LINE__));
 }
 
 void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
@@ -382,39 +583,43 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
     conv_plan *p = plan_for(im, s);
     const float one = 1.0f, zero = 0.0f;
-    ws_layout l;
-    if (dw) {
-        char *ws = plan_ws(be, p, DIR_BWD_FILTER, &l);
-        const float *xin = x;
-        if (p->padded) {
-            mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, x,
-                           (float *)(ws + l.pad));
-            xin = (const float *)(ws + l.pad);
-        }
-        float *dwk = p->transpose ? (float *)(ws + l.dw_t) : dw;
-        GPU_CHECK(CUDNN, cudnnConvolutionBackwardFilter(
-                             h, &one, p->xd, xin, p->yd, dy, p->cd[DIR_BWD_FILTER],
-                             (cudnnConvolutionBwdFilterAlgo_t)p->algo[DIR_BWD_FILTER], ws + l.algo,
-                             p->algo_ws[DIR_BWD_FILTER], &zero, p->wd, dwk));
-        if (p->transpose) /* per filter: [kh*kw][c] -> [c][kh*kw] */
-            mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, dw);
-    }
-    if (dx) {
-        char *ws = plan_ws(be, p, DIR_BWD_DATA, &l);
-        const float *wk = w;
-        if (p->transpose) {
-            mgt_k_transpose(st, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, w,
-                            (float *)(ws + l.w_t));
-            wk = (const float *)(ws + l.w_t);
-        }
-        /* the padded gradient reuses the padded input's place: dW is done with it */
-        float *dxo = p->padded ? (float *)(ws + l.pad) : dx;
-        GPU_CHECK(CUDNN, cudnnConvolutionBackwardData(
-                             h, &one, p->wd, wk, p->yd, dy, p->cd[DIR_BWD_DATA],
-                             (cudnnConvolutionBwdDataAlgo_t)p->algo[DIR_BWD_DATA], ws + l.algo,
-                             p->algo_ws[DIR_BWD_DATA], &zero, p->xd, dxo));
-        if (p->padded)
-            mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, dxo,
-                            dx);
-    }
+    cudnnStatus_t cs;
+    if (dw)
+        do {
+            ws_layout l;
+            char *ws = plan_ws(be, p, DIR_BWD_FILTER, &l);
+            const float *xin = x;
+            if (p->padded) {
+                mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, x,
+                               (float *)(ws + l.pad));
+                xin = (const float *)(ws + l.pad);
+            }
+            float *dwk = p->transpose ? (float *)(ws + l.dw_t) : dw;
+            cs = cudnnConvolutionBackwardFilter(
+                h, &one, p->xd, xin, p->yd, dy, p->cd[DIR_BWD_FILTER],
+                (cudnnConvolutionBwdFilterAlgo_t)cur_algo(p, DIR_BWD_FILTER), ws + l.algo,
+                cur_ws(p, DIR_BWD_FILTER), &zero, p->wd, dwk);
+            if (cs == CUDNN_STATUS_SUCCESS && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
+                mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, dw);
+        } while (conv_ran(p, DIR_BWD_FILTER, cs, "cudnnConvolutionBackwardFilter", __LINE__));
+    if (dx)
+        do {
+            ws_layout l;
+            char *ws = plan_ws(be, p, DIR_BWD_DATA, &l);
+            const float *wk = w;
+            if (p->transpose) {
+                mgt_k_transpose(st, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, w,
+                                (float *)(ws + l.w_t));
+                wk = (const float *)(ws + l.w_t);
+            }
+            /* the padded gradient reuses the padded input's place: dW is done with it */
+            float *dxo = p->padded ? (float *)(ws + l.pad) : dx;
+            cs = cudnnConvolutionBackwardData(
+                h, &one, p->wd, wk, p->yd, dy, p->cd[DIR_BWD_DATA],
+                (cudnnConvolutionBwdDataAlgo_t)cur_algo(p, DIR_BWD_DATA), ws + l.algo,
+                cur_ws(p, DIR_BWD_DATA), &zero, p->xd, dxo);
+            if (cs == CUDNN_STATUS_SUCCESS && p->padded)
+                mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left,
+                                dxo, dx);
+        } while (conv_ran(p, DIR_BWD_DATA, cs, "cudnnConvolutionBackwardData", __LINE__));
 }

@@ -11,10 +11,13 @@
  *   gpu_layout.cu   batched transposes (flatten, filters), explicit padding and its adjoint;
  *   gpu_reduce.cu   deterministic column sums (biases, batchnorm statistics and gradients);
  *   gpu_pool.cu     max and average pooling;
+ *   gpu_graph.cu    what graph models add: residual sums, concatenation, zero padding, global
+ *                   average pooling; gpu_depthwise.cu: depthwise convolution (own kernels);
  *   gpu_norm.cu     batch normalisation;
  *   gpu_elem.cu     activations (softmax included), dropout, y += x, the device RNG's twins;
  *   gpu_xent.cu     fused softmax + cross-entropy;
  *   gpu_optim.cu    optimizer steps;
+ *   gpu_clip.cu     gradient clipping by value and by global norm (a deterministic reduction);
  *   gpu_data.cu     batches made on the device: synthetic samples, gathers from kept bytes;
  *   gpu_launch.h    (kernel files only) block size, grids, warp reductions, the launch helper;
  *   gpu_check.c     what a failed CUDA / cuBLAS / cuDNN / NCCL call prints before the job ends;
@@ -132,10 +135,12 @@ int mgt_gpu_rank(void);
 #endif
 
 /* The op families (see the list at the top). */
+#include "gpu_clip.h"
 #include "gpu_conv.h"
 #include "gpu_data.h"
 #include "gpu_dense.h"
 #include "gpu_elem.h"
+#include "gpu_graph.h"
 #include "gpu_layout.h"
 #include "gpu_norm.h"
 #include "gpu_optim.h"

@@ -1,15 +1,30 @@
-/* gpu_pool.cu: max and average pooling over NHWC activations, valid windows (gpu_pool.h).
+/* gpu_pool.cu: max and average pooling over NHWC activations (gpu_pool.h): valid windows, or
+ * TensorFlow's "same" padding, whose border windows leave out the positions outside the input.
  *
- * As cpu_pool.c: windows scanned row by row, left to right, and the same NaN behaviour of the
- * comparisons. The backward passes GATHER into each input element, in the CPU's order, instead of
- * scattering: no atomics, and the same bits as the CPU's scatter-add. */
+ * As cpu_pool.c: windows scanned row by row, left to right, the same NaN behaviour of the
+ * comparisons, and an average's divisor the count of its window's input positions. The backward
+ * passes GATHER into each input element, in the CPU's order, instead of scattering: no atomics, and
+ * the same bits as the CPU's scatter-add. */
 #include "gpu_launch.h"
 
 namespace {
 
 struct pool_dims {
-    int h, w, c, size, stride, oh, ow;
+    int h, w, c, size, stride, oh, ow, pt, pl;
 };
+
+/* The part of output (oy, ox)'s window inside the input: rows y0..y1-1, columns x0..x1-1. */
+struct pool_win {
+    int y0, y1, x0, x1;
+};
+
+__device__ inline pool_win window_of(const pool_dims &d, int oy, int ox) {
+    const int iy = oy * d.stride - d.pt, ix = ox * d.stride - d.pl;
+    pool_win w{iy < 0 ? 0 : iy, iy + d.size, ix < 0 ? 0 : ix, ix + d.size};
+    w.y1 = w.y1 > d.h ? d.h : w.y1;
+    w.x1 = w.x1 > d.w ? d.w : w.x1;
+    return w;
+}
 
 __device__ inline void pool_out_pos(size_t o, const pool_dims &d, size_t &smp, int &oy, int &ox,
                                     int &ch) {
@@ -29,14 +44,14 @@ __global__ void k_maxpool_fwd(size_t total, pool_dims d, const float *__restrict
         size_t smp;
         int oy, ox, ch;
         pool_out_pos(o, d, smp, oy, ox, ch);
-        const int iy0 = oy * d.stride, ix0 = ox * d.stride;
+        const pool_win win = window_of(d, oy, ox);
         float best = 0.0f;
         size_t best_at = 0;
-        for (int i = 0; i < d.size; i++)
-            for (int j = 0; j < d.size; j++) {
-                const size_t in = ((smp * d.h + iy0 + i) * (size_t)d.w + ix0 + j) * d.c + ch;
+        for (int iy = win.y0; iy < win.y1; iy++)
+            for (int ix = win.x0; ix < win.x1; ix++) {
+                const size_t in = ((smp * d.h + iy) * (size_t)d.w + ix) * d.c + ch;
                 const float v = x[in];
-                if ((i == 0 && j == 0) || v > best) {
+                if ((iy == win.y0 && ix == win.x0) || v > best) {
                     best = v;
                     best_at = in;
                 }
@@ -46,10 +61,11 @@ __global__ void k_maxpool_fwd(size_t total, pool_dims d, const float *__restrict
     }
 }
 
-/* Outputs whose window covers input row iy: oy in [lo, hi]. */
-__device__ inline void covering(int iy, int size, int stride, int oh, int &lo, int &hi) {
-    lo = iy < size ? 0 : (iy - size) / stride + 1;
-    hi = iy / stride;
+/* Outputs whose window covers input row iy (padded row iy + pad): oy in [lo, hi]. */
+__device__ inline void covering(int iy, int pad, int size, int stride, int oh, int &lo, int &hi) {
+    const int py = iy + pad;
+    lo = py < size ? 0 : (py - size) / stride + 1;
+    hi = py / stride;
     if (hi > oh - 1)
         hi = oh - 1;
 }
@@ -63,8 +79,8 @@ __device__ __forceinline__ void pool_in_window(size_t i, const pool_dims &d, siz
     t /= d.w;
     const int iy = (int)(t % d.h);
     smp = t / d.h;
-    covering(iy, d.size, d.stride, d.oh, ylo, yhi);
-    covering(ix, d.size, d.stride, d.ow, xlo, xhi);
+    covering(iy, d.pt, d.size, d.stride, d.oh, ylo, yhi);
+    covering(ix, d.pl, d.size, d.stride, d.ow, xlo, xhi);
 }
 
 /* Gather form of the CPU's scatter-add: each input element sums the dy of the outputs that
@@ -86,22 +102,27 @@ __global__ void k_maxpool_bwd(size_t total, pool_dims d, const float *__restrict
     }
 }
 
-__global__ void k_avgpool_fwd(size_t total, pool_dims d, float inv, const float *__restrict__ x,
+/* 1 / the count of the window's input positions, computed as the CPU does. */
+__device__ inline float window_inv(const pool_win &w) {
+    return 1.0f / (float)((w.y1 - w.y0) * (w.x1 - w.x0));
+}
+
+__global__ void k_avgpool_fwd(size_t total, pool_dims d, const float *__restrict__ x,
                               float *__restrict__ y) {
     GRID_STRIDE(o, total) {
         size_t smp;
         int oy, ox, ch;
         pool_out_pos(o, d, smp, oy, ox, ch);
-        const int iy0 = oy * d.stride, ix0 = ox * d.stride;
+        const pool_win win = window_of(d, oy, ox);
         float acc = 0.0f;
-        for (int i = 0; i < d.size; i++)
-            for (int j = 0; j < d.size; j++)
-                acc += x[((smp * d.h + iy0 + i) * (size_t)d.w + ix0 + j) * d.c + ch];
-        y[o] = acc * inv;
+        for (int iy = win.y0; iy < win.y1; iy++)
+            for (int ix = win.x0; ix < win.x1; ix++)
+                acc += x[((smp * d.h + iy) * (size_t)d.w + ix) * d.c + ch];
+        y[o] = acc * window_inv(win);
     }
 }
 
-__global__ void k_avgpool_bwd(size_t total, pool_dims d, float inv, const float *__restrict__ dy,
+__global__ void k_avgpool_bwd(size_t total, pool_dims d, const float *__restrict__ dy,
                               float *__restrict__ dx) {
     GRID_STRIDE(i, total) {
         size_t smp;
@@ -110,13 +131,14 @@ __global__ void k_avgpool_bwd(size_t total, pool_dims d, float inv, const float 
         float acc = 0.0f;
         for (int oy = ylo; oy <= yhi; oy++)
             for (int ox = xlo; ox <= xhi; ox++)
-                acc += dy[((smp * d.oh + oy) * (size_t)d.ow + ox) * d.c + ch] * inv;
+                acc += dy[((smp * d.oh + oy) * (size_t)d.ow + ox) * d.c + ch] *
+                       window_inv(window_of(d, oy, ox));
         dx[i] = acc;
     }
 }
 
 pool_dims dims_of(const mgt_pool_shape *s) {
-    return pool_dims{s->h, s->w, s->c, s->size, s->stride, s->oh, s->ow};
+    return pool_dims{s->h, s->w, s->c, s->size, s->stride, s->oh, s->ow, s->pad_top, s->pad_left};
 }
 
 size_t pool_in_count(const mgt_pool_shape *s) {
@@ -153,18 +175,16 @@ void mgt_gpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
     const size_t total = pool_out_count(s);
     if (!total)
         return;
-    const float inv = 1.0f / (float)(s->size * s->size);
-    MGT_LAUNCH(k_avgpool_fwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s),
-               inv, x, y);
+    MGT_LAUNCH(k_avgpool_fwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s), x,
+               y);
 }
 
 void mgt_gpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
     const size_t total = pool_in_count(s);
     if (!total || !dx)
         return;
-    const float inv = 1.0f / (float)(s->size * s->size);
     MGT_LAUNCH(k_avgpool_bwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s),
-               inv, dy, dx);
+               dy, dx);
 }
 
 } /* extern "C" */

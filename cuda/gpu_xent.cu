@@ -1,7 +1,9 @@
 /* gpu_xent.cu: fused softmax + cross-entropy (gpu_xent.h), one warp per row.
  *
  * As cpu_elem.c: mx, se = sum exp(l - mx) (double), lse = mx + log(se), p = exp(l - mx) / se,
- * loss = lse - l[label] (dense: sum(t) * lse - sum t*l). probs/dlogits may alias logits: every
+ * loss = lse - l[label] (dense: sum(t) * lse - sum t*l), and label smoothing s as there (the
+ * target (1 - s) * t + s / k: in float for the gradient, the loss in double; s = 0 takes the
+ * unsmoothed path, the same bits as without smoothing). probs/dlogits may alias logits: every
  * value of the row that another lane may overwrite is read before a __syncwarp, and in the final
  * pass a lane writes only the indices it has just read. Argmax: first maximum (ties to the lower
  * index), as the CPU's sequential scan. Per-row losses and correct counts go to the backend's
@@ -24,7 +26,8 @@ __device__ inline void warp_argmax(float &v, int &j) {
 
 __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restrict__ labels,
                        const float *__restrict__ targets, float *probs, float *dlogits, float scale,
-                       double *__restrict__ loss_out, double *__restrict__ correct_out) {
+                       float smoothing, double *__restrict__ loss_out,
+                       double *__restrict__ correct_out) {
     const int lane = threadIdx.x & 31;
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= (size_t)n)
@@ -36,15 +39,18 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
     for (int j = lane; j < k; j += 32)
         se += expf(l[j] - mx);
     /* everything else read from l before the writes below */
+    const bool smooth = smoothing > 0.0f;
+    const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     int lab = -1, valid = 0, tbest = 0;
-    double st = 0.0, stl = 0.0, l_lab = 0.0;
+    double st = 0.0, stl = 0.0, l_lab = 0.0, sl = 0.0;
     const float *t = targets ? targets + off : nullptr;
     if (t) {
         float tb = -INFINITY;
         int tj = INT32_MAX;
         for (int j = lane; j < k; j += 32) {
-            st += t[j];
-            stl += (double)t[j] * l[j];
+            const float ts = smooth ? t_on * t[j] + t_off : t[j];
+            st += ts;
+            stl += (double)ts * l[j];
             if (tj == INT32_MAX || t[j] > tb) {
                 tb = t[j];
                 tj = j;
@@ -59,6 +65,11 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
         valid = lab >= 0 && lab < k;
         if (valid)
             l_lab = l[lab];
+        if (valid && smooth) {
+            for (int j = lane; j < k; j += 32)
+                sl += l[j];
+            sl = warp_sum(sl);
+        }
     }
     se = warp_sum(se);
     __syncwarp(); /* orders every lane's reads of l above before any lane's writes below */
@@ -78,10 +89,13 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
         if (p)
             p[j] = pj;
         if (d) {
-            if (t)
-                d[j] = (pj * stf - t[j]) * scale;
-            else
-                d[j] = valid ? (pj - (j == lab ? 1.0f : 0.0f)) * scale : 0.0f;
+            if (t) {
+                d[j] = (pj * stf - (smooth ? t_on * t[j] + t_off : t[j])) * scale;
+            } else {
+                const float tj =
+                    smooth ? (j == lab ? t_on + t_off : t_off) : (j == lab ? 1.0f : 0.0f);
+                d[j] = valid ? (pj - tj) * scale : 0.0f;
+            }
         }
     }
     warp_argmax(best_p, best);
@@ -92,7 +106,10 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
             loss_out[row] = st * lse - stl;
             correct_out[row] = best == tbest ? 1.0 : 0.0;
         } else {
-            loss_out[row] = valid ? lse - l_lab : 0.0;
+            loss_out[row] =
+                !valid   ? 0.0
+                : smooth ? lse - (1.0 - (double)smoothing) * l_lab - (double)smoothing / k * sl
+                         : lse - l_lab;
             correct_out[row] = valid && best == lab ? 1.0 : 0.0;
         }
     }
@@ -128,7 +145,8 @@ __global__ void k_sum2(int n, const double *__restrict__ a, const double *__rest
 /* Rows in chunks of MGT_GPU_PART_CAP (one chunk in practice): per-row results to the partials,
  * then their fixed-order sum onto sums. */
 void xent(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-          const float *targets, float *probs, float *dlogits, float scale, float *sums) {
+          const float *targets, float *probs, float *dlogits, float scale, float smoothing,
+          float *sums) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     if (n <= 0 || k <= 0)
         return;
@@ -138,7 +156,7 @@ void xent(mgt_backend *be, int n, int k, const float *logits, const int32_t *lab
         MGT_LAUNCH(k_xent, (unsigned)((m + 7) / 8), kThreads, im->stream, m, k, logits + off,
                    labels ? labels + r0 : nullptr, targets ? targets + off : nullptr,
                    probs ? probs + off : nullptr, dlogits ? dlogits + off : nullptr, scale,
-                   im->part.a, im->part.b);
+                   smoothing, im->part.a, im->part.b);
         MGT_LAUNCH(k_sum2, 1, kSumThreads, im->stream, m, im->part.a, im->part.b, sums);
     }
 }
@@ -148,13 +166,13 @@ void xent(mgt_backend *be, int n, int k, const float *logits, const int32_t *lab
 extern "C" {
 
 void mgt_gpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                         float *probs, float *dlogits, float scale, float *sums) {
-    xent(be, n, k, logits, labels, nullptr, probs, dlogits, scale, sums);
+                         float *probs, float *dlogits, float scale, float smoothing, float *sums) {
+    xent(be, n, k, logits, labels, nullptr, probs, dlogits, scale, smoothing, sums);
 }
 
 void mgt_gpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                        float *probs, float *dlogits, float scale, float *sums) {
-    xent(be, n, k, logits, nullptr, targets, probs, dlogits, scale, sums);
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums) {
+    xent(be, n, k, logits, nullptr, targets, probs, dlogits, scale, smoothing, sums);
 }
 
 } /* extern "C" */

@@ -11,9 +11,9 @@ extern "C" {
 #endif
 
 void mgt_gpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                         float *probs, float *dlogits, float scale, float *sums);
+                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
 void mgt_gpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                        float *probs, float *dlogits, float scale, float *sums);
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,15 @@
  * communicator for asynchronous errors and, while an all-reduce is outstanding, the timeout: past
  * c->timeout seconds (--comm-timeout) of waiting, the communicator is aborted (ncclCommAbort,
  * which also releases the kernels stuck on the GPU) and the job ends naming what happened.
+ * Requests (comm.h: the step's buckets, reducer.h) work the same way, each with its own pair of
+ * events: start records the slot's "ready" event on the compute stream where backward has just
+ * written the bucket, makes the transport stream wait for it and queues the collective there
+ * (ncclAllReduce; for ZeRO-1's REDUCE_OWNERS one in-place ncclReduce per owner, for
+ * GATHER_OWNERS one in-place ncclBroadcast per owner, each group in ncclGroupStart/End), then
+ * records the slot's "done" event; wait makes the compute stream wait for "done". Neither
+ * blocks the host. The transport stream runs its collectives in order, so the watch polls the
+ * last "done" recorded: while it is pending, every request before it is too, and the timeout
+ * covers them all.
  * Counts are ELEMENTS (floats), as everywhere in comm.h. */
 #include <nccl.h>
 #include <stdint.h>
@@ -36,9 +45,14 @@ typedef struct nccl_state {
     cudaStream_t stream; /* the transport's own */
     cudaEvent_t ready;   /* compute stream: the gradients are complete */
     cudaEvent_t done;    /* transport stream: the all-reduce is complete */
-    int outstanding;     /* an all-reduce was queued and not yet seen complete */
+    cudaEvent_t last;    /* the last "done" recorded on the transport stream (the watch's) */
+    int outstanding;     /* a collective was queued and not yet seen complete */
     size_t count;        /* its size, for messages */
+    const char *what;    /* and its name */
     int device;
+    /* Request slots: per slot, the compute stream's "ready" and the transport's "done". */
+    cudaEvent_t *slot_ready, *slot_done;
+    int nslots;
 } nccl_state;
 
 /* A short pause between polls: about 20 us, so that the host neither spins a core at 100% for a
@@ -84,9 +98,10 @@ static void check_async(nccl_state *s, size_t count) {
     snprintf(last, sizeof last, "%s", l ? l : "");
     ncclCommAbort(s->comm);
     s->comm = NULL;
-    mgt_die("NCCL all-reduce of %zu floats failed: %s%s%s; the communicator was aborted and the "
+    mgt_die("NCCL %s of %zu floats failed: %s%s%s; the communicator was aborted and the "
             "job ends (another rank may have died; see its messages)",
-            count, ncclGetErrorString(st), last[0] ? ": " : "", last);
+            s->what ? s->what : "all-reduce", count, ncclGetErrorString(st), last[0] ? ": " : "",
+            last);
 }
 
 /* The GPU backend's host waits call this between polls (waited: seconds into the wait). */
@@ -95,17 +110,32 @@ static void nccl_watch(void *ctx, double waited) {
     nccl_state *s = c->impl;
     if (!s || !s->comm || !s->outstanding)
         return;
-    cudaError_t e = cudaEventQuery(s->done);
+    cudaError_t e = cudaEventQuery(s->last);
     if (e == cudaSuccess) {
         s->outstanding = 0;
         return;
     }
     if (e != cudaErrorNotReady)
-        mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaEventQuery after ncclAllReduce", __FILE__,
+        mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaEventQuery after an NCCL collective", __FILE__,
                      __LINE__);
     check_async(s, s->count);
     if (c->timeout > 0 && waited > c->timeout)
-        nccl_abort_die(s, "all-reduce", c->timeout, s->count);
+        nccl_abort_die(s, s->what ? s->what : "all-reduce", c->timeout, s->count);
+}
+
+/* Completes a non-blocking NCCL call that may answer "in progress" (enqueueing on a
+ * non-blocking communicator), within the timeout. */
+static void nccl_done_enqueue(mgt_comm *c, nccl_state *s, ncclResult_t r, const char *call,
+                              const char *what, size_t count) {
+    if (r == ncclInProgress)
+        r = wait_comm(s->comm, c->timeout);
+    if (r == ncclInProgress) {
+        char w[96];
+        snprintf(w, sizeof w, "%s (enqueue)", what);
+        nccl_abort_die(s, w, c->timeout, count);
+    }
+    if (r != ncclSuccess)
+        mgt_gpu_fail(MGT_GPU_NCCL, (int)r, call, __FILE__, __LINE__);
 }
 
 static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
@@ -116,18 +146,90 @@ static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
         return;
     GPU_CHECK(CUDA, cudaEventRecord(s->ready, s->gpu->stream));
     GPU_CHECK(CUDA, cudaStreamWaitEvent(s->stream, s->ready, 0));
-    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, s->comm, s->stream);
-    if (r == ncclInProgress) /* enqueueing may itself be in progress on a non-blocking comm */
-        r = wait_comm(s->comm, c->timeout);
-    if (r == ncclInProgress)
-        nccl_abort_die(s, "all-reduce (enqueue)", c->timeout, count);
-    if (r != ncclSuccess)
-        mgt_gpu_fail(MGT_GPU_NCCL, (int)r, "ncclAllReduce", __FILE__, __LINE__);
+    nccl_done_enqueue(c, s,
+                      ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, s->comm, s->stream),
+                      "ncclAllReduce", "all-reduce", count);
     GPU_CHECK(CUDA, cudaEventRecord(s->done, s->stream));
     GPU_CHECK(CUDA, cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
+    s->last = s->done;
     s->outstanding = 1;
     s->count = count;
+    s->what = "all-reduce";
     check_async(s, count); /* cheap: an error already known ends the job now */
+}
+
+static int nccl_reserve(mgt_comm *c, int n, mgt_err *err) {
+    nccl_state *s = c->impl;
+    if (n <= s->nslots)
+        return 0;
+    cudaEvent_t *r = realloc(s->slot_ready, sizeof *r * (size_t)n);
+    if (r)
+        s->slot_ready = r;
+    cudaEvent_t *d = r ? realloc(s->slot_done, sizeof *d * (size_t)n) : NULL;
+    if (!r || !d)
+        return mgt_errf(err, "out of host memory for %d NCCL requests", n);
+    s->slot_done = d;
+    for (; s->nslots < n; s->nslots++) {
+        cudaError_t e = cudaEventCreateWithFlags(&s->slot_ready[s->nslots], cudaEventDisableTiming);
+        if (e == cudaSuccess)
+            e = cudaEventCreateWithFlags(&s->slot_done[s->nslots], cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            return mgt_errf(err, "GPU %d: creating the events of NCCL's requests failed: %s",
+                            s->device, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+static void nccl_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t lo, size_t count) {
+    nccl_state *s = c->impl;
+    static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather"};
+    const char *what = names[kind];
+    if (count > SIZE_MAX / sizeof(float))
+        mgt_die("NCCL %s of %zu floats: the byte count does not fit size_t", what, count);
+    GPU_CHECK(CUDA, cudaEventRecord(s->slot_ready[slot], s->gpu->stream));
+    GPU_CHECK(CUDA, cudaStreamWaitEvent(s->stream, s->slot_ready[slot], 0));
+    if (kind == MGT_COLL_ALLREDUCE) {
+        nccl_done_enqueue(
+            c, s,
+            ncclAllReduce(buf + lo, buf + lo, count, ncclFloat32, ncclSum, s->comm, s->stream),
+            "ncclAllReduce", what, count);
+    } else {
+        /* NCCL's reduce-scatter and all-gather take equal parts; the owners' slices are not,
+         * so each owner's part is its own in-place reduce (or broadcast), grouped. */
+        nccl_done_enqueue(c, s, ncclGroupStart(), "ncclGroupStart", what, count);
+        for (int o = 0; o < c->world; o++) {
+            size_t a, b;
+            mgt_comm_owned(c, o, lo, count, &a, &b);
+            if (a == b)
+                continue;
+            ncclResult_t r =
+                kind == MGT_COLL_REDUCE_OWNERS
+                    ? ncclReduce(buf + a, buf + a, b - a, ncclFloat32, ncclSum, o, s->comm,
+                                 s->stream)
+                    : ncclBroadcast(buf + a, buf + a, b - a, ncclFloat32, o, s->comm, s->stream);
+            nccl_done_enqueue(c, s, r,
+                              kind == MGT_COLL_REDUCE_OWNERS ? "ncclReduce" : "ncclBroadcast", what,
+                              count);
+        }
+        nccl_done_enqueue(c, s, ncclGroupEnd(), "ncclGroupEnd", what, count);
+    }
+    GPU_CHECK(CUDA, cudaEventRecord(s->slot_done[slot], s->stream));
+    s->last = s->slot_done[slot];
+    s->outstanding = 1;
+    s->count = count;
+    s->what = what;
+    check_async(s, count);
+}
+
+static int nccl_test(mgt_comm *c, int slot) {
+    (void)c;
+    (void)slot;
+    return 1; /* the device orders the request: nothing for the host to drive */
+}
+
+static void nccl_wait(mgt_comm *c, int slot) {
+    nccl_state *s = c->impl;
+    GPU_CHECK(CUDA, cudaStreamWaitEvent(s->gpu->stream, s->slot_done[slot], 0));
 }
 
 static void nccl_destroy(mgt_comm *c) {
@@ -151,6 +253,12 @@ static void nccl_destroy(mgt_comm *c) {
     }
     if (s->stream)
         (void)cudaStreamSynchronize(s->stream);
+    for (int i = 0; i < s->nslots; i++) {
+        (void)cudaEventDestroy(s->slot_ready[i]);
+        (void)cudaEventDestroy(s->slot_done[i]);
+    }
+    free(s->slot_ready);
+    free(s->slot_done);
     if (s->done)
         (void)cudaEventDestroy(s->done);
     if (s->ready)
@@ -164,6 +272,10 @@ static void nccl_destroy(mgt_comm *c) {
 static const mgt_comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce_sum_f32 = nccl_allreduce_f32,
+    .reserve = nccl_reserve,
+    .start = nccl_start,
+    .test = nccl_test,
+    .wait = nccl_wait,
     .destroy = nccl_destroy,
 };
 
@@ -188,6 +300,7 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
     if (ce != cudaSuccess)
         return mgt_errf(err, "GPU %d: creating the NCCL stream and its events failed: %s",
                         im->device, cudaGetErrorString(ce));
+    s->last = s->done;
 
     /* Rank 0's id, with its status, to everyone. */
     struct {

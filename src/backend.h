@@ -41,16 +41,26 @@ typedef struct mgt_conv_shape {
     mgt_conv_algo algo;    /* zero (AUTO) unless the layer or --conv-algo says otherwise */
 } mgt_conv_shape;
 
-/* Geometry of one pooling window (NHWC, no padding). */
+/* Geometry of one pooling window (NHWC). Output (oy, ox) sees input rows oy*stride - pad_top ..
+ * + size - 1 and the same for columns; positions outside the input are left out of the window
+ * (TensorFlow's "same" pooling: a maximum over the real values, an average divided by their
+ * count). pad_top = pad_left = 0 and oh, ow that fit: valid windows. */
 typedef struct mgt_pool_shape {
     int n, h, w, c;
     int size, stride;
     int oh, ow;
+    int pad_top, pad_left;
 } mgt_pool_shape;
+
+/* Zero padding of an NHWC tensor: [n][h][w][c] -> [n][h + top + bottom][w + left + right][c]. */
+typedef struct mgt_pad_shape {
+    int n, h, w, c;
+    int top, bottom, left, right;
+} mgt_pad_shape;
 
 typedef struct mgt_ops mgt_ops;
 
-enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 8 };
+enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16 };
 
 /* A backend instance: the table plus its private state (BLAS threads, scratch, handles). */
 typedef struct mgt_backend {
@@ -117,6 +127,12 @@ struct mgt_ops {
      * Returns -1 when the memory cannot be had. */
     int (*reserve)(mgt_backend *be, size_t bytes);
     void (*destroy)(mgt_backend *be);
+    /* The choices the backend made that change its numbers or its speed, as lines of text for
+     * --profile (the GPU: its arithmetic, and each convolution shape's cuDNN algorithm per
+     * direction with its math type, workspace and determinism). Optional (NULL: nothing to
+     * say). Writes at most n bytes, NUL-terminated when n > 0, and returns the length of the
+     * whole text (snprintf's rule). */
+    size_t (*describe)(mgt_backend *be, char *buf, size_t n);
 
     /* Dense: y[n][out] = x[n][in] * W^T + b (b may be NULL). */
     void (*dense_fwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
@@ -181,17 +197,48 @@ struct mgt_ops {
     /* Fused, stable softmax + cross-entropy from logits [n][k].
      *  probs[n][k] = softmax(logits) (may alias logits);
      *  sparse: labels int32[n];  dense: targets float[n][k] (one-hot or soft);
+     *  label smoothing s in [0, 1] (Keras' label_smoothing): the target t becomes
+     *  (1 - s) * t + s / k (sparse: t the label's one-hot; an out-of-range label stays an
+     *  all-zero target); s = 0 leaves t as it is, bit for bit;
      *  dlogits (may be NULL) = (probs - target) * scale  (dense: probs * sum(t) - t);
-     *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions.
+     *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions
+     *  (against the label, or the largest target; smoothing does not change which).
      *  sums is backend memory so metrics stay on the device until they are read. */
     void (*xent_sparse)(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                        float *probs, float *dlogits, float scale, float *sums);
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
     void (*xent_dense)(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                       float *probs, float *dlogits, float scale, float *sums);
+                       float *probs, float *dlogits, float scale, float smoothing, float *sums);
 
     /* Layout change for Flatten: NHWC sample -> C,H,W order (PyTorch's flatten) and back. */
     void (*nhwc_to_chw)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
     void (*chw_to_nhwc)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
+
+    /* ---- graph models: merges, padding, global pooling, depthwise convolution ---- */
+
+    /* y[i] = a[i] + b[i] for i < count; y may be a or b (a residual sum). */
+    void (*add2)(mgt_backend *be, size_t count, const float *a, const float *b, float *y);
+    /* A block of columns between two row-major matrices, for concatenation along the channels
+     * and its adjoint: for r < rows, j < width, dst[r * dst_ld + j] = src[r * src_ld + j], or
+     * += with accumulate. */
+    void (*copy_cols)(mgt_backend *be, size_t rows, int width, const float *src, int src_ld,
+                      float *dst, int dst_ld, int accumulate);
+    /* Zero padding (pad_fwd: x [n][h][w][c] into the middle of y, zeros around) and its adjoint
+     * (pad_bwd: dx = the middle of dy). */
+    void (*pad_fwd)(mgt_backend *be, const mgt_pad_shape *s, const float *x, float *y);
+    void (*pad_bwd)(mgt_backend *be, const mgt_pad_shape *s, const float *dy, float *dx);
+    /* Global average pooling: y[i][ch] = mean over the hw positions of x[i][.][ch] (sums in
+     * double); backward dx[i][p][ch] = dy[i][ch] / hw. */
+    void (*gap_fwd)(mgt_backend *be, int n, int hw, int c, const float *x, float *y);
+    void (*gap_bwd)(mgt_backend *be, int n, int hw, int c, const float *dy, float *dx);
+    /* Depthwise convolution, depth multiplier 1 (s->oc == s->c): each channel with its own
+     * kh x kw filter, weights [c][1][kh][kw] (PyTorch's Conv2d with groups = c), bias [c] or
+     * NULL. Padding and stride as for conv2d. dwconv_scratch: bytes of scratch (reserve) the
+     * two passes need on this backend. */
+    size_t (*dwconv_scratch)(mgt_backend *be, const mgt_conv_shape *s);
+    void (*dwconv_fwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                       const float *b, float *y);
+    void (*dwconv_bwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db);
 
     /* One step of optimizer `kind` over a whole flat arena of `count` floats: its rule
      * (cpu/optim_math.h) on every element of w, with the state slots[0 .. MGT_OPT_MAX_SLOTS)
@@ -207,6 +254,15 @@ struct mgt_ops {
      * accumulator i's value (ties to even). words and bad: backend memory. */
     void (*xs_add)(mgt_backend *be, size_t n, const float *x, int64_t *words, int64_t *bad);
     void (*xs_round)(mgt_backend *be, size_t n, int64_t *words, float *out);
+    /* Gradient clipping (clip.h) over the n floats of g, in place, between the all-reduce and
+     * optim_step:
+     *  clip_value: g[i] = min(max(g[i], -limit), limit), a NaN staying NaN;
+     *  clip_norm:  S = sum of g[i]^2, accumulated in double in an order that depends on n alone
+     *              (no float atomics: the same bits on every run and rank); when sqrt(S) > limit,
+     *              every g[i] *= (float)(limit / sqrt(S)) (never when S is NaN). Leaves S in
+     *              work[0] (work: backend memory for 2 doubles). Nothing is read by the host. */
+    void (*clip_value)(mgt_backend *be, size_t n, float *g, float limit);
+    void (*clip_norm)(mgt_backend *be, size_t n, float *g, double limit, double *work);
 };
 
 /* The CPU reference backend; threads = OpenBLAS threads for this rank (0: leave as is). */

@@ -1,14 +1,19 @@
 /* checkpoint.c: the checkpoint and weights files (see checkpoint.h for what each holds). */
 #include "checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "data/shard.h"
+#include "repro.h"
+#include "rundir.h"
 #include "tensor_io.h"
 
 /* Bumped whenever a key or a tensor changes meaning: an older file is then refused by name. */
@@ -17,6 +22,7 @@
 /* The metadata keys. Numbers are written as decimal text (safetensors metadata is strings). */
 #define KEY_FORMAT "format"
 #define KEY_MODEL "model"
+#define KEY_MODEL_HASH "model_hash"
 #define KEY_OPTIMIZER "optimizer"
 #define KEY_OPTIMIZER_T "optimizer_t"
 #define KEY_STEP "step"
@@ -26,8 +32,19 @@
 #define KEY_GLOBAL_BATCH "global_batch"
 #define KEY_WORLD "world"
 #define KEY_EPOCH_SUMS "epoch_sums"
+#define KEY_BEST_VAL_LOSS "best_val_loss"
+#define KEY_VAL_LOSS "val_loss"
+#define KEY_MONITOR "validation_history" /* monitor.h's state; absent: none yet */
+#define KEY_REPRO "reproducible_chunk"   /* --reproducible's chunk; 0 or absent: off */
 
 enum { MAX_META = 16 };
+
+/* The samples of one optimizer step: the global batch, times the micro-batches of gradient
+ * accumulation. A step's samples and their dropout masks depend on this product alone (fit.c),
+ * so a checkpoint resumes with any split of it into batch size and accumulation steps. */
+static int64_t step_batch(const mgt_model *m) {
+    return m->train.batch_size * (m->train.accum_steps > 1 ? m->train.accum_steps : 1);
+}
 
 static void put_meta(mgt_meta_entry *e, int *n, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -42,6 +59,40 @@ static void put_meta(mgt_meta_entry *e, int *n, const char *key, const char *fmt
 
 static void file_path(char *path, size_t n, const char *dir, const char *name) {
     snprintf(path, n, "%s/%s", dir, name);
+}
+
+/* FNV-1a, 64 bits, over a string. */
+static uint64_t fnv1a(uint64_t h, const char *s) {
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+uint64_t mgt_ckpt_model_hash(const mgt_model *m) {
+    /* What makes the model this model: its input, each layer's type, name, output and activation,
+     * and every tensor's name and shape; not its [train] settings, which have checks of their
+     * own (or may change on resume, as the learning rate), nor the convolution algorithm. */
+    char item[256];
+    uint64_t h = 1469598103934665603ULL;
+    snprintf(item, sizeof item, "input %d,%d,%d;", m->input.h, m->input.w, m->input.c);
+    h = fnv1a(h, item);
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        snprintf(item, sizeof item, "%s %s %d,%d,%d act %d;", l->type->name, l->name, l->out.h,
+                 l->out.w, l->out.c, (int)l->act);
+        h = fnv1a(h, item);
+    }
+    const mgt_param *lists[2] = {m->params, m->buffers};
+    const int counts[2] = {m->nparams, m->nbuffers};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < counts[k]; i++) {
+            const mgt_param *p = &lists[k][i];
+            int n = snprintf(item, sizeof item, "%s %s", k ? "buffer" : "param", p->name);
+            for (int d = 0; d < p->ndim && n > 0 && (size_t)n < sizeof item; d++)
+                n += snprintf(item + n, sizeof item - (size_t)n, " %lld", (long long)p->shape[d]);
+            h = fnv1a(fnv1a(h, item), ";");
+        }
+    return h;
 }
 
 /* The model's tensors (PyTorch's state_dict order), then `extra` free entries for the caller. */
@@ -74,17 +125,23 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     int nm = 0;
     put_meta(meta, &nm, KEY_FORMAT, "%s", CKPT_FORMAT);
     put_meta(meta, &nm, KEY_MODEL, "%s", m->name);
+    put_meta(meta, &nm, KEY_MODEL_HASH, "%016" PRIx64, mgt_ckpt_model_hash(m));
     put_meta(meta, &nm, KEY_OPTIMIZER, "%s", mgt_opt_name(m->train.optimizer));
     put_meta(meta, &nm, KEY_OPTIMIZER_T, "%" PRId64, pos->optimizer_t);
     put_meta(meta, &nm, KEY_STEP, "%" PRId64, pos->step);
     put_meta(meta, &nm, KEY_EPOCH, "%" PRId64, pos->epoch);
     put_meta(meta, &nm, KEY_STEP_IN_EPOCH, "%" PRId64, pos->step_in_epoch);
     put_meta(meta, &nm, KEY_SEED, "%" PRIu64, pos->seed);
-    put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, m->train.batch_size);
+    put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, step_batch(m));
     put_meta(meta, &nm, KEY_WORLD, "%d", world);
+    put_meta(meta, &nm, KEY_REPRO, "%" PRId64, mgt_repro_chunk(&m->train));
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g", pos->epoch_sums[0], pos->epoch_sums[1],
              pos->epoch_sums[2]);
+    put_meta(meta, &nm, KEY_BEST_VAL_LOSS, "%.17g", pos->best_val_loss);
+    char history[256];
+    mgt_monitor_format(&pos->mon, history, sizeof history);
+    put_meta(meta, &nm, KEY_MONITOR, "%s", history);
     char path[600];
     file_path(path, sizeof path, dir, "checkpoint.safetensors");
     int rc = mgt_safetensors_write(path, t, nt, meta, nm, err);
@@ -92,8 +149,8 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     return rc;
 }
 
-int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, const float *buf,
-                           int64_t step, mgt_err *err) {
+int mgt_ckpt_write_weights(const char *dir, const char *file, const mgt_model *m, const float *w,
+                           const float *buf, int64_t step, double val_loss, mgt_err *err) {
     int nt;
     mgt_tensor_entry *t = model_entries(m, w, buf, 0, &nt, err);
     if (!t)
@@ -103,8 +160,10 @@ int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, 
     put_meta(meta, &nm, KEY_FORMAT, "pt");
     put_meta(meta, &nm, KEY_MODEL, "%s", m->name);
     put_meta(meta, &nm, KEY_STEP, "%" PRId64, step);
+    if (val_loss >= 0)
+        put_meta(meta, &nm, KEY_VAL_LOSS, "%.17g", val_loss);
     char path[600];
-    file_path(path, sizeof path, dir, "weights.safetensors");
+    file_path(path, sizeof path, dir, file);
     int rc = mgt_safetensors_write(path, t, nt, meta, nm, err);
     free(t);
     return rc;
@@ -117,7 +176,7 @@ static int meta_u64(const mgt_safetensors *st, const char *path, const char *key
     char *end = NULL;
     errno = 0;
     uint64_t x = 0;
-    if (v && *v && *v != '-')
+    if (v && *v && (is_signed || *v != '-'))
         x = is_signed ? (uint64_t)strtoll(v, &end, 10) : strtoull(v, &end, 10);
     if (!v || !end || *end || errno)
         return mgt_errf(err,
@@ -137,8 +196,96 @@ static int meta_i64(const mgt_safetensors *st, const char *path, const char *key
     return 0;
 }
 
+/* Another model's checkpoint is named as such before anything else is compared: its optimizer,
+ * batch or tensors differ too, and each of those would point at the wrong fix. The structure
+ * hash catches a model file of the same name that was edited since (files older than the hash
+ * are left to the tensor checks). */
+static int check_model(const mgt_safetensors *st, const char *path, const mgt_model *m,
+                       mgt_err *err) {
+    const char *saved = mgt_safetensors_meta(st, KEY_MODEL);
+    if (!saved || strcmp(saved, m->name))
+        return mgt_errf(err,
+                        "%s is a checkpoint of model %s, but this run's model is %s (%s); resume "
+                        "with --model and the model file of %s (its run folder keeps a copy), "
+                        "or train %s into another --out",
+                        path, saved ? saved : "?", m->name, m->path, saved ? saved : "?", m->name);
+    const char *hash = mgt_safetensors_meta(st, KEY_MODEL_HASH);
+    char mine[17];
+    snprintf(mine, sizeof mine, "%016" PRIx64, mgt_ckpt_model_hash(m));
+    if (hash && strcmp(hash, mine))
+        return mgt_errf(err,
+                        "%s is a checkpoint of another model named %s: its layers or their sizes "
+                        "differ from %s's; resume with the model file the run was started with "
+                        "(its run folder keeps a copy), or train into another --out",
+                        path, m->name, m->path);
+    return 0;
+}
+
+/* A whole-number metadata value within [lo, hi]. */
+static int meta_range(const mgt_safetensors *st, const char *path, const char *key, int64_t lo,
+                      int64_t hi, int64_t *out, mgt_err *err) {
+    if (meta_i64(st, path, key, out, err) < 0)
+        return -1;
+    if (*out < lo || *out > hi)
+        return mgt_errf(err,
+                        "%s: checkpoint metadata %s = %lld is out of range (%lld to %lld); the "
+                        "file was not written by mgtrain as it is: resume from another checkpoint "
+                        "or train into another --out",
+                        path, key, (long long)*out, (long long)lo, (long long)hi);
+    return 0;
+}
+
+/* The position's fields, each within what a run can have written, whatever the data: the step
+ * counts are not negative, the optimizer has not stepped more often than training, the epoch's
+ * sums are finite with correct predictions among the samples seen, which are at most the epoch's
+ * steps times the samples of a step. mgt_ckpt_check_position then checks them against the data. */
+static int read_position(const mgt_safetensors *st, const char *path, const mgt_model *m,
+                         mgt_ckpt_pos *pos, mgt_err *err) {
+    int64_t world;
+    if (meta_range(st, path, KEY_STEP, 0, INT64_MAX / 2, &pos->step, err) < 0 ||
+        meta_range(st, path, KEY_EPOCH, 0, pos->step, &pos->epoch, err) < 0 ||
+        meta_range(st, path, KEY_STEP_IN_EPOCH, 0, pos->step, &pos->step_in_epoch, err) < 0 ||
+        meta_range(st, path, KEY_OPTIMIZER_T, 0, pos->step, &pos->optimizer_t, err) < 0 ||
+        meta_range(st, path, KEY_WORLD, 1, INT32_MAX, &world, err) < 0 ||
+        meta_u64(st, path, KEY_SEED, 0, &pos->seed, err) < 0)
+        return -1;
+    const char *sums = mgt_safetensors_meta(st, KEY_EPOCH_SUMS);
+    double *s = pos->epoch_sums;
+    char rest = 0;
+    if (!sums || sscanf(sums, "%lf %lf %lf %c", &s[0], &s[1], &s[2], &rest) != 3)
+        return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing or malformed", path);
+    const double most = (double)pos->step_in_epoch * (double)step_batch(m);
+    if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || s[0] < 0 || s[1] < 0 ||
+        s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) || s[1] != floor(s[1]))
+        return mgt_errf(err,
+                        "%s: checkpoint metadata epoch_sums = %s is out of range (a finite loss "
+                        "sum, correct predictions among at most %.0f samples); resume from "
+                        "another checkpoint or train into another --out",
+                        path, sums, most);
+    /* The best validation loss so far (checkpoints before best.safetensors have none). */
+    const char *best = mgt_safetensors_meta(st, KEY_BEST_VAL_LOSS);
+    pos->best_val_loss = -1;
+    if (best &&
+        (sscanf(best, "%lf %c", &pos->best_val_loss, &rest) != 1 || !isfinite(pos->best_val_loss) ||
+         (pos->best_val_loss < 0 && pos->best_val_loss != -1)))
+        return mgt_errf(err,
+                        "%s: checkpoint metadata best_val_loss = %s is out of range (a finite "
+                        "loss, or -1 for none); resume from another checkpoint or train into "
+                        "another --out",
+                        path, best);
+    /* Early stopping's and the plateau schedule's decisions so far (older checkpoints: none). */
+    const char *mon = mgt_safetensors_meta(st, KEY_MONITOR);
+    memset(&pos->mon, 0, sizeof pos->mon);
+    if (mon && mgt_monitor_parse(mon, &pos->mon, err) < 0)
+        return mgt_errf(err,
+                        "%s: checkpoint metadata '%s' ('%s') is damaged; resume from an "
+                        "intact checkpoint",
+                        path, KEY_MONITOR, mon);
+    return 0;
+}
+
 /* The checks, in the order a user would want to hear about them: not a checkpoint at all,
- * another optimizer, another global batch, then tensors (another model), then the numbers. */
+ * another model, another optimizer, another global batch, then tensors, then the numbers. */
 static int read_checked(const mgt_safetensors *st, const char *path, const mgt_model *m,
                         const mgt_optim *opt, mgt_ckpt_arrays *a, mgt_ckpt_pos *pos, mgt_err *err) {
     const char *fmt = mgt_safetensors_meta(st, KEY_FORMAT);
@@ -147,6 +294,8 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                         "%s is not an mgtrain checkpoint (format %s); pass the folder of a "
                         "run saved by mgtrain train",
                         path, fmt ? fmt : "missing");
+    if (check_model(st, path, m, err) < 0)
+        return -1;
     const char *name = mgt_opt_name(m->train.optimizer);
     const char *saved = mgt_safetensors_meta(st, KEY_OPTIMIZER);
     if (!saved || strcmp(saved, name))
@@ -157,11 +306,32 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
     int64_t gb;
     if (meta_i64(st, path, KEY_GLOBAL_BATCH, &gb, err) < 0)
         return -1;
-    if (gb != m->train.batch_size)
+    if (gb != step_batch(m))
         return mgt_errf(err,
                         "%s was saved with global batch %lld but this run uses %lld; resume "
-                        "with --batch-size %lld (any number of ranks is fine)",
-                        path, (long long)gb, (long long)m->train.batch_size, (long long)gb);
+                        "with --batch-size %lld (any number of ranks is fine; with "
+                        "--accum-steps K, a batch size of %lld / K)",
+                        path, (long long)gb, (long long)step_batch(m), (long long)gb,
+                        (long long)gb);
+    /* --reproducible: the bits of the steps after the checkpoint depend on the mode and its
+     * chunk, so a resumed run keeps both (any rank count). Checkpoints from before the key are
+     * of the default mode. */
+    int64_t chunk = 0;
+    if (mgt_safetensors_meta(st, KEY_REPRO) &&
+        meta_range(st, path, KEY_REPRO, 0, (int64_t)1 << 24, &chunk, err) < 0)
+        return -1;
+    if (chunk != mgt_repro_chunk(&m->train)) {
+        if (!chunk)
+            return mgt_errf(err,
+                            "%s was saved without --reproducible; resume it without "
+                            "--reproducible (and without reproducible = true in [train])",
+                            path);
+        return mgt_errf(err,
+                        "%s was saved with --reproducible --repro-chunk %lld; resume with "
+                        "--reproducible --repro-chunk %lld (any number of ranks is fine) to "
+                        "continue it bit for bit",
+                        path, (long long)chunk, (long long)chunk);
+    }
     if (mgt_model_take_weights(m, st, path, a->w, a->buf, err) < 0)
         return -1;
     for (int i = 0; i < opt->nslots; i++) {
@@ -173,17 +343,7 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                             path, opt->slot_name[i]);
         memcpy(a->slot[i], t->data, m->param_count * sizeof(float));
     }
-    if (meta_i64(st, path, KEY_STEP, &pos->step, err) < 0 ||
-        meta_i64(st, path, KEY_EPOCH, &pos->epoch, err) < 0 ||
-        meta_i64(st, path, KEY_STEP_IN_EPOCH, &pos->step_in_epoch, err) < 0 ||
-        meta_i64(st, path, KEY_OPTIMIZER_T, &pos->optimizer_t, err) < 0 ||
-        meta_u64(st, path, KEY_SEED, 0, &pos->seed, err) < 0)
-        return -1;
-    const char *sums = mgt_safetensors_meta(st, KEY_EPOCH_SUMS);
-    double *s = pos->epoch_sums;
-    if (!sums || sscanf(sums, "%lf %lf %lf", &s[0], &s[1], &s[2]) != 3)
-        return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing", path);
-    return 0;
+    return read_position(st, path, m, pos, err);
 }
 
 int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt_ckpt_arrays *a,
@@ -203,8 +363,96 @@ int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt
     return rc;
 }
 
+int mgt_ckpt_check_position(const mgt_ckpt_pos *pos, const char *dir, int64_t samples,
+                            int64_t batch, mgt_err *err) {
+    const int64_t steps = mgt_shard_steps(samples, batch);
+    /* Where the epoch count and the step within the epoch put the step count, with this data. */
+    const int over = pos->epoch > (INT64_MAX - pos->step_in_epoch) / steps;
+    const int64_t at = over ? -1 : pos->epoch * steps + pos->step_in_epoch;
+    const double seen =
+        pos->step_in_epoch == steps ? (double)samples : (double)pos->step_in_epoch * (double)batch;
+    if (pos->step_in_epoch > steps || at != pos->step || pos->epoch_sums[2] != seen)
+        return mgt_errf(err,
+                        "%s/checkpoint.safetensors: its position (epoch %lld, step %lld of the "
+                        "epoch, %lld steps in all, %.0f samples seen in the epoch) does not fit "
+                        "this data: %lld training samples at global batch %lld make %lld steps "
+                        "an epoch; resume with the data (--data, --val-split, "
+                        "--synthetic-samples) the run was started with",
+                        dir, (long long)pos->epoch + 1, (long long)pos->step_in_epoch,
+                        (long long)pos->step, pos->epoch_sums[2], (long long)samples,
+                        (long long)batch, (long long)steps);
+    return 0;
+}
+
+static void numbered_path(char *path, size_t n, const char *dir, int64_t step) {
+    snprintf(path, n, "%s/checkpoint-%" PRId64 ".safetensors", dir, step);
+}
+
+int mgt_ckpt_keep_previous(const char *dir, int64_t prev_step, mgt_err *err) {
+    char cur[600], kept[640];
+    file_path(cur, sizeof cur, dir, "checkpoint.safetensors");
+    numbered_path(kept, sizeof kept, dir, prev_step);
+    if (unlink(kept) != 0 && errno != ENOENT)
+        return mgt_errf(err, "cannot replace %s: %s", kept, strerror(errno));
+    if (link(cur, kept) == 0 || errno == ENOENT) /* none yet: nothing to keep */
+        return 0;
+    /* No hard links here (some network and FUSE file systems): a copy of the bytes. */
+    char *bytes;
+    size_t len;
+    if (mgt_read_text_file(cur, "checkpoint", SIZE_MAX / 2, &bytes, &len, err) < 0)
+        return -1;
+    int rc = mgt_atomic_write(kept, bytes, len, err);
+    free(bytes);
+    return rc;
+}
+
+/* Newest first. */
+static int by_step_desc(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int mgt_ckpt_prune(const char *dir, int64_t keep, mgt_err *err) {
+    DIR *dh = opendir(dir);
+    if (!dh)
+        return mgt_errf(err, "cannot list %s: %s", dir, strerror(errno));
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(dh));) {
+        long long step;
+        char tail[16];
+        if (sscanf(e->d_name, "checkpoint-%lld%15s", &step, tail) != 2 ||
+            strcmp(tail, ".safetensors") || step < 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *more = realloc(steps, cap * sizeof *steps);
+            if (!more) {
+                rc = mgt_errf(err, "out of memory listing %s", dir);
+                break;
+            }
+            steps = more;
+        }
+        steps[n++] = step;
+    }
+    closedir(dh);
+    if (n)
+        qsort(steps, n, sizeof *steps, by_step_desc);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if ((int64_t)i < keep - 1)
+            continue;
+        char path[640];
+        numbered_path(path, sizeof path, dir, steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            rc = mgt_errf(err, "cannot remove the old checkpoint %s: %s", path, strerror(errno));
+    }
+    free(steps);
+    return rc;
+}
+
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root) {
     /* Every field is 8 bytes: the struct has no padding, so its bytes are its values. */
-    _Static_assert(sizeof(mgt_ckpt_pos) == 8 * sizeof(int64_t), "mgt_ckpt_pos has padding");
+    _Static_assert(sizeof(mgt_ckpt_pos) == 17 * sizeof(int64_t), "mgt_ckpt_pos has padding");
     mgt_bcast(c, pos, sizeof *pos, root, "position broadcast");
 }

@@ -18,6 +18,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "monitor.h"
 #include "optim.h"
 #include "util.h"
 
@@ -29,6 +30,8 @@ typedef struct mgt_ckpt_pos {
     int64_t optimizer_t;   /* the optimizer's own step count (Adam's bias correction) */
     uint64_t seed;         /* the run's seed: initialisation, shuffles, dropout */
     double epoch_sums[3];  /* the epoch so far over all ranks: loss sum, correct, samples */
+    double best_val_loss;  /* the lowest validation loss so far, best.safetensors' (-1: none) */
+    mgt_monitor_state mon; /* the validation history's decisions so far (monitor.h) */
 } mgt_ckpt_pos;
 
 /* Host copies of the arenas a checkpoint holds, in the model's and the optimizer's layouts:
@@ -44,16 +47,38 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
                    const mgt_ckpt_arrays *a, const mgt_ckpt_pos *pos, int world, mgt_err *err);
 
 /* Reads DIR/checkpoint.safetensors into a and pos after checking that it is a checkpoint of
- * this model, optimizer and global batch; each failure says what differs and what to do. */
+ * this model (its name, then a hash of its structure), optimizer and global batch, and that every
+ * field of the position is within what a run can have written; each failure says what differs
+ * and what to do. Nothing is trusted: a damaged or hand-made file is refused, never trained on. */
 int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt_ckpt_arrays *a,
                   mgt_ckpt_pos *pos, mgt_err *err);
+
+/* The position against the training data it resumes on: `samples` at global batch `batch` make
+ * the epoch's step count, and the checkpoint's epoch, step within the epoch, step count and
+ * samples seen must agree with it (another data set, or a damaged file, would not). */
+int mgt_ckpt_check_position(const mgt_ckpt_pos *pos, const char *dir, int64_t samples,
+                            int64_t batch, mgt_err *err);
+
+/* A hash of what makes the model this model (layers, their outputs, every tensor's name and
+ * shape), saved in checkpoints. */
+uint64_t mgt_ckpt_model_hash(const mgt_model *m);
 
 /* Sends root's position to every rank (collective). */
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root);
 
-/* Writes DIR/weights.safetensors atomically: the model's tensors in PyTorch's names and layouts,
- * loadable by torch's load_state_dict and by mgtrain eval/predict/--init-weights. */
-int mgt_ckpt_write_weights(const char *dir, const mgt_model *m, const float *w, const float *buf,
-                           int64_t step, mgt_err *err);
+/* Writes DIR/FILE (weights.safetensors, best.safetensors) atomically: the model's tensors in
+ * PyTorch's names and layouts, loadable by torch's load_state_dict and by mgtrain
+ * eval/predict/--init-weights; its metadata says the step and, when val_loss >= 0, the
+ * validation loss the weights had. */
+int mgt_ckpt_write_weights(const char *dir, const char *file, const mgt_model *m, const float *w,
+                           const float *buf, int64_t step, double val_loss, mgt_err *err);
+
+/* --keep-checkpoints K. Before a new checkpoint replaces DIR/checkpoint.safetensors, the one there
+ * (saved at step prev_step) is kept as checkpoint-<prev_step>.safetensors, a second name for the
+ * same file (a hard link, or a copy where the file system has none), so checkpoint.safetensors
+ * is never missing. */
+int mgt_ckpt_keep_previous(const char *dir, int64_t prev_step, mgt_err *err);
+/* After it: only the newest keep - 1 checkpoint-<step>.safetensors stay. */
+int mgt_ckpt_prune(const char *dir, int64_t keep, mgt_err *err);
 
 #endif

@@ -1,10 +1,24 @@
-/* comm.c: the MPI transport and the watchdog that keeps a job from hanging.
+/* comm.c: the MPI transport, its asynchronous requests and their progress, and the watchdog that
+ * keeps a job from hanging.
  *
- * MPI counts are int: buffers larger than INT_MAX elements are sent in pieces. */
+ * MPI counts are int: buffers larger than INT_MAX elements are sent in pieces.
+ *
+ * Requests (comm.h) are non-blocking MPI collectives on the communicator: MPI_Iallreduce for
+ * ALLREDUCE, one MPI_Ireduce per owner (in place at the owner) for REDUCE_OWNERS, MPI_Iallgatherv
+ * in place for GATHER_OWNERS. Open MPI moves a non-blocking collective only while the process is
+ * inside MPI (its libnbc schedules advance in the progress engine), so something must keep
+ * calling in while backward computes:
+ *   - test mode (the default): the reducer's test calls, made between layers;
+ *   - thread mode: a progress thread per rank that tests the outstanding requests every few tens
+ *     of microseconds. All of this file's MPI calls then take one mutex, so MPI is never entered
+ *     by two threads at once: MPI_THREAD_SERIALIZED is enough (runtime.c asks for it), and no
+ *     other module calls MPI during a step (every collective of the step goes through here).
+ * bench/overlap measures the two modes' exposed communication. */
 #include "comm.h"
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +81,218 @@ static void mpi_check(int rc, const char *call, const char *what) {
     }
 }
 
+/* ---- the MPI transport's requests -------------------------------------------------------- */
+
+/* One request slot: the MPI requests it started (one per owner and per INT_MAX piece), and the
+ * count arrays MPI_Iallgatherv reads until it completes. */
+typedef struct mpi_slot {
+    MPI_Request *req;
+    int n, cap;
+    int *counts; /* 2 * world ints per request: counts, then displacements */
+    int active;  /* started and not yet waited for */
+    int done;    /* seen complete (thread mode: by the progress thread) */
+} mpi_slot;
+
+typedef struct mpi_state {
+    mpi_slot *slot;
+    int nslots;
+    /* Thread mode: the progress thread, and the mutex every MPI call of this file takes. */
+    int threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, pending; /* slots active and not yet complete */
+} mpi_state;
+
+static void lock(mpi_state *s) {
+    if (s && s->threaded)
+        pthread_mutex_lock(&s->mu);
+}
+
+static void unlock(mpi_state *s) {
+    if (s && s->threaded)
+        pthread_mutex_unlock(&s->mu);
+}
+
+static mpi_state *mpi_state_of(mgt_comm *c) {
+    return c->ops && !strcmp(c->ops->name, "mpi") ? c->impl : NULL;
+}
+
 static void mpi_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
+    mpi_state *s = c->impl;
+    lock(s);
     for (size_t off = 0; off < count; off += INT_MAX) {
         size_t n = count - off < INT_MAX ? count - off : INT_MAX;
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)n, MPI_FLOAT, MPI_SUM, c->mpi),
                   "MPI_Allreduce", "gradient all-reduce");
     }
+    unlock(s);
+}
+
+static int mpi_reserve(mgt_comm *c, int n, mgt_err *err) {
+    mpi_state *s = c->impl;
+    if (n <= s->nslots)
+        return 0;
+    mpi_slot *ns = realloc(s->slot, sizeof *ns * (size_t)n);
+    if (!ns)
+        return mgt_errf(err, "out of host memory for %d communication requests", n);
+    memset(ns + s->nslots, 0, sizeof *ns * (size_t)(n - s->nslots));
+    s->slot = ns;
+    s->nslots = n;
+    return 0;
+}
+
+/* Room for one more request in slot q (grows on a slot's first use, before the loop settles). */
+static MPI_Request *next_req(mgt_comm *c, mpi_slot *q, int **counts) {
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : c->world + 1;
+        MPI_Request *r = realloc(q->req, sizeof *r * (size_t)cap);
+        int *k = r ? realloc(q->counts, sizeof *k * 2 * (size_t)c->world * (size_t)cap) : NULL;
+        if (r)
+            q->req = r;
+        if (!r || !k)
+            mgt_die("out of host memory for %d communication requests", cap);
+        q->counts = k;
+        q->cap = cap;
+    }
+    *counts = q->counts + 2 * (size_t)c->world * (size_t)q->n;
+    return &q->req[q->n++];
+}
+
+/* One piece [lo, lo + n) of a request, n <= INT_MAX. */
+static void start_piece(mgt_comm *c, mpi_slot *q, mgt_coll kind, float *buf, size_t lo, size_t n) {
+    int *k;
+    if (kind == MGT_COLL_ALLREDUCE) {
+        MPI_Request *r = next_req(c, q, &k);
+        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + lo, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, r),
+                  "MPI_Iallreduce", "gradient all-reduce");
+        return;
+    }
+    if (kind == MGT_COLL_REDUCE_OWNERS) {
+        for (int o = 0; o < c->world; o++) {
+            size_t a, b;
+            mgt_comm_owned(c, o, lo, n, &a, &b);
+            if (a == b)
+                continue;
+            MPI_Request *r = next_req(c, q, &k);
+            const void *send = o == c->rank ? MPI_IN_PLACE : (const void *)(buf + a);
+            mpi_check(MPI_Ireduce(send, buf + a, (int)(b - a), MPI_FLOAT, MPI_SUM, o, c->mpi, r),
+                      "MPI_Ireduce", "gradient reduce-scatter");
+        }
+        return;
+    }
+    MPI_Request *r = next_req(c, q, &k);
+    for (int o = 0; o < c->world; o++) {
+        size_t a, b;
+        mgt_comm_owned(c, o, lo, n, &a, &b);
+        k[o] = (int)(b - a);
+        k[c->world + o] = (int)(a - lo);
+    }
+    mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf + lo, k, k + c->world, MPI_FLOAT,
+                              c->mpi, r),
+              "MPI_Iallgatherv", "weight all-gather");
+}
+
+static void mpi_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t lo, size_t count) {
+    mpi_state *s = c->impl;
+    mpi_slot *q = &s->slot[slot];
+    lock(s);
+    q->n = 0;
+    for (size_t off = 0; off < count; off += INT_MAX)
+        start_piece(c, q, kind, buf, lo + off, count - off < INT_MAX ? count - off : INT_MAX);
+    q->active = 1;
+    q->done = q->n == 0;
+    if (s->threaded && !q->done) {
+        s->pending++;
+        pthread_cond_signal(&s->cv);
+    }
+    unlock(s);
+}
+
+static int mpi_test(mgt_comm *c, int slot) {
+    mpi_state *s = c->impl;
+    mpi_slot *q = &s->slot[slot];
+    if (s->threaded) { /* the progress thread tests; the flag is read under its mutex */
+        lock(s);
+        int done = q->done;
+        unlock(s);
+        return done;
+    }
+    if (!q->done) {
+        int flag = 0;
+        mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
+                  "a gradient request");
+        q->done = flag;
+    }
+    return q->done;
+}
+
+static void mpi_wait(mgt_comm *c, int slot) {
+    mpi_state *s = c->impl;
+    mpi_slot *q = &s->slot[slot];
+    lock(s);
+    if (!q->done) {
+        mpi_check(MPI_Waitall(q->n, q->req, MPI_STATUSES_IGNORE), "MPI_Waitall",
+                  "a gradient request");
+        q->done = 1;
+        if (s->threaded)
+            s->pending--;
+    }
+    q->active = 0;
+    unlock(s);
+}
+
+/* Thread mode: tests the outstanding requests while there are any. The pause between rounds
+ * lets the compute thread have the core (a rank of a busy node has none to spare) and is short
+ * against a layer's backward; the lock is held only inside MPI. */
+static void *progress_main(void *arg) {
+    mgt_comm *c = arg;
+    mpi_state *s = c->impl;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        if (s->pending == 0) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        for (int i = 0; i < s->nslots; i++) {
+            mpi_slot *q = &s->slot[i];
+            if (!q->active || q->done)
+                continue;
+            int flag = 0;
+            mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
+                      "a gradient request (progress thread)");
+            if (flag) {
+                q->done = 1;
+                s->pending--;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        struct timespec ts = {0, 20 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int mgt_comm_set_progress(mgt_comm *c, mgt_progress how, mgt_err *err) {
+    mpi_state *s = mpi_state_of(c);
+    if (how == MGT_PROGRESS_TEST || !s || c->world == 1 || s->threaded)
+        return 0; /* other transports progress on their own; one rank has nothing to progress */
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level < MPI_THREAD_SERIALIZED)
+        return mgt_errf(err, "--comm-progress thread needs MPI_THREAD_SERIALIZED or more, but MPI "
+                             "was started with less (a program that starts MPI itself must ask for "
+                             "it in MPI_Init_thread); use --comm-progress test");
+    if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0)
+        return mgt_errf(err, "cannot set up the communication progress thread's lock");
+    s->threaded = 1;
+    if (pthread_create(&s->thread, NULL, progress_main, c) != 0) {
+        s->threaded = 0;
+        return mgt_errf(err, "cannot start the communication progress thread");
+    }
+    return 0;
 }
 
 /* MPI_Gatherv's int counts and displacements from size_t counts (root only); NULL elsewhere. */
@@ -93,17 +313,45 @@ static int *gather_layout(mgt_comm *c, const size_t *counts, int root, const cha
     return rc;
 }
 
-static void mpi_destroy(mgt_comm *c) { (void)c; }
+static void mpi_destroy(mgt_comm *c) {
+    mpi_state *s = c->impl;
+    if (!s)
+        return;
+    if (s->threaded) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+    }
+    for (int i = 0; i < s->nslots; i++) {
+        free(s->slot[i].req);
+        free(s->slot[i].counts);
+    }
+    free(s->slot);
+    free(s);
+    c->impl = NULL;
+}
 
 static const mgt_comm_ops mpi_ops = {
     .name = "mpi",
     .allreduce_sum_f32 = mpi_allreduce_f32,
+    .reserve = mpi_reserve,
+    .start = mpi_start,
+    .test = mpi_test,
+    .wait = mpi_wait,
     .destroy = mpi_destroy,
 };
 
 void mgt_comm_init_mpi(mgt_comm *c, MPI_Comm mpi, double timeout_s) {
     mgt_comm_init_common(c, mpi, timeout_s);
     c->ops = &mpi_ops;
+    c->impl = calloc(1, sizeof(mpi_state));
+    if (!c->impl)
+        mgt_die("out of host memory");
+    c->host_progress = 1;
 }
 
 void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s) {
@@ -151,10 +399,12 @@ void mgt_bcast(mgt_comm *c, void *buf, size_t bytes, int root, const char *what)
     if (c->world == 1 || bytes == 0)
         return;
     mgt_comm_enter(c, what);
+    lock(mpi_state_of(c));
     for (size_t off = 0; off < bytes; off += INT_MAX) {
         size_t n = bytes - off < INT_MAX ? bytes - off : INT_MAX;
         mpi_check(MPI_Bcast((char *)buf + off, (int)n, MPI_BYTE, root, c->mpi), "MPI_Bcast", what);
     }
+    unlock(mpi_state_of(c));
     mgt_comm_leave(c);
 }
 
@@ -168,9 +418,11 @@ static void gatherv(mgt_comm *c, const void *send, size_t count, MPI_Datatype t,
     }
     int *rc = gather_layout(c, counts, root, what);
     mgt_comm_enter(c, what);
+    lock(mpi_state_of(c));
     mpi_check(MPI_Gatherv(send, (int)count, t, recv, rc, rc ? rc + c->world : NULL, t, root,
                           c->mpi),
               "MPI_Gatherv", what);
+    unlock(mpi_state_of(c));
     mgt_comm_leave(c);
     free(rc);
 }
@@ -178,6 +430,24 @@ static void gatherv(mgt_comm *c, const void *send, size_t count, MPI_Datatype t,
 void mgt_gatherv(mgt_comm *c, const float *send, size_t count, float *recv, const size_t *counts,
                  int root, const char *what) {
     gatherv(c, send, count, MPI_FLOAT, sizeof(float), recv, counts, root, what);
+}
+
+void mgt_scatterv(mgt_comm *c, const float *send, const size_t *counts, float *recv, size_t count,
+                  int root, const char *what) {
+    if (c->world == 1) {
+        if (count && recv != send)
+            memcpy(recv, send, count * sizeof(float));
+        return;
+    }
+    int *rc = gather_layout(c, counts, root, what);
+    mgt_comm_enter(c, what);
+    lock(mpi_state_of(c));
+    mpi_check(MPI_Scatterv(send, rc, rc ? rc + c->world : NULL, MPI_FLOAT, recv, (int)count,
+                           MPI_FLOAT, root, c->mpi),
+              "MPI_Scatterv", what);
+    unlock(mpi_state_of(c));
+    mgt_comm_leave(c);
+    free(rc);
 }
 
 void mgt_gather_host(mgt_comm *c, const void *send, size_t bytes, void *recv, const size_t *counts,
@@ -189,7 +459,49 @@ void mgt_allreduce_host_f64(mgt_comm *c, double *buf, size_t count, const char *
     if (c->world == 1 || count == 0)
         return;
     mgt_comm_enter(c, what);
+    lock(mpi_state_of(c));
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_DOUBLE, MPI_SUM, c->mpi),
               "MPI_Allreduce", what);
+    unlock(mpi_state_of(c));
+    mgt_comm_leave(c);
+}
+
+void mgt_comm_set_owners(mgt_comm *c, const size_t *owners) {
+    c->owners = owners;
+}
+
+void mgt_comm_owned(const mgt_comm *c, int r, size_t lo, size_t count, size_t *a, size_t *b) {
+    const size_t hi = lo + count;
+    size_t x = c->owners[r] > lo ? c->owners[r] : lo;
+    size_t y = c->owners[r + 1] < hi ? c->owners[r + 1] : hi;
+    *a = x;
+    *b = y > x ? y : x;
+}
+
+int mgt_comm_requests_on(const mgt_comm *c) {
+    return (c->world > 1 || c->always) && c->ops->start;
+}
+
+int mgt_comm_reserve(mgt_comm *c, int n, mgt_err *err) {
+    return mgt_comm_requests_on(c) ? c->ops->reserve(c, n, err) : 0;
+}
+
+void mgt_comm_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t lo, size_t count) {
+    if (!mgt_comm_requests_on(c))
+        return;
+    if (kind != MGT_COLL_ALLREDUCE && !c->owners)
+        mgt_die("an owners' collective without owner slices; please report this");
+    c->ops->start(c, slot, kind, buf, lo, count);
+}
+
+int mgt_comm_test(mgt_comm *c, int slot) {
+    return mgt_comm_requests_on(c) ? c->ops->test(c, slot) : 1;
+}
+
+void mgt_comm_wait(mgt_comm *c, int slot, const char *what) {
+    if (!mgt_comm_requests_on(c))
+        return;
+    mgt_comm_enter(c, what);
+    c->ops->wait(c, slot);
     mgt_comm_leave(c);
 }

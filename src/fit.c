@@ -4,32 +4,59 @@
  *   data       the stager hands over this rank's part of the global batch (mgt_input);
  *   forward    layer by layer, over the local rows;
  *   backward   the loss and back-propagation: per-sample gradient SUMS into the arena (m->g),
- *              layer by layer in reverse; the step's mgt_step may name a callback that hears
- *              each layer's gradients as soon as they are final (model.h: grads_ready);
- *   all-reduce ONE collective over the whole gradient arena and the step's loss and accuracy
- *              sums, which sit right after it;
- *   update     the optimizer, with the sums divided by the global batch.
- * Under --reproducible (repro.h) forward and backward run chunk by chunk, and the all-reduce adds
- * exact integer accumulators, rounded once into the arena: the same bits on any rank count.
+ *              layer by layer in reverse; the reducer hears each layer's gradients as soon as
+ *              they are final (model.h: grads_ready) and sends each bucket of the arena the
+ *              moment it is complete, so the sums travel while backward goes on (reducer.h);
+ *   all-reduce the wait for the buckets still in flight once backward is done: the EXPOSED
+ *              communication (the step's loss and accuracy sums ride in the first bucket);
+ *   update     the optimizer, with the sums divided by the global batch: on the CPU bucket by
+ *              bucket as each arrives, on a GPU once, queued behind all of them.
+ * With gradient accumulation (--accum-steps K) data, forward and backward run for K
+ * micro-batches, the buckets going out during the last one only. The global batch of a
+ * micro-batch is [train] batch_size; an optimizer step takes K of them, i.e. the K x batch_size
+ * samples that the same step without accumulation would take at batch_size K x batch_size:
+ * micro-batch k of step s is global batch s*K + k of the epoch's permutation (shard.h), and its
+ * samples keep their positions k x batch_size + i within the step's batch, which key their
+ * dropout masks with the optimizer step. So K x 64 and 256 see the same samples with the same
+ * masks (batchnorm's statistics, per micro-batch, are what differs). Steps, epochs, checkpoints,
+ * --max-steps, --save-every and the progress bar all count optimizer steps.
+ * Under --reproducible (repro.h) the step exchanges no float buckets: forward and backward run
+ * chunk by chunk into exact integer accumulators (over all of a step's micro-batches), and the
+ * all-reduce phase is their one integer all-reduce, rounded once into the arena and the metric
+ * sums (the stop vote among them); the update then runs on the whole arena. micro_batch and
+ * reduce_and_update are where the two paths part.
+ * With ZeRO-1 the buckets go to their owners, each rank updates its slice, and the weights are
+ * all-gathered; the all-reduce phase then also holds the wait for that gather.
  * Between steps (after_step): the metric read (every step on the CPU, every 20 on a GPU, which
  * must not wait on the host each step), the --debug-check comparison, the progress bar and the
  * --save-every checkpoint. Between epochs (end_epoch): the replicas' batchnorm statistics are
  * averaged, the model is validated, the epoch line is written and a checkpoint saved.
  *
- * Where the next features go: gradient accumulation repeats data/forward/backward for K
- * micro-batches before the all-reduce; a bucketed all-reduce overlapping backward hooks into
- * grads_ready and waits for its last bucket in the all-reduce phase; clipping comes between the
- * all-reduce and the update; learning-rate schedules and sharded optimizer state (ZeRO-1) are
- * the update phase's; per-step logging and a signal-driven checkpoint-and-exit belong in
- * after_step, whose checkpoint path they can share; early stopping is end_epoch's answer. */
+ * The training regime: the update phase first clips the all-reduced gradient (clip.h; clipping by
+ * norm needs the whole gradient, so the update then waits for every bucket first) and sets the
+ * step's learning rate from the schedule (schedule.h); after_step writes the per-step rows of
+ * --log-every (metrics.h); end_epoch hands a whole epoch's validation to the monitor (monitor.h:
+ * best weights, early stopping, the plateau schedule's cuts), whose state the checkpoint keeps.
+ *
+ * Stopping on a signal (runtime.h: SIGTERM, SIGUSR1, SIGINT) may reach one rank, some or all, at
+ * any moment. A rank that has caught one writes a 1 into a third metric sum (SUM_STOP) before the
+ * step's first bucket leaves, so when the sums are next read (every step on the CPU, every 20 on a
+ * GPU) every rank sees the same count at the same step, and all stop after that step: no rank is
+ * left waiting in a collective, and no extra collective runs per step. They then agree on which
+ * signal it was, save a checkpoint at the next step's position, and training returns with
+ * res->stop_signal set (the trainer exits 128 + its number). A request that comes during an
+ * epoch's end is settled there, where a checkpoint has just been saved. */
 #include "fit.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "clip.h"
 #include "data/shard.h"
 #include "evaluate.h"
 #include "metrics.h"
+#include "monitor.h"
 #include "profile.h"
 #include "repro.h"
 #include "runtime.h"
@@ -42,7 +69,11 @@ typedef struct fit {
     mgt_fit_result *res;
     int64_t steps;       /* optimizer steps per epoch */
     int64_t limit;       /* stop before this step */
-    size_t reduce_count; /* the gradient arena's floats and the step's two metric sums */
+    int accum;           /* micro-batches per optimizer step */
+    int64_t micro_steps; /* micro-batches per epoch */
+    mgt_reducer red;     /* the step's gradient traffic */
+    mgt_repro *repro;    /* --reproducible's chunks and exact sums instead (NULL: off) */
+    int dump;            /* MGT_DUMP_GRADIENTS is set (on rank 0, which tells every rank) */
     mgt_profile prof;
     mgt_metrics mt;
     /* Metric sums since the last read, in backend memory; read every read_every steps. */
@@ -50,25 +81,42 @@ typedef struct fit {
     int64_t read_every, read_at, pending;
     double t_epoch;     /* when this epoch (or its resumed part) started */
     int64_t first_step; /* the epoch's first step in this run */
-    mgt_repro *repro;   /* --reproducible's chunks and exact sums (NULL: off) */
+    int stop_voted;     /* some rank asked to stop: the sums read said so */
+    /* The training regime (see the top). */
+    mgt_sched sched;
+    mgt_clip clip;
+    mgt_monitor mon;
+    float lr;      /* the learning rate of the last step */
+    double win[3]; /* --log-every: loss sum, correct, samples since the last per-step row */
+    double t_win;  /* when that window started */
+    int stop;      /* early stopping: no further epoch */
 } fit;
+
+/* The step's sums after the gradients (model.h: MGT_NSUMS), reduced with them: loss, correct
+ * predictions, and the number of ranks that asked to stop. */
+enum { SUM_LOSS = 0, SUM_CORRECT, SUM_STOP };
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
  * a non-finite loss stops the job before anything overwrites the last checkpoint. */
 static void read_metrics(fit *f, int64_t next) {
     mgt_backend *be = f->env->be;
-    float hs[2];
+    float hs[MGT_NSUMS];
     be->ops->to_host(be, hs, f->acc, sizeof hs);
-    be->ops->zero(be, f->acc, 2 * sizeof(float));
+    be->ops->zero(be, f->acc, sizeof hs);
+    if (hs[SUM_STOP] > 0)
+        f->stop_voted = 1;
     if (!isfinite(hs[0]))
         mgt_die_all("the loss became %s at step %lld%s (epoch %lld): training stopped, nothing "
                     "was saved over the last checkpoint; lower --lr or check the data",
                     isnan(hs[0]) ? "NaN" : "infinite", (long long)next,
                     f->read_every > 1 ? " or just before" : "", (long long)f->pos->epoch + 1);
     double *s = f->pos->epoch_sums;
-    s[0] += hs[0];
-    s[1] += hs[1];
+    s[0] += hs[SUM_LOSS];
+    s[1] += hs[SUM_CORRECT];
     s[2] += (double)f->pending;
+    f->win[0] += hs[SUM_LOSS];
+    f->win[1] += hs[SUM_CORRECT];
+    f->win[2] += (double)f->pending;
     f->pending = 0;
     f->read_at = next;
 }
@@ -79,88 +127,249 @@ static int metrics_due(const fit *f, int64_t next) {
     const mgt_fit_opts *o = f->o;
     return next - f->read_at >= f->read_every || f->pos->step_in_epoch + 1 == f->steps ||
            next >= f->limit || (o->save_every > 0 && next % o->save_every == 0) ||
-           (o->debug_check > 0 && next % o->debug_check == 0);
+           (o->debug_check > 0 && next % o->debug_check == 0) ||
+           (o->log_every > 0 && next % o->log_every == 0);
+}
+
+/* This step's learning rate from the schedule (a function of the step and the validation
+ * history's cuts, the same on every rank), before mgt_optim_begin takes it. */
+static void set_rate(fit *f) {
+    f->lr = mgt_sched_lr(&f->sched, f->pos->step, f->pos->mon.cuts);
+    f->env->opt->lr = f->lr;
+}
+
+/* This rank's vote to stop, into the step's sums before they leave (backend memory, in the order
+ * of the compute queue, after the step's zeroing). */
+static void stop_vote(fit *f) {
+    if (!mgt_stop_signal())
+        return;
+    const float one = 1;
+    f->env->be->ops->to_device(f->env->be, f->env->m->sums + SUM_STOP, &one, sizeof one);
+}
+
+/* Micro-batch k of the step's `of` (micro-batch `micro` of the epoch): data, forward and
+ * backward. Returns its global batch's size. */
+static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
+    const mgt_fit_env *env = f->env;
+    mgt_model *m = env->m;
+    const mgt_batch *bt = mgt_stage_next(env->st);
+    if (bt->step != micro)
+        mgt_die("data loader delivered batch %lld for batch %lld; please report this",
+                (long long)bt->step, (long long)micro);
+    if (bt->x) /* NULL when the batch is made on the device */
+        mgt_fault_poison(env->fault, f->pos->step, bt->x,
+                         (size_t)bt->n * (size_t)mgt_shape_elems(m->input));
+    mgt_step s = {.in = mgt_stage_put(env->st, bt),
+                  .be = env->be,
+                  .n = bt->n,
+                  .training = 1,
+                  .global_step = f->pos->step,
+                  .first_sample = (int64_t)k * m->train.batch_size + bt->first,
+                  .global_n = bt->global_n,
+                  .seed = m->train.seed,
+                  .comm = env->comm,
+                  .repro = f->repro};
+    if (!f->repro)
+        mgt_reducer_listen(&f->red, k, of, &s);
+    mgt_profile_phase(&f->prof, MGT_PH_DATA);
+    if (f->repro)
+        mgt_repro_forward(m, &s);
+    else
+        mgt_model_forward(m, &s);
+    mgt_profile_phase(&f->prof, MGT_PH_FORWARD);
+    if (f->repro) {
+        mgt_repro_backward(m, &s, k == 0);
+    } else {
+        mgt_model_loss_backward(m, &s, 1);
+        mgt_reducer_backward_done(&f->red);
+    }
+    mgt_stage_done(env->st); /* every op that reads the batch is issued */
+    mgt_profile_phase(&f->prof, MGT_PH_BACKWARD);
+    return bt->global_n;
+}
+
+/* The step's metric sums, once their reduction is in: they stay in backend memory until they
+ * are read (metrics_due). */
+static void take_metrics(fit *f, int64_t global_n) {
+    mgt_backend *be = f->env->be;
+    be->ops->add(be, MGT_NSUMS, f->env->m->sums, f->acc);
+    f->pending += global_n;
+    if (metrics_due(f, f->pos->step + 1))
+        read_metrics(f, f->pos->step + 1);
+}
+
+/* MGT_DUMP_GRADIENTS (fault.h), at the run's first step: every bucket in, and under ZeRO-1 every
+ * owner's part of the gradients sent to all (the update reads only its own part, unchanged).
+ * Collective: every rank takes part (f->dump), rank 0 writes. */
+static void dump_gradients(fit *f) {
+    const mgt_fit_env *env = f->env;
+    mgt_model *m = env->m;
+    mgt_reducer *r = &f->red;
+    if (!f->repro) { /* the exact all-reduce has already put them in place */
+        for (int b = 0; b < r->nb; b++)
+            mgt_reducer_wait(r, b);
+        mgt_reducer_gather(r, -1, m->g);
+        mgt_reducer_gather_wait(r);
+    }
+    mgt_fault_dump_gradients(env->fault, m, f->pos->step);
+}
+
+/* The all-reduce and update phases: each bucket's wait, then the update of what it holds (see
+ * the top). The optimizer's rule is element-wise, so updating by parts gives the weights and
+ * state of one update of the whole arena, bit for bit. */
+static void reduce_and_update(fit *f, int64_t global_n) {
+    const mgt_fit_env *env = f->env;
+    mgt_model *m = env->m;
+    mgt_reducer *r = &f->red;
+    size_t lo, n;
+    if (f->repro) /* the exact integer all-reduce instead of the buckets (repro.h) */
+        mgt_repro_allreduce(f->repro, f->pos->step);
+    if (f->dump && f->res->steps == 0)
+        dump_gradients(f);
+    const int clipping = f->clip.cfg.norm > 0 || f->clip.cfg.value > 0;
+    set_rate(f);
+    if (r->interleave && !clipping && !f->repro) {
+        mgt_optim_begin(env->opt, global_n);
+        for (int b = 0; b < r->nb; b++) {
+            mgt_reducer_wait(r, b);
+            mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+            if (b == 0)
+                take_metrics(f, global_n);
+            mgt_reducer_update_range(r, b, &lo, &n);
+            mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
+            mgt_reducer_gather(r, b, m->w);
+            mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
+        }
+    } else {
+        for (int b = 0; b < r->nb && !f->repro; b++)
+            mgt_reducer_wait(r, b);
+        mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+        take_metrics(f, global_n);
+        if (clipping) /* on the whole all-reduced gradient (clip.h) */
+            mgt_clip_apply(&f->clip, env->be, m->g, m->param_count, global_n);
+        mgt_optim_begin(env->opt, global_n);
+        mgt_reducer_update_range(r, -1, &lo, &n);
+        mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
+        mgt_reducer_gather(r, -1, m->w);
+        mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
+    }
+    if (r->o.zero) {
+        mgt_reducer_gather_wait(r);
+        mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
+    }
 }
 
 /* One optimizer step at the position (see the top of the file). */
 static void train_step(fit *f) {
-    const mgt_fit_env *env = f->env;
-    mgt_model *m = env->m;
-    mgt_backend *be = env->be;
     mgt_ckpt_pos *pos = f->pos;
     mgt_profile_begin_step(&f->prof, pos->step);
-
-    const mgt_batch *bt = mgt_stage_next(env->st);
-    if (bt->step != pos->step_in_epoch)
-        mgt_die("data loader delivered step %lld for step %lld; please report this",
-                (long long)bt->step, (long long)pos->step_in_epoch);
-    if (bt->x) /* NULL when the batch is made on the device */
-        mgt_fault_poison(env->fault, pos->step, bt->x,
-                         (size_t)bt->n * (size_t)mgt_shape_elems(m->input));
-    const mgt_step s = {.in = mgt_stage_put(env->st, bt),
-                        .be = be,
-                        .n = bt->n,
-                        .training = 1,
-                        .global_step = pos->step,
-                        .first_sample = bt->first,
-                        .global_n = bt->global_n,
-                        .seed = m->train.seed,
-                        .comm = env->comm,
-                        .repro = f->repro};
-    be->ops->zero(be, m->sums, 2 * sizeof(float));
-    mgt_profile_phase(&f->prof, MGT_PH_DATA);
-
-    mgt_model_forward(m, &s);
-    mgt_profile_phase(&f->prof, MGT_PH_FORWARD);
-    mgt_model_loss_backward(m, &s, 1);
-    mgt_profile_phase(&f->prof, MGT_PH_BACKWARD);
-
-    /* The one collective of the step: gradient sums and the step's loss/accuracy sums (exact
-     * integer sums, rounded once, under --reproducible). */
-    if (f->repro)
-        mgt_repro_allreduce(f->repro, pos->step);
-    else
-        mgt_allreduce_sum(env->comm, m->g, f->reduce_count, "gradient all-reduce");
-    mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
-    if (f->res->steps == 0)
-        mgt_fault_dump_gradients(env->fault, m, pos->step);
-
-    /* Metrics stay in backend memory until they are read (metrics_due). */
-    be->ops->add(be, 2, m->sums, f->acc);
-    f->pending += bt->global_n;
-    if (metrics_due(f, pos->step + 1))
-        read_metrics(f, pos->step + 1);
-    mgt_optim_step(env->opt, be, m->w, m->g, bt->global_n);
-    mgt_stage_done(env->st);
-    mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
+    f->env->be->ops->zero(f->env->be, f->env->m->sums, MGT_NSUMS * sizeof(float));
+    stop_vote(f);
+    /* The step's micro-batches: K, or what the epoch has left. */
+    const int64_t first = pos->step_in_epoch * f->accum;
+    const int of = (int)(f->micro_steps - first < f->accum ? f->micro_steps - first : f->accum);
+    int64_t global_n = 0;
+    for (int k = 0; k < of; k++)
+        global_n += micro_batch(f, k, of, first + k);
+    reduce_and_update(f, global_n);
+    mgt_reducer_end_step(&f->red, &f->prof);
     mgt_profile_end_step(&f->prof);
     pos->step++;
     f->res->steps++;
 }
 
-/* After a step, before the position moves on to the next one. */
-static void after_step(fit *f) {
+/* Which stop request the ranks act on, the same everywhere: each rank's caught signal, counted by
+ * signal over the ranks, the most urgent first (runtime.h). 0: none anywhere. Collective. */
+static int agree_stop(fit *f) {
+    double votes[MGT_STOP_SIGNALS];
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        votes[i] = mgt_stop_signal() == mgt_stop_signals[i];
+    mgt_allreduce_host_f64(f->env->comm, votes, MGT_STOP_SIGNALS, "stop agreement");
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        if (votes[i] > 0)
+            return mgt_stop_signals[i];
+    return 0;
+}
+
+/* The stop, once the checkpoint at the position is saved: rank 0 says where and how to go on, and
+ * no rank leaves before it has (a launcher ends the job when the first rank exits). */
+static void stopped(fit *f, int sig) {
+    const mgt_ckpt_pos *pos = f->pos;
+    f->res->stop_signal = sig;
+    if (f->env->comm->rank == 0) {
+        if (f->mt.bar_open)
+            printf("\n");
+        /* The epoch the last step belonged to, 1-based, as the epoch lines count. */
+        const int64_t epoch = pos->step_in_epoch > 0 ? pos->epoch + 1 : pos->epoch;
+        printf("interrupted at epoch %lld step %lld (%s): checkpoint saved; resume with "
+               "--resume\n",
+               (long long)epoch, (long long)pos->step, mgt_signal_name(sig));
+        fflush(stdout);
+    }
+    int done = 1;
+    mgt_bcast(f->env->comm, &done, sizeof done, 0, "stop");
+}
+
+/* The checkpoint of a step boundary: the position saved is the NEXT step's. */
+static void save_step_checkpoint(fit *f) {
+    mgt_ckpt_pos at = *f->pos;
+    at.step_in_epoch++;
+    at.optimizer_t = f->env->opt->t;
+    mgt_replica_save_checkpoint(f->env->rep, f->env->out, &at);
+    mgt_profile_gap(&f->prof);
+}
+
+/* --log-every: the row of the steps since the last one (their metrics were read: metrics_due). */
+static void log_step(fit *f, int64_t done) {
+    const double now = mgt_now();
+    const mgt_step_row row = {.step = f->pos->step,
+                              .epoch = (double)f->pos->epoch + (double)done / (double)f->steps,
+                              .loss = f->win[2] > 0 ? f->win[0] / f->win[2] : 0,
+                              .acc = f->win[2] > 0 ? f->win[1] / f->win[2] : 0,
+                              .lr = f->lr,
+                              .samples_per_s = now > f->t_win ? f->win[2] / (now - f->t_win) : 0};
+    mgt_err e;
+    if (f->env->comm->rank == 0 && mgt_metrics_step(&f->mt, &row, &e) < 0)
+        mgt_die("%s", e.msg);
+    memset(f->win, 0, sizeof f->win);
+    f->t_win = mgt_now();
+    mgt_profile_gap(&f->prof);
+}
+
+/* After a step, before the position moves on to the next one. Returns 1 when training stops here
+ * (a stop request, see the top of the file), the position then moved on and saved. */
+static int after_step(fit *f) {
     const mgt_fit_opts *o = f->o;
     mgt_ckpt_pos *pos = f->pos;
     const int64_t done = pos->step_in_epoch + 1; /* steps of this epoch behind us */
+    if (o->log_every > 0 && pos->step % o->log_every == 0)
+        log_step(f, done);
+    const double t0 = mgt_now();
     if (o->debug_check > 0 && pos->step % o->debug_check == 0) {
         mgt_replica_check(f->env->rep, "during training (debug check)");
         mgt_profile_gap(&f->prof);
     }
     const double *s = pos->epoch_sums;
     if (f->env->comm->rank == 0 && f->mt.verbose == 1 && s[2] > 0) {
+        /* The bar ends where this epoch will: its last step, or where --max-steps stops. */
+        const int64_t left = f->limit - pos->step;
+        const int64_t target = left < f->steps - done ? done + left : f->steps;
         const double el = mgt_now() - f->t_epoch;
-        const double eta = el / (double)(done - f->first_step) * (double)(f->steps - done);
-        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, f->steps, eta, s[0] / s[2], s[1] / s[2],
-                             done == f->steps);
+        const double eta = el / (double)(done - f->first_step) * (double)(target - done);
+        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, target, eta, s[0] / s[2], s[1] / s[2],
+                             done == target);
     }
-    if (o->save_every > 0 && pos->step % o->save_every == 0) {
-        mgt_ckpt_pos at = *pos;
-        at.step_in_epoch = done; /* the position saved is the NEXT step */
-        at.optimizer_t = f->env->opt->t;
-        mgt_replica_save_checkpoint(f->env->rep, f->env->out, &at);
-        mgt_profile_gap(&f->prof);
+    if (f->stop_voted) {
+        const int sig = agree_stop(f);
+        save_step_checkpoint(f);
+        pos->step_in_epoch = done;
+        stopped(f, sig);
+        return 1;
     }
+    if (o->save_every > 0 && pos->step % o->save_every == 0)
+        save_step_checkpoint(f);
+    f->t_win += mgt_now() - t0; /* no step's time: not in the per-step rows' samples/s */
+    return 0;
 }
 
 /* After the steps of an epoch (all of them, or up to the limit): validation, the epoch line and
@@ -173,12 +382,18 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     res->seconds += secs;
     const int finished = pos->step_in_epoch == f->steps;
     mgt_replica_average_buffers(env->rep);
+    if (env->val && env->comm->rank == 0)
+        mgt_metrics_validating(&f->mt);
     if (env->val) {
         const mgt_eval e = {.m = env->m, .st = env->st, .comm = env->comm, .step = pos->step};
         const mgt_eval_sums v = mgt_eval_metrics(&e, env->val);
         res->val_loss = v.loss / v.samples;
         res->val_acc = v.correct / v.samples;
         res->val_step = pos->step;
+        /* The lowest validation loss so far, kept in the checkpoint; best.safetensors follows
+         * the monitored metric (below). */
+        if (pos->best_val_loss < 0 || res->val_loss < pos->best_val_loss)
+            pos->best_val_loss = res->val_loss;
     }
     const double *s = pos->epoch_sums;
     const mgt_epoch_row row = {.epoch = (int)pos->epoch + 1,
@@ -189,10 +404,17 @@ static int end_epoch(fit *f, double secs, double seen_before) {
                                .val_acc = res->val_acc,
                                .samples_per_s = secs > 0 ? (s[2] - seen_before) / secs : 0,
                                .seconds = secs,
-                               .lr = env->m->train.lr};
+                               .lr = f->lr};
     mgt_err e;
     if (env->comm->rank == 0 && mgt_metrics_epoch(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
+    /* Only a whole epoch's validation decides (monitor.h): best.safetensors (Keras'
+     * ModelCheckpoint with save_best_only), early stopping and plateau cuts; the checkpoint below
+     * keeps its state. */
+    if (finished && env->val)
+        f->stop = mgt_monitor_epoch(&f->mon, &pos->mon, pos->epoch + 1, pos->step, res->val_loss,
+                                    res->val_acc)
+                      .stop;
     if (finished) { /* the checkpoint resumes at the next epoch's first step */
         pos->epoch++;
         pos->step_in_epoch = 0;
@@ -200,7 +422,89 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     }
     pos->optimizer_t = env->opt->t;
     mgt_replica_save_checkpoint(env->rep, env->out, pos);
+    /* A stop asked for during the epoch's end: the checkpoint is saved, so stop here rather than
+     * after one more step (only when there is more to train). */
+    if (finished && pos->epoch < env->m->train.epochs && pos->step < f->limit) {
+        const int sig = agree_stop(f);
+        if (sig) {
+            stopped(f, sig);
+            return 0;
+        }
+    }
     return finished;
+}
+
+/* The schedule, clipping, the monitor and the per-step files for this run. A resumed run whose
+ * history already stopped it trains no further. */
+static void regime_init(fit *f) {
+    const mgt_fit_env *env = f->env;
+    const mgt_train_cfg *t = &env->m->train;
+    const int rank0 = env->comm->rank == 0;
+    mgt_err e;
+    mgt_sched_init(&f->sched, &t->sched, t->lr, f->steps, t->epochs);
+    if (mgt_clip_init(&f->clip, &t->clip, env->be, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (t->clip.norm > 0 && f->o->zero)
+        mgt_die_all("clip_norm needs the whole gradient, which ZeRO-1 (--zero 1) leaves in slices "
+                    "on their owners; train with --zero 0 or clip by value (clip_value)");
+    f->mon = (mgt_monitor){.cfg = t->stop,
+                           .sched = &f->sched,
+                           .rep = env->rep,
+                           .dir = env->out,
+                           .print = rank0 && f->mt.verbose >= 1};
+    const int64_t step = f->pos->step;
+    f->lr = mgt_sched_lr(&f->sched, step > 0 ? step - 1 : 0, f->pos->mon.cuts);
+    f->t_win = mgt_now();
+    if (rank0 && f->o->log_every > 0 && mgt_metrics_steps_open(&f->mt, step, &e) < 0)
+        mgt_die("%s", e.msg);
+    f->stop = mgt_monitor_stopped(&f->mon, &f->pos->mon);
+    if (f->stop && f->mon.print) {
+        const mgt_monitor_state *h = &f->pos->mon;
+        printf("Early stopping ended this run: %s has not improved for %lld epochs since epoch "
+               "%lld; nothing to train (a larger --early-stop continues it)\n",
+               mgt_mon_metric_name(t->stop.metric), (long long)h->wait, (long long)h->best_epoch);
+        fflush(stdout);
+    }
+}
+
+/* Rank 0 of a resumed run: the metrics files keep the rows up to the checkpoint. */
+static void keep_history(fit *f) {
+    char notice[1024];
+    mgt_err e;
+    const mgt_ckpt_pos *pos = f->pos;
+    if (mgt_metrics_resume(&f->mt, pos->step, notice, sizeof notice, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (notice[0])
+        fprintf(stderr, "%s\n", notice);
+}
+
+/* The step's pipeline (reducer.h) and its line in the start-up block (rank 0). */
+static void start_pipeline(fit *f) {
+    const mgt_fit_env *env = f->env;
+    mgt_err e;
+    /* --reproducible: the reducer stays idle (one bucket, no accumulation arena of its own). */
+    if (mgt_repro_chunk(&env->m->train) > 0 &&
+        !(f->repro = mgt_repro_create(env->m, env->comm, &e)))
+        mgt_die("%s", e.msg);
+    const mgt_reducer_opts ro = {.bucket_mb = f->repro ? 0 : f->o->bucket_mb,
+                                 .zero = f->o->zero,
+                                 .accum_steps = f->repro ? 1 : f->accum};
+    if (mgt_comm_set_progress(env->comm, f->o->progress, &e) < 0 ||
+        mgt_reducer_init(&f->red, env->m, env->be, env->comm, &ro, &e) < 0)
+        mgt_die("%s", e.msg);
+    f->dump = env->fault->dump_gradients != NULL;
+    mgt_bcast(env->comm, &f->dump, sizeof f->dump, 0, "gradient dump flag");
+    if (env->comm->rank == 0) {
+        char line[512];
+        const mgt_optim *opt = env->opt;
+        if (f->repro)
+            mgt_repro_describe(f->repro, line, sizeof line);
+        else
+            mgt_reducer_describe(&f->red, (size_t)opt->nslots * opt->n,
+                                 (size_t)opt->nslots * opt->count, line, sizeof line);
+        printf("  step: %s\n", line);
+        fflush(stdout);
+    }
 }
 
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
@@ -212,17 +516,22 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     res->val_step = -1;
     res->val_loss = -1;
     fit fs = {.env = env, .o = o, .pos = pos, .res = res}, *f = &fs;
-    f->steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
+    f->accum = m->train.accum_steps > 1 ? m->train.accum_steps : 1;
+    f->micro_steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
+    f->steps = mgt_shard_steps(env->st->train->n, m->train.batch_size * f->accum);
     f->limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
-    f->reduce_count = (size_t)(m->sums - m->g) + 2;
     int64_t total = epochs * f->steps - pos->epoch * f->steps - pos->step_in_epoch;
     if (f->limit - pos->step < total)
         total = f->limit - pos->step;
     mgt_err e;
-    if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0)
+    start_pipeline(f);
+    if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0 ||
+        mgt_profile_reserve_requests(&f->prof, 2 * f->red.nb + 2, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched);
+    if (env->comm->rank == 0 && o->resumed)
+        keep_history(f);
     if (env->comm->rank == 0 && !o->no_tensorboard &&
         mgt_metrics_tb(&f->mt, &f->prof, pos->step, &e) < 0)
         mgt_die("%s", e.msg);
@@ -232,25 +541,32 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     f->acc = be->ops->alloc(be, 16 * sizeof(float));
     if (!f->acc)
         mgt_die("out of %s memory for the metric sums", be->ops->name);
-    if (o->repro_chunk > 0 && !(f->repro = mgt_repro_create(env->m, env->comm, o->repro_chunk, &e)))
-        mgt_die("%s", e.msg);
+    regime_init(f);
 
-    while (pos->epoch < epochs && pos->step < f->limit) {
-        mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch);
+    while (pos->epoch < epochs && pos->step < f->limit && !f->stop) {
+        mgt_stage_begin_epoch(env->st, pos->epoch, pos->step_in_epoch * f->accum);
         f->t_epoch = mgt_now();
         f->first_step = pos->step_in_epoch;
         const double seen_before = pos->epoch_sums[2];
         for (; pos->step_in_epoch < f->steps && pos->step < f->limit; pos->step_in_epoch++) {
             mgt_fault_point(env->fault, pos->step);
             train_step(f);
-            after_step(f);
+            if (after_step(f))
+                break;
         }
-        if (!end_epoch(f, mgt_now() - f->t_epoch, seen_before))
+        const double t_end = mgt_now();
+        if (res->stop_signal || !end_epoch(f, t_end - f->t_epoch, seen_before))
             break;
+        f->t_win += mgt_now() - t_end; /* validation and saving: not in the per-step rows */
     }
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
+    /* Restored best weights were validated at another step: the caller tests them afresh. */
+    if (mgt_monitor_finish(&f->mon, &pos->mon))
+        res->val_step = -1;
+    mgt_clip_free(&f->clip, be);
     be->ops->free(be, f->acc);
+    mgt_reducer_free(&f->red);
     mgt_repro_free(f->repro);
     mgt_metrics_free(&f->mt);
     mgt_profile_free(&f->prof);

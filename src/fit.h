@@ -1,10 +1,11 @@
 /* fit.h: the training loop: epochs of optimizer steps, validation and checkpoints between them.
  *
- * Every rank runs the same loop on its own part of each global batch; the loop's one collective
- * per step sums the gradients (and the step's loss and accuracy) over the ranks, and every rank
- * then applies the same update, so the replicas stay equal. The loop starts from, advances and
- * saves one position (checkpoint.h's mgt_ckpt_pos), so a run stopped at any checkpoint resumes
- * where it was, with any number of ranks. Only rank 0 prints and writes files. */
+ * Every rank runs the same loop on its own part of each global batch; the step's gradients (and
+ * its loss and accuracy) are summed over the ranks, bucket by bucket while backward runs
+ * (reducer.h), and every rank then applies the same update, so the replicas stay equal. The loop
+ * starts from, advances and saves one position (checkpoint.h's mgt_ckpt_pos), so a run stopped at
+ * any checkpoint resumes where it was, with any number of ranks. Only rank 0 prints and writes
+ * files. */
 #ifndef MGT_FIT_H
 #define MGT_FIT_H
 
@@ -17,6 +18,7 @@
 #include "fault.h"
 #include "model.h"
 #include "optim.h"
+#include "reducer.h"
 #include "replica.h"
 #include "staging.h"
 
@@ -41,8 +43,15 @@ typedef struct mgt_fit_opts {
     int launched;         /* started by mpirun/srun (metrics.h) */
     int profile;          /* print per-phase times */
     int no_tensorboard;   /* no event files in OUT/tb */
+    int64_t log_every;    /* per-step rows every N global steps (0: none; metrics.h) */
     const char *timeline; /* Chrome-trace file of every phase, or NULL */
-    int64_t repro_chunk;  /* --reproducible with chunks of this many samples (repro.h); 0: off */
+    int resumed;          /* from a checkpoint: the metrics files keep their history */
+    /* The step's pipeline (reducer.h): bucket cap in MiB (0: one all-reduce after backward),
+     * ZeRO-1, and how the CPU transport's requests progress. Accumulation is the model's
+     * [train] accum_steps. */
+    double bucket_mb;
+    int zero;
+    mgt_progress progress;
 } mgt_fit_opts;
 
 typedef struct mgt_fit_result {
@@ -50,11 +59,13 @@ typedef struct mgt_fit_result {
     double seconds;   /* the epochs' wall time, validation and saving excluded */
     int64_t val_step; /* the position of the last validation (-1: none) */
     double val_loss, val_acc;
+    int stop_signal; /* the signal training stopped early for, its checkpoint saved (0: none) */
 } mgt_fit_result;
 
 /* Collective: trains from *pos to the model's last epoch or max_steps, whichever comes first,
- * checkpointing at every epoch end, every save_every steps and where it stops. *pos ends where
- * the run stopped. Errors end the job. */
+ * checkpointing at every epoch end, every save_every steps and where it stops; or, when a stop
+ * signal is caught (runtime.h: mgt_runtime_catch_stops) on any rank, to the end of that step on
+ * every rank (res->stop_signal). *pos ends where the run stopped. Errors end the job. */
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos, mgt_fit_result *res);
 
 #endif

@@ -2,12 +2,19 @@
  * TensorBoard scalars. */
 #include "metrics.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "parse.h"
+#include "rundir.h"
 #include "tensor_io.h"
 
 /* Is the person watching a terminal? mpirun hands its ranks a pseudo-terminal as stdout even when
@@ -33,9 +40,93 @@ static int on_terminal(int launched) {
 void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched) {
     memset(mt, 0, sizeof *mt);
     mt->tb.fd = -1;
+    mt->steps_fd[0] = mt->steps_fd[1] = -1;
     mt->verbose = verbose < 0 ? (on_terminal(launched) ? 1 : 2) : verbose;
     mt->epochs = epochs;
+    mt->launched = launched;
     snprintf(mt->dir, sizeof mt->dir, "%s", dir);
+}
+
+/* Columns of the terminal the bar is drawn on: COLUMNS when set (as Python's
+ * shutil.get_terminal_size reads it), else the terminal's size, else 80. A launcher's ranks
+ * write to a pseudo-terminal of the launcher's, which has no size: then the size of the
+ * launcher's own output (see on_terminal). */
+static int term_width(int launched) {
+    const char *c = getenv("COLUMNS");
+    int w;
+    if (c && mgt_parse_int(c, &w) == 0 && w > 0)
+        return w;
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    if (launched) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/1", (int)getppid());
+        int fd = open(path, O_WRONLY | O_NOCTTY);
+        if (fd >= 0) {
+            const int got = ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 0;
+            close(fd);
+            if (got)
+                return got;
+        }
+    }
+    return 80;
+}
+
+/* Keras' line, "120/235 [=====>....] - ETA: 1s - loss: 0.6415 - acc: 0.7760", fitted to the
+ * width: the bar narrows from 30 to 10 columns, then the accuracy, the ETA (or status), the bar
+ * and the loss go, in that order, and what is left is cut. */
+void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, const char *status) {
+    const int room = width > 1 ? width - 1 : 1;
+    char count[48], eta[48], loss[32], acc[32];
+    const int digits = snprintf(NULL, 0, "%lld", (long long)b->steps);
+    snprintf(count, sizeof count, "%*lld/%lld", digits, (long long)b->step, (long long)b->steps);
+    if (status)
+        snprintf(eta, sizeof eta, " - %s", status);
+    else
+        snprintf(eta, sizeof eta, " - ETA: %.0fs", b->eta_s);
+    snprintf(loss, sizeof loss, " - loss: %.4f", b->loss);
+    snprintf(acc, sizeof acc, " - acc: %.4f", b->acc);
+    const int fixed = (int)strlen(count);
+    int show_acc = 1, show_eta = 1, show_loss = 1, bar = 30;
+    for (;;) {
+        const int tail = (show_eta ? (int)strlen(eta) : 0) + (show_loss ? (int)strlen(loss) : 0) +
+                         (show_acc ? (int)strlen(acc) : 0);
+        const int need = fixed + tail + (bar ? bar + 3 : 0); /* " [" bar "]" */
+        if (need <= room)
+            break;
+        if (bar > 10)
+            bar = need - room >= bar - 10 ? 10 : bar - (need - room);
+        else if (show_acc)
+            show_acc = 0;
+        else if (show_eta)
+            show_eta = 0;
+        else if (bar)
+            bar = 0;
+        else if (show_loss)
+            show_loss = 0;
+        else
+            break;
+    }
+    char cells[32] = ""; /* bar <= 30 */
+    const int done = b->steps ? (int)(bar * b->step / b->steps) : bar;
+    for (int i = 0; i < bar; i++)
+        cells[i] = i < done - 1 || (i == done - 1 && done == bar) ? '=' : i == done - 1 ? '>' : '.';
+    char line[256];
+    snprintf(line, sizeof line, "%s%s%s%s%s%s%s", count, bar ? " [" : "", cells, bar ? "]" : "",
+             show_eta ? eta : "", show_loss ? loss : "", show_acc ? acc : "");
+    snprintf(out, n, "%.*s", room, line);
+}
+
+static void draw_bar(mgt_metrics *mt, const char *status) {
+    if (!mt->bar_open) {
+        printf("Epoch %d/%d\n", mt->bar.epoch + 1, mt->epochs);
+        mt->bar_open = 1;
+    }
+    char line[256];
+    mgt_metrics_bar_line(line, sizeof line, term_width(mt->launched), &mt->bar, status);
+    printf("\r%s\033[K", line);
+    fflush(stdout);
 }
 
 void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
@@ -46,24 +137,13 @@ void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t step
     if (!force && now - mt->last_draw < 0.1)
         return;
     mt->last_draw = now;
-    if (!mt->bar_open) {
-        printf("Epoch %d/%d\n", epoch + 1, mt->epochs);
-        mt->bar_open = 1;
-    }
-    enum { W = 30 };
-    char bar[W + 1];
-    int done = steps ? (int)(W * step / steps) : W;
-    for (int i = 0; i < W; i++)
-        bar[i] = i < done ? '=' : '.';
-    if (done < W && done > 0)
-        bar[done - 1] = '>';
-    if (done < W)
-        bar[done] = '.';
-    bar[W] = 0;
-    int width = snprintf(NULL, 0, "%lld", (long long)steps);
-    printf("\r%*lld/%lld [%s] - ETA: %.0fs - loss: %.4f - acc: %.4f\033[K", width,
-           (long long)step, (long long)steps, bar, eta_s, loss, acc);
-    fflush(stdout);
+    mt->bar = (mgt_bar){epoch, step, steps, eta_s, loss, acc};
+    draw_bar(mt, NULL);
+}
+
+void mgt_metrics_validating(mgt_metrics *mt) {
+    if (mt->verbose == 1 && mt->bar_open)
+        draw_bar(mt, "validating");
 }
 
 /* x with the fewest significant digits (up to 17) that read back as x exactly. */
@@ -83,11 +163,12 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
         free(c);
         return mgt_errf(err, "out of memory writing metrics");
     }
-    size_t clen = (size_t)snprintf(c, cap, "epoch,step,loss,acc,val_loss,val_acc,"
-                                           "samples_per_s,seconds\n");
+    size_t clen = (size_t)snprintf(c, cap,
+                                   "epoch,step,loss,acc,val_loss,val_acc,"
+                                   "samples_per_s,seconds,lr\n");
     for (int i = 0; i < mt->nrows; i++) {
         const mgt_epoch_row *r = &mt->rows[i];
-        char vl[32] = "null", va[32] = "null", l[32], a[32], sps[32], sec[32];
+        char vl[32] = "null", va[32] = "null", l[32], a[32], sps[32], sec[32], lr[32];
         if (r->val_loss >= 0) {
             exact(vl, sizeof vl, r->val_loss);
             exact(va, sizeof va, r->val_acc);
@@ -96,19 +177,20 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
         exact(a, sizeof a, r->acc);
         exact(sps, sizeof sps, r->samples_per_s);
         exact(sec, sizeof sec, r->seconds);
+        exact(lr, sizeof lr, r->lr);
         len += (size_t)snprintf(j + len, cap - len,
                                 "{\"epoch\": %d, \"step\": %lld, \"loss\": %s, \"acc\": %s, "
                                 "\"val_loss\": %s, \"val_acc\": %s, \"samples_per_s\": %s, "
-                                "\"seconds\": %s}\n",
-                                r->epoch, (long long)r->step, l, a, vl, va, sps, sec);
+                                "\"seconds\": %s, \"lr\": %s}\n",
+                                r->epoch, (long long)r->step, l, a, vl, va, sps, sec, lr);
         if (r->val_loss >= 0) {
             snprintf(vl, sizeof vl, "%.6g", r->val_loss);
             snprintf(va, sizeof va, "%.6g", r->val_acc);
         }
-        clen += (size_t)snprintf(c + clen, cap - clen, "%d,%lld,%.6g,%.6g,%s,%s,%.1f,%.3f\n",
+        clen += (size_t)snprintf(c + clen, cap - clen, "%d,%lld,%.6g,%.6g,%s,%s,%.1f,%.3f,%.6g\n",
                                  r->epoch, (long long)r->step, r->loss, r->acc,
                                  r->val_loss >= 0 ? vl : "", r->val_loss >= 0 ? va : "",
-                                 r->samples_per_s, r->seconds);
+                                 r->samples_per_s, r->seconds, r->lr);
     }
     char path[600];
     snprintf(path, sizeof path, "%s/metrics.jsonl", mt->dir);
@@ -142,7 +224,7 @@ static int epoch_scalars(mgt_metrics *mt, const mgt_epoch_row *r, mgt_err *err) 
     return mgt_tb_scalars(&mt->tb, r->step, n, tags, values, err);
 }
 
-int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
+static int add_row(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
     if (mt->nrows == mt->cap) {
         int cap = mt->cap ? 2 * mt->cap : 16;
         mgt_epoch_row *nr = realloc(mt->rows, sizeof *nr * (size_t)cap);
@@ -152,6 +234,84 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
         mt->cap = cap;
     }
     mt->rows[mt->nrows++] = *row;
+    return 0;
+}
+
+/* A number of a JSON row; `null` (no validation) reads as -1, as the rows hold it. */
+static int row_number(const cJSON *j, const char *key, int nullable, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (nullable && cJSON_IsNull(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v))
+        return -1;
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* One line of metrics.jsonl as a row (the numbers come back as written: all their digits). */
+static int parse_row(const char *line, mgt_epoch_row *r) {
+    cJSON *j = cJSON_Parse(line);
+    double epoch = 0, step = 0;
+    memset(r, 0, sizeof *r);
+    int rc = j && !row_number(j, "epoch", 0, &epoch) && !row_number(j, "step", 0, &step) &&
+                     !row_number(j, "loss", 0, &r->loss) && !row_number(j, "acc", 0, &r->acc) &&
+                     !row_number(j, "val_loss", 1, &r->val_loss) &&
+                     !row_number(j, "val_acc", 1, &r->val_acc) &&
+                     !row_number(j, "samples_per_s", 0, &r->samples_per_s) &&
+                     !row_number(j, "seconds", 0, &r->seconds) && epoch >= 1 && epoch <= INT_MAX &&
+                     step >= 0 && step <= 9e15
+                 ? 0
+                 : -1;
+    double lr = 0;
+    if (!rc && !row_number(j, "lr", 0, &lr))
+        r->lr = lr;
+    r->epoch = (int)epoch;
+    r->step = (int64_t)step;
+    cJSON_Delete(j);
+    return rc;
+}
+
+int mgt_metrics_resume(mgt_metrics *mt, int64_t step, char *notice, size_t notice_size,
+                       mgt_err *err) {
+    notice[0] = 0;
+    char path[600], *text = NULL;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", mt->dir);
+    mgt_err e;
+    if (mgt_read_text_file(path, "metrics file", (size_t)1 << 30, &text, NULL, &e) < 0) {
+        snprintf(notice, notice_size, "notice: %s; the metrics history starts again here", e.msg);
+        return 0;
+    }
+    int bad = 0, line_no = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        line_no++;
+        mgt_epoch_row r;
+        if (!*line)
+            continue;
+        if (parse_row(line, &r) < 0) {
+            if (!bad++)
+                snprintf(notice, notice_size,
+                         "notice: %s:%d is not a row of metrics; it and any other such line are "
+                         "left out",
+                         path, line_no);
+            continue;
+        }
+        if (r.step <= step && add_row(mt, &r, err) < 0) {
+            free(text);
+            return -1;
+        }
+    }
+    free(text);
+    return write_files(mt, err);
+}
+
+int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
+    if (add_row(mt, row, err) < 0)
+        return -1;
     if (mt->verbose >= 1) {
         char val[96] = "";
         if (row->val_loss >= 0)
@@ -169,9 +329,134 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
     return mt->tb.fd >= 0 ? epoch_scalars(mt, row, err) : 0;
 }
 
+/* ---- per-step rows ---- */
+
+static const char *const step_files[2] = {"metrics_steps.jsonl", "metrics_steps.csv"};
+static const char step_header[] = "step,epoch,loss,acc,lr,samples_per_s\n";
+
+/* The step a whole row names (JSON lines start {"step": N, CSV rows N,), or -1. */
+static int64_t row_step(const char *line, int csv) {
+    long long v;
+    int used = 0;
+    if (csv ? sscanf(line, "%lld,%n", &v, &used) : sscanf(line, "{\"step\": %lld,%n", &v, &used))
+        return used > 0 ? (int64_t)v : -1;
+    return -1;
+}
+
+/* Rewrites a step file (atomically) with its header and its whole rows up to step `upto`. */
+static int keep_rows(const char *path, int csv, int64_t upto, mgt_err *err) {
+    size_t len = 0;
+    char *text = NULL;
+    FILE *f = upto > 0 ? fopen(path, "rb") : NULL;
+    if (!f && upto > 0 && errno != ENOENT)
+        return mgt_errf(err, "cannot read %s: %s; move it away to start its rows afresh", path,
+                        strerror(errno));
+    if (f) {
+        if (fseek(f, 0, SEEK_END) == 0) {
+            const long n = ftell(f);
+            text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+            if (text && (fseek(f, 0, SEEK_SET) != 0 || fread(text, 1, (size_t)n, f) != (size_t)n)) {
+                free(text);
+                text = NULL;
+            }
+            len = text ? (size_t)n : 0;
+        }
+        const int failed = !text;
+        fclose(f);
+        if (failed)
+            return mgt_errf(err, "cannot read %s: %s; move it away to start its rows afresh", path,
+                            strerror(errno ? errno : EIO));
+        text[len] = 0;
+    }
+    char *out = malloc(len + sizeof step_header);
+    if (!out) {
+        free(text);
+        return mgt_errf(err, "out of memory reading %s", path);
+    }
+    size_t at = 0;
+    if (csv) {
+        memcpy(out, step_header, sizeof step_header - 1);
+        at = sizeof step_header - 1;
+    }
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (!nl)
+            break; /* a part of a row, cut by a crash */
+        const int64_t st = row_step(line, csv);
+        if (st >= 0 && st <= upto) {
+            memcpy(out + at, line, (size_t)(nl - line) + 1);
+            at += (size_t)(nl - line) + 1;
+        }
+        line = nl + 1;
+    }
+    const int rc = mgt_atomic_write(path, out, at, err);
+    free(out);
+    free(text);
+    return rc;
+}
+
+int mgt_metrics_steps_open(mgt_metrics *mt, int64_t start_step, mgt_err *err) {
+    for (int i = 0; i < 2; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", mt->dir, step_files[i]);
+        if (keep_rows(path, i == 1, start_step, err) < 0)
+            return -1;
+        mt->steps_fd[i] = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (mt->steps_fd[i] < 0)
+            return mgt_errf(err, "cannot open %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* One row with one write (looping only on a partial write or EINTR). */
+static int append(int fd, const char *name, const char *dir, const char *text, size_t len,
+                  mgt_err *err) {
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return mgt_errf(err, "cannot write %s/%s: %s; free space there", dir, name,
+                            strerror(w < 0 ? errno : EIO));
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+int mgt_metrics_step(mgt_metrics *mt, const mgt_step_row *r, mgt_err *err) {
+    char e[32], l[32], a[32], lr[32], sps[32], line[512];
+    exact(e, sizeof e, r->epoch);
+    exact(l, sizeof l, r->loss);
+    exact(a, sizeof a, r->acc);
+    exact(lr, sizeof lr, r->lr);
+    exact(sps, sizeof sps, r->samples_per_s);
+    int n = snprintf(line, sizeof line,
+                     "{\"step\": %" PRId64 ", \"epoch\": %s, \"loss\": %s, \"acc\": %s, "
+                     "\"lr\": %s, \"samples_per_s\": %s}\n",
+                     r->step, e, l, a, lr, sps);
+    if (mt->steps_fd[0] >= 0 &&
+        append(mt->steps_fd[0], step_files[0], mt->dir, line, (size_t)n, err) < 0)
+        return -1;
+    n = snprintf(line, sizeof line, "%" PRId64 ",%.6g,%.6g,%.6g,%.6g,%.1f\n", r->step, r->epoch,
+                 r->loss, r->acc, r->lr, r->samples_per_s);
+    if (mt->steps_fd[1] >= 0 &&
+        append(mt->steps_fd[1], step_files[1], mt->dir, line, (size_t)n, err) < 0)
+        return -1;
+    if (mt->tb.fd < 0)
+        return 0;
+    const char *tags[] = {"step/loss", "step/accuracy", "step/learning_rate", "step/samples_per_s"};
+    const double values[] = {r->loss, r->acc, r->lr, r->samples_per_s};
+    return mgt_tb_scalars(&mt->tb, r->step, 4, tags, values, err);
+}
+
 void mgt_metrics_free(mgt_metrics *mt) {
     mgt_tb_close(&mt->tb);
+    for (int i = 0; i < 2; i++)
+        if (mt->steps_fd[i] >= 0)
+            close(mt->steps_fd[i]);
     free(mt->rows);
     memset(mt, 0, sizeof *mt);
     mt->tb.fd = -1;
+    mt->steps_fd[0] = mt->steps_fd[1] = -1;
 }

@@ -1,7 +1,9 @@
 /* metrics.h: what rank 0 shows and writes about training: the Keras-style progress bar (TTY)
  * and epoch lines, OUT/metrics.jsonl + OUT/metrics.csv, rewritten whole (atomically) after
  * every epoch so a reader never sees half a line, and the same figures as TensorBoard scalars in
- * OUT/tb/ (tb.h). Every figure passed in is already global (reduced over all ranks).
+ * OUT/tb/ (tb.h), per-step rows with --log-every. Every figure passed in is already global (reduced
+ * over all ranks). A resumed
+ * run keeps the history its checkpoint had (mgt_metrics_resume).
  *
  * metrics.jsonl holds each figure with as many digits as it takes to read back the very double
  * (as Python's repr does): a reader gets the numbers the run computed, and TensorBoard's float32
@@ -23,6 +25,24 @@ typedef struct mgt_epoch_row {
     double lr; /* the learning rate the epoch ended with */
 } mgt_epoch_row;
 
+/* One per-step row (--log-every N), at every N-th global step. */
+typedef struct mgt_step_row {
+    int64_t step;         /* optimizer steps done */
+    double epoch;         /* epochs done, with the fraction of the current one (0.5: half of the
+                             first), so per-step and per-epoch rows share an axis */
+    double loss, acc;     /* means over the samples of the steps since the previous row (or since
+                             this run started), over all ranks */
+    double lr;            /* the learning rate of the row's last step */
+    double samples_per_s; /* over those steps' wall time, all ranks */
+} mgt_step_row;
+
+/* The progress bar as last drawn, for a redraw with a status ("validating"). */
+typedef struct mgt_bar {
+    int epoch;
+    int64_t step, steps;
+    double eta_s, loss, acc;
+} mgt_bar;
+
 typedef struct mgt_metrics {
     int verbose;          /* 0 silent, 1 bar, 2 epoch lines */
     int epochs;
@@ -31,15 +51,26 @@ typedef struct mgt_metrics {
     int nrows, cap;
     double last_draw;
     int bar_open;
+    mgt_bar bar;          /* the last bar drawn */
+    int launched;         /* started by mpirun/srun: the terminal may be the launcher's */
     mgt_tb tb;            /* TensorBoard event file; tb.fd < 0: none */
+    int steps_fd[2];      /* per-step rows: metrics_steps.jsonl, .csv (-1: none) */
 } mgt_metrics;
 
 /* verbose < 0: 1 on a terminal, 2 otherwise; launched: started by mpirun/srun, whose ranks'
  * stdout may be a pseudo-terminal even when the launcher's own output is not a terminal. */
 void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched);
-/* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force). */
+/* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force): step of
+ * steps, the steps this epoch will run (fewer where --max-steps ends it). The line is fitted to
+ * the terminal's width (COLUMNS, else the terminal's own, else 80), dropping the least needed
+ * parts first, so it never wraps: a wrapped line would scroll at every redraw. */
 void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
                           double loss, double acc, int force);
+/* The last bar drawn again, saying that validation runs (verbose 1, a bar open). */
+void mgt_metrics_validating(mgt_metrics *mt);
+/* The bar's line for a terminal of `width` columns, at most width - 1 characters (the last
+ * column left free: writing it makes some terminals wrap). status: replaces the ETA, or NULL. */
+void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, const char *status);
 /* Rank 0: also writes every epoch's figures to a new event file in OUT/tb/ (tb.h), training
  * having started (or resumed) at start_step, as TensorBoard scalars at the global step:
  * epoch/loss, epoch/accuracy, epoch/val_loss, epoch/val_accuracy (when validated),
@@ -47,8 +78,27 @@ void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t step
  * there too, at its report. Per-step scalars may go into mt->tb with mgt_tb_scalars. Returns
  * -1 if the file cannot be created. */
 int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_err *err);
+/* Rank 0 of a resumed run, before its first epoch: the rows metrics.jsonl holds up to the
+ * checkpoint's step become the first rows (Keras' CSVLogger(append=True)), and both files are
+ * rewritten with them at once; rows after it (work a stopped run did that is now done again, as
+ * TensorBoard drops it) are left out. A missing or unreadable file, or a line that is not a row,
+ * leaves a sentence in notice (else notice[0] = 0). Returns -1 if the files cannot be
+ * rewritten. */
+int mgt_metrics_resume(mgt_metrics *mt, int64_t step, char *notice, size_t notice_size,
+                       mgt_err *err);
 /* The epoch line, plus the metrics files. Returns -1 if the files cannot be written. */
 int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err);
+
+/* Per-step rows (rank 0, --log-every): OUT/metrics_steps.jsonl and OUT/metrics_steps.csv (step,
+ * epoch, loss, acc, lr, samples_per_s; the JSON lines with every digit, the CSV with 6), beside
+ * the per-epoch files, whose readers they leave alone. Rows are appended, one write each, so a
+ * long run does not rewrite its history at every row; a crash can leave at most a part of the
+ * last line. A run that starts at step 0 starts the files afresh; one resumed at start_step
+ * keeps the rows up to that step (the files are rewritten atomically without the later ones,
+ * which the resumed run redoes, and without a damaged last line). Also TensorBoard scalars
+ * step/loss, step/accuracy, step/learning_rate and step/samples_per_s. */
+int mgt_metrics_steps_open(mgt_metrics *mt, int64_t start_step, mgt_err *err);
+int mgt_metrics_step(mgt_metrics *mt, const mgt_step_row *row, mgt_err *err);
 void mgt_metrics_free(mgt_metrics *mt);
 
 #endif

@@ -1,12 +1,21 @@
-/* model.h: a model file becomes a list of layers over two flat arenas.
+/* model.h: a model file becomes a graph of layers over two flat arenas.
  *
- * The model file is INI: [input], one section per layer in order, then [train]. Every trainable
- * tensor lives in ONE parameter arena and its gradient at the same offset in ONE gradient arena,
- * so an optimizer step is one call and the gradient all-reduce is one collective. Non-trainable
- * state (batchnorm running statistics) lives in a third arena. Tensors are in PyTorch's layouts
- * and named <layer>.weight, <layer>.bias, <layer>.running_mean, <layer>.running_var.
+ * The model file is INI: [input], one section per layer, then [train]. A layer takes the
+ * previous layer's output unless it names its inputs (input = NAME, inputs = A, B: layers above
+ * it, or "input" for the model's input), so the file order is an order of computation and the
+ * graph has no cycles by construction; the last layer is the output. Merge layers ([add],
+ * [concat]) take two or more inputs. Every trainable tensor lives in ONE parameter arena and its
+ * gradient at the same offset in ONE gradient arena, so an optimizer step is one call and the
+ * gradient all-reduce is one collective. Non-trainable state (batchnorm running statistics) lives
+ * in a third arena. Tensors are in PyTorch's layouts and named <layer>.weight, <layer>.bias,
+ * <layer>.running_mean, <layer>.running_var (a separable convolution: <layer>.depthwise.weight,
+ * <layer>.pointwise.weight, <layer>.pointwise.bias).
  *
- * Activations are NHWC, allocated once for the largest local batch when the model is built. */
+ * Activations are NHWC, in one arena allocated for the largest local batch when the model is
+ * built. A planner (mgt_model_plan) places every activation, every gradient of an activation and
+ * every layer's temporary tensor at an offset of that arena for the span of the step in which it
+ * is needed (forward, and backward where backward reads it), so memory a later layer no longer
+ * needs is used again. */
 #ifndef MGT_MODEL_H
 #define MGT_MODEL_H
 
@@ -15,7 +24,10 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "clip.h"
 #include "cpu/optim_math.h" /* the optimizer kinds and their settings */
+#include "monitor.h"
+#include "schedule.h"
 #include "tensor_io.h"
 #include "util.h"
 
@@ -24,6 +36,14 @@ struct mgt_comm;
 typedef struct mgt_shape {
     int h, w, c; /* per sample; dense outputs are 1 x 1 x units */
 } mgt_shape;
+
+/* Capacities. The backends take element counts as int (BLAS, cuBLAS and cuDNN do too), so every
+ * tensor, a parameter or one layer's activations for the whole local batch, holds at most
+ * MGT_MAX_TENSOR_ELEMS values; sizes are computed in 64 bits and checked against it, and a model
+ * past it is refused as "too large" when it is parsed (per sample) or allocated (per batch).
+ * A model file has at most MGT_MAX_LAYERS layers (ResNet-152 has about 500 in Keras' count). */
+#define MGT_MAX_TENSOR_ELEMS ((int64_t)2147483647)
+#define MGT_MAX_LAYERS 4096
 
 static inline int64_t mgt_shape_elems(mgt_shape s) { return (int64_t)s.h * s.w * s.c; }
 
@@ -35,10 +55,21 @@ typedef struct mgt_train_cfg {
     float lr;             /* < 0: the optimizer's default (optim.h) */
     mgt_opt_settings opt; /* the optimizer's other keys (optim.c's key table) */
     mgt_loss loss;
-    int64_t batch_size; /* GLOBAL batch */
+    int64_t batch_size; /* GLOBAL batch (of a micro-batch, with accumulation) */
+    int accum_steps;    /* micro-batches per optimizer step (gradient accumulation; 1: none) */
     int epochs;
     uint64_t seed;
     int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
+    /* The training regime's keys: the learning-rate schedule and warm-up, gradient clipping,
+     * early stopping and the best weights, label smoothing (schedule.h, clip.h, monitor.h). */
+    mgt_sched_cfg sched;
+    mgt_clip_cfg clip;
+    mgt_stop_cfg stop;
+    float label_smoothing; /* Keras' label_smoothing of the cross-entropy losses, in [0, 1] */
+    /* reproducible (--reproducible): the same weights, bit for bit, on any rank count, from
+     * chunks of repro_chunk samples (repro.h; 0: not given, the default chunk). */
+    int reproducible;
+    int64_t repro_chunk;
 } mgt_train_cfg;
 
 /* One named tensor of an arena. */
@@ -52,6 +83,10 @@ typedef struct mgt_param {
 } mgt_param;
 
 enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
+
+/* The step's sums that travel with the gradients, right after the arena (m->sums): the loss, the
+ * correct predictions and the count of ranks asking to stop (fit.c). */
+#define MGT_NSUMS 3
 
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
@@ -75,8 +110,10 @@ typedef struct mgt_step {
     uint64_t seed;          /* run seed: with global_step and the layer, keys dropout */
     struct mgt_comm *comm;  /* for synchronised batchnorm; NULL: local statistics */
     /* --reproducible (repro.h): the step runs chunk by chunk with exact sums; NULL: off. A chunk
-     * is handed to a layer as a step of its own, whose rows start at row0 among the rank's
-     * rows: a layer keeping per-row state (maxpool's argmax) offsets it by row0 (0 otherwise). */
+     * is a step of its own whose n rows are rows row0 .. row0 + n - 1 of the rank's batch in
+     * every per-sample tensor (s->in, the activations and their gradients, the layers' saved and
+     * work memory): model.c hands each layer its rows of x, y, dy and dx, and a layer that uses
+     * its own saved or work memory takes its rows with mgt_step_rows. row0 is 0 otherwise. */
     struct mgt_repro *repro;
     int64_t row0;
     /* Backward calls grads_ready(grads_ctx, l, offset, count) as soon as layer l's parameter
@@ -88,10 +125,19 @@ typedef struct mgt_step {
     void *grads_ctx;
 } mgt_step;
 
+/* The step's rows of a per-sample tensor of `per_sample` floats a sample (see row0). */
+static inline float *mgt_step_rows(float *base, const mgt_step *s, size_t per_sample) {
+    return base ? base + (size_t)s->row0 * per_sample : NULL;
+}
+
+/* What a layer type's backward reads of its forward pass (the planner keeps those alive). */
+enum { MGT_BWD_READS_X = 1 };
+
 /* A layer type: one file in layers/, one line in layers/registry.c. */
 typedef struct mgt_layer_type {
     const char *name;        /* the section name */
-    const char *const *keys;     /* accepted keys besides "name" (and "activation" if has_act) */
+    /* accepted keys besides "name", "input"/"inputs" (and "activation" if has_act) */
+    const char *const *keys;
     const char *const *required; /* keys that must be given (NULL: none) */
     int has_act;                 /* accepts activation = */
     void (*defaults)(mgt_layer *l); /* default settings before the section's keys, may be NULL */
@@ -108,6 +154,25 @@ typedef struct mgt_layer_type {
                      const float *y, float *dy, float *dx);
     size_t (*scratch)(mgt_backend *be, const mgt_layer *l, int max_batch); /* may be NULL */
     void (*release)(mgt_model *m, mgt_layer *l);          /* may be NULL */
+    /* MGT_BWD_READS_X when backward reads its input x (the planner keeps x until then). A
+     * layer's own output y is kept for backward only where its activation needs it. */
+    int bwd_reads;
+    /* The output may take the input's memory (an elementwise op whose backward reads neither x
+     * nor y): the planner lets it where nothing else needs the input afterwards. */
+    int inplace;
+    /* Per-sample floats of layer-private memory the planner places: `saved` lives from the
+     * layer's forward to its backward (l->saved), `work` during its backward only (l->work).
+     * May be NULL. */
+    void (*temps)(const mgt_layer *l, size_t *saved, size_t *work);
+    /* Merge layers (two or more inputs: inputs = a, b, ...) have these instead of forward and
+     * backward, with one x and one dx per input. dx[k] is NULL where input k needs no gradient;
+     * accumulate[k] says to add to dx[k] instead of overwriting it (the input already holds the
+     * gradient from another of its consumers). */
+    int merge;
+    void (*forward_n)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *const *x,
+                      float *y);
+    void (*backward_n)(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy, float *const *dx,
+                       const int *accumulate);
 } mgt_layer_type;
 
 /* The registry (layers/registry.c). */
@@ -132,6 +197,9 @@ void mgt_train_defaults(mgt_train_cfg *t);
 int mgt_train_set(mgt_train_cfg *t, const char *key, const char *value, mgt_err *err);
 /* The keys [train] accepts, NULL-terminated in keys[max]; returns their count. */
 int mgt_train_keys(const char **keys, int max);
+/* The [train] keys checked against each other, once the model file and the command line have
+ * set them all; validating: the run validates after every epoch. */
+int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err);
 const char *mgt_opt_name(mgt_opt_kind k);
 const char *mgt_loss_name(mgt_loss l);
 
@@ -139,8 +207,9 @@ const char *mgt_loss_name(mgt_loss l);
 typedef struct mgt_layer_cfg {
     int units;                   /* dense */
     int filters, kernel, kernel_w, stride; /* conv2d; pool: kernel = size */
-    int same;                    /* conv2d padding */
+    int same;                              /* conv2d, pool padding */
     int bias;                    /* dense, conv2d */
+    int pad[4];                  /* zeropad: top, bottom, left, right */
     float rate;                  /* dropout */
     float momentum, epsilon;     /* batchnorm */
     int sync;                    /* batchnorm: global statistics */
@@ -149,20 +218,45 @@ typedef struct mgt_layer_cfg {
     mgt_conv_algo algo;          /* conv2d: algo = auto|direct|winograd */
 } mgt_layer_cfg;
 
+enum { MGT_MAX_INPUTS = 16 };
+
 struct mgt_layer {
     const mgt_layer_type *type;
     char name[64];
     int index;  /* 0-based position */
     int line;   /* section header line in the model file */
-    mgt_shape in, out;
+    mgt_shape in, out; /* in: the first input's shape */
+    /* The layers whose outputs this one takes (-1: the model's input), in the order given. */
+    int ninputs;
+    int inputs[MGT_MAX_INPUTS];
+    char inputs_text[256]; /* the input / inputs key as written ("" : the previous layer) */
+    int inputs_line;
+    int consumers; /* how many input slots of later layers take this one's output */
+    /* Bit k: backward adds input k's gradient to what a later consumer of the same tensor
+     * wrote (set by mgt_model_alloc). */
+    unsigned accumulate;
     mgt_act act;      /* applied after the layer's own op (activation = key) */
     int fused_act;    /* softmax left to the loss op (last layer, cross-entropy) */
     mgt_layer_cfg cfg;
     int param[4];     /* indices into m->params (-1: none) */
     int buffer[2];    /* indices into m->buffers */
-    float *y;         /* output activations [max_batch][out] */
-    void *state[4];   /* layer-private backend memory (argmax, mean, invstd, ...) */
+    float *y;         /* output activations [max_batch][out] (in the activation arena) */
+    float *saved, *work; /* the planner's layer-private memory (temps), or NULL */
+    void *state[4];      /* layer-private backend memory (mean, invstd, ...) */
 };
+
+/* The activation memory plan (mgt_model_plan): where each tensor lives in the arena. Blocks are
+ * the layers' outputs, the gradients of those outputs, the layers' saved and work tensors and
+ * one buffer for gradients a second consumer adds in; each has a life span in the step's
+ * timeline (layer i's forward at time i, the loss at L, layer i's backward at 2L - i). */
+typedef struct mgt_plan {
+    size_t *y, *dy, *saved, *work; /* per layer: byte offsets into the arena (SIZE_MAX: none) */
+    size_t acc;                    /* the accumulation buffer's offset (SIZE_MAX: none) */
+    int *y_from;                   /* per layer: the layer whose memory y shares (itself if none) */
+    size_t arena;                  /* bytes of the arena */
+    size_t unplanned;              /* bytes if every block had its own memory (share = 0) */
+    size_t live_peak;              /* the most bytes alive at one time: no plan needs less */
+} mgt_plan;
 
 struct mgt_model {
     char name[64];    /* from the file name: examples/mlp.cfg -> "mlp" */
@@ -174,7 +268,10 @@ struct mgt_model {
     int classes;      /* the last layer's units */
 
     int nparams, nbuffers;
-    mgt_param params[256], buffers[64];
+    mgt_param *params, *buffers; /* grown as layers declare tensors; freed by mgt_model_free */
+    int params_cap, buffers_cap;
+    int add_failed;        /* a declaration failed (the build then fails) */
+    int no_memory_sharing; /* set before mgt_model_alloc: plan with share = 0 (tests) */
     size_t param_count, buffer_count; /* floats */
 
     /* Backend memory, after mgt_model_alloc. */
@@ -185,20 +282,37 @@ struct mgt_model {
     int32_t *labels;     /* [max_batch] */
     float *targets;      /* one-hot targets for categorical CE */
     float *probs;        /* softmax when the last layer outputs logits */
-    float *grad[2];      /* ping-pong activation gradients */
-    float *sums;         /* loss sum, correct count: inside the gradient arena, after it */
-    int first_trainable; /* layers up to this one need no input gradient */
+    float *sums;         /* MGT_NSUMS step sums: inside the gradient arena, after it */
+    float *act;          /* the activation arena (plan.arena bytes) */
+    float *grad_acc;     /* where a second consumer's input gradient goes before it is added */
+    mgt_plan plan;
+    float **dy;      /* per layer: the gradient of its output in the arena, or NULL */
+    int *needs_grad; /* per layer: its output's gradient is needed (params at or above it) */
 };
 
 /* Parses a model file (or, when text != NULL, that text under the name `path`). Every error names
  * file:line and the key. */
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err);
-/* Declares a tensor (used by layers' build). Returns its index. */
+/* --input-shape: replaces the [input] shape ("H,W,C") and builds the layers again, shapes and
+ * parameters; errors name the flag's value or the layer that no longer fits. */
+int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err);
+/* The shape of layer l's k-th input. */
+mgt_shape mgt_layer_input_shape(const mgt_model *m, const mgt_layer *l, int k);
+/* Plans the activation memory for local batches of `batch` (see mgt_plan); frees with
+ * mgt_plan_free. share = 0 gives every block its own memory and no layer works in place (the
+ * baseline the plan is measured against). -1 when out of host memory. */
+int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_err *err);
+void mgt_plan_free(mgt_plan *p);
+/* Declares a tensor (used by layers' build). Returns its index, or -1 with the message in err
+ * when it is too large (MGT_MAX_TENSOR_ELEMS) or memory runs out. */
 int mgt_model_add_param(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
-                        const int64_t *shape, int init, float fan_in, float fan_out);
+                        const int64_t *shape, int init, float fan_in, float fan_out, mgt_err *err);
 int mgt_model_add_buffer(mgt_model *m, mgt_layer *l, const char *suffix, int ndim,
-                         const int64_t *shape, int init);
-/* Allocates arenas and activations for local batches up to max_batch. */
+                         const int64_t *shape, int init, mgt_err *err);
+/* Whether every activation tensor fits MGT_MAX_TENSOR_ELEMS for local batches of max_batch rows.
+ * Depends on the model and the batch only, so every rank gets the same answer. */
+int mgt_model_check_batch(const mgt_model *m, int max_batch, mgt_err *err);
+/* Allocates arenas and activations for local batches up to max_batch (checked as above). */
 int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err);
 void mgt_model_free(mgt_model *m);
 
@@ -215,10 +329,18 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s);
 /* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also
  * back-propagates, writing the SUM over the rows of per-sample gradients into m->g. */
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward);
+/* The same passes one piece at a time (bench/layer_times.c times them): layer i's forward with
+ * its activation; the loss alone (and the logits' gradient when backward is set); layer i's
+ * backward, which returns 0 and does nothing where no gradient is needed at or below it. Run the
+ * layers forward in file order and backward in reverse. */
+void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s);
+void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward);
+int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s);
 /* Applies the final softmax where it was fused into the loss (predict without labels). */
 void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out);
 
-/* Prints the layer table (name, type, output shape, parameters) and totals. */
+/* Prints the layer table (name, type, output shape, parameters, inputs), the totals and the
+ * activation memory of one rank at the global batch, planned and unplanned. */
 void mgt_model_summary(const mgt_model *m, FILE *f);
 
 /* Weights file I/O in PyTorch layout/names: writes params and buffers from host arrays; reads and

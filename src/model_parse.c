@@ -8,12 +8,15 @@
  * the section the reader opened. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "parse.h"
@@ -91,8 +94,13 @@ static void open_section(pstate *p, const char *s) {
         return;
     }
     size_t len = (size_t)(end - s - 1);
-    if (len >= sizeof p->sec_name)
-        len = sizeof p->sec_name - 1;
+    if (len >= sizeof p->sec_name) {
+        fail(p, p->line,
+             "section name [%.40s...] is too long; sections are [input], then layers "
+             "(%s), then [train]",
+             s + 1, mgt_layer_type_names());
+        return;
+    }
     memcpy(p->sec_name, s + 1, len);
     p->sec_name[len] = 0;
     mgt_trim(p->sec_name);
@@ -134,6 +142,11 @@ static void open_section(pstate *p, const char *s) {
              p->sec_name);
         return;
     }
+    if (p->m->nlayers == MGT_MAX_LAYERS) {
+        fail(p, p->line, "more than %d layers; mgtrain supports at most %d", MGT_MAX_LAYERS,
+             MGT_MAX_LAYERS);
+        return;
+    }
     if (p->m->nlayers == p->cap) {
         int cap = p->cap ? 2 * p->cap : 16;
         mgt_layer *nl = realloc(p->m->layers, sizeof *nl * (size_t)cap);
@@ -163,6 +176,8 @@ static void open_section(pstate *p, const char *s) {
 static char *reader(char *str, int num, void *stream) {
     pstate *p = stream;
     char *r;
+    if (p->failed)
+        return NULL; /* the first error is the one reported: read no further */
     if (p->text) {
         if (!*p->text)
             r = NULL;
@@ -223,6 +238,11 @@ static int set_input(pstate *p, const char *key, const char *val) {
         return fail(p, p->line, "[input] shape = %s: expected three positive whole numbers "
                                 "H,W,C, e.g. shape = 28,28,1", val);
     p->m->input = (mgt_shape){v[0], v[1], v[2]};
+    if (mgt_shape_elems(p->m->input) > MGT_MAX_TENSOR_ELEMS)
+        return fail(p, p->line,
+                    "[input] shape = %s: model too large: %lld values per sample, "
+                    "more than the %lld one tensor may hold",
+                    val, (long long)mgt_shape_elems(p->m->input), (long long)MGT_MAX_TENSOR_ELEMS);
     return 1;
 }
 
@@ -242,8 +262,8 @@ static int handler(void *user, const char *section, const char *key, const char 
     if (p->kind == SEC_NONE)
         return fail(p, p->line, "'%s = %s' is outside any section; keys belong under [input], "
                     "a layer or [train]", key, value);
-    const char *train_keys[32]; /* train_cfg.c's, the optimizers' included */
-    mgt_train_keys(train_keys, 32);
+    const char *train_keys[64]; /* train_cfg.c's, the optimizers' included */
+    mgt_train_keys(train_keys, 64);
     const char *const *keys = p->kind == SEC_INPUT   ? input_keys
                               : p->kind == SEC_TRAIN ? train_keys
                                                      : p->layer->type->keys;
@@ -251,19 +271,21 @@ static int handler(void *user, const char *section, const char *key, const char 
     for (int i = 0; keys && keys[i]; i++)
         ok |= !strcmp(keys[i], key);
     if (p->kind == SEC_LAYER)
-        ok |= !strcmp(key, "name") || (p->layer->type->has_act && !strcmp(key, "activation"));
+        ok |= !strcmp(key, "name") || !strcmp(key, "input") || !strcmp(key, "inputs") ||
+              (p->layer->type->has_act && !strcmp(key, "activation"));
     if (!ok) {
-        const char *cands[40] = {0};
+        const char *cands[68] = {0};
         int nc = 0;
-        for (int i = 0; keys && keys[i] && nc < 36; i++)
+        for (int i = 0; keys && keys[i] && nc < 64; i++)
             cands[nc++] = keys[i];
         if (p->kind == SEC_LAYER) {
             cands[nc++] = "name";
+            cands[nc++] = p->layer->type->merge ? "inputs" : "input";
             if (p->layer->type->has_act)
                 cands[nc++] = "activation";
         }
         const char *near = mgt_nearest(key, cands, nc);
-        char list[512] = "";
+        char list[900] = "";
         for (int i = 0; i < nc; i++) {
             strncat(list, cands[i], sizeof list - strlen(list) - 3);
             if (i + 1 < nc)
@@ -285,7 +307,25 @@ static int handler(void *user, const char *section, const char *key, const char 
     if (!strcmp(key, "name")) {
         if (mgt_check_name(value, &e) < 0)
             return fail(p, p->line, "[%s] name = %s: %s", p->sec_name, value, e.msg);
+        if (!strcmp(value, "input"))
+            return fail(p, p->line,
+                        "[%s] name = input: 'input' names the model's input in "
+                        "input/inputs keys; choose another name",
+                        p->sec_name);
         snprintf(l->name, sizeof l->name, "%s", value);
+        return 1;
+    }
+    if (!strcmp(key, "input") || !strcmp(key, "inputs")) {
+        /* Resolved once the whole file is read (build): names may be given before the layers
+         * they name are all known, and errors then report every kind of bad name the same way. */
+        if (l->inputs_text[0])
+            return fail(p, p->line, "[%s] has both input and inputs; give one of them",
+                        p->sec_name);
+        if (strlen(value) >= sizeof l->inputs_text)
+            return fail(p, p->line, "[%s] %s: the list is longer than %zu characters", p->sec_name,
+                        key, sizeof l->inputs_text - 1);
+        snprintf(l->inputs_text, sizeof l->inputs_text, "%s", value);
+        l->inputs_line = p->line;
         return 1;
     }
     if (!strcmp(key, "activation")) {
@@ -299,10 +339,136 @@ static int handler(void *user, const char *section, const char *key, const char 
     return 1;
 }
 
+/* Layer i's inputs from its input/inputs key: each name a layer above it, or "input" for the
+ * model's input; without the key, the previous layer (the model's input for the first). */
+static int resolve_inputs(pstate *p, mgt_layer *l) {
+    mgt_model *m = p->m;
+    const mgt_layer_type *t = l->type;
+    l->ninputs = 0;
+    if (!l->inputs_text[0]) {
+        if (t->merge)
+            return mgt_errf(p->err,
+                            "%s:%d: [%s] %s needs its inputs: inputs = A, B (two or "
+                            "more layers above it, or input for the model's input)",
+                            p->path, l->line, t->name, l->name);
+        l->inputs[l->ninputs++] = l->index - 1;
+        return 0;
+    }
+    char text[sizeof l->inputs_text];
+    snprintf(text, sizeof text, "%s", l->inputs_text);
+    const int line = l->inputs_line;
+    for (char *tok = text, *next; tok; tok = next) {
+        next = strchr(tok, ',');
+        if (next)
+            *next++ = 0;
+        mgt_trim(tok);
+        if (!*tok)
+            return mgt_errf(p->err,
+                            "%s:%d: [%s] %s: an empty name in the input list '%s'; "
+                            "separate layer names by single commas",
+                            p->path, line, t->name, l->name, l->inputs_text);
+        if (l->ninputs == MGT_MAX_INPUTS)
+            return mgt_errf(p->err,
+                            "%s:%d: [%s] %s: more than %d inputs; merge them in steps "
+                            "(an [%s] of [%s] layers)",
+                            p->path, line, t->name, l->name, MGT_MAX_INPUTS, t->name, t->name);
+        int at = -2;
+        if (!strcmp(tok, "input"))
+            at = -1;
+        for (int j = 0; j < m->nlayers && at == -2; j++)
+            if (!strcmp(m->layers[j].name, tok))
+                at = j;
+        if (at == l->index)
+            return mgt_errf(p->err,
+                            "%s:%d: [%s] %s takes its own output as an input; a layer "
+                            "takes layers above it",
+                            p->path, line, t->name, l->name);
+        if (at > l->index)
+            return mgt_errf(p->err,
+                            "%s:%d: [%s] %s takes '%s', which comes later (line %d): "
+                            "layers run in file order, so a layer may only take layers above it "
+                            "(this also rules out cycles); move [%s] %s below it",
+                            p->path, line, t->name, l->name, tok, m->layers[at].line, t->name,
+                            l->name);
+        if (at == -2) {
+            const char **names = malloc(sizeof *names * (size_t)(l->index + 1));
+            const char *near = NULL;
+            if (names) {
+                for (int j = 0; j < l->index; j++)
+                    names[j] = m->layers[j].name;
+                names[l->index] = "input";
+                near = mgt_nearest(tok, names, l->index + 1);
+            }
+            mgt_errf(p->err,
+                     "%s:%d: [%s] %s takes '%s', but no layer above it has that name%s%s%s; "
+                     "name a layer above (its name = ..., or the default <type>_<n>) or input "
+                     "for the model's input",
+                     p->path, line, t->name, l->name, tok, near ? " (did you mean '" : "",
+                     near ? near : "", near ? "'?)" : "");
+            free(names);
+            return -1;
+        }
+        l->inputs[l->ninputs++] = at;
+    }
+    if (t->merge && l->ninputs < 2)
+        return mgt_errf(p->err,
+                        "%s:%d: [%s] %s merges two or more inputs but is given %d; "
+                        "list them: inputs = A, B",
+                        p->path, line, t->name, l->name, l->ninputs);
+    if (!t->merge && l->ninputs != 1)
+        return mgt_errf(p->err,
+                        "%s:%d: [%s] %s takes one input but is given %d; only [add] and "
+                        "[concat] merge several",
+                        p->path, line, t->name, l->name, l->ninputs);
+    return 0;
+}
+
+/* Shapes and parameters from the input shape on, layer by layer (again after --input-shape). */
+static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
+    mgt_err e;
+    m->nparams = m->nbuffers = 0;
+    m->param_count = m->buffer_count = 0;
+    m->add_failed = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        mgt_layer *l = &m->layers[i];
+        for (int j = 0; j < 4; j++)
+            l->param[j] = -1;
+        for (int j = 0; j < 2; j++)
+            l->buffer[j] = -1;
+        l->in = mgt_layer_input_shape(m, l, 0);
+        if (l->type->build(m, l, &e) < 0)
+            return mgt_errf(err, "%s:%d: [%s] %s: %s", path, l->line, l->type->name, l->name,
+                            e.msg);
+        if (m->add_failed)
+            return mgt_errf(err, "out of host memory declaring the tensors of layer %s", l->name);
+        if (l->out.h < 1 || l->out.w < 1 || l->out.c < 1 ||
+            mgt_shape_elems(l->out) > MGT_MAX_TENSOR_ELEMS)
+            return mgt_errf(err,
+                            "%s:%d: [%s] %s: model too large: its output holds %lld "
+                            "values per sample, more than the %lld one tensor may hold",
+                            path, l->line, l->type->name, l->name,
+                            (long long)mgt_shape_elems(l->out), (long long)MGT_MAX_TENSOR_ELEMS);
+    }
+    mgt_layer *last = &m->layers[m->nlayers - 1];
+    if (last->out.h != 1 || last->out.w != 1 || last->out.c < 2)
+        return mgt_errf(err,
+                        "%s:%d: the last layer (%s) gives %dx%dx%d per sample; for "
+                        "classification it must give one score per class, e.g. [dense] units = "
+                        "10",
+                        path, last->line, last->name, last->out.h, last->out.w, last->out.c);
+    for (int i = 0; i < m->nlayers - 1; i++)
+        if (m->layers[i].act == MGT_ACT_SOFTMAX && m->layers[i].out.h * m->layers[i].out.w != 1)
+            return mgt_errf(err,
+                            "%s:%d: softmax on %s needs a flat input (after [flatten] "
+                            "or [dense])",
+                            path, m->layers[i].line, m->layers[i].name);
+    m->classes = last->out.c;
+    return 0;
+}
+
 /* Shapes, parameters and whole-model checks, after the file has been read. */
 static int build(pstate *p) {
     mgt_model *m = p->m;
-    mgt_err e;
     if (!p->had_input)
         return mgt_errf(p->err, "%s: no [input] section; start the file with [input] and "
                         "shape = H,W,C", p->path);
@@ -314,58 +480,107 @@ static int build(pstate *p) {
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(m->layers[i].name, m->layers[j].name))
-                return mgt_errf(p->err, "%s:%d: layer name '%s' is already used by the layer at "
-                                "line %d; names must be unique", p->path, m->layers[i].line,
-                                m->layers[i].name, m->layers[j].line);
-    mgt_shape s = m->input;
-    for (int i = 0; i < m->nlayers; i++) {
-        mgt_layer *l = &m->layers[i];
-        l->in = s;
-        if (l->type->build(m, l, &e) < 0)
-            return mgt_errf(p->err, "%s:%d: [%s] %s: %s", p->path, l->line, l->type->name,
-                            l->name, e.msg);
-        s = l->out;
+                return mgt_errf(p->err,
+                                "%s:%d: layer name '%s' is already used by the layer at "
+                                "line %d; names must be unique",
+                                p->path, m->layers[i].line, m->layers[i].name, m->layers[j].line);
+    for (int i = 0; i < m->nlayers; i++)
+        if (resolve_inputs(p, &m->layers[i]) < 0)
+            return -1;
+    /* Every output but the last feeds a later layer: a branch nothing takes would be computed
+     * for nothing, and is most likely a name missing from an inputs list. */
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].consumers = 0;
+    for (int i = 0; i < m->nlayers; i++)
+        for (int k = 0; k < m->layers[i].ninputs; k++)
+            if (m->layers[i].inputs[k] >= 0)
+                m->layers[m->layers[i].inputs[k]].consumers++;
+    for (int i = 0; i < m->nlayers - 1; i++) {
+        const mgt_layer *l = &m->layers[i];
+        if (!l->consumers)
+            return mgt_errf(p->err,
+                            "%s:%d: the output of [%s] %s is used by no layer: only the "
+                            "last layer is the model's output; name it in a later layer's input "
+                            "or inputs, or remove the section",
+                            p->path, l->line, l->type->name, l->name);
     }
     mgt_layer *last = &m->layers[m->nlayers - 1];
-    if (last->out.h != 1 || last->out.w != 1 || last->out.c < 2)
-        return mgt_errf(p->err, "%s:%d: the last layer (%s) gives %dx%dx%d per sample; for "
-                        "classification it must give one score per class, e.g. [dense] units = "
-                        "10", p->path, last->line, last->name, last->out.h, last->out.w,
-                        last->out.c);
     if (last->act != MGT_ACT_NONE && last->act != MGT_ACT_SOFTMAX)
-        return mgt_errf(p->err, "%s:%d: the last layer (%s) has a %s activation; with "
-                        "cross-entropy it must be softmax or none (logits)", p->path, last->line,
-                        last->name, mgt_act_name(last->act));
-    for (int i = 0; i < m->nlayers - 1; i++)
-        if (m->layers[i].act == MGT_ACT_SOFTMAX && m->layers[i].out.h * m->layers[i].out.w != 1)
-            return mgt_errf(p->err, "%s:%d: softmax on %s needs a flat input (after [flatten] "
-                            "or [dense])", p->path, m->layers[i].line, m->layers[i].name);
+        return mgt_errf(p->err,
+                        "%s:%d: the last layer (%s) has a %s activation; with "
+                        "cross-entropy it must be softmax or none (logits)",
+                        p->path, last->line, last->name, mgt_act_name(last->act));
     last->fused_act = last->act == MGT_ACT_SOFTMAX;
-    m->classes = last->out.c;
+    return build_layers(m, p->path, p->err);
+}
+
+int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err) {
+    int v[3];
+    if (mgt_parse_int_list(hwc, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
+        return mgt_errf(err, "expected three positive whole numbers H,W,C, e.g. 224,224,3");
+    m->input = (mgt_shape){v[0], v[1], v[2]};
+    return build_layers(m, m->path, err);
+}
+
+/* The model's name (the file name without its extension) and path, which must fit their
+ * buffers whole: the name makes the default output folder runs/<name>. */
+static int model_name(mgt_model *m, const char *path, mgt_err *err) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    const char *dot = strrchr(b, '.');
+    size_t len = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+    if (strlen(path) >= sizeof m->path)
+        return mgt_errf(err,
+                        "model file %.40s...: the path has %zu characters, more than the "
+                        "%zu supported; use a shorter path",
+                        path, strlen(path), sizeof m->path - 1);
+    if (len == 0 || len >= sizeof m->name)
+        return mgt_errf(err,
+                        "model file %s: its name gives the model's name, which must have 1 "
+                        "to %zu characters; rename the file",
+                        path, sizeof m->name - 1);
+    memcpy(m->name, b, len);
+    m->name[len] = 0;
+    snprintf(m->path, sizeof m->path, "%s", path);
     return 0;
 }
 
-static void model_name(mgt_model *m, const char *path) {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    snprintf(m->name, sizeof m->name, "%s", b);
-    char *dot = strrchr(m->name, '.');
-    if (dot && dot != m->name)
-        *dot = 0;
-    snprintf(m->path, sizeof m->path, "%s", path);
+/* Opens a model file for reading: a regular file only (a pipe would block until someone wrote
+ * to it, a device would never end). */
+static FILE *open_model(const char *path, mgt_err *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0) {
+        mgt_errf(err,
+                 "cannot open model file %s: %s; pass --model with a model file such as "
+                 "examples/mlp.cfg",
+                 path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        mgt_errf(err,
+                 "model file %s is not a regular file (a folder, pipe or device); pass "
+                 "--model with a model file such as examples/mlp.cfg",
+                 path);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        mgt_errf(err, "cannot open model file %s: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err) {
     memset(m, 0, sizeof *m);
     mgt_train_defaults(&m->train);
-    model_name(m, path);
+    if (model_name(m, path, err) < 0)
+        return -1;
     pstate p = {.m = m, .path = path, .text = text, .err = err};
-    if (!text) {
-        p.f = fopen(path, "r");
-        if (!p.f)
-            return mgt_errf(err, "cannot open model file %s: %s; pass --model with a model file "
-                            "such as examples/mlp.cfg", path, strerror(errno));
-    }
+    if (!text && !(p.f = open_model(path, err)))
+        return -1;
     int rc = ini_parse_stream(reader, &p, handler, &p);
     if (p.f)
         fclose(p.f);
@@ -380,7 +595,10 @@ int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *e
         return 0;
 bad:
     free(m->layers);
+    free(m->params);
+    free(m->buffers);
     m->layers = NULL;
-    m->nlayers = 0;
+    m->params = m->buffers = NULL;
+    m->nlayers = m->nparams = m->nbuffers = 0;
     return -1;
 }

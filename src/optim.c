@@ -4,8 +4,13 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "comm.h"
+#include "reducer.h"
+#include "runtime.h"
 
 /* SGD keeps a velocity only with momentum. */
 static int sgd_slots(const mgt_opt_settings *s) {
@@ -99,9 +104,18 @@ void mgt_opt_defaults(mgt_opt_settings *s) {
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
                    mgt_err *err) {
+    return mgt_optim_init_sharded(o, cfg, be, count, 0, 1, err);
+}
+
+int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
+                           int rank, int shards, mgt_err *err) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
     o->count = count;
+    o->shards = shards < 1 ? 1 : shards;
+    o->rank = o->shards == 1 ? 0 : rank;
+    mgt_reducer_slice(count, o->rank, o->shards, &o->lo, &o->n);
+    o->lr = cfg->lr;
     const mgt_optimizer *d = &table[cfg->optimizer];
     for (int i = 0; i < MGT_OPT_MAX_SLOTS && d->slot_names[i]; i++) {
         o->slot_name[i] = d->slot_names[i];
@@ -110,22 +124,98 @@ int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size
     if (d->slots)
         o->nslots = d->slots(&cfg->opt);
     for (int i = 0; i < o->nslots; i++) {
-        o->slot[i] = be->ops->alloc(be, count * sizeof(float) + 16);
+        o->slot[i] = be->ops->alloc(be, o->n * sizeof(float) + 16);
         if (!o->slot[i])
             return mgt_errf(err, "out of %s memory for the optimizer's state (%zu bytes)",
-                            be->ops->name, count * sizeof(float));
+                            be->ops->name, o->n * sizeof(float));
     }
     return 0;
 }
 
-void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int64_t global_n) {
+void mgt_optim_begin(mgt_optim *o, int64_t global_n) {
     const mgt_train_cfg *c = &o->cfg;
     const mgt_optimizer *d = &table[c->optimizer];
     o->t++;
-    const mgt_opt_hyper h = {.s = c->opt,
-                             .lr = d->lr_at ? d->lr_at(c->lr, &c->opt, o->t) : c->lr,
-                             .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f};
-    be->ops->optim_step(be, c->optimizer, o->count, w, g, o->slot, &h);
+    o->step = (mgt_opt_hyper){.s = c->opt,
+                              .lr = d->lr_at ? d->lr_at(o->lr, &c->opt, o->t) : o->lr,
+                              .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f};
+}
+
+void mgt_optim_update(mgt_optim *o, mgt_backend *be, float *w, const float *g, size_t lo,
+                      size_t count) {
+    if (count == 0)
+        return;
+    if (lo < o->lo || lo + count > o->lo + o->n)
+        mgt_die("optimizer update of [%zu, %zu) outside this rank's slice [%zu, %zu); please "
+                "report this",
+                lo, lo + count, o->lo, o->lo + o->n);
+    float *slots[MGT_OPT_MAX_SLOTS] = {0};
+    for (int i = 0; i < o->nslots; i++)
+        slots[i] = o->slot[i] + (lo - o->lo);
+    be->ops->optim_step(be, o->cfg.optimizer, count, w + lo, g + lo, slots, &o->step);
+}
+
+void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int64_t global_n) {
+    mgt_optim_begin(o, global_n);
+    mgt_optim_update(o, be, w, g, o->lo, o->n);
+}
+
+/* For the scatter and the gather of sharded state: the slices' sizes in rank order (root only,
+ * else NULL: the slices tile the arena in that order, so the whole arena is their
+ * concatenation) into *sizes, and a host buffer for this rank's slice, returned. */
+static float *slice_layout(const mgt_optim *o, const mgt_comm *c, int root, size_t **sizes) {
+    size_t *k = NULL, lo;
+    if (c->rank == root) {
+        k = malloc(sizeof *k * (size_t)c->world);
+        if (!k)
+            mgt_die("out of host memory for the optimizer state's layout");
+        for (int r = 0; r < c->world; r++)
+            mgt_reducer_slice(o->count, r, o->shards, &lo, &k[r]);
+    }
+    float *mine = malloc(o->n * sizeof(float) + sizeof(float));
+    if (!mine)
+        mgt_die("out of host memory for the optimizer state's slice (%zu bytes)",
+                o->n * sizeof(float));
+    *sizes = k;
+    return mine;
+}
+
+void mgt_optim_state_put(mgt_optim *o, mgt_backend *be, mgt_comm *c, float *const *full, int root) {
+    const size_t bytes = o->n * sizeof(float);
+    if (o->shards == 1) { /* the whole arenas on every rank */
+        for (int i = 0; i < o->nslots; i++) {
+            mgt_bcast(c, full[i], o->count * sizeof(float), root, "optimizer state broadcast");
+            be->ops->to_device(be, o->slot[i], full[i], bytes);
+        }
+        return;
+    }
+    size_t *k;
+    float *mine = slice_layout(o, c, root, &k);
+    for (int i = 0; i < o->nslots; i++) {
+        mgt_scatterv(c, c->rank == root ? full[i] : NULL, k, mine, o->n, root,
+                     "optimizer state scatter");
+        be->ops->to_device(be, o->slot[i], mine, bytes);
+    }
+    free(mine);
+    free(k);
+}
+
+void mgt_optim_state_get(mgt_optim *o, mgt_backend *be, mgt_comm *c, float *const *full, int root) {
+    const size_t bytes = o->n * sizeof(float);
+    if (o->shards == 1) { /* root's own copy is the state */
+        for (int i = 0; c->rank == root && i < o->nslots; i++)
+            be->ops->to_host(be, full[i], o->slot[i], bytes);
+        return;
+    }
+    size_t *k;
+    float *mine = slice_layout(o, c, root, &k);
+    for (int i = 0; i < o->nslots; i++) {
+        be->ops->to_host(be, mine, o->slot[i], bytes);
+        mgt_gatherv(c, mine, o->n, c->rank == root ? full[i] : NULL, k, root,
+                    "optimizer state gather");
+    }
+    free(mine);
+    free(k);
 }
 
 void mgt_optim_free(mgt_optim *o, mgt_backend *be) {

@@ -4,8 +4,13 @@
  * the kinds (mgt_opt_kind), the CPU loops and the GPU kernels. The parser of [train]
  * (train_cfg.c), the help text and the checkpoint's slot names are read from the tables here.
  *
- * An optimizer instance (mgt_optim) works over the whole flat parameter arena: its slots are
- * arenas of the same layout, and a step is one backend call. */
+ * An optimizer instance (mgt_optim) works over the flat parameter arena: its slots are arenas of
+ * the same layout, and a step is one backend call. Under ZeRO-1 an instance keeps the state of
+ * its rank's slice [lo, lo + n) of the arena only and updates only that slice (reducer.h sends
+ * the updated weights to the other ranks); the rule is element-wise, so the slice's new weights
+ * and state are bit for bit those of the whole-arena update. Checkpoints stay world-size free:
+ * mgt_optim_state_get gathers the slices into whole arenas on one rank, and
+ * mgt_optim_state_put scatters whole arenas into slices, for any rank count. */
 #ifndef MGT_OPTIM_H
 #define MGT_OPTIM_H
 
@@ -14,6 +19,8 @@
 
 #include "backend.h"
 #include "model.h"
+
+struct mgt_comm;
 
 /* One optimizer: a row of the table. */
 typedef struct mgt_optimizer {
@@ -62,15 +69,37 @@ typedef struct mgt_optim {
     mgt_train_cfg cfg;
     size_t count;
     int nslots;
-    float *slot[MGT_OPT_MAX_SLOTS]; /* backend memory */
+    float *slot[MGT_OPT_MAX_SLOTS]; /* backend memory: n floats each, element 0 = arena's lo */
     const char *slot_name[MGT_OPT_MAX_SLOTS];
     int64_t t; /* steps taken (Adam's bias correction) */
+    size_t lo, n;       /* the slice this instance keeps state for and updates (all: 0, count) */
+    int rank, shards;   /* ZeRO-1: this rank of `shards` (1: not sharded) */
+    mgt_opt_hyper step; /* the current step's values (mgt_optim_begin) */
+    float lr;  /* the next step's learning rate: cfg.lr until the schedule sets it (schedule.h) */
 } mgt_optim;
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
                    mgt_err *err);
-/* g holds gradient sums over the global batch of `global_n` samples. */
+/* ZeRO-1: state for rank `rank`'s slice of `shards` only (reducer.h: mgt_reducer_slice). */
+int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
+                           int rank, int shards, mgt_err *err);
+/* g holds gradient sums over the global batch of `global_n` samples. Updates the instance's
+ * slice: mgt_optim_begin, then mgt_optim_update of [lo, lo + n). */
 void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int64_t global_n);
+/* The same in parts, for an update that follows the gradients' arrival: begin counts the step
+ * and fixes its values; each update applies them to [lo, lo + count), which must lie within the
+ * instance's slice (count 0: nothing). */
+void mgt_optim_begin(mgt_optim *o, int64_t global_n);
+void mgt_optim_update(mgt_optim *o, mgt_backend *be, float *w, const float *g, size_t lo,
+                      size_t count);
+/* Collective: the state from whole host arenas full[i][count], read on `root` only, into every
+ * rank's backend memory (broadcast, or scattered into the slices). */
+void mgt_optim_state_put(mgt_optim *o, mgt_backend *be, struct mgt_comm *c, float *const *full,
+                         int root);
+/* Collective: the state into `root`'s whole host arenas full[i][count] (copied, or gathered from
+ * the slices); other ranks' full may be NULL. */
+void mgt_optim_state_get(mgt_optim *o, mgt_backend *be, struct mgt_comm *c, float *const *full,
+                         int root);
 void mgt_optim_free(mgt_optim *o, mgt_backend *be);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +44,8 @@ int mgt_parse_float(const char *s, float *v) {
     char *end;
     errno = 0;
     double x = strtod(s, &end);
-    if (!*s || errno || *end || !isfinite(x))
+    /* Finite as a float: 1e39 is a finite double but an infinite float. */
+    if (!*s || errno || *end || !isfinite(x) || fabs(x) > FLT_MAX)
         return -1;
     *v = (float)x;
     return 0;
@@ -66,6 +68,8 @@ int mgt_parse_bool(const char *s, int *v) {
 
 int mgt_parse_int_list(const char *s, int *v, int max) {
     char buf[256];
+    if (strlen(s) >= sizeof buf) /* a list cut short would parse as another list */
+        return -1;
     snprintf(buf, sizeof buf, "%s", s);
     int n = 0;
     char *save = NULL;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu.h"
 #include "parse.h"
@@ -115,10 +116,16 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
 #ifdef MGT_HAVE_CUDA
     char why[256] = "";
     int ngpu = strcmp(d, "cpu") ? mgt_gpu_count(why, sizeof why) : -1;
+    /* Without NVIDIA's kernel driver the CUDA runtime says its driver is "insufficient", which
+     * reads as a version problem: say what is missing instead. */
     if (ngpu <= 0 && (!strcmp(d, "gpu") || nids))
-        mgt_die_all("%s: no usable GPU on %s (%s); run with --device cpu",
+        mgt_die_all("%s: no usable GPU on %s: %s (%s); run with --device cpu",
                     nids ? "--gpus" : "--device gpu", rt->host,
-                    ngpu == 0 ? "no device is visible" : why);
+                    access("/proc/driver/nvidia/version", F_OK) != 0
+                        ? "no NVIDIA driver or GPU found"
+                    : ngpu == 0 ? "no device is visible"
+                                : "CUDA cannot use it",
+                    ngpu == 0 ? "the CUDA runtime sees 0 devices" : why);
     if (ngpu > 0) {
         start_gpu(p, rt, o, tr, pick_gpu(rt, o, ids, nids, ngpu));
         return;

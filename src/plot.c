@@ -1,5 +1,9 @@
 /* plot.c: training curves through gnuplot (Debian's gnuplot-nox): loss and accuracy, train and
- * validation, per epoch, titled with the model, world size and global batch from run.json. The
+ * validation, per epoch, and the learning rate, titled with the model, world size and global
+ * batch from run.json. Where the run logged per-step rows (--log-every: metrics_steps.csv), the
+ * loss, accuracy and rate are drawn per step too, on the same epoch axis (a step row's epoch is
+ * the fraction of epochs done), the per-step training curves in a light shade behind the epoch
+ * points. A metrics.csv without the lr column (an older run) gets the two panels it has. The
  * PNG is drawn to a temporary name and renamed, like every file mgtrain writes. */
 #include "plot.h"
 
@@ -29,9 +33,49 @@ static char *slurp(const char *path) {
     return s;
 }
 
+/* Whether the CSV file's header names column `col`; whether the file has a data row. */
+static int csv_has(const char *path, const char *col, int *rows) {
+    FILE *f = fopen(path, "r");
+    *rows = 0;
+    if (!f)
+        return 0;
+    char line[512] = "";
+    int found = 0;
+    if (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        for (char *save = NULL, *c = strtok_r(line, ",", &save); c; c = strtok_r(NULL, ",", &save))
+            found |= !strcmp(c, col);
+        char row[512];
+        *rows = fgets(row, sizeof row, f) != NULL;
+    }
+    fclose(f);
+    return found;
+}
+
+/* One panel: the per-step curve (steps csv column `sc`) behind the epoch curves (epoch csv
+ * columns `ec` train, `vc` validation; 0: none). Colours: gnuplot's first two line colours for
+ * train and validation, a light violet for the steps. */
+static void panel(FILE *g, const char *title, const char *csv, const char *steps, int sc, int ec,
+                  int vc) {
+    fprintf(g, "set title '%s'\nplot ", title);
+    const char *sep = "";
+    if (steps) {
+        fprintf(g, "'%s' using 2:%d with lines lw 2 lc rgb '#cfa3ef' title '%s'", steps, sc,
+                ec ? "train (per step)" : "per step");
+        sep = ", ";
+    }
+    if (ec)
+        fprintf(g, "%s'%s' using 1:%d with linespoints lw 2 lc rgb '#9400d3' title '%s'", sep, csv,
+                ec, vc ? "train" : "at epoch ends");
+    if (vc)
+        fprintf(g, ", '' using 1:%d with linespoints lw 2 lc rgb '#009e73' title 'validation'", vc);
+    fprintf(g, "\n");
+}
+
 int mgt_plot(const char *dir, mgt_err *err) {
-    char csv[600], json[600], png[600], tmp[640];
+    char csv[600], json[600], png[600], tmp[640], steps_csv[600];
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
+    snprintf(steps_csv, sizeof steps_csv, "%s/metrics_steps.csv", dir);
     snprintf(json, sizeof json, "%s/run.json", dir);
     snprintf(png, sizeof png, "%s/curves.png", dir);
     snprintf(tmp, sizeof tmp, "%s/.curves.png.tmp.%d", dir, (int)getpid());
@@ -53,11 +97,15 @@ int mgt_plot(const char *dir, mgt_err *err) {
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
         return mgt_errf(err, "gnuplot is not installed; install it (apt-get install gnuplot-nox, "
                         "which ./launch/quickstart does) and run mgtrain plot again");
+    int rows, step_rows;
+    const int has_lr = csv_has(csv, "lr", &rows);
+    const char *steps = csv_has(steps_csv, "lr", &step_rows) && step_rows ? steps_csv : NULL;
+    const int panels = has_lr || steps ? 3 : 2;
     FILE *g = popen("gnuplot", "w");
     if (!g)
         return mgt_errf(err, "cannot start gnuplot: %s", strerror(errno));
     fprintf(g,
-            "set terminal pngcairo size 1200,500 font 'sans,11'\n"
+            "set terminal pngcairo size %d,500 font 'sans,11'\n"
             "set output '%s'\n"
             "set datafile separator ','\n"
             "set key autotitle columnhead\n"
@@ -67,16 +115,17 @@ int mgt_plot(const char *dir, mgt_err *err) {
             "set autoscale fix\nset xtics 0, xstep\nset format x '%%.0f'\n"
             "if (STATS_max == STATS_min) { set xrange [STATS_min - 1 : STATS_max + 1] }\n"
             "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\n"
-            "set multiplot layout 1,2 title '%s'\n"
+            "set multiplot layout 1,%d title '%s'\n"
             "set grid\nset xlabel 'epoch'\n"
-            "set key below horizontal height 1.5\nset title 'loss'\n"
-            "plot '%s' using 1:3 with linespoints lw 2 title 'train', "
-            "'' using 1:5 with linespoints lw 2 title 'validation'\n"
-            "set title 'accuracy'\n"
-            "plot '%s' using 1:4 with linespoints lw 2 title 'train', "
-            "'' using 1:6 with linespoints lw 2 title 'validation'\n"
-            "unset multiplot\n",
-            tmp, csv, title, csv, csv);
+            "set key below horizontal height 1.5\n",
+            600 * panels, tmp, csv, panels, title);
+    panel(g, "loss", csv, steps, 3, 3, 5);
+    panel(g, "accuracy", csv, steps, 4, 4, 6);
+    if (panels == 3) { /* the rate per step where logged, else at each epoch's end, from 0 up */
+        fprintf(g, "set yrange [0:*]\n");
+        panel(g, "learning rate", csv, steps, 5, steps ? 0 : 9, 0);
+    }
+    fprintf(g, "unset multiplot\n");
     int st = pclose(g);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         unlink(tmp);

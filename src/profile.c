@@ -9,6 +9,9 @@
 
 static const char *phase_names[MGT_PH_COUNT] = {"data", "forward", "backward", "allreduce",
                                                 "update"};
+/* A request's span is named by its kind (comm.h's mgt_coll); "allreduce" is also the phase's
+ * name, so a timeline of a plain run keeps the five names. */
+static const char *coll_names[] = {"allreduce", "reduce-scatter", "all-gather"};
 
 int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be, mgt_err *err) {
     memset(p, 0, sizeof *p);
@@ -19,10 +22,11 @@ int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be,
     p->step_cap = max_steps < 1 ? 1 : max_steps;
     p->cap = p->step_cap * MGT_PH_COUNT;
     p->spans = malloc(sizeof *p->spans * (size_t)p->cap);
+    p->inflight = calloc((size_t)p->step_cap, sizeof(double));
     for (int i = 0; i < MGT_PH_COUNT; i++)
         p->dur[i] = malloc(sizeof(double) * (size_t)p->step_cap);
     for (int i = 0; i < MGT_PH_COUNT; i++)
-        if (!p->dur[i] || !p->spans)
+        if (!p->dur[i] || !p->spans || !p->inflight)
             return mgt_errf(err, "out of memory for the profile of %lld steps",
                             (long long)max_steps);
     p->device = be && be->ops->time_mark && be->ops->time_read;
@@ -34,7 +38,7 @@ int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be,
 
 static void add_span(mgt_profile *p, double start, double dur, int phase, int64_t step) {
     if (p->nspans < p->cap)
-        p->spans[p->nspans++] = (mgt_span){start - p->origin, dur, phase, (int32_t)step};
+        p->spans[p->nspans++] = (mgt_span){start - p->origin, dur, phase, (int32_t)step, -2, 0, 0};
 }
 
 static void store_step(mgt_profile *p, const double *cur) {
@@ -42,7 +46,34 @@ static void store_step(mgt_profile *p, const double *cur) {
         return;
     for (int i = 0; i < MGT_PH_COUNT; i++)
         p->dur[i][p->nsteps] = cur[i];
+    p->inflight[p->nsteps] = p->cur_inflight;
+    p->cur_inflight = 0;
     p->nsteps++;
+}
+
+int mgt_profile_reserve_requests(mgt_profile *p, int per_step, mgt_err *err) {
+    if (!p->on || per_step <= 0)
+        return 0;
+    const int64_t cap = p->step_cap * (MGT_PH_COUNT + per_step);
+    mgt_span *s = realloc(p->spans, sizeof *s * (size_t)cap);
+    if (!s)
+        return mgt_errf(err, "out of memory for the profile of %lld steps", (long long)p->step_cap);
+    p->spans = s;
+    p->cap = cap;
+    return 0;
+}
+
+void mgt_profile_request(mgt_profile *p, int bucket, int coll, size_t bytes, double t0, double t1) {
+    if (!p->on || p->nspans >= p->cap)
+        return;
+    p->spans[p->nspans++] = (mgt_span){t0 - p->origin, t1 - t0, MGT_PH_ALLREDUCE, (int32_t)p->step,
+                                       bucket,         coll,    (int64_t)bytes};
+    p->requests = 1;
+}
+
+void mgt_profile_inflight(mgt_profile *p, double seconds) {
+    if (p->on)
+        p->cur_inflight = seconds;
 }
 
 /* Reads device timing set k (waiting for its last point) into a step's phases. */
@@ -73,7 +104,7 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
         int k = (int)(step % MGT_TIME_SETS);
         p->set = k;
         if (p->set_step[k] == step && p->set_points[k] == 1)
-            return; /* point 0 was queued at the end of the previous step */
+            return;    /* point 0 was queued at the end of the previous step */
         collect(p, k); /* the step that used this set before, MGT_TIME_SETS steps ago */
         p->set_step[k] = step;
         p->set_points[k] = 1;
@@ -91,6 +122,10 @@ void mgt_profile_phase(mgt_profile *p, int phase) {
             p->be->ops->time_mark(p->be, k, i);
             p->set_phase[k][i] = phase;
             p->set_points[k] = i + 1;
+        } else { /* a full set (many micro-batches): its last point moves here, so the last
+                    span runs on to this phase's end and counts as this phase */
+            p->be->ops->time_mark(p->be, k, i - 1);
+            p->set_phase[k][i - 1] = phase;
         }
         return;
     }
@@ -132,8 +167,9 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Per rank: mean and p95 (ms) of each phase, then the mean step. */
-enum { NSTAT = 2 * MGT_PH_COUNT + 2 };
+/* Per rank: mean and p95 (ms) of each phase, the mean step, the steps counted, and the mean time
+ * with a request in flight (-1: not measured). */
+enum { NSTAT = 2 * MGT_PH_COUNT + 3 };
 
 static void stats(mgt_profile *p, double *out) {
     double total = 0;
@@ -152,6 +188,10 @@ static void stats(mgt_profile *p, double *out) {
     }
     out[2 * MGT_PH_COUNT] = total;
     out[2 * MGT_PH_COUNT + 1] = (double)(n - skip);
+    double fl = 0;
+    for (int64_t j = skip; j < n; j++)
+        fl += p->inflight[j];
+    out[2 * MGT_PH_COUNT + 2] = p->requests && n > skip ? 1e3 * fl / (double)(n - skip) : -1;
 }
 
 static int write_trace(const char *path, const mgt_span *spans, const int64_t *counts, int world,
@@ -159,24 +199,41 @@ static int write_trace(const char *path, const mgt_span *spans, const int64_t *c
     int64_t total = 0;
     for (int r = 0; r < world; r++)
         total += counts[r];
-    size_t cap = 4096 + (size_t)total * 128 + (size_t)world * 128, len = 0;
+    size_t cap = 4096 + (size_t)total * 192 + (size_t)world * 384, len = 0;
     char *s = malloc(cap);
     if (!s)
         return mgt_errf(err, "out of memory writing the timeline");
-    len += (size_t)snprintf(s + len, cap - len, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    len +=
+        (size_t)snprintf(s + len, cap - len, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int r = 0; r < world; r++)
         len += (size_t)snprintf(s + len, cap - len,
                                 "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
-                                "\"tid\": 0, \"args\": {\"name\": \"rank %d\"}},\n", r, r);
+                                "\"tid\": 0, \"args\": {\"name\": \"rank %d\"}},\n"
+                                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
+                                "\"tid\": 0, \"args\": {\"name\": \"step phases\"}},\n"
+                                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
+                                "\"tid\": 1, \"args\": {\"name\": \"requests in flight\"}},\n",
+                                r, r, r, r);
     const mgt_span *sp = spans;
     for (int r = 0; r < world; r++)
-        for (int64_t i = 0; i < counts[r]; i++, sp++)
+        for (int64_t i = 0; i < counts[r]; i++, sp++) {
+            if (sp->bucket == -2) {
+                len += (size_t)snprintf(s + len, cap - len,
+                                        "{\"name\": \"%s\", \"cat\": \"step\", \"ph\": \"X\", "
+                                        "\"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
+                                        "\"args\": {\"step\": %d}},\n",
+                                        phase_names[sp->phase], r, sp->start * 1e6, sp->dur * 1e6,
+                                        sp->step);
+                continue;
+            }
+            const int coll = sp->coll >= 0 && sp->coll < 3 ? sp->coll : 0;
             len += (size_t)snprintf(s + len, cap - len,
-                                    "{\"name\": \"%s\", \"cat\": \"step\", \"ph\": \"X\", "
-                                    "\"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
-                                    "\"args\": {\"step\": %d}},\n",
-                                    phase_names[sp->phase], r, sp->start * 1e6, sp->dur * 1e6,
-                                    sp->step);
+                                    "{\"name\": \"%s\", \"cat\": \"request\", \"ph\": \"X\", "
+                                    "\"pid\": %d, \"tid\": 1, \"ts\": %.3f, \"dur\": %.3f, "
+                                    "\"args\": {\"step\": %d, \"bucket\": %d, \"bytes\": %lld}},\n",
+                                    coll_names[coll], r, sp->start * 1e6, sp->dur * 1e6, sp->step,
+                                    sp->bucket, (long long)sp->bytes);
+        }
     if (len >= 2 && s[len - 2] == ',')
         len -= 2;
     len += (size_t)snprintf(s + len, cap - len, "\n]}\n");
@@ -202,10 +259,25 @@ static int tb_means(mgt_profile *p, const double *all, int world, mgt_err *err) 
     return mgt_tb_scalars(p->tb, p->step + 1, MGT_PH_COUNT + 1, tags, values, err);
 }
 
+/* The backend's choices that change its numbers or speed (the GPU's convolution algorithms, with
+ * their determinism), after the table: rank 0's, as every rank runs the same shapes. */
+static void print_choices(mgt_backend *be) {
+    if (!be || !be->ops->describe)
+        return;
+    const size_t n = be->ops->describe(be, NULL, 0);
+    char *text = n ? malloc(n + 1) : NULL;
+    if (!text)
+        return; /* nothing to say, or no memory for it: the table above stands alone */
+    be->ops->describe(be, text, n + 1);
+    fputs(text, stdout);
+    free(text);
+}
+
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err) {
     if (!p->on)
         return 0;
-    if (p->device) /* the sets still pending, oldest first (the next step's lone point 0 is dropped) */
+    if (p->device) /* the sets still pending, oldest first (the next step's lone point 0 is dropped)
+                    */
         for (int64_t s = p->step - MGT_TIME_SETS + 2; s <= p->step + 1; s++)
             if (s >= 0)
                 collect(p, (int)(s % MGT_TIME_SETS));
@@ -217,7 +289,7 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
         counts[r] = sizeof mine;
     mgt_gather_host(c, mine, sizeof mine, all, counts, 0, "profile gather");
     if (root) {
-        printf("Profile (ms per step over %.0f steps; mean / p95):\n", mine[NSTAT - 1]);
+        printf("Profile (ms per step over %.0f steps; mean / p95):\n", mine[2 * MGT_PH_COUNT + 1]);
         printf("%-6s", "rank");
         for (int i = 0; i < MGT_PH_COUNT; i++)
             printf(" %17s", phase_names[i]);
@@ -231,6 +303,19 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
             printf(" %9.3f %9.1f%%\n", step,
                    step > 0 ? 100.0 * s[2 * MGT_PH_ALLREDUCE] / step : 0.0);
         }
+        /* The table's allreduce is what the step waited for; the requests ran longer, mostly
+         * behind backward. */
+        if (all[NSTAT - 1] >= 0) {
+            printf("allreduce = exposed communication (waiting after backward); in flight "
+                   "(hidden + exposed):");
+            for (int r = 0; r < world; r++) {
+                const double *s = all + (size_t)r * NSTAT, fl = s[NSTAT - 1];
+                printf(" rank %d %.3f ms (%.0f%% hidden)%s", r, fl,
+                       fl > 0 ? 100.0 * (1.0 - s[2 * MGT_PH_ALLREDUCE] / fl) : 0.0,
+                       r + 1 < world ? "," : "\n");
+            }
+        }
+        print_choices(p->be);
         fflush(stdout);
     }
     int rc = root && p->tb && p->nsteps > 0 ? tb_means(p, all, world, err) : 0;
@@ -263,6 +348,7 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
 
 void mgt_profile_free(mgt_profile *p) {
     free(p->spans);
+    free(p->inflight);
     for (int i = 0; i < MGT_PH_COUNT; i++)
         free(p->dur[i]);
     memset(p, 0, sizeof *p);

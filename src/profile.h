@@ -6,7 +6,14 @@
  * between timing points queued at the phase boundaries, so the host keeps running ahead and the
  * figures are the device's: "data" is how long the device waited for its batch. A step's points
  * are read MGT_TIME_SETS - 1 steps later, when they have long run. Elsewhere the host's clock
- * times each phase. */
+ * times each phase.
+ *
+ * Communication is asynchronous (reducer.h): a bucket's request runs while backward goes on. The
+ * "allreduce" phase is the EXPOSED part only: the time the step waits for communication after
+ * backward (and, with ZeRO-1, for the weights' all-gather). With host timing, each request is
+ * also a span of its own (in the timeline, on each rank's second row: from its start to when
+ * the rank saw it complete), and the time at least one request was in flight, hidden or not, is
+ * reported beside the table. */
 #ifndef MGT_PROFILE_H
 #define MGT_PROFILE_H
 
@@ -24,6 +31,9 @@ typedef struct mgt_span {
     double start, dur; /* seconds since the profile's origin */
     int32_t phase;
     int32_t step;
+    int32_t bucket; /* a request's bucket (-1: the whole arena); phases: -2 */
+    int32_t coll;   /* a request's kind (comm.h's mgt_coll) */
+    int64_t bytes;  /* a request's size */
 } mgt_span;
 
 typedef struct mgt_profile {
@@ -41,6 +51,9 @@ typedef struct mgt_profile {
     mgt_span *spans;
     int64_t nspans, cap;
     double *dur[MGT_PH_COUNT]; /* per-step durations, for mean and p95 */
+    double *inflight;          /* per step: time any request was in flight (host timing) */
+    double cur_inflight;
+    int requests; /* spans of requests were recorded */
     int64_t nsteps, step_cap;
     double mark;       /* start of the current phase */
     double cur[MGT_PH_COUNT];
@@ -54,6 +67,13 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step);
 /* Ends the phase that started at the last mark, and starts the next one. */
 void mgt_profile_phase(mgt_profile *p, int phase);
 void mgt_profile_end_step(mgt_profile *p);
+/* Room for `per_step` request spans per step (reducer.h), beside the phases'. */
+int mgt_profile_reserve_requests(mgt_profile *p, int per_step, mgt_err *err);
+/* A request of the current step: bucket (-1: the whole arena), kind, bytes, host-clock start
+ * and completion. */
+void mgt_profile_request(mgt_profile *p, int bucket, int coll, size_t bytes, double t0, double t1);
+/* The current step's time with at least one request in flight. */
+void mgt_profile_inflight(mgt_profile *p, double seconds);
 /* Between steps the host does other work (evaluation, a checkpoint): not the next step's time. */
 void mgt_profile_gap(mgt_profile *p);
 /* Collective: rank 0 prints the per-rank table and, if path != NULL, writes the trace. With

@@ -14,11 +14,16 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
     r->opt = opt;
     r->be = be;
     r->comm = comm;
+    r->keep_checkpoints = 1;
+    r->saved_step = -1;
     /* One float more than needed: a model without buffers still gets a valid pointer. */
     r->host.w = calloc(m->param_count + 1, sizeof(float));
     r->host.buf = calloc(m->buffer_count + 1, sizeof(float));
     int ok = r->host.w && r->host.buf;
-    for (int i = 0; i < opt->nslots; i++)
+    /* Sharded optimizer state (ZeRO-1) is whole on rank 0 only, which reads and writes the
+     * files: the other ranks keep their slice, and nothing more. */
+    const int whole_state = opt->shards == 1 || comm->rank == 0;
+    for (int i = 0; whole_state && i < opt->nslots; i++)
         ok = ok && (r->host.slot[i] = calloc(m->param_count + 1, sizeof(float)));
     if (!ok)
         return mgt_errf(err, "out of host memory for a copy of the model's %zu parameters",
@@ -26,14 +31,13 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
     return 0;
 }
 
-/* The arenas between backend memory and their host copies. */
+/* The model's arenas between backend memory and their host copies (the optimizer's state moves
+ * with mgt_optim_state_put / _get, which know its slices). */
 static void to_backend(mgt_replica *r) {
     const mgt_ops *o = r->be->ops;
     const size_t wb = r->m->param_count * sizeof(float);
     o->to_device(r->be, r->m->w, r->host.w, wb);
     o->to_device(r->be, r->m->buf, r->host.buf, r->m->buffer_count * sizeof(float));
-    for (int i = 0; i < r->opt->nslots; i++)
-        o->to_device(r->be, r->opt->slot[i], r->host.slot[i], wb);
 }
 
 static void to_host(mgt_replica *r) {
@@ -41,35 +45,39 @@ static void to_host(mgt_replica *r) {
     const size_t wb = r->m->param_count * sizeof(float);
     o->to_host(r->be, r->host.w, r->m->w, wb);
     o->to_host(r->be, r->host.buf, r->m->buf, r->m->buffer_count * sizeof(float));
-    for (int i = 0; i < r->opt->nslots; i++)
-        o->to_host(r->be, r->host.slot[i], r->opt->slot[i], wb);
+}
+
+/* Rank 0's host copies of the weights and buffers to every rank's host copies. */
+static void share_weights(mgt_replica *r) {
+    mgt_bcast(r->comm, r->host.w, r->m->param_count * sizeof(float), 0, "weight broadcast");
+    mgt_bcast(r->comm, r->host.buf, r->m->buffer_count * sizeof(float), 0, "buffer broadcast");
 }
 
 void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_pos *pos) {
     mgt_model *m = r->m;
     memset(pos, 0, sizeof *pos);
     pos->seed = m->train.seed;
+    pos->best_val_loss = -1;
+    /* Rank 0 alone reads the file, but a bad one (another model's, damaged) is the job's error,
+     * not the rank's: it ends every rank alike. */
+    mgt_err e;
+    int rc = 0;
     if (r->comm->rank == 0) {
-        mgt_err e;
-        int rc = 0;
         if (src->resume_dir)
             rc = mgt_ckpt_read(src->resume_dir, m, r->opt, &r->host, pos, &e);
         else if (src->weights)
             rc = mgt_model_load_weights(m, src->weights, r->host.w, r->host.buf, &e);
         else
             mgt_model_init_host(m, m->train.seed, r->host.w, r->host.buf);
-        if (rc < 0)
-            mgt_die("%s", e.msg);
     }
-    const size_t wb = m->param_count * sizeof(float);
-    mgt_bcast(r->comm, r->host.w, wb, 0, "weight broadcast");
-    mgt_bcast(r->comm, r->host.buf, m->buffer_count * sizeof(float), 0, "buffer broadcast");
-    for (int i = 0; i < r->opt->nslots; i++)
-        mgt_bcast(r->comm, r->host.slot[i], wb, 0, "optimizer state broadcast");
+    mgt_die_all_if_root(rc < 0 ? e.msg : NULL);
+    share_weights(r);
+    mgt_optim_state_put(r->opt, r->be, r->comm, r->host.slot, 0);
     mgt_ckpt_bcast_pos(r->comm, pos, 0);
     to_backend(r);
     m->train.seed = pos->seed;
     r->opt->t = pos->optimizer_t;
+    r->saved_step = src->resume_dir ? pos->step : -1;
     mgt_replica_check(r, "after the initial broadcast");
 }
 
@@ -126,22 +134,49 @@ static void fetch_finite(mgt_replica *r, const char *dir, int64_t step) {
 
 void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt_pos *pos) {
     mgt_replica_average_buffers(r);
+    mgt_optim_state_get(r->opt, r->be, r->comm, r->host.slot, 0);
     if (r->comm->rank != 0)
         return;
     fetch_finite(r, dir, pos->step);
     mgt_err e;
-    if (mgt_ckpt_write(dir, r->m, r->opt, &r->host, pos, r->comm->world, &e) < 0)
+    const int keep_prev =
+        r->keep_checkpoints > 1 && r->saved_step >= 0 && r->saved_step != pos->step;
+    if ((keep_prev && mgt_ckpt_keep_previous(dir, r->saved_step, &e) < 0) ||
+        mgt_ckpt_write(dir, r->m, r->opt, &r->host, pos, r->comm->world, &e) < 0 ||
+        mgt_ckpt_prune(dir, r->keep_checkpoints, &e) < 0)
         mgt_die("%s", e.msg);
+    r->saved_step = pos->step;
 }
 
-void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step) {
+static void save_weights(mgt_replica *r, const char *dir, const char *file, int64_t step,
+                         double val_loss) {
     mgt_replica_average_buffers(r);
     if (r->comm->rank != 0)
         return;
     fetch_finite(r, dir, step);
     mgt_err e;
-    if (mgt_ckpt_write_weights(dir, r->m, r->host.w, r->host.buf, step, &e) < 0)
+    if (mgt_ckpt_write_weights(dir, file, r->m, r->host.w, r->host.buf, step, val_loss, &e) < 0)
         mgt_die("%s", e.msg);
+}
+
+void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step) {
+    save_weights(r, dir, "weights.safetensors", step, -1);
+}
+
+void mgt_replica_save_best(mgt_replica *r, const char *dir, int64_t step, double val_loss) {
+    save_weights(r, dir, "best.safetensors", step, val_loss);
+}
+
+void mgt_replica_load_weights(mgt_replica *r, const char *path) {
+    mgt_model *m = r->m;
+    mgt_err e;
+    if (r->comm->rank == 0 && mgt_model_load_weights(m, path, r->host.w, r->host.buf, &e) < 0)
+        mgt_die("%s", e.msg);
+    share_weights(r);
+    const mgt_ops *o = r->be->ops;
+    o->to_device(r->be, m->w, r->host.w, m->param_count * sizeof(float));
+    o->to_device(r->be, m->buf, r->host.buf, m->buffer_count * sizeof(float));
+    mgt_replica_check(r, "after loading weights");
 }
 
 void mgt_replica_free(mgt_replica *r) {

@@ -25,7 +25,9 @@ typedef struct mgt_replica {
     mgt_optim *opt;
     mgt_backend *be;
     mgt_comm *comm;
-    mgt_ckpt_arrays host; /* host copies of the weights, buffers and optimizer slots */
+    mgt_ckpt_arrays host;     /* host copies of the weights, buffers and optimizer slots */
+    int64_t keep_checkpoints; /* rank 0 keeps this many checkpoints (checkpoint.h); 1 by default */
+    int64_t saved_step;       /* the step of OUT/checkpoint.safetensors (-1: none known) */
 } mgt_replica;
 
 /* After mgt_model_alloc and mgt_optim_init: the host copies. */
@@ -55,6 +57,14 @@ void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt
 
 /* Collective: rank 0 writes DIR/weights.safetensors after `step` steps (as the checkpoint). */
 void mgt_replica_save_weights(mgt_replica *r, const char *dir, int64_t step);
+
+/* Collective: rank 0 reads a weights file (names and shapes checked), every replica takes its
+ * weights and buffers (the optimizer's state stays). */
+void mgt_replica_load_weights(mgt_replica *r, const char *path);
+
+/* Collective: rank 0 writes DIR/best.safetensors, the weights at `step`, the best so far by the
+ * monitored metric (monitor.h), with their validation loss val_loss in its metadata. */
+void mgt_replica_save_best(mgt_replica *r, const char *dir, int64_t step, double val_loss);
 
 void mgt_replica_free(mgt_replica *r);
 

@@ -1,13 +1,36 @@
-/* runtime.c: MPI start-up, node-local ranks, core counts, and ending the job on error. */
+/* runtime.c: MPI start-up, node-local ranks, core counts, stop signals, and ending the job
+ * on error (the two tiers runtime.h describes: MPI_Abort for one rank's failure,
+ * MPI_Finalize and exit(2) on every rank for an error they all meet). */
 #define _GNU_SOURCE
 #include "runtime.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* torchrun's (and torch.distributed's) variables, set for a process no MPI launcher started: the
+ * user meant a multi-rank run, but every such process is a world of one here, and they would all
+ * train the same model alone into the same folder. Said once, with the launcher to use. */
+static void warn_foreign_launcher(void) {
+    const char *ws = getenv("WORLD_SIZE"), *rank = getenv("RANK");
+    long n = ws ? strtol(ws, NULL, 10) : 0;
+    if (n <= 1)
+        return;
+    fprintf(stderr,
+            "mgtrain: warning: WORLD_SIZE=%s%s%s is set (as torchrun sets it), but mgtrain takes "
+            "its ranks from MPI and no MPI launcher started this process, so it trains alone, as "
+            "a world of one; start the %ld ranks with mpirun -np %ld mgtrain ... (or srun "
+            "--mpi=pmix, or launch/mgtrun -np %ld)\n",
+            ws, rank ? " RANK=" : "", rank ? rank : "", n, n, n);
+    fflush(stderr);
+}
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
@@ -21,13 +44,17 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     if (gethostname(rt->host, sizeof rt->host - 1) != 0)
         snprintf(rt->host, sizeof rt->host, "unknown");
     rt->world = rt->local_size = rt->nodes = rt->max_local_size = 1;
-    if (!rt->launched)
+    if (!rt->launched) {
+        warn_foreign_launcher();
         return;
+    }
     rt->mpi = 1;
     int provided = 0;
-    /* FUNNELED: only the main thread calls MPI; the watchdog and loader threads never do. */
+    /* SERIALIZED: the main thread calls MPI, and so may comm.c's progress thread
+     * (--comm-progress thread), never at the same time as another (comm.c's lock); the watchdog
+     * and loader threads never do. */
     if (rt->own_mpi)
-        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &rt->world);
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt->rank, MPI_INFO_NULL,
@@ -66,59 +93,170 @@ int mgt_runtime_cores(const mgt_runtime *rt) {
     return mine < 1 ? 1 : mine;
 }
 
-static int world_info(int *rank) {
-    int init = 0, fin = 0, world = 1;
-    *rank = 0;
+const int mgt_stop_signals[MGT_STOP_SIGNALS] = {SIGTERM, SIGUSR1, SIGINT};
+
+/* The one piece of process-wide mutable state in mgtrain: a signal handler can reach nothing
+ * else (POSIX lets it store to a volatile sig_atomic_t and call a few functions such as write and
+ * _exit). Set by the handler, read through mgt_stop_signal, cleared when stops are caught anew. */
+static volatile sig_atomic_t caught_stop;
+
+static void on_stop(int sig) {
+    if (caught_stop && sig == SIGINT) {
+        static const char msg[] = "\nmgtrain: second Ctrl-C: stopping at once, without saving\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + SIGINT);
+    }
+    if (!caught_stop)
+        caught_stop = sig;
+}
+
+void mgt_runtime_catch_stops(mgt_runtime *rt) {
+    if (rt->stops_caught)
+        return;
+    caught_stop = 0;
+    /* SA_RESTART: a system call the signal lands in (a read, a write of the checkpoint) goes on
+     * instead of failing with EINTR; whichever thread receives it (MPI's, OpenBLAS's, the
+     * loader's) only runs the handler. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        sigaddset(&sa.sa_mask, mgt_stop_signals[i]);
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        if (sigaction(mgt_stop_signals[i], &sa, &rt->stop_saved[i]) != 0)
+            mgt_die("cannot catch %s: %s", mgt_signal_name(mgt_stop_signals[i]), strerror(errno));
+    rt->stops_caught = 1;
+}
+
+void mgt_runtime_release_stops(mgt_runtime *rt) {
+    if (!rt->stops_caught)
+        return;
+    for (int i = 0; i < MGT_STOP_SIGNALS; i++)
+        sigaction(mgt_stop_signals[i], &rt->stop_saved[i], NULL);
+    rt->stops_caught = 0;
+}
+
+int mgt_stop_signal(void) {
+    return caught_stop;
+}
+
+const char *mgt_signal_name(int sig) {
+    switch (sig) {
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGUSR1:
+        return "SIGUSR1";
+    case SIGINT:
+        return "SIGINT";
+    default:
+        return "a signal";
+    }
+}
+
+/* MPI is initialised and not yet finalised. */
+static int mpi_live(void) {
+    int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (init && !fin) {
+    return init && !fin;
+}
+
+static int world_info(int *rank) {
+    int world = 1;
+    *rank = 0;
+    if (mpi_live()) {
         MPI_Comm_rank(MPI_COMM_WORLD, rank);
         MPI_Comm_size(MPI_COMM_WORLD, &world);
     }
     return world;
 }
 
-static void __attribute__((noreturn)) end_job(int world) {
+static void vreport(const char *prefix, int rank, const char *msg) {
     fflush(stdout);
+    if (prefix)
+        fprintf(stderr, "%s: %s\n", prefix, msg);
+    else
+        fprintf(stderr, "rank %d: %s\n", rank, msg);
     fflush(stderr);
-    if (world > 1)
+}
+
+/* Who failed and why: the rank, the world and the formatted message. */
+typedef struct failure {
+    int rank, world;
+    char msg[2048];
+} failure;
+
+static void describe(failure *f, const char *fmt, va_list ap) {
+    f->world = world_info(&f->rank);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+}
+
+void mgt_die(const char *fmt, ...) {
+    failure f;
+    va_list ap;
+    va_start(ap, fmt);
+    describe(&f, fmt, ap);
+    va_end(ap);
+    vreport(NULL, f.rank, f.msg);
+    if (f.world > 1)
         MPI_Abort(MPI_COMM_WORLD, 1);
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin)
+    if (mpi_live())
         MPI_Finalize();
     exit(1);
 }
 
-static void vreport(int rank, const char *fmt, va_list ap) {
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    fflush(stdout);
-    fprintf(stderr, "rank %d: %s\n", rank, msg);
-    fflush(stderr);
-}
-
-void mgt_die(const char *fmt, ...) {
-    int rank;
-    int world = world_info(&rank);
-    va_list ap;
-    va_start(ap, fmt);
-    vreport(rank, fmt, ap);
-    va_end(ap);
-    end_job(world);
+/* Runs only if MPI_Finalize has not returned after the grace period: some rank is not on its way
+ * to mgt_die_all. The message must not be lost (rank 0 printed it; the others did not), and the
+ * job must end: exiting without finalising makes the launcher take the whole job down. */
+static void *grace_expired(void *arg) {
+    const failure *g = arg; /* in mgt_die_all's frame, which never ends */
+    struct timespec ts = {MGT_DIE_ALL_GRACE_S, 0};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    if (g->rank != 0)
+        vreport(NULL, g->rank, g->msg);
+    _exit(2);
 }
 
 void mgt_die_all(const char *fmt, ...) {
-    int rank;
-    int world = world_info(&rank);
-    if (rank != 0)
-        sleep(5); /* rank 0 normally prints and aborts the job before this returns */
+    failure f;
     va_list ap;
     va_start(ap, fmt);
-    vreport(rank, fmt, ap);
+    describe(&f, fmt, ap);
     va_end(ap);
-    end_job(world);
+    if (f.rank == 0)
+        vreport("mgtrain", f.rank, f.msg);
+    fflush(stdout);
+    if (mpi_live()) {
+        pthread_t t;
+        /* Without the thread a missing rank would hang the job: fall back to ending it now. */
+        if (f.world > 1 && pthread_create(&t, NULL, grace_expired, &f) != 0) {
+            if (f.rank != 0)
+                vreport(NULL, f.rank, f.msg);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        MPI_Finalize();
+    }
+    exit(2);
+}
+
+void mgt_die_all_if_root(const char *root_msg) {
+    int rank;
+    int world = world_info(&rank);
+    char msg[1024] = "";
+    int failed = rank == 0 && root_msg != NULL;
+    if (failed)
+        snprintf(msg, sizeof msg, "%s", root_msg);
+    if (world > 1) {
+        MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (failed)
+            MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
+    if (failed)
+        mgt_die_all("%s", msg);
 }
 
 void mgt_log0(const char *fmt, ...) {

@@ -9,6 +9,14 @@
 #define MGT_RUNTIME_H
 
 #include <mpi.h>
+#include <signal.h>
+
+/* The signals that ask a training run to stop at a step boundary with a checkpoint: SIGTERM (kill,
+ * Slurm's preemption and time limit, mpirun's own Ctrl-C handling), SIGUSR1 (Slurm's --signal
+ * warning; mpirun forwards it to every rank as it is) and SIGINT (Ctrl-C). */
+enum { MGT_STOP_SIGNALS = 3 };
+/* SIGTERM, SIGUSR1, SIGINT: the most urgent first. */
+extern const int mgt_stop_signals[MGT_STOP_SIGNALS];
 
 typedef struct mgt_runtime {
     int rank, world;             /* in MPI_COMM_WORLD */
@@ -20,23 +28,58 @@ typedef struct mgt_runtime {
     int mpi;                     /* MPI was initialised (launched) */
     int own_mpi;                 /* by mgt_runtime_init, which then also finalises it */
     MPI_Comm node_comm;
+    /* While stop signals are caught (mgt_runtime_catch_stops): the dispositions they replaced. */
+    int stops_caught;
+    struct sigaction stop_saved[MGT_STOP_SIGNALS];
 } mgt_runtime;
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv);
 void mgt_runtime_finalize(mgt_runtime *rt);
 
+/* Stop requests. While caught, a stop signal only records that it came: the training loop asks
+ * mgt_stop_signal() at each step, the ranks agree on the stop through the step's all-reduce, save
+ * a checkpoint and exit with 128 + the signal's number. A second SIGINT while a stop is pending
+ * ends the process at once (exit 130), for a step that takes too long. Outside (start-up,
+ * evaluation, prediction) the signals keep their default effect: there is nothing to save.
+ * mgt_runtime_release_stops restores what was there before (a program using libmgt may have
+ * handlers of its own). */
+void mgt_runtime_catch_stops(mgt_runtime *rt);
+void mgt_runtime_release_stops(mgt_runtime *rt);
+/* The first stop signal caught on this rank since mgt_runtime_catch_stops, or 0. */
+int mgt_stop_signal(void);
+/* "SIGTERM", "SIGUSR1", "SIGINT" (or "a signal"), for messages. */
+const char *mgt_signal_name(int sig);
+
 /* Cores this rank may use for BLAS threads: its CPU affinity, shared with the other ranks of the
  * node when they were not bound to separate cores. */
 int mgt_runtime_cores(const mgt_runtime *rt);
 
-/* An error on this rank: prints "rank R: <message>" and ends the WHOLE job (MPI_Abort), or, in a
- * world of one, finalises MPI and exits 1. Never returns. */
+/* Errors come in two tiers (STYLE.md, "Errors, two tiers"):
+ *
+ * mgt_die: an error this rank meets alone (its own I/O, a dead peer, a device fault). Prints
+ * "rank R: <message>" and ends the WHOLE job with MPI_Abort, or, in a world of one, exits 1.
+ *
+ * mgt_die_all: an error every rank meets in the same way at the same point (a bad flag, model
+ * file, data set or output folder). Rank 0 prints "mgtrain: <message>" once; every rank then
+ * leaves through MPI_Finalize and exit(2), like argparse: no MPI_Abort, so Open MPI prints no
+ * abort banner and nothing races the message. MPI_Finalize waits for every rank; should one rank
+ * not arrive within MGT_DIE_ALL_GRACE_S seconds (the error was not symmetric after all), the
+ * waiting rank prints its message as "rank R: ..." and exits 2 without finalising, which makes
+ * the launcher end the job: misuse costs the grace period, never a hang.
+ *
+ * Under mpirun, Open MPI itself still reports a non-zero exit status ("mpirun detected that one
+ * or more processes exited with non-zero status") unless it runs quiet (mpirun -q). Both never
+ * return. */
 void mgt_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-/* An error every rank meets in the same way (bad flag, bad model file): rank 0 prints it once and
- * ends the job; the other ranks wait a moment for that, and print it themselves only if the job
- * is still alive (rank 0 did not fail). Never returns. */
 void mgt_die_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+#define MGT_DIE_ALL_GRACE_S 30
+
+/* For an error only rank 0 can see (a file it alone reads or writes, the output folder it
+ * creates) that should still end the job as mgt_die_all does. Collective: every rank calls it at
+ * the same point. Rank 0 passes its error message, or NULL when all is well (the other ranks'
+ * argument is ignored); when rank 0 passed a message, every rank ends through mgt_die_all with
+ * it, otherwise the call returns everywhere. */
+void mgt_die_all_if_root(const char *root_msg);
 
 /* Prints on rank 0 only. */
 void mgt_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -10,8 +10,9 @@
  * cJSON) padded with spaces to a multiple of 8 bytes, then the raw little-endian float32 data.
  * The header maps each tensor to {"dtype":"F32","shape":[...],"data_offsets":[b,e]} (offsets
  * relative to the data section) and "__metadata__" to string pairs, to which the writer adds
- * "crc32": the zlib CRC-32 of the data section, checked by the reader when present. The reader
- * validates everything before handing out pointers into the one buffer holding the data. */
+ * "crc32" and "crc32_covers": the CRC-32 of the canonical header and the data (tensor_io.h says
+ * exactly what is covered and when the reader requires it). The reader validates everything
+ * before handing out pointers into the one buffer holding the data. */
 #include "tensor_io.h"
 
 #include <cjson/cJSON.h>
@@ -44,14 +45,78 @@ static const char *errstr(int e) {
 
 typedef struct afile {
     FILE *f;
-    const char *path;
+    const char *path;      /* as the caller named it, for messages */
+    char target[PATH_MAX]; /* what is written: path, or the file a symbolic link at path names */
     char tmp[PATH_MAX + 32];
 } afile;
+
+/* The folder a path names a file in: "." for a bare name. */
+static void dir_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, cap, ".");
+    else if (slash == path)
+        snprintf(dir, cap, "/");
+    else
+        snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static const char *kind_of(mode_t m) {
+    return S_ISDIR(m)                 ? "a folder"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISFIFO(m)              ? "a pipe"
+           : S_ISSOCK(m)              ? "a socket"
+                                      : "not a regular file";
+}
+
+/* The check of mgt_output_check; on success `target` holds the file to replace (for a symbolic
+ * link to a regular file, the file it names). */
+static int output_target(const char *path, const char *what, char *target, size_t cap,
+                         mgt_err *err) {
+    const char *sep = what ? " " : "";
+    what = what ? what : "";
+    size_t n = strlen(path);
+    if (n == 0 || n >= cap)
+        return mgt_errf(err, "%s%s%.80s: the path is empty or too long; choose a shorter path",
+                        what, sep, path);
+    memcpy(target, path, n + 1);
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        if (S_ISLNK(sb.st_mode)) {
+            char *real = realpath(path, NULL);
+            int ok = real && stat(real, &sb) == 0 && S_ISREG(sb.st_mode) && strlen(real) < cap;
+            if (ok)
+                snprintf(target, cap, "%s", real);
+            free(real);
+            if (!ok)
+                return mgt_errf(err,
+                                "%s%s%s is a symbolic link to something that is not a regular "
+                                "file (or to nothing); mgtrain writes regular files only: name a "
+                                "regular file or a new path",
+                                what, sep, path);
+        } else if (!S_ISREG(sb.st_mode)) {
+            return mgt_errf(err,
+                            "%s%s%s is %s, not a regular file: mgtrain writes a new file and "
+                            "renames it onto the path, which would replace it; name a regular "
+                            "file or a new path",
+                            what, sep, path, kind_of(sb.st_mode));
+        }
+    }
+    return 0; /* a new name: whether its folder can take it, creating the file tells */
+}
+
+int mgt_output_check(const char *path, const char *what, mgt_err *err) {
+    char target[PATH_MAX];
+    return output_target(path, what, target, sizeof target, err);
+}
 
 static int af_open(afile *a, const char *path, mgt_err *err) {
     a->f = NULL;
     a->path = path;
-    int n = snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
+    a->tmp[0] = 0;
+    if (output_target(path, NULL, a->target, sizeof a->target, err) < 0)
+        return -1;
+    int n = snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", a->target, (long)getpid());
     if (n < 0 || (size_t)n >= sizeof a->tmp)
         return mgt_errf(err, "%s: path too long; choose a shorter output path", path);
     int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -106,7 +171,7 @@ static int af_commit(afile *a, mgt_err *err) {
         return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
                         errstr(e));
     }
-    if (rename(a->tmp, a->path) != 0) {
+    if (rename(a->tmp, a->target) != 0) {
         int e = errno;
         unlink(a->tmp);
         return mgt_errf(err, "%s: cannot write: renaming %s onto it failed (%s)", a->path, a->tmp,
@@ -115,13 +180,7 @@ static int af_commit(afile *a, mgt_err *err) {
 
     /* The folder entry: without this fsync the rename itself may not survive a crash. */
     char dir[PATH_MAX];
-    const char *slash = strrchr(a->path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == a->path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->path), a->path);
+    dir_of(a->target, dir, sizeof dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) { /* EINVAL: fs without folder fsync */
         int e = errno;
@@ -144,6 +203,31 @@ int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *er
 }
 
 /* ---- safetensors ------------------------------------------------------------------------ */
+
+/* The CRC metadata (tensor_io.h says what they mean). */
+#define ST_CRC_KEY "crc32"
+#define ST_COVERS_KEY "crc32_covers"
+#define ST_COVERS "header,data"
+#define ST_CRC_ZERO "00000000"
+
+/* A tensor's position in the data, for sorting by offset. */
+typedef struct span {
+    int64_t begin, end;
+    int index;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) /* an empty tensor before a full one at the same place */
+        return x->end < y->end ? -1 : 1;
+    return x->index - y->index;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 static uint32_t crc_update(uint32_t crc, const void *p, size_t len) {
     const unsigned char *b = p;
@@ -210,11 +294,11 @@ int mgt_safetensors_write(const char *path, const mgt_tensor_entry *t, int nt,
     if (check_write_args(path, t, nt, meta, nmeta, err))
         return -1;
 
-    /* The header: tensors in the given order, then the metadata with the data's CRC-32. Every
-     * cJSON call may fail on memory; `ok` collects that and is checked once at the end. */
+    /* The header: tensors in the given order, then the metadata and the CRC-32 of the canonical
+     * header (crc32 = "00000000" in it) followed by the data. Every cJSON call may fail on
+     * memory; `ok` collects that and is checked once at the end. */
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
-    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
     int64_t off = 0;
     for (int i = 0; ok && i < nt; i++) {
         int64_t bytes = 4 * numel_of(t[i].ndim, t[i].shape);
@@ -226,19 +310,25 @@ int mgt_safetensors_write(const char *path, const mgt_tensor_entry *t, int nt,
             ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t[i].shape[d]));
         ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off)) &&
              cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
-        if (bytes > 0)
-            crc = crc_update(crc, t[i].data, (size_t)bytes);
         off += bytes;
     }
     cJSON *m = ok ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
     ok = m != NULL;
     for (int i = 0; ok && i < nmeta; i++)
-        if (strcmp(meta[i].key, "crc32") != 0) /* ours replaces a caller's */
+        if (strcmp(meta[i].key, ST_CRC_KEY) && strcmp(meta[i].key, ST_COVERS_KEY)) /* ours win */
             ok = cJSON_AddStringToObject(m, meta[i].key, meta[i].value) != NULL;
-    char crchex[9];
-    snprintf(crchex, sizeof crchex, "%08x", (unsigned)crc);
-    ok = ok && cJSON_AddStringToObject(m, "crc32", crchex) != NULL;
+    cJSON *crc_item = ok ? cJSON_AddStringToObject(m, ST_CRC_KEY, ST_CRC_ZERO) : NULL;
+    ok = crc_item && cJSON_AddStringToObject(m, ST_COVERS_KEY, ST_COVERS) != NULL;
     char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+    if (json) {
+        uint32_t crc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), json, strlen(json));
+        for (int i = 0; i < nt; i++)
+            crc = crc_update(crc, t[i].data, (size_t)(4 * numel_of(t[i].ndim, t[i].shape)));
+        char crchex[9];
+        snprintf(crchex, sizeof crchex, "%08x", (unsigned)crc);
+        free(json);
+        json = cJSON_SetValuestring(crc_item, crchex) ? cJSON_PrintUnformatted(root) : NULL;
+    }
     cJSON_Delete(root);
     if (!json)
         return mgt_errf(err, "%s: out of memory building the safetensors header", path);
@@ -270,9 +360,10 @@ static int64_t json_count(const cJSON *v) {
     return (int64_t)d;
 }
 
-/* Fills *e from one header entry, checking dtype, shape and offsets against the data size. */
+/* Fills *e from one header entry, checking dtype, shape and offsets against the data size;
+ * *where is the entry's place in the data. */
 static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const char *blob,
-                        mgt_tensor_entry *e, mgt_err *err) {
+                        mgt_tensor_entry *e, span *where, mgt_err *err) {
     const char *nm = it->string;
     if (strlen(nm) >= sizeof e->name)
         return mgt_errf(err,
@@ -328,6 +419,8 @@ static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const c
                         "rewrite the file with aligned tensors",
                         path, nm, (long long)b);
     e->data = (const float *)(const void *)(blob + b);
+    where->begin = b;
+    where->end = en;
     return 0;
 }
 
@@ -350,9 +443,51 @@ static int parse_meta(const char *path, const cJSON *it, mgt_meta_entry *m, mgt_
     return 0;
 }
 
-/* Parses and checks the header against the loaded data (st->blob, dlen bytes). */
+/* A name that appears twice among n (cJSON keeps both copies of a repeated key), or NULL. */
+static const char *first_repeat(const char **names, int n) {
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    for (int i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            return names[i];
+    return NULL;
+}
+
+/* The tensors' data must tile the data section exactly, as the safetensors reference reader
+ * requires: sorted by offset, each starting where the previous one ended, the last ending at
+ * the end of the data. Overlapping tensors would alias each other's values; gaps and trailing
+ * bytes are damage. */
+static int check_tiling(const char *path, const mgt_safetensors *st, span *order, int64_t dlen,
+                        mgt_err *err) {
+    qsort(order, (size_t)st->nt, sizeof *order, cmp_span);
+    int64_t at = 0;
+    for (int i = 0; i < st->nt; i++) {
+        const mgt_tensor_entry *e = &st->t[order[i].index];
+        int64_t b = order[i].begin, en = order[i].end;
+        if (b < at)
+            return mgt_errf(err,
+                            "%s: tensor %s (data bytes %lld to %lld) overlaps tensor %s; the "
+                            "file is damaged",
+                            path, e->name, (long long)b, (long long)en,
+                            st->t[order[i - 1].index].name);
+        if (b > at)
+            return mgt_errf(err,
+                            "%s: data bytes %lld to %lld belong to no tensor; the file is "
+                            "damaged",
+                            path, (long long)at, (long long)b);
+        at = en;
+    }
+    if (at != dlen)
+        return mgt_errf(err, "%s: %lld bytes of data follow the last tensor; the file is damaged",
+                        path, (long long)(dlen - at));
+    return 0;
+}
+
+/* Parses and checks the header against the loaded data (st->blob, dlen bytes): every entry, no
+ * name twice, the tensors tiling the data. When the metadata says the CRC covers the header,
+ * *hcrc is the CRC-32 of the canonical header (the tree printed by cJSON without spaces, with
+ * the crc32 value replaced by ST_CRC_ZERO) and *covered is set. */
 static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t dlen,
-                        mgt_safetensors *st, mgt_err *err) {
+                        mgt_safetensors *st, uint32_t *hcrc, int *covered, mgt_err *err) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
     if (!root) {
@@ -361,6 +496,14 @@ static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t 
                         "%zu); the file is damaged or not a safetensors file",
                         path, (long)(end ? end - hdr : 0), hlen);
     }
+    for (const char *p = end; p < hdr + hlen; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            cJSON_Delete(root);
+            return mgt_errf(err,
+                            "%s: byte %ld of the header follows its JSON object and is not "
+                            "padding (a space); the file is damaged",
+                            path, (long)(p - hdr));
+        }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return mgt_errf(err,
@@ -368,10 +511,13 @@ static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t 
                         "damaged or not a safetensors file",
                         path);
     }
-    int nt = 0, nmeta = 0;
+    int nt = 0, nmeta = 0, nall = 0;
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
     const cJSON *it;
-    cJSON_ArrayForEach(it, root) nt += strcmp(it->string, "__metadata__") != 0;
+    cJSON_ArrayForEach(it, root) {
+        nt += strcmp(it->string, "__metadata__") != 0;
+        nall++;
+    }
     if (md && !cJSON_IsObject(md)) {
         cJSON_Delete(root);
         return mgt_errf(err, "%s: __metadata__ is not an object; the file is damaged", path);
@@ -379,34 +525,76 @@ static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t 
     nmeta = md ? cJSON_GetArraySize(md) : 0;
     st->t = calloc((size_t)nt + 1, sizeof *st->t);
     st->meta = calloc((size_t)nmeta + 1, sizeof *st->meta);
-    if (!st->t || !st->meta) {
-        cJSON_Delete(root);
-        return mgt_errf(err, "%s: out of memory reading the header", path);
-    }
+    const char **names = malloc(sizeof *names * ((size_t)(nall > nmeta ? nall : nmeta) + 1));
+    span *order = malloc(sizeof *order * ((size_t)nt + 1));
     int rc = 0;
+    if (!st->t || !st->meta || !names || !order)
+        rc = mgt_errf(err, "%s: out of memory reading the header", path);
+    int n = 0;
     cJSON_ArrayForEach(it, root) {
+        if (rc)
+            break;
+        names[n++] = it->string;
         if (strcmp(it->string, "__metadata__") == 0)
             continue;
-        if ((rc = parse_tensor(path, it, dlen, st->blob, &st->t[st->nt], err)))
-            break;
-        st->nt++;
+        order[st->nt].index = st->nt;
+        rc = parse_tensor(path, it, dlen, st->blob, &st->t[st->nt], &order[st->nt], err);
+        st->nt += rc == 0;
     }
+    const char *twice = rc ? NULL : first_repeat(names, n);
+    if (twice)
+        rc = mgt_errf(err, "%s: the header names %.80s twice; the file is damaged", path, twice);
+    if (!rc)
+        rc = check_tiling(path, st, order, dlen, err);
+    n = 0;
     if (!rc && md) {
         cJSON_ArrayForEach(it, md) {
+            names[n++] = it->string;
             if ((rc = parse_meta(path, it, &st->meta[st->nmeta], err)))
                 break;
             st->nmeta++;
         }
+        twice = rc ? NULL : first_repeat(names, n);
+        if (twice)
+            rc = mgt_errf(err, "%s: the metadata names %.80s twice; the file is damaged", path,
+                          twice);
     }
+    const char *covers = rc ? NULL : mgt_safetensors_meta(st, ST_COVERS_KEY);
+    *covered = covers != NULL;
+    if (covers && strcmp(covers, ST_COVERS))
+        rc = mgt_errf(err,
+                      "%s: metadata %s = \"%.40s\" is not one this reader knows; the file "
+                      "is damaged or from a newer mgtrain",
+                      path, ST_COVERS_KEY, covers);
+    cJSON *crc_item = md ? cJSON_GetObjectItemCaseSensitive(md, ST_CRC_KEY) : NULL;
+    if (!rc && covers && crc_item) {
+        char *canon =
+            cJSON_SetValuestring(crc_item, ST_CRC_ZERO) ? cJSON_PrintUnformatted(root) : NULL;
+        if (!canon)
+            rc = mgt_errf(err, "%s: out of memory reading the header", path);
+        else
+            *hcrc = crc_update((uint32_t)crc32(0L, Z_NULL, 0), canon, strlen(canon));
+        free(canon);
+    }
+    free(names);
+    free(order);
     cJSON_Delete(root);
     return rc;
 }
 
-/* Verifies the data against the "crc32" metadata when the file has one. */
-static int check_crc(const char *path, const mgt_safetensors *st, int64_t dlen, mgt_err *err) {
-    const char *want = mgt_safetensors_meta(st, "crc32");
-    if (!want)
+/* Verifies the CRC (see tensor_io.h for what it covers and when it is required). */
+static int check_crc(const char *path, const mgt_safetensors *st, int64_t dlen, uint32_t hcrc,
+                     int covered, mgt_err *err) {
+    const char *want = mgt_safetensors_meta(st, ST_CRC_KEY);
+    const char *format = mgt_safetensors_meta(st, "format");
+    if (!want) {
+        if (covered || (format && !strncmp(format, "mgtrain", 7)))
+            return mgt_errf(err,
+                            "%s: no %s in a file mgtrain wrote (format %.40s): it was removed or "
+                            "the header is damaged; restore the file from a backup",
+                            path, ST_CRC_KEY, format ? format : "?");
         return 0;
+    }
     int hex = strlen(want) == 8;
     for (int i = 0; hex && i < 8; i++)
         hex = isxdigit((unsigned char)want[i]) != 0;
@@ -416,53 +604,100 @@ static int check_crc(const char *path, const mgt_safetensors *st, int64_t dlen, 
                         "%s: metadata crc32 \"%.16s\" is not 8 hex digits; the file is "
                         "damaged",
                         path, want);
-    uint32_t got = crc_update((uint32_t)crc32(0L, Z_NULL, 0), st->blob, (size_t)dlen);
+    uint32_t got =
+        crc_update(covered ? hcrc : (uint32_t)crc32(0L, Z_NULL, 0), st->blob, (size_t)dlen);
     if (got != (uint32_t)v)
         return mgt_errf(err,
-                        "%s: CRC mismatch: the file is damaged (the data's CRC-32 is %08x, "
+                        "%s: CRC mismatch: the file is damaged (the %s's CRC-32 is %08x, "
                         "the header says %s); restore it from a backup or write it again",
-                        path, (unsigned)got, want);
+                        path, covered ? "header and data" : "data", (unsigned)got, want);
     return 0;
+}
+
+/* The 8-byte length prefix against the file's size; the header length in *hlen. */
+static int check_prefix(const char *path, const unsigned char *pre, int64_t size, uint64_t *hlen,
+                        mgt_err *err) {
+    if (size < 8)
+        return mgt_errf(err,
+                        "%s is truncated: %lld bytes, fewer than the 8-byte header length; the "
+                        "file is damaged or not a safetensors file",
+                        path, (long long)size);
+    *hlen = 0;
+    for (int b = 0; b < 8; b++)
+        *hlen |= (uint64_t)pre[b] << (8 * b);
+    if (*hlen > (uint64_t)(size - 8))
+        return mgt_errf(err,
+                        "%s is truncated: its header length says %llu bytes but only %lld bytes "
+                        "follow; the file is damaged or not a safetensors file",
+                        path, (unsigned long long)*hlen, (long long)(size - 8));
+    if (*hlen > ST_MAX_HEADER)
+        return mgt_errf(err,
+                        "%s: header of %llu bytes is implausibly large; the file is damaged or "
+                        "not a safetensors file",
+                        path, (unsigned long long)*hlen);
+    return 0;
+}
+
+/* Everything after the bytes are in memory: the header, the tiling, the CRC. */
+static int parse_loaded(const char *path, const char *hdr, size_t hlen, int64_t dlen,
+                        mgt_safetensors *st, mgt_err *err) {
+    uint32_t hcrc = 0;
+    int covered = 0;
+    if (parse_header(path, hdr, hlen, dlen, st, &hcrc, &covered, err) ||
+        check_crc(path, st, dlen, hcrc, covered, err)) {
+        mgt_safetensors_free(st);
+        return -1;
+    }
+    return 0;
+}
+
+int mgt_safetensors_parse(const char *name, const void *bytes, size_t size, mgt_safetensors *st,
+                          mgt_err *err) {
+    memset(st, 0, sizeof *st);
+    uint64_t hlen = 0;
+    const unsigned char *b = bytes;
+    if (check_prefix(name, b, (int64_t)size, &hlen, err))
+        return -1;
+    const int64_t dlen = (int64_t)size - 8 - (int64_t)hlen;
+    st->blob = malloc(dlen > 0 ? (size_t)dlen : 1); /* aligned for the floats */
+    if (!st->blob)
+        return mgt_errf(err, "%s: out of memory for %lld bytes", name, (long long)size);
+    if (dlen > 0)
+        memcpy(st->blob, b + 8 + hlen, (size_t)dlen);
+    return parse_loaded(name, (const char *)b + 8, (size_t)hlen, dlen, st, err);
 }
 
 int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err) {
     memset(st, 0, sizeof *st);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* Not blocking: a pipe named as a weights file is refused below instead of waiting for a
+     * writer. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return mgt_errf(err, "%s: cannot open (%s); check the path", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mgt_errf(err,
+                        "%s is not a regular file (a pipe, device or folder); pass a "
+                        "safetensors file",
+                        path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return mgt_errf(err, "%s: cannot read (%s)", path, strerror(errno));
+    }
     char *hdr = NULL;
     int rc = -1;
-    struct stat sb;
     unsigned char pre[8];
-    if (fstat(fileno(f), &sb) != 0) {
-        mgt_errf(err, "%s: cannot read (%s)", path, strerror(errno));
-        goto out;
-    }
-    const int64_t size = sb.st_size;
-    if (size < 8 || fread(pre, 1, 8, f) != 8) {
-        mgt_errf(err,
-                 "%s is truncated: %lld bytes, fewer than the 8-byte header length; the "
-                 "file is damaged or not a safetensors file",
-                 path, (long long)size);
-        goto out;
-    }
     uint64_t hlen = 0;
-    for (int b = 0; b < 8; b++)
-        hlen |= (uint64_t)pre[b] << (8 * b);
-    if (hlen > (uint64_t)(size - 8)) {
-        mgt_errf(err,
-                 "%s is truncated: its header length says %llu bytes but only %lld bytes "
-                 "follow; the file is damaged or not a safetensors file",
-                 path, (unsigned long long)hlen, (long long)(size - 8));
+    const int64_t size = sb.st_size;
+    if (size >= 8 && fread(pre, 1, 8, f) != 8) {
+        mgt_errf(err, "%s is truncated or unreadable (%s)", path, errstr(errno));
         goto out;
     }
-    if (hlen > ST_MAX_HEADER) {
-        mgt_errf(err,
-                 "%s: header of %llu bytes is implausibly large; the file is damaged or not "
-                 "a safetensors file",
-                 path, (unsigned long long)hlen);
+    if (check_prefix(path, pre, size, &hlen, err))
         goto out;
-    }
     const int64_t dlen = size - 8 - (int64_t)hlen;
     hdr = malloc(hlen + 1);
     st->blob = malloc(dlen > 0 ? (size_t)dlen : 1);
@@ -476,9 +711,7 @@ int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err) {
         mgt_errf(err, "%s is truncated or unreadable (%s)", path, errstr(errno));
         goto out;
     }
-    hdr[hlen] = 0;
-    rc = parse_header(path, hdr, hlen, dlen, st, err);
-    rc = rc || check_crc(path, st, dlen, err);
+    rc = parse_loaded(path, hdr, hlen, dlen, st, err);
 out:
     fclose(f);
     free(hdr);

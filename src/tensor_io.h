@@ -2,12 +2,31 @@
  *
  * safetensors: 8-byte little-endian header length, a JSON header (cJSON) mapping each tensor
  * name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]} plus "__metadata__" (string
- * values only), then the raw little-endian data. Our writer adds metadata "crc32" (zlib CRC-32 of
- * the data section, 8 hex digits) which the reader verifies when present.
+ * values only), padded with spaces, then the raw little-endian data. The reader accepts what the
+ * safetensors reference reader accepts, F32 only: no name twice, the tensors' data tiling the
+ * data section exactly (no overlap, no gap, nothing after the last tensor).
+ *
+ * Integrity. The writer adds two metadata entries:
+ *   "crc32":        8 lowercase hex digits, the zlib CRC-32 of the canonical header followed by
+ *                   the data section;
+ *   "crc32_covers": "header,data".
+ * The canonical header is the parsed header printed by cJSON without whitespace (keys in file
+ * order, numbers and strings as cJSON prints them) with the crc32 value replaced by "00000000";
+ * for a file mgtrain wrote it is the header exactly as written. So every tensor name, dtype,
+ * shape and offset and every metadata value (a checkpoint's step, epoch, optimizer...) is covered
+ * as well as every data byte; the length prefix and the padding are checked by the parse. The
+ * reader tells the cases apart by the metadata:
+ *   - crc32 with crc32_covers = "header,data": the check above (files this version writes);
+ *   - crc32 alone: the CRC of the data section only (checkpoints of mgtrain 0.1.0);
+ *   - no crc32: accepted only if the file is not marked as mgtrain's, i.e. it has no
+ *     crc32_covers and its "format" does not start with "mgtrain" (checkpoints are
+ *     "mgtrain-checkpoint-N"): weights PyTorch or another tool wrote load for --init-weights and
+ *     --weights, while a checkpoint whose crc32 was removed is refused.
  *
  * Every write is atomic: PATH.tmp.<pid> is written, fsync'ed, renamed onto PATH and the directory
  * fsync'ed, so a crash leaves the old file or the new one, never half of one. A failed write
- * removes its temporary file and leaves PATH as it was. */
+ * removes its temporary file and leaves PATH as it was. Only regular files (or new names) are
+ * written: a PATH that is a device, folder or pipe is refused, never replaced. */
 #ifndef MGT_TENSOR_IO_H
 #define MGT_TENSOR_IO_H
 
@@ -43,10 +62,15 @@ typedef struct mgt_safetensors {
     void *blob;
 } mgt_safetensors;
 
-/* Reads and validates the whole file: header length within the file, JSON well-formed, every
- * tensor F32 with offsets inside the data and matching its shape, the CRC when present. Errors
- * name the file and what is wrong ("... is truncated", "... CRC mismatch: the file is damaged"). */
+/* Reads and validates the whole file, which must be a regular file: header length within the
+ * file, JSON well-formed, every tensor F32 with offsets inside the data and matching its shape,
+ * no name twice, the data tiled exactly, the CRC as above. Errors name the file and what is wrong
+ * ("... is truncated", "... CRC mismatch: the file is damaged"). */
 int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err);
+/* The same checks on a file's bytes already in memory (`name` for messages); the data is copied,
+ * bytes may be freed afterwards. */
+int mgt_safetensors_parse(const char *name, const void *bytes, size_t size, mgt_safetensors *st,
+                          mgt_err *err);
 const mgt_tensor_entry *mgt_safetensors_find(const mgt_safetensors *st, const char *name);
 const char *mgt_safetensors_meta(const mgt_safetensors *st, const char *key); /* NULL if absent */
 void mgt_safetensors_free(mgt_safetensors *st);
@@ -56,5 +80,12 @@ int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t col
 
 /* Writes `len` bytes to path atomically (temporary file, fsync, rename, directory fsync). */
 int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err);
+
+/* Whether the writers above may write `path`: it must be a new name, or a regular file (or a
+ * symbolic link to one: the link is kept and its target replaced). Anything
+ * else, a device such as /dev/null, a folder, a pipe or a socket, is refused: the rename would
+ * replace it with a regular file. Every writer checks this itself; callers use it to refuse a
+ * bad path before any work. `what` (e.g. "--timeline", may be NULL) starts the message. */
+int mgt_output_check(const char *path, const char *what, mgt_err *err);
 
 #endif

@@ -26,8 +26,11 @@ void mgt_train_defaults(mgt_train_cfg *t) {
     mgt_opt_defaults(&t->opt);
     t->loss = MGT_LOSS_SPARSE_CE;
     t->batch_size = 32;
+    t->accum_steps = 1;
     t->epochs = 1;
     t->seed = 42;
+    mgt_sched_defaults(&t->sched);
+    mgt_stop_defaults(&t->stop);
 }
 
 static int positive_float(const char *v, float *out, int allow_zero, mgt_err *err, const char *key,
@@ -40,10 +43,57 @@ static int positive_float(const char *v, float *out, int allow_zero, mgt_err *er
     return 0;
 }
 
+/* ---- the training regime: schedules, clipping, early stopping, label smoothing ----
+ * Their keys are parsed by their own modules (schedule.c, clip.c, monitor.c); this block lists
+ * them, hands each key to the module that takes it and checks them together. */
+
+static int regime_keys(const char **keys, int n, int max) {
+    for (int i = 0; mgt_sched_key_at(i) && n + 1 < max; i++)
+        keys[n++] = mgt_sched_key_at(i);
+    for (int i = 0; mgt_clip_key_at(i) && n + 1 < max; i++)
+        keys[n++] = mgt_clip_key_at(i);
+    for (int i = 0; mgt_stop_key_at(i) && n + 1 < max; i++)
+        keys[n++] = mgt_stop_key_at(i);
+    if (n + 1 < max)
+        keys[n++] = "label_smoothing";
+    return n;
+}
+
+/* 1 if `key` is the regime's (taken, or -1 on a bad value), 0 if not. */
+static int regime_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err) {
+    int rc = mgt_sched_set(&t->sched, key, v, err);
+    if (!rc)
+        rc = mgt_clip_set(&t->clip, key, v, err);
+    if (!rc)
+        rc = mgt_stop_set(&t->stop, key, v, err);
+    if (!rc && !strcmp(key, "label_smoothing")) {
+        float x;
+        if (mgt_parse_float(v, &x) < 0 || x < 0 || x > 1)
+            return mgt_errf(err,
+                            "label_smoothing = %s: expected a number from 0 (off) to 1, e.g. "
+                            "label_smoothing = 0.1",
+                            v);
+        t->label_smoothing = x;
+        return 1;
+    }
+    return rc;
+}
+
+int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err) {
+    if (t->repro_chunk && !t->reproducible)
+        return mgt_errf(err, "repro_chunk (--repro-chunk) sets the chunk of reproducible "
+                             "training; add reproducible = true (--reproducible), or drop it");
+    if (mgt_sched_check(&t->sched, validating, err) < 0 ||
+        mgt_stop_check(&t->stop, validating, err) < 0)
+        return -1;
+    return 0;
+}
+
 int mgt_train_keys(const char **keys, int max) {
     static const char *const before[] = {"optimizer", "learning_rate"};
-    static const char *const after[] = {"loss",          "batch_size",  "epochs", "seed",
-                                        "augment_flip", "augment_crop"};
+    static const char *const after[] = {"loss",         "batch_size",   "accum_steps",
+                                        "epochs",       "seed",         "augment_flip",
+                                        "augment_crop", "reproducible", "repro_chunk"};
     int n = 0;
     for (size_t i = 0; i < sizeof before / sizeof before[0] && n + 1 < max; i++)
         keys[n++] = before[i];
@@ -51,6 +101,7 @@ int mgt_train_keys(const char **keys, int max) {
         keys[n++] = mgt_opt_key_at(i)->key;
     for (size_t i = 0; i < sizeof after / sizeof after[0] && n + 1 < max; i++)
         keys[n++] = after[i];
+    n = regime_keys(keys, n, max);
     keys[n] = NULL;
     return n;
 }
@@ -122,6 +173,17 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
         t->batch_size = x;
         return 0;
     }
+    if (!strcmp(key, "accum_steps")) { /* gradient accumulation (fit.c) */
+        int x;
+        if (mgt_parse_int(v, &x) < 0 || x < 1 || x > 65536)
+            return mgt_errf(err,
+                            "accum_steps = %s: expected a whole number from 1 to 65536 (the "
+                            "micro-batches of batch_size per optimizer step), e.g. "
+                            "accum_steps = 4",
+                            v);
+        t->accum_steps = x;
+        return 0;
+    }
     if (!strcmp(key, "epochs")) {
         int x;
         if (mgt_parse_int(v, &x) < 0 || x < 1)
@@ -152,5 +214,24 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
         t->augment_crop = x;
         return 0;
     }
+    /* --reproducible (repro.h): the same bits on any rank count, in chunks of repro_chunk. */
+    if (!strcmp(key, "reproducible")) {
+        if (mgt_parse_bool(v, &t->reproducible) < 0)
+            return mgt_errf(err, "reproducible = %s: expected true or false", v);
+        return 0;
+    }
+    if (!strcmp(key, "repro_chunk")) {
+        int64_t x;
+        if (mgt_parse_i64(v, &x) < 0 || x < 1 || x > (1 << 24))
+            return mgt_errf(err,
+                            "repro_chunk = %s: expected the samples of a chunk, a whole number "
+                            "from 1 to 16777216, e.g. repro_chunk = 8",
+                            v);
+        t->repro_chunk = x;
+        return 0;
+    }
+    const int rc = regime_set(t, key, v, err);
+    if (rc)
+        return rc < 0 ? -1 : 0;
     return mgt_errf(err, "unknown key %s", key);
 }

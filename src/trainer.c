@@ -1,15 +1,22 @@
 /* trainer.c: the train, eval, predict and summary commands: each reads the model, sets up the
  * modules it needs in order, runs them and prints its result. The work itself is the modules':
  * placement (backend, GPU, transport), splits (data), staging (batches into backend memory),
- * replica (the state and its copies on every rank), checkpoint (files), fit (the training loop)
- * and evaluate. */
+ * replica (the state and its copies on every rank), checkpoint (files), rundir (the run folder:
+ * its lock, protection and run.json), fit (the training loop) and evaluate.
+ *
+ * Training never loses work it was not told to drop: the run folder is claimed (locked, checked
+ * for another run, its checkpoint found) before anything is read from it, every check a failed
+ * start can stop at comes before anything is written there, and a stop signal ends training at a
+ * step boundary with a checkpoint. */
 #include "trainer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "data/shard.h"
@@ -23,6 +30,7 @@
 #include "placement.h"
 #include "replica.h"
 #include "repro.h"
+#include "rundir.h"
 #include "splits.h"
 #include "staging.h"
 #include "tensor_io.h"
@@ -36,8 +44,12 @@ void mgt_options_defaults(mgt_options *o) {
     o->device = "auto";
     o->synthetic_samples = 60000;
     o->device_data = 1;
-    o->repro_chunk = MGT_REPRO_CHUNK_DEFAULT;
+    o->keep_checkpoints = 1;
+    o->bucket_mb = -1;
 }
+
+/* A model file larger than this is not one (the largest legitimate ones are a few kB). */
+enum { MODEL_FILE_MAX = 16 << 20 };
 
 /* What a command works with, one module each, set up in this order. */
 typedef struct session {
@@ -50,7 +62,21 @@ typedef struct session {
     mgt_stage st;
     mgt_splits data;
     char out[512];
+    const char *model_file; /* --model, or --run's model copy; NULL: the built-in model */
+    char run_model[600], run_weights[600]; /* eval, predict --run: what the folder names */
+    char *model_text; /* the model file as parsed (NULL: the built-in one), for the run's copy */
+    size_t model_len;
+    mgt_rundir rd; /* the run folder (rank 0 of train) */
+    int resumed;   /* train: from the run folder's checkpoint */
 } session;
+
+static session *open_session(session *s, mgt_runtime *rt, const mgt_options *o) {
+    memset(s, 0, sizeof *s);
+    s->rt = rt;
+    s->o = o;
+    mgt_rundir_init(&s->rd, "");
+    return s;
+}
 
 /* A [train] key given on the command line; its error names the flag instead of the key. */
 static void override(session *s, const char *flag, const char *key, const char *value) {
@@ -59,13 +85,42 @@ static void override(session *s, const char *flag, const char *key, const char *
         mgt_die_all("%s %s: %s", flag, value, strchr(e.msg, ':') ? strchr(e.msg, ':') + 2 : e.msg);
 }
 
-/* The model file (or the built-in one) with the command line's [train] overrides. */
+/* Without --model the built-in copy of examples/mlp.cfg trains: say so when an examples/mlp.cfg
+ * here differs from it (it was edited, and the user may think it is what trains). */
+static void note_builtin(const session *s) {
+    const char *file = "examples/" MGT_DEFAULT_MODEL_NAME ".cfg";
+    char *text = NULL;
+    mgt_err e;
+    if (s->rt->rank != 0 ||
+        mgt_read_text_file(file, "model file", MODEL_FILE_MAX, &text, NULL, &e) < 0)
+        return;
+    if (strcmp(text, MGT_DEFAULT_MODEL_TEXT))
+        fprintf(stderr,
+                "notice: %s differs from the built-in model, which is what runs without "
+                "--model; pass --model %s to use the file\n",
+                file, file);
+    free(text);
+}
+
+/* The model file (or the built-in one) with the command line's [train] overrides. The file is
+ * read once and parsed from that text, so the copy a run keeps is what it trained. */
 static void load_model(session *s) {
     const mgt_options *o = s->o;
     mgt_err e;
-    int rc = o->model ? mgt_model_parse(&s->m, o->model, NULL, &e)
-                      : mgt_model_parse(&s->m, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
-                                        MGT_DEFAULT_MODEL_TEXT, &e);
+    int rc;
+    if (!s->model_file)
+        s->model_file = o->model;
+    if (s->model_file) {
+        if (mgt_read_text_file(s->model_file, "model file", MODEL_FILE_MAX, &s->model_text,
+                               &s->model_len, &e) < 0)
+            mgt_die_all("%s; pass --model with a model file such as examples/mlp.cfg", e.msg);
+        rc = mgt_model_parse(&s->m, s->model_file, s->model_text, &e);
+    } else {
+        rc = mgt_model_parse(&s->m, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
+                             MGT_DEFAULT_MODEL_TEXT, &e);
+        snprintf(s->m.path, sizeof s->m.path, "built-in model");
+        note_builtin(s);
+    }
     if (rc < 0)
         mgt_die_all("%s", e.msg);
     override(s, "--epochs", "epochs", o->epochs);
@@ -73,8 +128,16 @@ static void load_model(session *s) {
     override(s, "--optimizer", "optimizer", o->optimizer);
     override(s, "--lr", "learning_rate", o->lr);
     override(s, "--seed", "seed", o->seed);
+    override(s, "--accum-steps", "accum_steps", o->accum_steps);
+    for (int i = 0; i < o->ntrain_keys; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--%s", o->train_keys[i].flag);
+        override(s, flag, o->train_keys[i].key, o->train_keys[i].value);
+    }
     if (o->conv_algo && mgt_conv2d_set_algo(&s->m, o->conv_algo, &e) < 0)
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
+    if (o->input_shape && mgt_model_set_input_shape(&s->m, o->input_shape, &e) < 0)
+        mgt_die_all("--input-shape %s: %s", o->input_shape, e.msg);
     mgt_train_cfg *t = &s->m.train;
     if (t->lr < 0)
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
@@ -84,25 +147,32 @@ static void load_model(session *s) {
  * host copies of the state and the input batches. */
 static void set_up(session *s) {
     const mgt_options *o = s->o;
+    mgt_model *m = &s->m;
+    const int train = !strcmp(o->command, "train");
     const mgt_place_opts po = {.device = o->device,
                                .gpus = o->gpus,
                                .transport = o->transport,
                                .tf32 = o->tf32,
                                .comm_timeout = o->comm_timeout,
-                               .one_thread = o->reproducible};
+                               .one_thread = train && m->train.reproducible};
     mgt_place_init(&s->pl, s->rt, &po);
-    mgt_model *m = &s->m;
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;
     const int64_t b = m->train.batch_size;
-    mgt_err e;
     /* --reproducible: ranks take whole chunks, so one may get more than an even share */
-    const int64_t most =
-        o->reproducible ? mgt_shard_chunks_max(b, o->repro_chunk, world) : (b + world - 1) / world;
-    if (o->reproducible && mgt_repro_check(m, be, b, o->repro_chunk, &e) < 0)
+    const int64_t chunk = train ? mgt_repro_chunk(&m->train) : 0;
+    const int max_batch =
+        (int)(chunk ? mgt_shard_chunks_max(b, chunk, world) : (b + world - 1) / world);
+    mgt_err e;
+    if (chunk && mgt_repro_check(m, be, o->zero, &e) < 0) /* the same on every rank */
         mgt_die_all("%s", e.msg);
-    if (mgt_model_alloc(m, be, (int)most, &e) < 0 ||
-        mgt_optim_init(&s->opt, &m->train, be, m->param_count, &e) < 0 ||
+    if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
+        mgt_die_all("%s", e.msg);
+    /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
+    const int shards = train && o->zero ? world : 1;
+    if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
+        mgt_optim_init_sharded(&s->opt, &m->train, be, m->param_count, s->rt->rank, shards, &e) <
+            0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
         mgt_die("%s", e.msg);
@@ -117,6 +187,8 @@ static void load_data(session *s, int train, const char *split) {
 }
 
 static void free_session(session *s) {
+    mgt_rundir_free(&s->rd);
+    free(s->model_text);
     mgt_stage_free(&s->st);
     mgt_replica_free(&s->rep);
     mgt_optim_free(&s->opt, &s->pl.be);
@@ -136,43 +208,166 @@ static void out_path(session *s) {
         snprintf(s->out, sizeof s->out, "runs/%s", s->m.name);
 }
 
+/* The run folder before anything is read from it. Rank 0 takes its lock (when it exists: a job
+ * that writes it now is named at once), finds whether the run resumes (--resume auto: when there
+ * is a checkpoint) and refuses a folder that holds another run; every rank learns the outcome,
+ * and a refusal ends them all alike. The lock is given back until make_out_dir takes it for good,
+ * after every check of the start: a start that fails leaves no lock behind. */
+static void claim_out(session *s) {
+    const mgt_options *o = s->o;
+    const char *failed = NULL;
+    char msg[1100];
+    mgt_err e;
+    int resume = 0;
+    mgt_rundir_init(&s->rd, s->out);
+    if (s->rt->rank == 0) {
+        struct stat sb;
+        const int exists = stat(s->out, &sb) == 0;
+        char notice[1024], ckpt[600];
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", s->out);
+        const int have = access(ckpt, F_OK) == 0;
+        resume = o->resume == MGT_RESUME_REQUIRE || (o->resume == MGT_RESUME_AUTO && have);
+        if (exists && !S_ISDIR(sb.st_mode)) {
+            snprintf(msg, sizeof msg,
+                     "--out %s exists and is not a folder; pass --out with a folder (new or "
+                     "existing)",
+                     s->out);
+            failed = msg;
+        } else if (exists && mgt_rundir_lock(&s->rd, s->rt->host, notice, sizeof notice, &e) < 0) {
+            failed = e.msg;
+        } else if (o->resume == MGT_RESUME_REQUIRE && !have) {
+            snprintf(msg, sizeof msg,
+                     "--resume: no checkpoint at %s; start without --resume (--resume auto "
+                     "starts afresh when there is none), or pass the --out folder of the run to "
+                     "resume",
+                     ckpt);
+            failed = msg;
+        } else if (!resume && !o->overwrite && exists && mgt_rundir_holds_run(s->out, &e)) {
+            failed = e.msg;
+        } else if (exists && notice[0]) {
+            fprintf(stderr, "%s\n", notice);
+        }
+        mgt_rundir_unlock(&s->rd);
+    }
+    mgt_die_all_if_root(failed);
+    mgt_bcast(&s->pl.comm, &resume, sizeof resume, 0, "resume decision");
+    s->resumed = resume;
+}
+
+static void make_out_dir(session *s);
+
+/* Where the run is and how it ended, for run.json's segment. */
+static void how_it_ended(char *buf, size_t n, const session *s, const mgt_fit_result *r,
+                         const mgt_ckpt_pos *pos) {
+    if (r->stop_signal)
+        snprintf(buf, n, "interrupted by %s", mgt_signal_name(r->stop_signal));
+    else if (pos->epoch < s->m.train.epochs)
+        snprintf(buf, n, "stopped at --max-steps %lld", (long long)s->o->max_steps);
+    else
+        snprintf(buf, n, "finished");
+}
+
+/* A run whose checkpoint is already where this one would end: say so and write nothing (but the
+ * weights, if the run ended before it could write them). Collective. Returns 1 if so. */
+static int nothing_left(session *s, const mgt_ckpt_pos *pos) {
+    const mgt_options *o = s->o;
+    const int epochs = s->m.train.epochs;
+    if (pos->epoch < epochs && (o->max_steps == 0 || pos->step < o->max_steps))
+        return 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s/weights.safetensors", s->out);
+    int missing = s->rt->rank == 0 && access(path, F_OK) != 0;
+    mgt_bcast(&s->pl.comm, &missing, sizeof missing, 0, "weights check");
+    if (missing) {
+        make_out_dir(s); /* its lock */
+        mgt_replica_save_weights(&s->rep, s->out, pos->step);
+    }
+    if (s->rt->rank == 0) {
+        if (pos->epoch >= epochs)
+            printf("nothing left to train: the run in %s has trained all its %lld epochs (%lld "
+                   "steps); pass --epochs with more to train it further\n",
+                   s->out, (long long)pos->epoch, (long long)pos->step);
+        else
+            printf("nothing left to train: the run in %s is at step %lld and --max-steps is "
+                   "%lld; pass a larger --max-steps to train it further\n",
+                   s->out, (long long)pos->step, (long long)o->max_steps);
+        if (missing)
+            printf("wrote %s from its checkpoint\n", path);
+        fflush(stdout);
+    }
+    return 1;
+}
+
+/* Makes the output folder (rank 0, with its parents) and takes its lock until the command ends; a
+ * folder that cannot be made or locked ends every rank alike. */
 static void make_out_dir(session *s) {
-    if (s->rt->rank != 0)
-        return;
-    char tmp[512];
+    char tmp[512], msg[700], notice[1024];
+    const char *failed = NULL;
+    mgt_err e;
     snprintf(tmp, sizeof tmp, "%s", s->out);
-    for (char *p = tmp + 1;; p++) {
+    for (char *p = tmp + 1; s->rt->rank == 0 && !failed; p++) {
         int end = *p == 0;
         if (*p == '/' || end) {
             *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                mgt_die("cannot create output folder %s: %s; pass --out with a writable folder",
-                        tmp, strerror(errno));
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+                snprintf(msg, sizeof msg,
+                         "cannot create output folder %s: %s; pass --out with a writable folder",
+                         tmp, strerror(errno));
+                failed = msg;
+            }
             if (end)
                 break;
             *p = '/';
         }
     }
+    if (!failed && s->rt->rank == 0) {
+        if (mgt_rundir_lock(&s->rd, s->rt->host, notice, sizeof notice, &e) < 0)
+            failed = e.msg;
+        else if (notice[0])
+            fprintf(stderr, "%s\n", notice);
+    }
+    mgt_die_all_if_root(failed);
 }
 
-/* OUT/run.json: what the run was, for plots and for people reading the folder later. */
-static void write_run_info(session *s) {
+/* Rank 0, the folder locked: what a killed writer left is removed, the old run's files with
+ * --overwrite, and the run's model file copy and run.json (its new segment) are written. */
+static void prepare_out(session *s, int64_t start_step) {
     if (s->rt->rank != 0)
         return;
     const mgt_model *m = &s->m;
-    char text[2048], path[600];
-    int n =
-        snprintf(text, sizeof text,
-                 "{\"model\": \"%s\", \"model_file\": \"%s\", \"world\": %d, "
-                 "\"nodes\": %d, \"global_batch\": %lld, \"optimizer\": \"%s\", "
-                 "\"learning_rate\": %g, \"epochs\": %d, \"seed\": %llu, \"backend\": "
-                 "\"%s\", \"data\": \"%s\", \"version\": \"%s\"}\n",
-                 m->name, m->path, s->rt->world, s->rt->nodes, (long long)m->train.batch_size,
-                 mgt_opt_name(m->train.optimizer), m->train.lr, m->train.epochs,
-                 (unsigned long long)m->train.seed, s->pl.be.ops->name, s->data.desc, MGT_VERSION);
-    snprintf(path, sizeof path, "%s/run.json", s->out);
+    char notice[2048], copy[80];
     mgt_err e;
-    if (mgt_atomic_write(path, text, (size_t)n, &e) < 0)
+    if (mgt_rundir_clean_temporaries(&s->rd, notice, sizeof notice, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (notice[0])
+        fprintf(stderr, "%s\n", notice);
+    if (!s->resumed && s->o->overwrite && mgt_rundir_clear(&s->rd, &e) < 0)
+        mgt_die("%s", e.msg);
+    const char *text = s->model_text ? s->model_text : MGT_DEFAULT_MODEL_TEXT;
+    const size_t len = s->model_text ? s->model_len : strlen(MGT_DEFAULT_MODEL_TEXT);
+    snprintf(copy, sizeof copy, "%s.cfg", m->name);
+    const mgt_run_info ri = {.model = m->name,
+                             .model_file = m->path,
+                             .model_copy = copy,
+                             .optimizer = mgt_opt_name(m->train.optimizer),
+                             .backend = s->pl.be.ops->name,
+                             .data = s->data.desc,
+                             .version = MGT_VERSION,
+                             .world = s->rt->world,
+                             .nodes = s->rt->nodes,
+                             .epochs = m->train.epochs,
+                             .global_batch = m->train.batch_size,
+                             .lr = m->train.lr,
+                             .seed = m->train.seed};
+    if (mgt_rundir_copy_model(&s->rd, m->name, text, len, &e) < 0 ||
+        mgt_rundir_begin(&s->rd, &ri, s->resumed, start_step, &e) < 0)
+        mgt_die("%s", e.msg);
+}
+
+/* Rank 0: run.json's segment ends. */
+static void end_segment(session *s, int64_t step, const char *how) {
+    mgt_err e;
+    if (s->rt->rank == 0 && mgt_rundir_end(&s->rd, step, how, &e) < 0)
         mgt_die("%s", e.msg);
 }
 
@@ -186,8 +381,14 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
     printf("Trained %lld steps in %.1f s (%.0f samples/s); total %.1f s; weights: "
            "%s/weights.safetensors\n",
            (long long)r->steps, r->seconds,
-           r->seconds > 0 ? (double)r->steps * (double)s->m.train.batch_size / r->seconds : 0.0,
+           r->seconds > 0 ? (double)r->steps * (double)s->m.train.batch_size *
+                                s->m.train.accum_steps / r->seconds
+                          : 0.0,
            mgt_now() - t_start, s->out);
+    /* Keras' "s/step": a large model's samples/s rounds to a few digits, its step time does not */
+    if (r->steps > 0)
+        printf("Step time: %.3f s (mean of %lld steps)\n", r->seconds / (double)r->steps,
+               (long long)r->steps);
 #ifdef MGT_HAVE_CUDA
     if (!strcmp(s->pl.be.ops->name, "gpu"))
         printf("Peak GPU memory: %.1f MiB on rank 0 (mgtrain's own allocations, the CUDA "
@@ -199,33 +400,48 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
 
 int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     const double t_start = mgt_now();
-    session ss = {.rt = rt, .o = o}, *s = &ss;
+    session ss, *s = open_session(&ss, rt, o);
     load_model(s);
     mgt_model *m = &s->m;
+    mgt_err ce;
+    if (mgt_train_check(&m->train, !o->no_validation, &ce) < 0)
+        mgt_die_all("%s", ce.msg);
     const int64_t B = m->train.batch_size;
     if (B < rt->world)
         mgt_die_all("%d ranks but the global batch is %lld: every rank needs at least one sample "
                     "per step; start at most %lld ranks or raise --batch-size",
                     rt->world, (long long)B, (long long)B);
     set_up(s);
+    s->rep.keep_checkpoints = o->keep_checkpoints;
     mgt_fault fault;
     mgt_fault_init(&fault, rt->rank);
     out_path(s);
+    claim_out(s);
     mgt_ckpt_pos pos;
-    const mgt_replica_source src = {.weights = o->resume ? NULL : o->init_weights,
-                                    .resume_dir = o->resume ? s->out : NULL};
+    const mgt_replica_source src = {.weights = s->resumed ? NULL : o->init_weights,
+                                    .resume_dir = s->resumed ? s->out : NULL};
     mgt_replica_start(&s->rep, &src, &pos);
+    mgt_err e;
+    if (s->resumed && nothing_left(s, &pos)) {
+        free_session(s);
+        return 0;
+    }
     /* After the start: a resumed run's seed is the checkpoint's, and it keys synthetic data. */
     load_data(s, 1, NULL);
+    if (s->resumed &&
+        mgt_ckpt_check_position(&pos, s->out, s->data.train.n,
+                                B * (m->train.accum_steps > 1 ? m->train.accum_steps : 1),
+                                &e) < 0) /* every rank; a step takes B x K samples */
+        mgt_die_all("%s", e.msg);
     make_out_dir(s);
-    write_run_info(s);
-    const mgt_place_run run = {.what = o->resume ? "resuming" : "training",
+    prepare_out(s, pos.step);
+    const mgt_place_run run = {.what = s->resumed ? "resuming" : "training",
                                .m = m,
                                .data = s->data.desc,
                                .out = s->out,
-                               .chunk = o->reproducible ? o->repro_chunk : 0};
+                               .chunk = mgt_repro_chunk(&m->train)};
     mgt_place_report(&s->pl, rt, &run);
-    if (o->resume && rt->rank == 0)
+    if (s->resumed && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", s->out,
                (long long)pos.epoch + 1, (long long)pos.step);
 
@@ -239,8 +455,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                                      .device_data = o->device_data,
                                      .host_batches = mgt_fault_host_batches(&fault),
                                      .augment = {m->train.augment_flip, m->train.augment_crop},
-                                     .chunk = o->reproducible ? o->repro_chunk : 0};
-    mgt_err e;
+                                     .chunk = mgt_repro_chunk(&m->train)};
     if (mgt_stage_train(&s->st, &s->data.train, &so, &e) < 0)
         mgt_die("%s", e.msg);
     const mgt_fit_env env = {.m = m,
@@ -252,17 +467,33 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                              .fault = &fault,
                              .val = o->no_validation ? NULL : &s->data.val,
                              .out = s->out};
-    const mgt_fit_opts fo = {.max_steps = o->max_steps,
-                             .save_every = o->save_every,
-                             .debug_check = o->debug_check,
-                             .verbose = o->verbose,
-                             .launched = rt->launched,
-                             .profile = o->profile,
-                             .no_tensorboard = o->no_tensorboard,
-                             .timeline = o->timeline,
-                             .repro_chunk = o->reproducible ? o->repro_chunk : 0};
+    const mgt_fit_opts fo = {
+        .max_steps = o->max_steps,
+        .save_every = o->save_every,
+        .debug_check = o->debug_check,
+        .verbose = o->verbose,
+        .launched = rt->launched,
+        .profile = o->profile,
+        .no_tensorboard = o->no_tensorboard,
+        .timeline = o->timeline,
+        .bucket_mb = o->bucket_mb >= 0 ? o->bucket_mb : mgt_bucket_mb_default(s->pl.be.ops),
+        .zero = o->zero,
+        .progress = o->comm_progress && !strcmp(o->comm_progress, "thread") ? MGT_PROGRESS_THREAD
+                                                                            : MGT_PROGRESS_TEST,
+        .log_every = o->log_every,
+        .resumed = s->resumed};
     mgt_fit_result res;
+    /* From here on a stop signal saves the work done: the loop stops at a step boundary. */
+    mgt_runtime_catch_stops(rt);
     mgt_fit(&env, &fo, &pos, &res);
+    char how[64];
+    how_it_ended(how, sizeof how, s, &res, &pos);
+    if (res.stop_signal) {
+        end_segment(s, pos.step, how);
+        mgt_runtime_release_stops(rt);
+        free_session(s);
+        return 128 + res.stop_signal;
+    }
 
     /* The test figures: the last validation's when it was on the test split at this step;
      * none when training only (benchmarks). */
@@ -278,17 +509,39 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         test_acc = t.correct / t.samples;
     }
     mgt_replica_save_weights(&s->rep, s->out, pos.step);
+    end_segment(s, pos.step, how);
     report_training(s, &res, test_loss, test_acc, t_start);
+    mgt_runtime_release_stops(rt);
     free_session(s);
     return 0;
 }
 
-/* eval and predict: the weights of --weights on one split of --data. */
+/* eval and predict --run DIR: the model copy and the weights of a run folder, unless --model or
+ * --weights name others. Every rank reads the folder's run.json (a shared folder, or the same
+ * path everywhere, as for --weights). */
+static void find_run(session *s) {
+    const mgt_options *o = s->o;
+    mgt_err e;
+    if (!o->run)
+        return;
+    if (mgt_rundir_find(o->run, s->run_model, s->run_weights, sizeof s->run_model, &e) < 0 &&
+        !(o->model && o->weights))
+        mgt_die_all("%s", e.msg);
+    s->model_file = o->model ? o->model : s->run_model;
+}
+
+static const char *weights_of(const session *s) {
+    const mgt_options *o = s->o;
+    return o->weights ? o->weights : o->run ? s->run_weights : NULL;
+}
+
+/* eval and predict: the weights of --weights (or of --run's folder) on one split of --data. */
 static void prepare_inference(session *s, const char *what) {
     const mgt_options *o = s->o;
-    if (!o->weights)
-        mgt_die_all("%s needs --weights FILE (e.g. runs/%s/weights.safetensors from mgtrain "
-                    "train)",
+    const char *weights = weights_of(s);
+    if (!weights)
+        mgt_die_all("%s needs --weights FILE or --run DIR (e.g. --run runs/%s, the --out folder "
+                    "of mgtrain train)",
                     what, s->m.name);
     set_up(s);
     load_data(s, 0, o->split);
@@ -297,17 +550,24 @@ static void prepare_inference(session *s, const char *what) {
                     (long long)s->data.test.n, (long long)s->data.test.n);
     snprintf(s->out, sizeof s->out, ".");
     mgt_ckpt_pos pos;
-    const mgt_replica_source src = {.weights = o->weights};
+    const mgt_replica_source src = {.weights = weights};
     mgt_replica_start(&s->rep, &src, &pos);
 }
 
 int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o) {
-    session ss = {.rt = rt, .o = o}, *s = &ss;
+    session ss, *s = open_session(&ss, rt, o);
+    find_run(s);
     load_model(s);
     prepare_inference(s, "eval");
     const double t0 = mgt_now();
     const mgt_eval ev = {.m = &s->m, .st = &s->st, .comm = &s->pl.comm};
     const mgt_eval_sums r = mgt_eval_metrics(&ev, &s->data.test);
+    /* The same global sums on every rank: a non-finite loss is no result to print. */
+    if (!isfinite(r.loss))
+        mgt_die_all("eval: the loss is %s on %s: the weights (%s) give non-finite outputs on this "
+                    "data; they come from a run that diverged or are damaged: evaluate other "
+                    "weights",
+                    isnan(r.loss) ? "NaN" : "infinite", s->data.desc, weights_of(s));
     if (rt->rank == 0) {
         printf("%lld samples from %s (%s split) - %.1f s - loss: %.4f - acc: %.4f\n",
                (long long)r.samples, s->data.desc, o->split ? o->split : "test", mgt_now() - t0,
@@ -319,7 +579,8 @@ int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o) {
 }
 
 int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
-    session ss = {.rt = rt, .o = o}, *s = &ss;
+    session ss, *s = open_session(&ss, rt, o);
+    find_run(s);
     load_model(s);
     if (!o->output)
         mgt_die_all("predict needs --output FILE.npy");
@@ -328,6 +589,19 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
     const mgt_dataset *ds = &s->data.test;
     const mgt_eval ev = {.m = &s->m, .st = &s->st, .comm = &s->pl.comm};
     float *all = mgt_eval_outputs(&ev, ds);
+    /* Rank 0 holds the outputs: non-finite ones are not written as predictions. */
+    size_t bad = 0, count = rt->rank == 0 ? (size_t)ds->n * (size_t)m->classes : 0;
+    while (bad < count && isfinite(all[bad]))
+        bad++;
+    char msg[1100];
+    if (bad < count)
+        snprintf(msg, sizeof msg,
+                 "predict: output %zu of sample %zu is %s: the weights (%.300s) give "
+                 "non-finite outputs on this data; they come from a run that diverged or are "
+                 "damaged: nothing was written to %.300s",
+                 bad % (size_t)m->classes, bad / (size_t)m->classes,
+                 isnan(all[bad]) ? "NaN" : "infinite", weights_of(s), o->output);
+    mgt_die_all_if_root(bad < count ? msg : NULL);
     if (rt->rank == 0) {
         mgt_err e;
         if (mgt_npy_write(o->output, all, ds->n, m->classes, &e) < 0)
@@ -344,10 +618,11 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
 }
 
 int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
-    session ss = {.rt = rt, .o = o}, *s = &ss;
+    session ss, *s = open_session(&ss, rt, o);
     load_model(s);
     if (rt->rank == 0)
         mgt_model_summary(&s->m, stdout);
     mgt_model_free(&s->m);
+    free(s->model_text);
     return 0;
 }

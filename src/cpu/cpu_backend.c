@@ -232,6 +232,17 @@ static const mgt_ops cpu_ops = {
     .optim_step = mgt_cpu_optim_step,
     .xs_add = cpu_xs_add,
     .xs_round = cpu_xs_round,
+    .clip_value = mgt_cpu_clip_value,
+    .clip_norm = mgt_cpu_clip_norm,
+    .add2 = mgt_cpu_add2,
+    .copy_cols = mgt_cpu_copy_cols,
+    .pad_fwd = mgt_cpu_pad_fwd,
+    .pad_bwd = mgt_cpu_pad_bwd,
+    .gap_fwd = mgt_cpu_gap_fwd,
+    .gap_bwd = mgt_cpu_gap_bwd,
+    .dwconv_scratch = mgt_cpu_dwconv_scratch,
+    .dwconv_fwd = mgt_cpu_dwconv_fwd,
+    .dwconv_bwd = mgt_cpu_dwconv_bwd,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

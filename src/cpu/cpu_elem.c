@@ -204,7 +204,13 @@ void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *
  * p_j = exp(l_j - mx) / se, loss = lse - l[label] (dense: sum(t) * lse - sum t_j l_j).
  * probs and dlogits may alias logits (or each other): everything read from a row is read
  * before that row is written, and the last pass reads l_j before writing p_j / d_j at the same
- * index. The argmax for the accuracy is taken over the p_j written (first maximum wins). */
+ * index. The argmax for the accuracy is taken over the p_j written (first maximum wins).
+ *
+ * Label smoothing s (Keras' label_smoothing) replaces the target t by (1 - s) * t + s / k. The
+ * gradient uses that target in float, t'_j = t_on * t_j + t_off (t_on = 1 - s, t_off = s / k,
+ * both floats); the loss is formed in double: sparse, lse - (1 - s) * l[label] - (s / k) * sum_j
+ * l_j (the smoothed target sums to 1); dense, sum(t') * lse - sum t'_j l_j. With s = 0 every branch
+ * below takes the unsmoothed path, so the results are the same bits as without smoothing. */
 
 static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float *inv_se_out) {
     float mx = l[0];
@@ -221,10 +227,12 @@ static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float
 /* An out-of-range label counts as an all-zero target: no loss, zero gradient, never correct. */
 MGT_SIMD
 void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                         float *probs, float *dlogits, float scale, float *sums) {
+                         float *probs, float *dlogits, float scale, float smoothing, float *sums) {
     (void)be;
     if (n <= 0 || k <= 0)
         return;
+    const int smooth = smoothing > 0.0f;
+    const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     double loss = 0.0;
     long correct = 0;
     for (int i = 0; i < n; i++) {
@@ -237,8 +245,14 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
         float mx, inv_se;
         double lse;
         row_lse(k, l, &mx, &lse, &inv_se);
-        if (valid)
+        if (valid && smooth) {
+            double sl = 0.0;
+            for (int j = 0; j < k; j++)
+                sl += l[j];
+            loss += lse - (1.0 - (double)smoothing) * l[lab] - (double)smoothing / k * sl;
+        } else if (valid) {
             loss += lse - (double)l[lab];
+        }
         int best = 0;
         float best_p = -1.0f;
         for (int j = 0; j < k; j++) {
@@ -249,8 +263,11 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
             }
             if (p)
                 p[j] = pj;
-            if (d)
-                d[j] = valid ? (pj - (j == lab ? 1.0f : 0.0f)) * scale : 0.0f;
+            if (d) {
+                const float t =
+                    smooth ? (j == lab ? t_on + t_off : t_off) : (j == lab ? 1.0f : 0.0f);
+                d[j] = valid ? (pj - t) * scale : 0.0f;
+            }
         }
         if (valid && best == lab)
             correct++;
@@ -261,10 +278,12 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
 
 MGT_SIMD
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                        float *probs, float *dlogits, float scale, float *sums) {
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums) {
     (void)be;
     if (n <= 0 || k <= 0)
         return;
+    const int smooth = smoothing > 0.0f;
+    const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     double loss = 0.0;
     long correct = 0;
     for (int i = 0; i < n; i++) {
@@ -278,8 +297,9 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
         row_lse(k, l, &mx, &lse, &inv_se);
         int tbest = 0;
         for (int j = 0; j < k; j++) {
-            st += t[j];
-            stl += (double)t[j] * l[j];
+            const float tj = smooth ? t_on * t[j] + t_off : t[j];
+            st += tj;
+            stl += (double)tj * l[j];
             if (t[j] > t[tbest])
                 tbest = j;
         }
@@ -293,10 +313,11 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
                 best_p = pj;
                 best = j;
             }
+            const float tj = smooth ? t_on * t[j] + t_off : t[j];
             if (p)
                 p[j] = pj;
             if (d)
-                d[j] = (pj * stf - t[j]) * scale;
+                d[j] = (pj * stf - tj) * scale;
         }
         if (best == tbest)
             correct++;

@@ -7,8 +7,12 @@
  *                  and the choice between that and Winograd;
  *   cpu_winograd.c 3x3 stride-1 convolution by Winograd F(2x2,3x3) / F(4x4,3x3);
  *   cpu_pool.c     max / average pooling;
+ *   cpu_graph.c    what graph models add: residual sums, concatenation, zero padding, global
+ *                  average pooling;
+ *   cpu_depthwise.c depthwise convolution;
  *   cpu_norm.c     batch normalisation;
  *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
+ *   cpu_clip.c     gradient clipping by value and by global norm;
  *   cpu_optim.c    the optimizers' steps over the flat parameter arena.
  *
  * No file holds mutable globals: everything per instance lives in mgt_cpu_impl (be->impl). */
@@ -133,6 +137,22 @@ void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
 void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y);
 void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
 
+/* cpu_graph.c */
+void mgt_cpu_add2(mgt_backend *be, size_t count, const float *a, const float *b, float *y);
+void mgt_cpu_copy_cols(mgt_backend *be, size_t rows, int width, const float *src, int src_ld,
+                       float *dst, int dst_ld, int accumulate);
+void mgt_cpu_pad_fwd(mgt_backend *be, const mgt_pad_shape *s, const float *x, float *y);
+void mgt_cpu_pad_bwd(mgt_backend *be, const mgt_pad_shape *s, const float *dy, float *dx);
+void mgt_cpu_gap_fwd(mgt_backend *be, int n, int hw, int c, const float *x, float *y);
+void mgt_cpu_gap_bwd(mgt_backend *be, int n, int hw, int c, const float *dy, float *dx);
+
+/* cpu_depthwise.c */
+size_t mgt_cpu_dwconv_scratch(mgt_backend *be, const mgt_conv_shape *s);
+void mgt_cpu_dwconv_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *b, float *y);
+void mgt_cpu_dwconv_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *dy, float *dx, float *dw, float *db);
+
 /* cpu_norm.c */
 /* sum[j] (and sumsq[j] unless NULL) of column j of x[rows][c], each in double in row order
  * (the same values as mgt_cpu_colsum), the columns split across the lanes: BatchNorm's
@@ -161,9 +181,13 @@ void mgt_cpu_dropout_bwd(mgt_backend *be, int n, int row, float rate, uint64_t k
 void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x);
 void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy);
 void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
-                         float *probs, float *dlogits, float scale, float *sums);
+                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
-                        float *probs, float *dlogits, float scale, float *sums);
+                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
+
+/* cpu_clip.c */
+void mgt_cpu_clip_value(mgt_backend *be, size_t n, float *g, float limit);
+void mgt_cpu_clip_norm(mgt_backend *be, size_t n, float *g, double limit, double *work);
 
 /* cpu_optim.c */
 void mgt_cpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,

@@ -1,5 +1,8 @@
-/* cpu_pool.c: max and average pooling over NHWC activations, valid windows only (no padding):
- * output (oy, ox) sees input rows oy*stride .. oy*stride+size-1 and the same for columns.
+/* cpu_pool.c: max and average pooling over NHWC activations. Output (oy, ox) sees input rows
+ * oy*stride - pad_top .. + size - 1 and the same for columns; window positions outside the input
+ * are left out (with no padding every window is whole: Keras' "valid"; with TensorFlow's "same"
+ * padding the border windows are smaller: the maximum of the values there, their average over
+ * their count).
  *
  * Every loop keeps the channel index innermost, so each window position is one contiguous
  * c-vector read and the per-channel work vectorises. Max pooling stores, for each output, the
@@ -36,24 +39,37 @@ static void pool_split(mgt_backend *be, const mgt_pool_shape *s, pool_job *j,
     mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)s->n, pool_part(s), fn, j);
 }
 
+/* The part of output (oy, ox)'s window inside the input: rows y0..y1-1, columns x0..x1-1. */
+typedef struct {
+    int y0, y1, x0, x1;
+} pool_win;
+
+static pool_win window_of(const mgt_pool_shape *s, int oy, int ox) {
+    const int iy = oy * s->stride - s->pad_top, ix = ox * s->stride - s->pad_left;
+    pool_win w = {iy < 0 ? 0 : iy, iy + s->size, ix < 0 ? 0 : ix, ix + s->size};
+    w.y1 = w.y1 > s->h ? s->h : w.y1;
+    w.x1 = w.x1 > s->w ? s->w : w.x1;
+    return w;
+}
+
 MGT_SIMD
 static void maxpool_fwd_samples(void *p, size_t n0, size_t n1) {
     const pool_job *jb = p;
     const mgt_pool_shape *s = jb->s;
     const float *x = jb->x;
-    const int c = s->c, size = s->size;
+    const int c = s->c;
     for (size_t smp = n0; smp < n1; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 const size_t o = ((smp * s->oh + oy) * s->ow + ox) * c;
                 float *restrict yo = jb->y + o;
                 int32_t *restrict ao = jb->argmax_out + o;
-                const int iy0 = oy * s->stride, ix0 = ox * s->stride;
-                for (int i = 0; i < size; i++)
-                    for (int j = 0; j < size; j++) {
-                        const size_t in = ((smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                const pool_win win = window_of(s, oy, ox);
+                for (int iy = win.y0; iy < win.y1; iy++)
+                    for (int ix = win.x0; ix < win.x1; ix++) {
+                        const size_t in = ((smp * s->h + iy) * s->w + ix) * c;
                         const float *restrict xp = x + in;
-                        if (i == 0 && j == 0) {
+                        if (iy == win.y0 && ix == win.x0) {
                             for (int ch = 0; ch < c; ch++) {
                                 yo[ch] = xp[ch];
                                 ao[ch] = (int32_t)(in + ch);
@@ -96,23 +112,24 @@ void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
     pool_split(be, s, &j, maxpool_bwd_samples);
 }
 
+/* The divisor is the window's count of input positions: size * size for a whole window, so
+ * valid pooling multiplies by the same 1 / (size * size) it always did. */
 MGT_SIMD
 static void avgpool_fwd_samples(void *p, size_t n0, size_t n1) {
     const pool_job *jb = p;
     const mgt_pool_shape *s = jb->s;
-    const int c = s->c, size = s->size;
-    const float inv = 1.0f / (float)(size * size);
+    const int c = s->c;
     for (size_t smp = n0; smp < n1; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 float *restrict yo = jb->y + ((smp * s->oh + oy) * s->ow + ox) * c;
-                const int iy0 = oy * s->stride, ix0 = ox * s->stride;
+                const pool_win win = window_of(s, oy, ox);
+                const float inv = 1.0f / (float)((win.y1 - win.y0) * (win.x1 - win.x0));
                 for (int ch = 0; ch < c; ch++)
                     yo[ch] = 0.0f;
-                for (int i = 0; i < size; i++)
-                    for (int j = 0; j < size; j++) {
-                        const float *restrict xp =
-                            jb->x + ((smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                for (int iy = win.y0; iy < win.y1; iy++)
+                    for (int ix = win.x0; ix < win.x1; ix++) {
+                        const float *restrict xp = jb->x + ((smp * s->h + iy) * s->w + ix) * c;
                         for (int ch = 0; ch < c; ch++)
                             yo[ch] += xp[ch];
                     }
@@ -130,18 +147,18 @@ MGT_SIMD
 static void avgpool_bwd_samples(void *p, size_t n0, size_t n1) {
     const pool_job *jb = p;
     const mgt_pool_shape *s = jb->s;
-    const int c = s->c, size = s->size;
-    const float inv = 1.0f / (float)(size * size);
+    const int c = s->c;
     const size_t in = (size_t)s->h * s->w * c;
     memset(jb->y + n0 * in, 0, sizeof(float) * (n1 - n0) * in);
     for (size_t smp = n0; smp < n1; smp++)
         for (int oy = 0; oy < s->oh; oy++)
             for (int ox = 0; ox < s->ow; ox++) {
                 const float *restrict go = jb->x + ((smp * s->oh + oy) * s->ow + ox) * c;
-                const int iy0 = oy * s->stride, ix0 = ox * s->stride;
-                for (int i = 0; i < size; i++)
-                    for (int j = 0; j < size; j++) {
-                        float *restrict xp = jb->y + ((smp * s->h + iy0 + i) * s->w + ix0 + j) * c;
+                const pool_win win = window_of(s, oy, ox);
+                const float inv = 1.0f / (float)((win.y1 - win.y0) * (win.x1 - win.x0));
+                for (int iy = win.y0; iy < win.y1; iy++)
+                    for (int ix = win.x0; ix < win.x1; ix++) {
+                        float *restrict xp = jb->y + ((smp * s->h + iy) * s->w + ix) * c;
                         for (int ch = 0; ch < c; ch++)
                             xp[ch] += go[ch] * inv;
                     }

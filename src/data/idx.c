@@ -8,10 +8,16 @@
  *
  * Every way a file can disagree with itself or with the model (wrong magic, fewer or more bytes
  * than the header declares, image and label counts that differ, a label outside the model's
- * classes, an image shape the model does not take) is reported as one sentence naming the file. */
+ * classes, an image shape the model does not take) is reported as one sentence naming the file.
+ *
+ * The header is not trusted for memory: a plain file's size is checked against it before anything
+ * is allocated, and for a gzip stream no more is allocated than its compressed size could
+ * possibly expand to. Only regular files are read: a pipe or a device named as a data file would
+ * block or never end. */
 #include "dataset.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +85,55 @@ static int64_t read_fully(gzFile f, uint8_t *buf, int64_t len, const char *path,
     return got;
 }
 
+/* The messages for a file holding fewer or more bytes than its header declares (`have`: what it
+ * holds, header included). */
+static int size_mismatch(mgt_err *err, const char *path, const idx_file *out, int images,
+                         int64_t hdr_len, int64_t bytes, int64_t have, const char *once) {
+    if (have > hdr_len + bytes) /* a wrong header, or two files glued together */
+        return mgt_errf(err,
+                        "%s: %lld trailing bytes after the %lld %s the header declares (the file "
+                        "holds %lld bytes%s, expected %lld); the file is damaged, re-download or "
+                        "reinstall the dataset",
+                        path, (long long)(have - hdr_len - bytes), (long long)out->n,
+                        images ? "images" : "labels", (long long)have, once,
+                        (long long)(hdr_len + bytes));
+    if (images)
+        return mgt_errf(err,
+                        "%s: truncated: header says %lld images of %dx%d (%lld bytes) but the "
+                        "file holds %lld bytes%s; re-download or reinstall the dataset",
+                        path, (long long)out->n, out->h, out->w, (long long)(hdr_len + bytes),
+                        (long long)have, once);
+    return mgt_errf(err,
+                    "%s: truncated: header says %lld labels (%lld bytes) but the file holds %lld "
+                    "bytes%s; re-download or reinstall the dataset",
+                    path, (long long)out->n, (long long)(hdr_len + bytes), (long long)have, once);
+}
+
+/* Opens a regular file for zlib; anything else (a pipe, a device, a folder) is refused before
+ * it can block. *size is the size on disk. */
+static gzFile open_regular(const char *path, int64_t *size, mgt_err *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0) {
+        mgt_errf(err, "%s: cannot open (%s); check the path and its permissions", path,
+                 strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        mgt_errf(err, "%s is not a regular file (a pipe, device or folder); %s", path, DATA_HINT);
+        close(fd);
+        return NULL;
+    }
+    *size = sb.st_size;
+    errno = 0;
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        mgt_errf(err, "%s: cannot open (%s)", path, errno ? strerror(errno) : "out of memory");
+        close(fd);
+    }
+    return f;
+}
+
 /* Counts the bytes left in f (the data past what the header declares). */
 static int64_t count_rest(gzFile f, const char *path, mgt_err *err) {
     uint8_t scratch[65536];
@@ -103,12 +158,12 @@ static int idx_read(const char *path, int images, idx_file *out, mgt_err *err) {
     const int ndims = images ? 3 : 1;
     const int64_t hdr_len = 4 + 4 * (int64_t)ndims;
 
-    errno = 0;
-    gzFile f = gzopen(path, "rb");
+    int64_t disk = 0;
+    gzFile f = open_regular(path, &disk, err);
     if (!f)
-        return mgt_errf(err, "%s: cannot open (%s); check the path and its permissions", path,
-                        errno ? strerror(errno) : "out of memory");
-    gzbuffer(f, 1u << 20); /* big input buffer: fewer read() calls and inflate restarts */
+        return -1;
+    /* A big input buffer: fewer read() calls and inflate restarts; no bigger than the file. */
+    gzbuffer(f, disk < (1 << 20) ? (unsigned)disk + 64 : 1u << 20);
 
     uint8_t hdr[16];
     int64_t got = read_fully(f, hdr, hdr_len, path, err);
@@ -157,41 +212,42 @@ static int idx_read(const char *path, int images, idx_file *out, mgt_err *err) {
         goto fail;
     }
 
-    out->data = malloc((size_t)bytes);
-    if (!out->data) {
-        mgt_errf(err, "%s: out of memory for %lld bytes of %s", path, (long long)bytes, what);
-        goto fail;
+    if (gzdirect(f)) {
+        /* A plain file: its size must be what the header says before anything is allocated. */
+        if (disk != hdr_len + bytes) {
+            size_mismatch(err, path, out, images, hdr_len, bytes, disk, "");
+            goto fail;
+        }
+        out->data = malloc((size_t)bytes);
+        if (!out->data) {
+            mgt_errf(err, "%s: out of memory for %lld bytes of %s", path, (long long)bytes, what);
+            goto fail;
+        }
+        got = read_fully(f, out->data, bytes, path, err);
+    } else {
+        /* A gzip stream: deflate expands at most 1032-fold, so a file of `disk` bytes cannot
+         * hold more than about 1032 * disk. Asking for no more than that keeps a damaged header
+         * from reserving memory the data cannot fill; a short read is reported below. */
+        int64_t most = disk > (IDX_MAX_BYTES >> 10) ? IDX_MAX_BYTES : 1032 * disk + (1 << 20);
+        int64_t cap = bytes < most ? bytes : most;
+        out->data = malloc((size_t)cap);
+        if (!out->data) {
+            mgt_errf(err, "%s: out of memory for %lld bytes of %s", path, (long long)cap, what);
+            goto fail;
+        }
+        got = read_fully(f, out->data, cap, path, err);
     }
-    got = read_fully(f, out->data, bytes, path, err);
     if (got < 0)
         goto fail;
     if (got < bytes) {
-        if (images)
-            mgt_errf(err,
-                     "%s: truncated: header says %lld images of %dx%d (%lld bytes) but the "
-                     "file holds %lld bytes%s; re-download or reinstall the dataset",
-                     path, (long long)out->n, out->h, out->w, (long long)(hdr_len + bytes),
-                     (long long)(hdr_len + got), once);
-        else
-            mgt_errf(err,
-                     "%s: truncated: header says %lld labels (%lld bytes) but the file "
-                     "holds %lld bytes%s; re-download or reinstall the dataset",
-                     path, (long long)out->n, (long long)(hdr_len + bytes),
-                     (long long)(hdr_len + got), once);
+        size_mismatch(err, path, out, images, hdr_len, bytes, hdr_len + got, once);
         goto fail;
     }
-
-    /* More bytes than declared means a wrong header or two files glued together: refuse. */
     int64_t extra = count_rest(f, path, err);
     if (extra < 0)
         goto fail;
     if (extra > 0) {
-        mgt_errf(err,
-                 "%s: %lld trailing bytes after the %lld %s the header declares (the file "
-                 "holds %lld bytes%s, expected %lld); the file is damaged, re-download or "
-                 "reinstall the dataset",
-                 path, (long long)extra, (long long)out->n, what,
-                 (long long)(hdr_len + bytes + extra), once, (long long)(hdr_len + bytes));
+        size_mismatch(err, path, out, images, hdr_len, bytes, hdr_len + bytes + extra, once);
         goto fail;
     }
     out->size = hdr_len + bytes;
@@ -216,7 +272,7 @@ static int find_idx(const char *dir, const char *prefix, const char *kind, char 
     if (len < 0 || (size_t)len + 3 >= cap)
         return mgt_errf(err, "%s: path too long for a data folder: %s", dir, DATA_HINT);
     if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
-        return 0;
+        return 0; /* idx_read refuses it if it is not a regular file */
     strcat(path, ".gz");
     if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
         return 0;

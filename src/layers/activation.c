@@ -1,5 +1,6 @@
 /* activation.c: a stand-alone activation layer ([activation] type = relu). The model applies
- * l->act after every layer's own op, so this layer's op is just a copy. */
+ * l->act after every layer's own op, so this layer's op is just a copy, and none at all where
+ * the planner lets it work in place (y is then x's memory). */
 #include <string.h>
 
 #include "layer_util.h"
@@ -22,7 +23,9 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
 
 static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
     (void)m;
-    s->be->ops->copy(s->be, y, x, sizeof(float) * (size_t)s->n * (size_t)mgt_shape_elems(l->in));
+    if (y != x)
+        s->be->ops->copy(s->be, y, x,
+                         sizeof(float) * (size_t)s->n * (size_t)mgt_shape_elems(l->in));
 }
 
 static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
@@ -35,5 +38,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 
 const mgt_layer_type mgt_layer_activation = {
     .name = "activation", .keys = keys, .required = required, .set = set, .build = build,
-    .forward = forward, .backward = backward,
+    .forward = forward, .backward = backward, .inplace = 1,
 };

@@ -37,14 +37,19 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
 }
 
 static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
-    (void)err;
     l->out = l->in;
     int64_t cs[1] = {l->in.c};
-    l->param[0] = mgt_model_add_param(m, l, "weight", 1, cs, MGT_INIT_ONE, 0, 0);
-    l->param[1] = mgt_model_add_param(m, l, "bias", 1, cs, MGT_INIT_ZERO, 0, 0);
-    l->buffer[0] = mgt_model_add_buffer(m, l, "running_mean", 1, cs, MGT_INIT_ZERO);
-    l->buffer[1] = mgt_model_add_buffer(m, l, "running_var", 1, cs, MGT_INIT_ONE);
-    return 0;
+    l->param[0] = mgt_model_add_param(m, l, "weight", 1, cs, MGT_INIT_ONE, 0, 0, err);
+    if (l->param[0] < 0)
+        return -1;
+    l->param[1] = mgt_model_add_param(m, l, "bias", 1, cs, MGT_INIT_ZERO, 0, 0, err);
+    if (l->param[1] < 0)
+        return -1;
+    l->buffer[0] = mgt_model_add_buffer(m, l, "running_mean", 1, cs, MGT_INIT_ZERO, err);
+    if (l->buffer[0] < 0)
+        return -1;
+    l->buffer[1] = mgt_model_add_buffer(m, l, "running_var", 1, cs, MGT_INIT_ONE, err);
+    return l->buffer[1] < 0 ? -1 : 0;
 }
 
 /* state[0]: mean[c] and invstd[c]; state[1]: sums[2c] (sum|sumsq, or dgamma|dbeta copies). */
@@ -126,4 +131,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 const mgt_layer_type mgt_layer_batchnorm = {
     .name = "batchnorm", .keys = keys, .defaults = defaults, .set = set, .build = build,
     .alloc = alloc, .forward = forward, .backward = backward, .release = release,
+    .bwd_reads = MGT_BWD_READS_X,
 };

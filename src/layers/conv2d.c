@@ -30,7 +30,7 @@ static int winograd_applies(const mgt_layer_cfg *c) {
     return c->kernel == 3 && c->kernel_w == 3 && c->stride == 1;
 }
 
-static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
+int mgt_conv_set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     mgt_layer_cfg *c = &l->cfg;
     if (!strcmp(key, "filters"))
         return mgt_set_pos_int(v, &c->filters, err);
@@ -60,11 +60,15 @@ mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, i
     mgt_conv_shape s = {
         .n = n, .h = h, .w = w, .c = c, .oc = oc, .kh = kh, .kw = kw, .stride = stride};
     if (same) {
-        s.oh = (s.h + s.stride - 1) / s.stride;
-        s.ow = (s.w + s.stride - 1) / s.stride;
-        int ph = (s.oh - 1) * s.stride + s.kh - s.h, pw = (s.ow - 1) * s.stride + s.kw - s.w;
-        s.pad_top = ph > 0 ? ph / 2 : 0;
-        s.pad_left = pw > 0 ? pw / 2 : 0;
+        /* In 64 bits: h + stride and the kernel's overhang may pass INT_MAX for any int inputs.
+         * The results fit an int again: oh <= h, and as (oh - 1) * stride < h, the padding is
+         * below the kernel size. */
+        int64_t oh = ((int64_t)h + stride - 1) / stride, ow = ((int64_t)w + stride - 1) / stride;
+        int64_t ph = (oh - 1) * stride + kh - h, pw = (ow - 1) * stride + kw - w;
+        s.oh = (int)oh;
+        s.ow = (int)ow;
+        s.pad_top = ph > 0 ? (int)(ph / 2) : 0;
+        s.pad_left = pw > 0 ? (int)(pw / 2) : 0;
     } else {
         s.oh = s.h >= s.kh ? (s.h - s.kh) / s.stride + 1 : 0;
         s.ow = s.w >= s.kw ? (s.w - s.kw) / s.stride + 1 : 0;
@@ -103,11 +107,14 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
                         "or padding = same", s.kh, s.kw, s.h, s.w);
     l->out = (mgt_shape){s.oh, s.ow, s.oc};
     int64_t ws[4] = {s.oc, s.c, s.kh, s.kw}, bs[1] = {s.oc};
-    float area = (float)(s.kh * s.kw);
+    float area = (float)s.kh * (float)s.kw;
     l->param[0] = mgt_model_add_param(m, l, "weight", 4, ws, MGT_INIT_GLOROT, area * (float)s.c,
-                                      area * (float)s.oc);
-    if (l->cfg.bias)
-        l->param[1] = mgt_model_add_param(m, l, "bias", 1, bs, MGT_INIT_ZERO, 0, 0);
+                                      area * (float)s.oc, err);
+    if (l->param[0] < 0)
+        return -1;
+    if (l->cfg.bias &&
+        (l->param[1] = mgt_model_add_param(m, l, "bias", 1, bs, MGT_INIT_ZERO, 0, 0, err)) < 0)
+        return -1;
     return 0;
 }
 
@@ -131,5 +138,6 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float
 
 const mgt_layer_type mgt_layer_conv2d = {
     .name = "conv2d", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
-    .set = set, .build = build, .forward = forward, .backward = backward, .scratch = scratch,
+    .set = mgt_conv_set, .build = build, .forward = forward, .backward = backward,
+    .scratch = scratch, .bwd_reads = MGT_BWD_READS_X,
 };

@@ -21,10 +21,13 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     int in = l->in.c, out = l->cfg.units;
     l->out = (mgt_shape){1, 1, out};
     int64_t ws[2] = {out, in}, bs[1] = {out};
-    l->param[0] = mgt_model_add_param(m, l, "weight", 2, ws, MGT_INIT_GLOROT, (float)in,
-                                      (float)out);
-    if (l->cfg.bias)
-        l->param[1] = mgt_model_add_param(m, l, "bias", 1, bs, MGT_INIT_ZERO, 0, 0);
+    l->param[0] =
+        mgt_model_add_param(m, l, "weight", 2, ws, MGT_INIT_GLOROT, (float)in, (float)out, err);
+    if (l->param[0] < 0)
+        return -1;
+    if (l->cfg.bias &&
+        (l->param[1] = mgt_model_add_param(m, l, "bias", 1, bs, MGT_INIT_ZERO, 0, 0, err)) < 0)
+        return -1;
     return 0;
 }
 
@@ -42,4 +45,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
+    .bwd_reads = MGT_BWD_READS_X,
 };

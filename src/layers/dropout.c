@@ -30,7 +30,8 @@ static uint64_t key(const mgt_layer *l, const mgt_step *s) {
 static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
     (void)m;
     int row = (int)mgt_shape_elems(l->in);
-    s->be->ops->copy(s->be, y, x, sizeof(float) * (size_t)s->n * (size_t)row);
+    if (y != x) /* in place where the planner allows it */
+        s->be->ops->copy(s->be, y, x, sizeof(float) * (size_t)s->n * (size_t)row);
     if (s->training)
         s->be->ops->dropout_fwd(s->be, s->n, row, l->cfg.rate, key(l, s),
                                 (uint64_t)s->first_sample, y);
@@ -49,5 +50,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 
 const mgt_layer_type mgt_layer_dropout = {
     .name = "dropout", .keys = keys, .required = required, .set = set, .build = build,
-    .forward = forward, .backward = backward,
+    .forward = forward, .backward = backward, .inplace = 1,
 };

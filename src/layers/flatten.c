@@ -8,8 +8,11 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
 }
 
 static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
-    (void)m, (void)err;
-    l->out = (mgt_shape){1, 1, (int)mgt_shape_elems(l->in)};
+    (void)m;
+    int64_t n = mgt_shape_elems(l->in);
+    if (n > MGT_MAX_TENSOR_ELEMS) /* the model checks every layer's input; this cast must hold */
+        return mgt_errf(err, "model too large: %lld values per sample", (long long)n);
+    l->out = (mgt_shape){1, 1, (int)n};
     return 0;
 }
 

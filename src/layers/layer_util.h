@@ -19,6 +19,9 @@ static inline int mgt_set_pos_int(const char *v, int *out, mgt_err *err) {
         return mgt_errf(err, "expected a positive whole number");
     return 0;
 }
+/* The convolution keys (filters, kernel, stride, padding, use_bias, algo), shared by conv2d,
+ * depthwise_conv2d and separable_conv2d (layers/conv2d.c). */
+int mgt_conv_set(mgt_layer *l, const char *key, const char *v, mgt_err *err);
 static inline int mgt_set_bool(const char *v, int *out, mgt_err *err) {
     if (mgt_parse_bool(v, out) < 0)
         return mgt_errf(err, "expected true or false");

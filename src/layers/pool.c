@@ -1,16 +1,31 @@
-/* pool.c: max and average pooling over size x size windows (stride defaults to size), valid
- * windows only, as Keras' MaxPooling2D / AveragePooling2D with padding="valid". */
+/* pool.c: max and average pooling over size x size windows (stride defaults to size), as Keras'
+ * MaxPooling2D / AveragePooling2D: padding = valid (whole windows only) or same, which is
+ * TensorFlow's: out = ceil(in / stride), the windows overhanging by pad = (out - 1) * stride +
+ * size - in split with the odd one at the bottom/right, and the overhang left out of each window
+ * (a maximum over the real values, an average divided by their count). PyTorch's MaxPool2d(3, 2,
+ * padding=1) gives the same shape on even inputs but centres its windows differently; the file
+ * asks for TensorFlow's.
+ *
+ * Max pooling keeps, per output, the index of the input it picked for backward: planned memory
+ * (temps: saved), alive from forward to backward only. */
 #include <string.h>
 
 #include "layer_util.h"
 
-static const char *const keys[] = {"size", "stride", NULL};
+static const char *const keys[] = {"size", "stride", "padding", NULL};
 
 static void defaults(mgt_layer *l) { l->cfg.kernel = 2; }
 
 static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     if (!strcmp(key, "size"))
         return mgt_set_pos_int(v, &l->cfg.kernel, err);
+    if (!strcmp(key, "padding")) {
+        if (strcmp(v, "valid") && strcmp(v, "same"))
+            return mgt_errf(err, "expected valid or same (TensorFlow's: the border windows "
+                                 "overhang, the odd row/column at the bottom/right)");
+        l->cfg.same = !strcmp(v, "same");
+        return 0;
+    }
     l->cfg.stride_set = 1;
     return mgt_set_pos_int(v, &l->cfg.stride, err);
 }
@@ -19,8 +34,18 @@ static mgt_pool_shape geometry(const mgt_layer *l, int n) {
     int stride = l->cfg.stride_set ? l->cfg.stride : l->cfg.kernel;
     mgt_pool_shape s = {.n = n, .h = l->in.h, .w = l->in.w, .c = l->in.c,
                         .size = l->cfg.kernel, .stride = stride};
-    s.oh = s.h >= s.size ? (s.h - s.size) / stride + 1 : 0;
-    s.ow = s.w >= s.size ? (s.w - s.size) / stride + 1 : 0;
+    if (l->cfg.same) {
+        /* conv2d's rule: the same output size and padding split */
+        const mgt_conv_shape g =
+            mgt_conv2d_geometry(n, s.h, s.w, s.c, s.c, s.size, s.size, stride, 1);
+        s.oh = g.oh;
+        s.ow = g.ow;
+        s.pad_top = g.pad_top;
+        s.pad_left = g.pad_left;
+    } else {
+        s.oh = s.h >= s.size ? (s.h - s.size) / stride + 1 : 0;
+        s.ow = s.w >= s.size ? (s.w - s.size) / stride + 1 : 0;
+    }
     return s;
 }
 
@@ -28,24 +53,28 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     (void)m;
     mgt_pool_shape s = geometry(l, 1);
     if (s.oh < 1 || s.ow < 1)
-        return mgt_errf(err, "size = %d does not fit the %dx%d input", s.size, s.h, s.w);
+        return mgt_errf(err,
+                        "size = %d does not fit the %dx%d input; use a smaller size or "
+                        "padding = same",
+                        s.size, s.h, s.w);
+    if (s.pad_top >= s.size || s.pad_left >= s.size)
+        return mgt_errf(err,
+                        "stride %d is larger than size %d, so padding = same would leave "
+                        "windows with no input in them; use a stride up to the size",
+                        s.stride, s.size);
     l->out = (mgt_shape){s.oh, s.ow, s.c};
     return 0;
 }
 
-static int alloc_max(mgt_model *m, mgt_layer *l, int max_batch, mgt_err *err) {
-    size_t bytes = sizeof(int32_t) * (size_t)max_batch * (size_t)mgt_shape_elems(l->out);
-    l->state[0] = m->be->ops->alloc(m->be, bytes ? bytes : 4);
-    if (!l->state[0])
-        return mgt_errf(err, "cannot allocate %zu bytes for %s", bytes, l->name);
-    return 0;
+/* The argmax of each output (int32, the size of a float). */
+static void max_temps(const mgt_layer *l, size_t *saved, size_t *work) {
+    *saved = (size_t)mgt_shape_elems(l->out);
+    *work = 0;
 }
 
-static void release(mgt_model *m, mgt_layer *l) { m->be->ops->free(m->be, l->state[0]); }
-
-/* The argmax of the step's rows (a chunk's, under --reproducible: model.h's row0). */
-static int32_t *argmax(const mgt_layer *l, const mgt_step *st) {
-    return (int32_t *)l->state[0] + st->row0 * mgt_shape_elems(l->out);
+/* The step's rows of the argmax (a chunk's under --reproducible, model.h: row0). */
+static int32_t *argmax(mgt_layer *l, const mgt_step *st) {
+    return (int32_t *)mgt_step_rows(l->saved, st, (size_t)mgt_shape_elems(l->out));
 }
 
 static void max_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
@@ -80,7 +109,7 @@ static void avg_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
 
 const mgt_layer_type mgt_layer_maxpool = {
     .name = "maxpool", .keys = keys, .defaults = defaults, .set = set, .build = build,
-    .alloc = alloc_max, .forward = max_fwd, .backward = max_bwd, .release = release,
+    .temps = max_temps, .forward = max_fwd, .backward = max_bwd,
 };
 
 const mgt_layer_type mgt_layer_avgpool = {

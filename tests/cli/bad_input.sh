@@ -5,6 +5,55 @@
 source "$(dirname "$0")/lib.bash"
 cfg() { printf '%s\n' "$@" >m.cfg; }
 base=(--data synthetic --verbose 0 --max-steps 2)
+# one_line NAME PATTERN CMD... : an error every rank meets: exit status 2, exactly one line.
+one_line() {
+  local name=$1 pat=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -qE -- "$pat" <<<"$out"; then ok "$name"
+  else bad "$name (exit $rc, wanted 2 and one line /$pat/):"; echo "$out" | head -20; fi
+}
+# Open MPI's -q keeps mpirun's own notice about a non-zero exit status out of the output.
+quiet_mpi() { local np=$1; shift; timeout 120 mpirun -q --oversubscribe --bind-to none -np "$np" "$MGT_BIN" "$@"; }
+
+# Errors every rank meets end with one line from rank 0 and exit 2 on every rank, never with
+# MPI_Abort's banner, however the ranks race: many times under mpirun -np 2.
+one_line "flag typo, one process" "^mgtrain: unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
+odd=0
+for i in $(seq 20); do
+  out=$(quiet_mpi 2 --epoch 3 2>&1); rc=$?
+  if [ $rc -ne 2 ] || [ "$(wc -l <<<"$out")" -ne 1 ] || ! grep -q "^mgtrain: unknown flag --epoch" <<<"$out"; then
+    odd=$((odd + 1)); echo "run $i: exit $rc:"; echo "$out" | head -12
+  fi
+done
+[ $odd -eq 0 ] && ok "flag typo under mpirun -np 2, 20 runs: one line and exit 2 every time" || bad "flag typo under mpirun: $odd of 20 runs differ"
+odd=0
+for i in $(seq 5); do # without -q mpirun adds its notice, after our line, and never an abort banner
+  out=$(mpi 2 --epoch 3 2>&1); rc=$?
+  if [ $rc -ne 2 ] || [ "$(grep -c "unknown flag" <<<"$out")" -ne 1 ] || ! head -1 <<<"$out" | grep -q "^mgtrain: unknown flag" ||
+     grep -qE "MPI_ABORT|ORTE_ERROR_LOG|^rank [0-9]" <<<"$out"; then
+    odd=$((odd + 1)); echo "run $i: exit $rc:"; echo "$out" | head -12
+  fi
+done
+[ $odd -eq 0 ] && ok "plain mpirun: our line first and once, no MPI_ABORT banner, exit 2" || bad "plain mpirun: $odd of 5 runs differ"
+one_line "bad model file under mpirun -np 2" "^mgtrain: nope.cfg|cannot open model file nope.cfg" quiet_mpi 2 --model nope.cfg
+touch plainfile
+one_line "output folder rank 0 cannot create, under mpirun -np 2" "^mgtrain: cannot create output folder plainfile/run" \
+  quiet_mpi 2 --data synthetic --out plainfile/run --verbose 0
+one_line "single-dash flags are named as given" "^mgtrain: unknown flag -xy for mgtrain train: flags are spelled out" "$MGT_BIN" -xy
+one_line "a value on a flag that takes none" "^mgtrain: --resume takes no value" "$MGT_BIN" --resume=yes
+one_line "--lr beyond float32" "^mgtrain: --lr 1e39: expected a positive number" "$MGT_BIN" --lr 1e39 --data synthetic
+long=$(printf 'd%.0s' $(seq 600))
+one_line "--out over 511 characters" "^mgtrain: --out d{40}\.\.\.: the path has 600 characters, more than the 511" "$MGT_BIN" --out "$long" --data synthetic
+[ ! -e "$long" ] && [ ! -e "${long:0:511}" ] && ok "nothing created for the over-long --out" || bad "an over-long --out created something"
+# A device of the test's own (a copy of /dev/null's node; a pipe where nodes cannot be made), so
+# that a regression replaces nothing outside the test's folder.
+mknod devnull c 1 3 2>/dev/null && kind="a device" || { mkfifo devnull; kind="a pipe"; }
+one_line "--timeline naming a device" "^mgtrain: --timeline devnull is $kind, not a regular file" "$MGT_BIN" --timeline devnull --data synthetic --out tl
+one_line "predict --output naming a device" "^mgtrain: --output devnull is $kind" \
+  "$MGT_BIN" predict --output devnull --weights none.safetensors --data synthetic
+[ ! -f devnull ] && [ ! -e tl ] && ok "the device is still one and no run was started" || bad "the device was replaced or a run started"
+one_line "--out naming a file" "^mgtrain: --out plainfile exists and is not a folder" "$MGT_BIN" --out plainfile --data synthetic
 
 expect_fail "unknown flag suggests the closest" "unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
 expect_fail "bad flag value" "--epochs x: expected a whole number" "$MGT_BIN" --epochs x
@@ -38,6 +87,39 @@ out=$("$MGT_BIN" summary --model m.cfg 2>&1)
 grep -q "flatten_1 (flatten) *(16)" <<<"$out" && grep -q "dense_1 (dense) *(8) *136" <<<"$out" && grep -q "dense_2 (dense) *(3) *27" <<<"$out" \
   && ok "repeated and empty sections are separate layers" || { bad "summary of repeated sections"; echo "$out"; }
 
+# Capacities: tables grow with the model, sizes are computed in 64 bits and checked.
+python3 - <<'PY'
+cfg = ["[input]", "shape = 4,4,1", "[flatten]"]
+for i in range(200):
+    cfg += ["[dense]", "units = 8", "activation = relu"]
+cfg += ["[dense]", "units = 3", "[train]", "optimizer = sgd", "loss = sparse_categorical_crossentropy", "batch_size = 8"]
+open("deep.cfg", "w").write("\n".join(cfg) + "\n")
+wide = ["[input]", "shape = 1,1,1"] + ["[activation]", "type = relu"] * 4097 + ["[dense]", "units = 2"]
+open("many.cfg", "w").write("\n".join(wide) + "\n[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 8\n")
+PY
+s=$("$MGT_BIN" summary --model deep.cfg 2>&1)
+grep -qE "dense_129 \(dense\) *\(8\) relu *72( |$)" <<<"$s" && grep -qE "dense_201 \(dense\) *\(3\) *27( |$)" <<<"$s" && grep -q "Total params: 14,491" <<<"$s" \
+  && ok "201 dense layers: every layer's parameters counted" || { bad "summary of 201 dense layers"; tail -5 <<<"$s"; }
+"$MGT_BIN" --model deep.cfg --data synthetic --max-steps 2 --verbose 0 --out deep >deep.log 2>&1 && [ -s deep/weights.safetensors ] \
+  && ok "201 dense layers train" || { bad "201 dense layers do not train"; tail -5 deep.log; }
+one_line "more layers than supported" "^mgtrain: many.cfg:[0-9]+: more than 4096 layers" "$MGT_BIN" summary --model many.cfg
+too_large() { # too_large NAME PATTERN MODEL-LINES... : the model is refused as too large, nothing overflows
+  local name=$1 pat=$2 out rc; shift 2
+  cfg "$@"
+  out=$("$MGT_BIN" --model m.cfg "${base[@]}" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "model too large" <<<"$out" && grep -qE -- "$pat" <<<"$out"; then ok "$name"
+  else bad "$name (exit $rc):"; echo "$out" | head -5; fi
+}
+T=("[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8")
+too_large "input of 100000x100000x3" "m.cfg:2: \[input\] shape = 100000,100000,3: .*30000000000 values" "[input]" "shape = 100000,100000,3" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+too_large "kernel of 2e9" "m.cfg:3: \[conv2d\] conv2d_1: .*weight" "[input]" "shape = 28,28,1" "[conv2d]" "filters = 4" "kernel = 2000000000" "padding = same" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+too_large "stride and kernel near INT_MAX" "m.cfg:3: \[conv2d\]" "[input]" "shape = 28,28,3" "[conv2d]" "filters = 1" "kernel = 2147483647,2" "stride = 2147483647" "padding = same" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+too_large "dense of 2e9 units" "m.cfg:4: \[dense\] dense_1: .*weight" "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 2000000000" "[dense]" "units = 10" "${T[@]}"
+too_large "conv output over 2^31 values" "m.cfg:3: \[conv2d\] conv2d_1: model too large: its output holds 3211264000" "[input]" "shape = 28,28,1" "[conv2d]" "filters = 4096000" "kernel = 1" "[flatten]" "[dense]" "units = 10" "${T[@]}"
+cfg "[input]" "shape = 4000,4000,3" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 1000"
+one_line "a batch too large for the model, on 2 ranks" "^mgtrain: model too large for a local batch of 500: the input holds 48000000 values per sample.*at most .*44 samples" \
+  quiet_mpi 2 --model m.cfg --data synthetic --verbose 0
+
 # Data files: truncated, lying, missing.
 mkdir -p d
 python3 - <<'PY'
@@ -60,6 +142,11 @@ expect_fail "label beyond the classes" "label 12 .*10 classes" "$MGT_BIN" --data
 python3 -c "open('d/train-labels-idx1-ubyte','wb').write(bytes(16))"
 expect_fail "wrong magic" "train-labels-idx1-ubyte.*magic" "$MGT_BIN" --data d --batch-size 10 --verbose 0
 expect_fail "missing data folder" "pass --data" "$MGT_BIN" --data /nonexistent --verbose 0
+# A pipe as a data file or a model file is refused at once (it used to hang with no output).
+mkdir -p fifo && cp d/t10k-* d/train-labels-idx1-ubyte fifo/ && mkfifo fifo/train-images-idx3-ubyte m.fifo
+one_line "a pipe as a data file" "^mgtrain: fifo/train-images-idx3-ubyte is not a regular file" \
+  timeout 60 "$MGT_BIN" --data fifo --batch-size 10 --verbose 0
+one_line "a pipe as the model file" "^mgtrain: model file m.fifo is not a regular file" timeout 60 "$MGT_BIN" --model m.fifo --data synthetic
 
 # Weights that belong to another model; checkpoints are never overwritten by a failed start.
 "$MGT_BIN" --data synthetic --max-steps 3 --batch-size 16 --out mlp --verbose 0 >/dev/null 2>&1 || bad "mlp run"
@@ -76,7 +163,48 @@ expect_fail "resume with another batch size" "global batch 16 but this run uses 
 expect_fail "resume with another optimizer" "saved with optimizer adam but this run uses sgd" "$MGT_BIN" --data synthetic --batch-size 16 --optimizer sgd --out mlp --resume --verbose 0
 [ "$sum" = "$(md5sum mlp/checkpoint.safetensors)" ] && ok "checkpoint untouched by failed resumes" || bad "checkpoint changed"
 expect_fail "resume without checkpoint" "no checkpoint at nowhere/checkpoint.safetensors" "$MGT_BIN" --data synthetic --out nowhere --resume
+# The CRC covers the header and a checkpoint must have one: a step changed in the header, or the
+# crc32 removed and a data byte damaged, are refused.
+mkdir -p edit1 edit2
+python3 - <<'PY'
+import json, struct
+b = open("mlp/checkpoint.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = b[8:8 + n], bytearray(b[8 + n:])
+step = json.loads(h)["__metadata__"]["step"]
+open("edit1/checkpoint.safetensors", "wb").write(b[:8] + h.replace(b'"step":"%s"' % step.encode(), b'"step":"%d"' % (int(step) + 1)) + data)
+j = json.loads(h)
+del j["__metadata__"]["crc32"], j["__metadata__"]["crc32_covers"]
+data[100] ^= 0x40
+j = json.dumps(j, separators=(",", ":")).encode()
+j += b" " * (-len(j) % 8)
+open("edit2/checkpoint.safetensors", "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+expect_fail "a checkpoint whose header was edited" "edit1/checkpoint.safetensors: CRC mismatch.*header and data" \
+  "$MGT_BIN" --data synthetic --batch-size 16 --out edit1 --resume --verbose 0
+expect_fail "a checkpoint without its crc32, damaged" "edit2/checkpoint.safetensors: no crc32 in a file mgtrain wrote" \
+  "$MGT_BIN" --data synthetic --batch-size 16 --out edit2 --resume --verbose 0
+mkfifo w.fifo
+expect_fail "a pipe as --init-weights" "w.fifo is not a regular file" timeout 60 "$MGT_BIN" --init-weights w.fifo --data synthetic --out fifo-run
 expect_fail "output folder that cannot exist" "cannot create output folder" "$MGT_BIN" --data synthetic --out /proc/nope/run
+
+# Weights with a NaN (no CRC, as PyTorch writes them) are refused at load, naming the tensor.
+python3 - <<'PY'
+import json, struct
+b = open("mlp/weights.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h.pop("__metadata__")
+data = bytearray(b[8 + n:])
+begin = h["dense_2.bias"]["data_offsets"][0]
+data[begin + 12:begin + 16] = struct.pack("<f", float("nan"))
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open("nan.safetensors", "wb").write(struct.pack("<Q", len(j)) + j + data)
+PY
+expect_fail "NaN in --init-weights names the file and the tensor" "nan.safetensors: tensor 'dense_2.bias' holds a NaN at index 3" \
+  "$MGT_BIN" --init-weights nan.safetensors --data synthetic --out nanrun --verbose 0
+[ ! -e nanrun/checkpoint.safetensors ] && ok "nothing trained from NaN weights" || bad "a run started from NaN weights"
 
 # Device placement errors that need no GPU to check.
 expect_fail "bad --gpus list" "--gpus 0,x: expected a comma-separated list of device numbers" "$MGT_BIN" --gpus 0,x --data synthetic

@@ -8,6 +8,15 @@ for f in model data epochs batch-size optimizer lr seed max-steps out init-weigh
 done
 ok "--help lists the train flags with defaults"
 "$MGT_BIN" predict --help | grep -q -- "--output FILE.*default" && ok "predict --help" || bad "predict --help"
+[ "$("$MGT_BIN" -h)" = "$h" ] && [ "$("$MGT_BIN" help)" = "$h" ] && ok "-h and mgtrain help print the help" || bad "-h"
+"$MGT_BIN" eval -h | grep -q "^usage: mgtrain eval" && ok "eval -h" || bad "eval -h"
+v=$("$MGT_BIN" --version); rc=$?
+echo "$v"
+[ $rc -eq 0 ] && grep -qx "mgtrain [0-9]*\.[0-9]*\.[0-9]*" <<<"$(head -1 <<<"$v")" && grep -q "^cpu backend: OpenBLAS [0-9]" <<<"$v" \
+  && grep -qE "^gpu backend: (CUDA [0-9.]+.*, cuDNN [0-9.]+.*, NCCL [0-9.]+|not built)" <<<"$v" && grep -q "^mpi: Open MPI" <<<"$v" \
+  && ok "--version: version, CPU and GPU backends, MPI" || bad "--version"
+v2=$(mpi 2 --version 2>&1)
+[ "$v2" = "$v" ] && ok "--version under mpirun -np 2 prints once" || { bad "--version on 2 ranks"; echo "$v2"; }
 s=$("$MGT_BIN" summary --model "$MGT_SRC/examples/convnet.cfg")
 echo "$s"
 grep -q "Total params: 2,354,250" <<<"$s" && grep -q "Trainable params: 2,353,738" <<<"$s" && ok "ConvNet parameter count (Keras: 2,354,250)" || bad "ConvNet totals"

@@ -8,7 +8,7 @@ mpi 2 $N --out run --max-steps 4 --save-every 2 >pre.log 2>&1 || { bad "first ru
 sum0=$(md5sum run/checkpoint.safetensors | cut -d' ' -f1)
 
 start=$(date +%s)
-MGT_FAULT=1:5:exit mpi 2 $N --out run --save-every 2 >exit.log 2>&1; rc=$?
+MGT_FAULT=1:5:exit mpi 2 $N --out run --save-every 2 --resume >exit.log 2>&1; rc=$?
 took=$(( $(date +%s) - start ))
 [ $rc -ne 0 ] && [ $took -le 30 ] && ok "rank 1 exiting at step 5: mpirun exit $rc after ${took}s" || { bad "exit fault: rc $rc after ${took}s"; cat exit.log; }
 grep -q "rank 1: MGT_FAULT: exiting at step 5" exit.log && ok "the dying rank says so" || bad "no message from rank 1"

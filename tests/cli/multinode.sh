@@ -147,7 +147,7 @@ tmo=12
 kill_node_during_training() {
   local label=$1 how=${2:-} log=kill-${2:-plain}.log t0 t_ranks="" t_mpirun="" p
   on head timeout 120 "$MGTRUN" -H node1:2,node2:2 --as-root "$MGT_BIN" --data synthetic --epochs 100 \
-    --no-validation --verbose 2 --comm-timeout $tmo --out kill >"$log" 2>&1 &
+    --no-validation --verbose 2 --comm-timeout $tmo --out "kill-${how:-plain}" >"$log" 2>&1 &
   p=$!
   for _ in $(seq 300); do grep -q '^  model:' "$log" && break; sleep 0.1; done
   sleep 2 # a few steps into training

@@ -8,6 +8,7 @@
 #   slurm_daemon NAME LOG CMD...  starts a daemon (output to LOG) and watches it
 #   slurm_wait_idle NODES.. waits until these nodes are idle (30 s at most)
 #   slurm_submit NAME OPT.. submits $TEMPLATE from work/, waits for the job; JID, JOBINFO
+#   slurm_sbatch NAME OPT.. submits it and returns (JID); slurm_wait NAME waits for it (JOBINFO)
 #   slurm_completed NAME    the job ended COMPLETED with exit code 0:0
 #   has NAME FILE PATTERN   the job's output has PATTERN
 # Slurm's client commands run as "${SLURM_ON[@]}" sinfo ...: directly, or on the head of a
@@ -163,15 +164,20 @@ slurm_wait_idle() { # slurm_wait_idle NODE...: all idle within 30 s, or the test
     bad "srun --mpi=list has no pmix: $("${SLURM_ON[@]}" srun --mpi=list 2>&1 | tr '\n' ' ')"
 }
 
-# slurm_submit NAME [sbatch options...]: submits $TEMPLATE from work/, waits (300 s at most) for
-# the job to end; sets JID and JOBINFO (scontrol's one-line record).
-slurm_submit() {
+# slurm_sbatch NAME [sbatch options...]: submits $TEMPLATE from work/ and returns; sets JID.
+slurm_sbatch() {
   local name=$1
   shift
   JID=$(cd "$T/work" && "${SLURM_ON[@]}" sbatch --parsable --job-name="$name" "$@" "$TEMPLATE" 2>"$T/sbatch.err")
   if [ -z "$JID" ]; then cat "$T/sbatch.err"; JOBINFO=""; return 1; fi
   JID=${JID%%;*}; SLURM_JOBS+=("$JID")
-  local t0; t0=$(date +%s)
+}
+
+# slurm_wait NAME: waits (300 s at most) for job $JID to end; sets JOBINFO (scontrol's one-line
+# record). A requeued job (pending again) is waited for until its last start ends.
+slurm_wait() {
+  local name=$1 t0
+  t0=$(date +%s)
   while :; do
     JOBINFO=$("${SLURM_ON[@]}" scontrol -o show job "$JID" 2>/dev/null)
     case "$JOBINFO" in
@@ -183,6 +189,11 @@ slurm_submit() {
     fi
     sleep 0.5
   done
+}
+
+# slurm_submit NAME [sbatch options...]: slurm_sbatch, then slurm_wait.
+slurm_submit() {
+  slurm_sbatch "$@" && slurm_wait "$1"
 }
 
 slurm_completed() { # slurm_completed NAME: the job ended COMPLETED with exit code 0:0

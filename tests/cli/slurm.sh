@@ -103,6 +103,63 @@ has "the fallback prints its mpirun command" "$out" '^\+ mpirun -np 2 --bind-to 
 has "fallback: world of 2 ranks" "$out" 'world: 2 ranks on 1 node'
 [ -s work/RUN2/weights.safetensors ] && ok "fallback: weights written" || bad "fallback: no RUN2/weights.safetensors"
 
+# Preemption and the time limit: a job stopped mid-run is requeued, resumes from its checkpoint
+# (--resume auto, added by the template) and ends with the weights of an uninterrupted run, bit
+# for bit (SGD, the same 2 ranks). The time-limit warning is the template's own --signal=B:USR1,
+# sent here at once to the batch shell as Slurm sends it; a preemption (or scontrol requeue)
+# is SIGTERM to every process of the job, from Slurm.
+P="--data synthetic --synthetic-samples 20000 --batch-size 64 --optimizer sgd --lr 0.05 --epochs 2 --save-every 40 --verbose 2"
+mpirun --oversubscribe --bind-to none -np 2 "$MGT_BIN" $P --out work/REF >ref.log 2>&1 || { bad "uninterrupted run"; cat ref.log; }
+job_field() { grep -o " $1=[^ ]*" <<<"$("${SLURM_ON[@]}" scontrol -o show job "$JID" 2>/dev/null)" | cut -d= -f2; }
+# stop_job NAME DIR HOW: submits the job, waits for its first checkpoint (training is under
+# way), runs the command HOW (with the job's id in $JID), then waits until the requeued job ends;
+# checks how it went.
+stop_job() {
+  local name=$1 dir=$2 how=$3 out
+  MGT_ARGS="$P --out $dir" slurm_sbatch "$name" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 || { bad "sbatch $name"; return; }
+  for _ in $(seq 1200); do [ -e "work/$dir/checkpoint.safetensors" ] && break; sleep 0.1; done
+  [ -e "work/$dir/checkpoint.safetensors" ] || { bad "$name: no checkpoint within 120 s"; show "work/runs/slurm-$JID.out"; return; }
+  local t0; t0=$(date +%s.%N)
+  eval "$how" || bad "$name: $how failed"
+  # The job is stopped, then pending again, with a begin time 2 minutes on (Slurm's delay for a
+  # requeued job); the test moves it to now. Not at once: slurmd refuses a job credential made in
+  # the second it revoked the old one (in whole seconds), and the job would fail to start.
+  for _ in $(seq 600); do
+    [ "$(job_field Restarts)" -ge 1 ] 2>/dev/null && [ "$(job_field JobState)" = PENDING ] && break
+    sleep 0.1
+  done
+  [ "$(job_field Restarts)" = 1 ] && [ "$(job_field JobState)" = PENDING ] &&
+    ok "$name: requeued $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the signal" ||
+    bad "$name: not requeued: $("${SLURM_ON[@]}" scontrol -o show job "$JID")"
+  # Nor before the first start's step daemons are gone: one may still be finishing (seconds) and
+  # hold the step's PMIx socket, which the next start's step 0 would then fail to bind (srun:
+  # "task launch failed"). Slurm's 2-minute delay is what covers this outside a test.
+  for _ in $(seq 600); do
+    pgrep -f "slurmstepd: \\[$JID\\." >/dev/null || [ -e "spool/stepd.slurm.pmix.$JID.0" ] || break
+    sleep 0.1
+  done
+  pgrep -af "slurmstepd: \\[$JID\\." && bad "$name: the first start's step daemons still run after 60 s"
+  sleep 2
+  "${SLURM_ON[@]}" scontrol update JobId="$JID" StartTime=now >/dev/null 2>&1 || true
+  slurm_wait "$name"
+  slurm_completed "$name: the requeued job"
+  out=work/runs/slurm-$JID.out
+  has "$name: the first start stops at a step with a checkpoint" "$out" "interrupted at epoch [0-9]+ step [0-9]+ \\($SIG\\): checkpoint saved"
+  has "$name: the second start resumes it" "$out" "resumed from $dir/checkpoint.safetensors at epoch [0-9]+, step [0-9]+"
+  has "$name: and finishes" "$out" "^Trained [0-9]+ steps"
+  cmp -s "work/$dir/weights.safetensors" work/REF/weights.safetensors &&
+    ok "$name: the weights are the uninterrupted run's, bit for bit" || { bad "$name: weights differ from the uninterrupted run's"; show "$out"; }
+  local segs
+  segs=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(" ".join("%s-%s:%s" % (s["start_step"], s["end_step"], s["end"]) for s in j["segments"]))' "work/$dir/run.json")
+  [[ "$segs" =~ ^0-([0-9]+):interrupted\ by\ $SIG\ ([0-9]+)-626:finished$ ]] && [ "${BASH_REMATCH[1]}" = "${BASH_REMATCH[2]}" ] &&
+    ok "$name: run.json: $segs" || bad "$name: run.json segments: $segs"
+  [ "$(python3 -c 'import json,sys; print(len(open(sys.argv[1]).readlines()))' "work/$dir/metrics.jsonl")" = 2 ] &&
+    ok "$name: metrics.jsonl holds both epochs" || bad "$name: metrics.jsonl: $(cat "work/$dir/metrics.jsonl")"
+}
+SIG=SIGUSR1 stop_job time-limit TL '"${SLURM_ON[@]}" scancel --batch --signal=USR1 "$JID"'
+has "time-limit: the template requeues the job" "work/runs/slurm-$JID.out" "stopped before the time limit with a checkpoint; requeued to resume it"
+SIG=SIGTERM stop_job preempted PRE '"${SLURM_ON[@]}" scontrol requeue "$JID"'
+
 # Outside a job the template says what to do.
 expect_fail "the template outside Slurm says to submit it" "not inside a Slurm job" bash "$MGT_SRC/launch/mgtrain.sbatch"
 finish

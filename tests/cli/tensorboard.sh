@@ -6,7 +6,8 @@
 # metrics.jsonl holds (exactly, in float32), the learning rate, the --profile phase means; a
 # resumed run adds a file and leaves the earlier one's bytes alone, and TensorBoard shows both
 # runs as one; a new run into the same folder hides the old one's scalars; a run stopped inside
-# an epoch and resumed; --no-validation writes no validation scalars; --no-tensorboard no files.
+# an epoch and resumed; --no-validation writes no validation scalars; per-step scalars with
+# --log-every and a schedule's rates; --no-tensorboard no files.
 source "$(dirname "$0")/lib.bash"
 PY=$("$MGT_SRC/tests/tools/tensorboard-python") || { bad "no Python with the tensorboard package"; finish; exit 1; }
 CHECK=("$PY" "$MGT_SRC/tests/tools/tb_check.py")
@@ -35,20 +36,33 @@ cp run/metrics.jsonl b.jsonl
 [ "$(names run/tb | wc -l)" = 2 ] && [ "$(names run/tb | head -1)" = "$files" ] \
   && ok "the resumed run adds a second file, sorted after the first" || bad "files after resume: $(names run/tb)"
 sha256sum -c --quiet <<<"$sum_a" && ok "the first file's bytes are unchanged" || bad "the first event file changed"
-tb_ok "first run and resumed run" run/tb --jsonl a.jsonl b.jsonl --lr "$lr" --profile 16 a.log --profile 24 b.log
+# b.jsonl holds the whole history: the resumed run keeps the rows up to its checkpoint.
+tb_ok "first run and resumed run" run/tb --jsonl b.jsonl --lr "$lr" --profile 16 a.log --profile 24 b.log
 
 # A new run (not resumed) into the same folder, at once: a third file, and TensorBoard shows
 # only this run (its SessionLog START drops the older runs' scalars).
-mpi 1 $N --epochs 1 --lr 0.0125 --out run >c.log 2>&1 || { bad "new run"; cat c.log; }
+mpi 1 $N --epochs 1 --lr 0.0125 --out run --overwrite >c.log 2>&1 || { bad "new run"; cat c.log; }
 [ "$(names run/tb | wc -l)" = 3 ] && ok "a new run adds a third file" || bad "files: $(names run/tb)"
 tb_ok "a new run into the folder hides the older runs" run/tb --jsonl run/metrics.jsonl --lr 0.0125
 
 # Stopped inside the first epoch (step 3), resumed to its end: both rows, no validation scalars.
 mpi 2 $N --epochs 1 --max-steps 3 --no-validation --out part >d.log 2>&1 || { bad "partial run"; cat d.log; }
-cp part/metrics.jsonl d.jsonl
 mpi 2 $N --epochs 1 --no-validation --resume --out part >e.log 2>&1 || { bad "resumed partial run"; cat e.log; }
-tb_ok "stopped at step 3, resumed to step 8, --no-validation" part/tb --jsonl d.jsonl part/metrics.jsonl \
+grep -q '"step": 3,' part/metrics.jsonl && ok "the resumed run keeps the row where the first stopped" ||
+  bad "the row at step 3 is gone: $(cat part/metrics.jsonl)"
+tb_ok "stopped at step 3, resumed to step 8, --no-validation" part/tb --jsonl part/metrics.jsonl \
   --lr "$lr" --no-val
+
+# Per-step scalars (--log-every 3) and a schedule's rates: 2 ranks, cosine with warm-up, stopped
+# at step 10 and resumed; the epoch rows' rates are their own (the rate each epoch ended with).
+mpi 2 $N --epochs 3 --log-every 3 --lr-schedule cosine --warmup-steps 4 --max-steps 10 --out sched \
+  >g.log 2>&1 || { bad "scheduled run"; cat g.log; }
+mpi 2 $N --epochs 3 --log-every 3 --lr-schedule cosine --warmup-steps 4 --resume --out sched \
+  >h.log 2>&1 || { bad "resumed scheduled run"; cat h.log; }
+tb_ok "per-step scalars and scheduled rates, stopped at step 10 and resumed" sched/tb \
+  --jsonl sched/metrics.jsonl --steps sched/metrics_steps.jsonl
+[ "$(wc -l <sched/metrics_steps.jsonl)" = 8 ] && ok "rows at steps 3, 6, ..., 24" \
+  || bad "step rows: $(cut -c1-20 sched/metrics_steps.jsonl)"
 
 mpi 1 $N --max-steps 2 --no-tensorboard --out none >f.log 2>&1 || { bad "--no-tensorboard run"; cat f.log; }
 [ -s none/weights.safetensors ] && [ ! -e none/tb ] && ok "--no-tensorboard: no tb folder" || bad "--no-tensorboard: $(ls none)"

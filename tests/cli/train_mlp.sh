@@ -23,7 +23,8 @@ done
 python3 -c "
 import json; rows=[json.loads(l) for l in open('runs/mlp/metrics.jsonl')]
 assert len(rows)==1 and rows[0]['epoch']==1 and rows[0]['step']==235 and rows[0]['samples_per_s']>0, rows
-assert set(rows[0])=={'epoch','step','loss','acc','val_loss','val_acc','samples_per_s','seconds'}" && ok "metrics.jsonl fields" || bad "metrics.jsonl"
+assert set(rows[0])=={'epoch','step','loss','acc','val_loss','val_acc','samples_per_s','seconds','lr'}
+assert rows[0]['lr']==0.0010000000474974513, rows  # Adam's default 0.001 as the float it trains with" && ok "metrics.jsonl fields" || bad "metrics.jsonl"
 ev=$("$MGT_BIN" eval --weights runs/mlp/weights.safetensors 2>&1 | grep -o 'acc: [0-9.]*$' | grep -o '[0-9.]*$')
 [ "$ev" = "$acc" ] && ok "eval of the saved weights gives the same accuracy ($ev)" || bad "eval acc $ev vs $acc"
 "$MGT_BIN" predict --weights runs/mlp/weights.safetensors --output p.npy >/dev/null 2>&1 || bad predict

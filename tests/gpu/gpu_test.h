@@ -69,7 +69,7 @@ static void *g_dev[MAX_TMP];
 static mgt_backend *g_dev_be;
 static int g_ndev;
 
-static inline void *dbuf(mgt_backend *be, size_t bytes) {
+static inline void *dmem(mgt_backend *be, size_t bytes) {
     void *p = be->ops->alloc(be, bytes ? bytes : 4);
     if (!p || g_ndev == MAX_TMP) {
         fprintf(stderr, "out of device memory (or too many buffers)\n");
@@ -88,7 +88,7 @@ static inline void dfree_all(void) {
 
 /* Device copy of n host floats. */
 static inline float *dput(mgt_backend *be, const float *h, size_t n) {
-    float *d = dbuf(be, n * sizeof(float));
+    float *d = dmem(be, n * sizeof(float));
     be->ops->to_device(be, d, h, n * sizeof(float));
     return d;
 }

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
             dfree_all();
             hfree_all();
         }
-        float *d = dbuf(&be, 16);
+        float *d = dmem(&be, 16);
         c.ops->allreduce_sum_f32(&c, d, 0);
         CHECK(1, "empty all-reduce returned");
         dfree_all();

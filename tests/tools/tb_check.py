@@ -1,11 +1,11 @@
 """tb_check.py: reads an OUT/tb folder with TensorBoard's own reader and checks every scalar.
 
-    tb_check.py TB_DIR --jsonl A.jsonl [B.jsonl ...] --lr X [--lr X ...]
-                [--profile STEP LOG ...] [--no-val]
+    tb_check.py TB_DIR --jsonl A.jsonl [B.jsonl ...] [--lr X [--lr X ...]]
+                [--steps S.jsonl ...] [--profile STEP LOG ...] [--no-val]
 
 The expected epoch rows are the metrics.jsonl files' rows, in order (one file per run that wrote
 into the folder and is still shown); --lr gives each file's learning rate (one for all, or one
-per file). For each tag epoch/loss, epoch/accuracy, epoch/val_loss, epoch/val_accuracy (not
+per file; without it, each row's own "lr", the rate its epoch ended with). For each tag epoch/loss, epoch/accuracy, epoch/val_loss, epoch/val_accuracy (not
 with --no-val), epoch/samples_per_s and epoch/learning_rate, TensorBoard's EventAccumulator must
 hold exactly one event per row, at the row's step, whose value is the row's figure rounded to
 float32: metrics.jsonl holds each double with all its digits and the event file the same double
@@ -15,6 +15,10 @@ as float32, so they agree exactly (no tolerance).
 profile/step_ms at STEP must be the mean over the table's ranks of each mean column. The table
 prints 3 decimals (rounding error up to 0.0005 ms for each entry, so for their mean too), and
 the event holds float32 (relative error 2^-24): tolerance 0.0005 ms + 1e-6 relative.
+
+--steps: the per-step rows (--log-every, metrics_steps.jsonl) the folder must show: step/loss,
+step/accuracy, step/learning_rate and step/samples_per_s, one event per row at its step, each
+the row's figure in float32, exactly.
 
 No other scalar tag may be present. Prints one line per check; exit status 1 if any failed. """
 import argparse
@@ -29,6 +33,8 @@ PHASES = ["data", "forward", "backward", "allreduce", "update"]
 EPOCH = [("epoch/loss", "loss"), ("epoch/accuracy", "acc"), ("epoch/val_loss", "val_loss"),
          ("epoch/val_accuracy", "val_acc"), ("epoch/samples_per_s", "samples_per_s"),
          ("epoch/learning_rate", "lr")]
+STEP = [("step/loss", "loss"), ("step/accuracy", "acc"), ("step/learning_rate", "lr"),
+        ("step/samples_per_s", "samples_per_s")]
 
 failed = 0
 
@@ -61,17 +67,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tb_dir")
     ap.add_argument("--jsonl", nargs="+", required=True)
-    ap.add_argument("--lr", type=float, action="append", required=True)
+    ap.add_argument("--lr", type=float, action="append", default=[])
+    ap.add_argument("--steps", nargs="+", default=[])
     ap.add_argument("--profile", nargs=2, action="append", default=[], metavar=("STEP", "LOG"))
     ap.add_argument("--no-val", action="store_true")
     a = ap.parse_args()
-    lrs = a.lr * len(a.jsonl) if len(a.lr) == 1 else a.lr
+    lrs = a.lr * len(a.jsonl) if len(a.lr) == 1 else a.lr or [None] * len(a.jsonl)
     rows = []
     for path, lr in zip(a.jsonl, lrs):
         for line in open(path):
             r = json.loads(line)
-            r["lr"] = lr
+            if lr is not None:
+                r["lr"] = lr
             rows.append(r)
+    step_rows = [json.loads(line) for path in a.steps for line in open(path)]
 
     acc = ea.EventAccumulator(a.tb_dir, size_guidance={ea.SCALARS: 0})
     acc.Reload()
@@ -80,20 +89,23 @@ def main():
     want = {t for t, k in EPOCH if not (a.no_val and k.startswith("val_"))}
     if a.profile:
         want |= {f"profile/{p}_ms" for p in PHASES + ["step"]}
+    if step_rows:
+        want |= {t for t, _ in STEP}
     check(tags == want, f"scalar tags {sorted(tags)}" +
           ("" if tags == want else f", expected {sorted(want)}"))
 
-    for tag, key in EPOCH:
-        if tag not in want or tag not in tags:
-            continue
-        ev = acc.Scalars(tag)
-        steps = [e.step for e in ev]
-        check(steps == [r["step"] for r in rows],
-              f"{tag}: steps {steps} (rows' {[r['step'] for r in rows]})")
-        got = np.array([e.value for e in ev], dtype=np.float32)
-        exp = np.array([r[key] for r in rows], dtype=np.float32)
-        same = len(got) == len(exp) and bool(np.all(got == exp))
-        check(same, f"{tag}: values {got.tolist()} equal metrics' in float32 {exp.tolist()}")
+    for table, series in ((EPOCH, rows), (STEP, step_rows)):
+        for tag, key in table:
+            if tag not in want or tag not in tags:
+                continue
+            ev = acc.Scalars(tag)
+            steps = [e.step for e in ev]
+            check(steps == [r["step"] for r in series],
+                  f"{tag}: steps {steps} (rows' {[r['step'] for r in series]})")
+            got = np.array([e.value for e in ev], dtype=np.float32)
+            exp = np.array([r[key] for r in series], dtype=np.float32)
+            same = len(got) == len(exp) and bool(np.all(got == exp))
+            check(same, f"{tag}: values {got.tolist()} equal metrics' in float32 {exp.tolist()}")
 
     for i, p in enumerate(PHASES + ["step"]):
         tag = f"profile/{p}_ms"

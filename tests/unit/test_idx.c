@@ -3,7 +3,9 @@
  * IDX: small files written with mgt_idx_write (plain and .gz) into a temporary folder are read
  * back exactly; every kind of bad input (bad magic, truncated header or data, a gzip stream cut
  * short, trailing bytes, image/label count mismatch, a label >= classes, the wrong image shape, a
- * missing folder or file) fails with a message carrying the words a user needs. Synthetic data:
+ * missing folder or file, a header declaring far more than the file holds, a pipe or a device
+ * named as a data file) fails with a message carrying the words a user needs; a 20 MB gzip set
+ * reads back exactly. Synthetic data:
  * deterministic, in range, labels spread over the classes and learnable across splits (a
  * nearest-class-mean classifier fitted on the train split works on the test split), batch and
  * single-sample gathers agree for shapes spanning several internal blocks. Views (slices) share
@@ -293,11 +295,81 @@ static void test_idx_files(tally *t, const char *root) {
     rc = mgt_dataset_load_idx(&ds, dir, "train", H, W, 10, &err);
     CHECK_ERR(t, rc, &err, "no train-labels-idx1-ubyte[.gz] in", dir);
 
+    /* Headers are not trusted for memory: 1000 images of 10000x10000 (100 GB) declared by a
+     * 16-byte file are reported as truncated, plain or gzip, and nothing that large is asked
+     * for (a plain file's size is checked first, a gzip stream's buffer is bounded by what its
+     * compressed size can expand to). */
+    for (int gz = 0; gz < 2; gz++) {
+        make_dir(dir, sizeof dir, root, gz ? "hugegz" : "huge");
+        CHECK(t, write_split(dir, "train", px, lb, gz, &err) == 0);
+        snprintf(p, sizeof p, "%s/train-images-idx3-ubyte%s", dir, gz ? ".gz" : "");
+        len = make_idx(buf, 0x803, 3, (const uint32_t[]){1000, 10000, 10000}, px, 0);
+        CHECK(t, write_raw(p, buf, len) == 0);
+        rc = mgt_dataset_load_idx(&ds, dir, "train", 0, 0, 10, &err);
+        CHECK_ERR(t, rc, &err, p, "truncated", "1000 images of 10000x10000 (100000000016 bytes)",
+                  "holds 16 bytes");
+    }
+
+    /* A pipe or a device named as a data file is refused at once, never read (a pipe without a
+     * writer would block forever: the alarm turns that into a failure). */
+    make_dir(dir, sizeof dir, root, "fifo");
+    CHECK(t, write_split(dir, "train", px, lb, 0, &err) == 0);
+    join(p, sizeof p, dir, "train-images-idx3-ubyte");
+    CHECK(t, unlink(p) == 0 && mkfifo(p, 0600) == 0);
+    alarm(20);
+    rc = mgt_dataset_load_idx(&ds, dir, "train", H, W, 10, &err);
+    alarm(0);
+    CHECK_ERR(t, rc, &err, p, "not a regular file");
+    join(p, sizeof p, dir, "train-labels-idx1-ubyte");
+    CHECK(t, unlink(p) == 0 && symlink("/dev/zero", p) == 0);
+    join(p, sizeof p, dir, "train-images-idx3-ubyte");
+    CHECK(t, unlink(p) == 0 && mgt_idx_write(p, px, 3, (const int32_t[]){N, H, W}, &err) == 0);
+    alarm(20);
+    rc = mgt_dataset_load_idx(&ds, dir, "train", H, W, 10, &err);
+    alarm(0);
+    CHECK_ERR(t, rc, &err, "train-labels-idx1-ubyte", "not a regular file");
+
     /* The writer reports an impossible path. */
     join(p, sizeof p, root, "nonexistent/x-idx1-ubyte.gz");
     CHECK_ERR(t, mgt_idx_write(p, lb, 1, (const int32_t[]){N}, &err), &err, p, "cannot create");
     join(p, sizeof p, root, "nonexistent/x-idx1-ubyte");
     CHECK_ERR(t, mgt_idx_write(p, lb, 1, (const int32_t[]){N}, &err), &err, p, "cannot create");
+}
+
+/* A gzip training set of 20 MB that compresses 2000-fold (all zeros, past deflate's usual
+ * ratio) and one that hardly compresses both read back exactly. */
+static void test_idx_large_gz(tally *t, const char *root) {
+    enum { LN = 5000, LH = 64, LW = 64 };
+    const size_t bytes = (size_t)LN * LH * LW;
+    uint8_t *px = malloc(bytes), lb[LN];
+    if (!px) {
+        CHECK(t, !"out of memory");
+        return;
+    }
+    for (int i = 0; i < LN; i++)
+        lb[i] = (uint8_t)(i % 10);
+    for (int zeros = 1; zeros >= 0; zeros--) {
+        for (size_t i = 0; i < bytes; i++)
+            px[i] = zeros ? 0 : (uint8_t)(i * 2654435761u >> 24);
+        char dir[512], p[1100];
+        mgt_err err = {{0}};
+        make_dir(dir, sizeof dir, root, zeros ? "zerosgz" : "largegz");
+        snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", dir);
+        CHECK(t, mgt_idx_write(p, px, 3, (const int32_t[]){LN, LH, LW}, &err) == 0);
+        snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", dir);
+        CHECK(t, mgt_idx_write(p, lb, 1, (const int32_t[]){LN}, &err) == 0);
+        mgt_dataset ds;
+        int rc = mgt_dataset_load_idx(&ds, dir, "train", LH, LW, 10, &err);
+        CHECK(t, rc == 0);
+        if (rc == 0) {
+            CHECK(t, ds.n == LN && memcmp(ds.pixels, px, bytes) == 0 &&
+                         memcmp(ds.labels, lb, LN) == 0);
+            mgt_dataset_free(&ds);
+        } else {
+            fprintf(stderr, "  %s\n", err.msg);
+        }
+    }
+    free(px);
 }
 
 /* Gathers the whole dataset into x/y in batches. */
@@ -537,6 +609,7 @@ int main(void) {
         return 1;
     }
     test_idx_files(t, root);
+    test_idx_large_gz(t, root);
     test_synthetic(t);
     test_fashion_mnist(t);
 

@@ -32,6 +32,7 @@
 
 #define OPCHECK_KEY 0x7e57ULL
 #include "convref.h"
+#include "fdcheck.h"
 #include "opcheck.h"
 
 /* Uniform in [lo, hi] but at least `gap` away from 0 (keeps FD clear of the ReLU kink). */
@@ -43,74 +44,6 @@ static void fill_away_from_zero(float *a, size_t n, float lo, float hi, float ga
         while (fabsf(v) < gap);
         a[i] = v;
     }
-}
-
-static double dot(const float *a, const float *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)a[i] * b[i];
-    return s;
-}
-
-static int all_finite(const float *a, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(a[i]))
-            return 0;
-    return 1;
-}
-
-/* ---- finite differences ---- */
-
-typedef double (*objective_fn)(void *ctx);
-
-/* Central differences with step h have a truncation error of h^2/6 times the third derivative
- * of L (O(1) for the ops on the tests' O(1) data: ~2e-5 at h = 1e-2) and a rounding error of
- * the float32 forward of about gamma(K) * (sum of |terms| of L) / h (K the longest sum: a few
- * 1e-4 at the tests' sizes). 2e-2 of the largest gradient component leaves a wide margin over
- * both, while a wrong formula, index or missing term is off by O(1). */
-static const float FD_EPS = 1e-2f;
-static const double FD_TOL = 2e-2;
-enum { FD_MAX_PROBES = 400 };
-
-/* Compares grad (the op's analytic gradient of L w.r.t. p) with central differences of
- * f(ctx) = L over (up to FD_MAX_PROBES of) p's components. */
-static void fd_check(const char *what, objective_fn f, void *ctx, float *p, size_t count,
-                     const float *grad) {
-    CHECK(all_finite(grad, count), "%s: analytic gradient has non-finite values", what);
-    double scale = 0.0;
-    for (size_t i = 0; i < count; i++)
-        if (fabs(grad[i]) > scale)
-            scale = fabs(grad[i]);
-    const size_t probes = count < FD_MAX_PROBES ? count : FD_MAX_PROBES;
-    double worst = 0.0, worst_num = 0.0, worst_ana = 0.0;
-    size_t worst_i = 0;
-    for (size_t k = 0; k < probes; k++) {
-        const size_t i =
-            count <= FD_MAX_PROBES ? k : (size_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % count);
-        const float old = p[i];
-        const float up = old + FD_EPS, down = old - FD_EPS;
-        p[i] = up;
-        const double lp = f(ctx);
-        p[i] = down;
-        const double lm = f(ctx);
-        p[i] = old;
-        const double num = (lp - lm) / ((double)up - (double)down);
-        double err = fabs(num - grad[i]);
-        if (!isfinite(num))
-            err = INFINITY;
-        if (err > worst) {
-            worst = err;
-            worst_i = i;
-            worst_num = num;
-            worst_ana = grad[i];
-        }
-    }
-    f(ctx); /* leave the outputs as they were for the unperturbed parameters */
-    const double norm = scale > 1e-6 ? scale : 1e-6;
-    CHECK(worst / norm <= FD_TOL,
-          "%s: finite-difference mismatch: rel err %.3g at index %zu (numeric %.6g, analytic "
-          "%.6g, max |grad| %.3g)",
-          what, worst / norm, worst_i, worst_num, worst_ana, scale);
 }
 
 /* =============================== dense =============================== */
@@ -498,15 +431,7 @@ static void test_pool(mgt_backend *be) {
         const size_t nx = pool_nx(&c.s), ny = pool_ny(&c.s);
         c.x = fbuf(nx), c.y = fbuf(ny), c.r = fbuf(ny);
         c.am = tmp_alloc(ny * sizeof(int32_t), 0);
-        /* distinct values 0.1 apart in random order: a max never changes under +-FD_EPS */
-        for (size_t i = 0; i < nx; i++)
-            c.x[i] = 0.1f * (float)i - 0.05f * (float)nx;
-        for (size_t i = nx - 1; i > 0; i--) {
-            const size_t j = (size_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % (i + 1));
-            const float tmp = c.x[i];
-            c.x[i] = c.x[j];
-            c.x[j] = tmp;
-        }
+        fill_distinct(c.x, nx);
         fill(c.r, ny, -1, 1);
         float *rmax = fbuf(ny), *ravg = fbuf(ny), *dx = fbuf(nx);
         double *ravg_abs = dbuf(ny);
@@ -965,10 +890,10 @@ static double xent_obj(void *p) {
     float sums[2] = {0, 0};
     poison(c->probs, (size_t)c->n * c->k);
     if (c->dense)
-        c->be->ops->xent_dense(c->be, c->n, c->k, c->logits, c->targets, c->probs, NULL, 1.0f,
+        c->be->ops->xent_dense(c->be, c->n, c->k, c->logits, c->targets, c->probs, NULL, 1.0f, 0.0f,
                                sums);
     else
-        c->be->ops->xent_sparse(c->be, c->n, c->k, c->logits, c->labels, c->probs, NULL, 1.0f,
+        c->be->ops->xent_sparse(c->be, c->n, c->k, c->logits, c->labels, c->probs, NULL, 1.0f, 0.0f,
                                 sums);
     return sums[0];
 }
@@ -988,17 +913,17 @@ static void test_xent(mgt_backend *be) {
         float *d = fbuf(cnt), sums[2] = {0, 0};
         poison(d, cnt);
         if (dense)
-            o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d, 1.0f, sums);
+            o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d, 1.0f, 0.0f, sums);
         else
-            o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d, 1.0f, sums);
+            o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d, 1.0f, 0.0f, sums);
         fd_check(dense ? "xent_dense dlogits" : "xent_sparse dlogits", xent_obj, &c, c.logits, cnt,
                  d);
         /* scale multiplies the gradient */
         float *d2 = fbuf(cnt), sums2[2] = {0, 0};
         if (dense)
-            o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d2, 0.25f, sums2);
+            o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d2, 0.25f, 0.0f, sums2);
         else
-            o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d2, 0.25f, sums2);
+            o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d2, 0.25f, 0.0f, sums2);
         /* scaling by a power of two is exact in float, before or after the subtraction */
         double worst = 0;
         for (size_t i = 0; i < cnt; i++)
@@ -1008,9 +933,9 @@ static void test_xent(mgt_backend *be) {
         float *alias = fbuf(cnt), *d3 = fbuf(cnt), sums3[2] = {0, 0};
         memcpy(alias, c.logits, cnt * sizeof(float));
         if (dense)
-            o->xent_dense(be, c.n, c.k, alias, c.targets, alias, d3, 1.0f, sums3);
+            o->xent_dense(be, c.n, c.k, alias, c.targets, alias, d3, 1.0f, 0.0f, sums3);
         else
-            o->xent_sparse(be, c.n, c.k, alias, c.labels, alias, d3, 1.0f, sums3);
+            o->xent_sparse(be, c.n, c.k, alias, c.labels, alias, d3, 1.0f, 0.0f, sums3);
         CHECK(memcmp(alias, c.probs, cnt * sizeof(float)) == 0 &&
                   memcmp(d3, d, cnt * sizeof(float)) == 0 && sums3[0] == sums2[0] &&
                   sums3[1] == sums2[1],
@@ -1028,7 +953,7 @@ static void test_xent(mgt_backend *be) {
         const float logits[6] = {1, 2, 3, 1, 2, 3};
         const int32_t labels[2] = {2, 0};
         float probs[6], d[6], sums[2] = {1.0f, 2.0f}; /* sums accumulate (+=) */
-        o->xent_sparse(be, 2, 3, logits, labels, probs, d, 0.5f, sums);
+        o->xent_sparse(be, 2, 3, logits, labels, probs, d, 0.5f, 0.0f, sums);
         const double l2 = 0.40760596444438, l0 = 2.40760596444438;
         CHECK(near(sums[0], 1.0 + l2 + l0, 8, 5), "xent_sparse loss sum %.7f, expected %.7f",
               sums[0], 1.0 + l2 + l0);
@@ -1041,14 +966,14 @@ static void test_xent(mgt_backend *be) {
         /* the same rows one-hot through the dense op, dlogits NULL */
         const float t[6] = {0, 0, 1, 1, 0, 0};
         float sd[2] = {0, 0};
-        o->xent_dense(be, 2, 3, logits, t, probs, NULL, 1.0f, sd);
+        o->xent_dense(be, 2, 3, logits, t, probs, NULL, 1.0f, 0.0f, sd);
         CHECK(near(sd[0], l2 + l0, 8, 5) && sd[1] == 1.0f,
               "xent_dense one-hot: loss %.7f (want %.7f), correct %g (want 1)", sd[0], l2 + l0,
               sd[1]);
         /* soft target: loss = sum t * lse - sum t*l, t = [0.5 0.5 0] */
         const float ts[3] = {0.5f, 0.5f, 0.0f};
         float ss[2] = {0, 0};
-        o->xent_dense(be, 1, 3, logits, ts, probs, NULL, 1.0f, ss);
+        o->xent_dense(be, 1, 3, logits, ts, probs, NULL, 1.0f, 0.0f, ss);
         CHECK(near(ss[0], 3.40760596444438 - 1.5, 8, 5) && ss[1] == 0.0f,
               "xent_dense soft: loss %.7f (want %.7f), correct %g", ss[0], 3.40760596444438 - 1.5,
               ss[1]);
@@ -1058,12 +983,12 @@ static void test_xent(mgt_backend *be) {
         const float logits[9] = {2, 2, 1, 2, 2, 1, 2, 2, 1};
         const int32_t labels[3] = {0, 0, 1};
         float probs[9], sums[2] = {0, 0};
-        o->xent_sparse(be, 3, 3, logits, labels, probs, NULL, 1.0f, sums);
+        o->xent_sparse(be, 3, 3, logits, labels, probs, NULL, 1.0f, 0.0f, sums);
         CHECK(sums[1] == 2.0f, "xent_sparse tie: correct %g, expected 2 (first max wins)", sums[1]);
         /* target argmax ties too: rows 0, 1 -> class 0 (correct), row 2 -> class 1 (wrong) */
         const float t[9] = {0.4f, 0.4f, 0.2f, 0.4f, 0.4f, 0.2f, 0.2f, 0.4f, 0.4f};
         float sd[2] = {0, 0};
-        o->xent_dense(be, 3, 3, logits, t, probs, NULL, 1.0f, sd);
+        o->xent_dense(be, 3, 3, logits, t, probs, NULL, 1.0f, 0.0f, sd);
         CHECK(sd[1] == 2.0f, "xent_dense tie: correct %g, expected 2 (first max wins)", sd[1]);
     }
     /* extreme logits stay finite */
@@ -1071,7 +996,7 @@ static void test_xent(mgt_backend *be) {
         const float logits[3] = {1000.0f, 0.0f, -1000.0f};
         const int32_t lab = 1;
         float probs[3], d[3], sums[2] = {0, 0};
-        o->xent_sparse(be, 1, 3, logits, &lab, probs, d, 1.0f, sums);
+        o->xent_sparse(be, 1, 3, logits, &lab, probs, d, 1.0f, 0.0f, sums);
         /* lse = 1000 + log(1 + e^-1000 + e^-2000) is 1000 in float; two roundings of 1000 */
         CHECK(near(sums[0], 1000.0, 2, 1000) && all_finite(probs, 3) && all_finite(d, 3),
               "xent extreme logits: loss %g (want 1000), probs %g %g %g", sums[0], probs[0],

@@ -5,10 +5,15 @@
  * order, data offsets, crc32 metadata); every kind of damage is refused with a message saying so
  * (a flipped data byte -> CRC mismatch, truncation at several points, garbage or non-JSON headers,
  * wrong dtype, offsets that disagree with the shape, names too long); files written by other tools
- * without a crc32 are accepted. Atomicity: a write into a missing folder or under a regular file
- * fails and creates nothing; a write that fails midway (file size limit) or at the rename leaves
- * the existing file byte-for-byte as it was and no temporary file behind. The .npy header is
- * checked byte-exactly, and numpy itself loads the file when /usr/bin/python3 has numpy. */
+ * without a crc32 are accepted. The CRC covers the header too: every single-byte change of a
+ * checkpoint is refused, a checkpoint without its crc32 is refused, files of mgtrain 0.1.0 (CRC of
+ * the data only) are still checked; names given twice, tensors that overlap, leave gaps or leave
+ * bytes after them, and pipes are refused. Atomicity: a write into a missing folder or under a
+ * regular file fails and creates nothing; a write that fails midway (file size limit) or at the
+ * rename leaves the existing file byte-for-byte as it was and no temporary file behind; a device,
+ * pipe or folder is never replaced, a symbolic link to a regular file is written through. The .npy
+ * header is checked byte-exactly, and numpy itself loads the file when /usr/bin/python3 has numpy.
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -17,7 +22,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "tensor_io.h"
 
@@ -49,19 +56,27 @@ static int spit(const char *path, const void *data, size_t len) {
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-/* A safetensors file from a literal header (padded to 8 with spaces) and raw data. */
-static int write_st(const char *path, const char *json, const void *data, size_t dlen) {
+/* A safetensors file in memory from a literal header (padded to 8 with spaces) and raw data. */
+static unsigned char *st_bytes(const char *json, const void *data, size_t dlen, size_t *len) {
     size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
     unsigned char *b = malloc(8 + hl + dlen + 1);
     if (!b)
-        return -1;
+        return NULL;
     for (int i = 0; i < 8; i++)
         b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     memcpy(b + 8, json, jl);
     memset(b + 8 + jl, ' ', hl - jl);
     if (dlen)
         memcpy(b + 8 + hl, data, dlen);
-    int rc = spit(path, b, 8 + hl + dlen);
+    *len = 8 + hl + dlen;
+    return b;
+}
+
+/* The same file on disk. */
+static int write_st(const char *path, const char *json, const void *data, size_t dlen) {
+    size_t n;
+    unsigned char *b = st_bytes(json, data, dlen, &n);
+    int rc = b ? spit(path, b, n) : -1;
     free(b);
     return rc;
 }
@@ -156,7 +171,9 @@ static void test_roundtrip(tally *t, const char *dir) {
         hex = (v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f');
     CHECK(t, hex);
     CHECK(t, mgt_safetensors_meta(&st, "nope") == NULL);
-    CHECK(t, st.nmeta == 4);
+    v = mgt_safetensors_meta(&st, "crc32_covers");
+    CHECK(t, v && strcmp(v, "header,data") == 0);
+    CHECK(t, st.nmeta == 5);
     mgt_safetensors_free(&st);
     CHECK(t, st.t == NULL && st.blob == NULL && st.nt == 0);
 
@@ -325,6 +342,148 @@ static void test_roundtrip(tally *t, const char *dir) {
     mgt_safetensors_free(&st);
 }
 
+/* PARSE_ERR(T, JSON, DATA, DLEN, WORDS...): the file is refused with all the words. */
+#define PARSE_ERR(T, json, data, dlen, ...)                                                        \
+    do {                                                                                           \
+        size_t n_;                                                                                 \
+        unsigned char *b_ = st_bytes((json), (data), (dlen), &n_);                                 \
+        mgt_safetensors st_;                                                                       \
+        mgt_err e_ = {{0}};                                                                        \
+        CHECK_ERR((T), b_ ? mgt_safetensors_parse("mem", b_, n_, &st_, &e_) : 0, &e_, "mem",       \
+                  __VA_ARGS__);                                                                    \
+        free(b_);                                                                                  \
+    } while (0)
+
+/* What the reader refuses that the safetensors reference reader refuses too, and what the CRC
+ * covers: every byte of a file mgtrain wrote. */
+static void test_integrity(tally *t, const char *dir) {
+    const float four[4] = {1, 2, 3, 4};
+    mgt_err err = {{0}};
+    mgt_safetensors st;
+
+    /* The same name twice (cJSON keeps both; the first used to win), in tensors or metadata. */
+    PARSE_ERR(t,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+              four, 16, "names a twice");
+    PARSE_ERR(t,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+              "\"__metadata__\":{\"step\":\"1\",\"step\":\"2\"}}",
+              four, 16, "metadata names step twice");
+    /* Overlapping tensors, a gap, bytes after the last tensor, data but no tensor. */
+    PARSE_ERR(t,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+              four, 16, "tensor b", "overlaps tensor a");
+    PARSE_ERR(t,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+              four, 16, "bytes 4 to 8 belong to no tensor");
+    PARSE_ERR(t, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", four, 16,
+              "8 bytes of data follow the last tensor");
+    PARSE_ERR(t, "{}", four, 16, "16 bytes of data follow the last tensor");
+    /* Something other than padding after the JSON object. */
+    PARSE_ERR(t, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}} x", four, 16,
+              "follows its JSON object");
+    /* Tensors in any order, and empty ones anywhere, tile the data fine. */
+    size_t n;
+    unsigned char *b = st_bytes("{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+                                "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]},"
+                                "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                                four, 16, &n);
+    CHECK(t, b && mgt_safetensors_parse("mem", b, n, &st, &err) == 0 && st.nt == 3 &&
+                 st.t[0].data[1] == 4.0f && st.t[2].data[0] == 1.0f);
+    mgt_safetensors_free(&st);
+    free(b);
+
+    /* Every single-byte change anywhere in a file mgtrain wrote is refused: in the length
+     * prefix, the header (names, shapes, offsets, metadata: the CRC covers them), the padding
+     * and the data. Three changes per byte; all but the last leave the file's length alone. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/every.safetensors", dir);
+    const float w[6] = {0.5f, -1, 2, 3.25f, 0, 7};
+    mgt_tensor_entry ts[2] = {tensor("dense_1.weight", w, 2, 2, 2, 0, 0),
+                              tensor("dense_1.bias", w + 4, 1, 2, 0, 0, 0)};
+    mgt_meta_entry meta[2] = {{"format", "mgtrain-checkpoint-1"}, {"step", "1234"}};
+    CHECK(t, mgt_safetensors_write(path, ts, 2, meta, 2, &err) == 0);
+    long len = 0;
+    unsigned char *raw = slurp(path, &len);
+    CHECK(t, raw != NULL);
+    if (!raw)
+        return;
+    CHECK(t, mgt_safetensors_parse(path, raw, (size_t)len, &st, &err) == 0);
+    mgt_safetensors_free(&st);
+    int missed = 0;
+    static const unsigned char flips[3] = {0x01, 0x80, 0xff};
+    for (long i = 0; i < len; i++)
+        for (int k = 0; k < 3; k++) {
+            raw[i] ^= flips[k];
+            if (mgt_safetensors_parse(path, raw, (size_t)len, &st, &err) == 0) {
+                missed++;
+                mgt_safetensors_free(&st);
+                fprintf(stderr, "  byte %ld ^ 0x%02x went unnoticed\n", i, flips[k]);
+            }
+            raw[i] ^= flips[k];
+        }
+    CHECK(t, missed == 0);
+    printf("integrity: all %ld single-byte changes (x3) of a %ld-byte checkpoint are refused\n",
+           len, len);
+
+    /* A checkpoint whose crc32 was removed (the header rewritten without it) and then damaged
+     * is refused; a weights file from another tool without one loads. */
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++)
+        hl |= (uint64_t)raw[i] << (8 * i);
+    char *hdr = calloc(hl + 1, 1), *cut;
+    if (hdr) {
+        memcpy(hdr, raw + 8, hl);
+        cut = strstr(hdr, ",\"crc32\":"); /* the writer puts crc32 and crc32_covers last */
+        CHECK(t, cut != NULL);
+        if (cut) {
+            strcpy(cut, "}}");
+            PARSE_ERR(t, hdr, raw + 8 + hl, (size_t)len - 8 - hl, "no crc32",
+                      "mgtrain-checkpoint-1");
+            char *fmt = strstr(hdr, "mgtrain-checkpoint-1");
+            memcpy(fmt, "pt\"", 3);
+            memmove(fmt + 3, fmt + 21, strlen(fmt + 21) + 1);
+            b = st_bytes(hdr, raw + 8 + hl, (size_t)len - 8 - hl, &n);
+            CHECK(t, b && mgt_safetensors_parse("mem", b, n, &st, &err) == 0 && st.nt == 2);
+            mgt_safetensors_free(&st);
+            free(b);
+        }
+        free(hdr);
+    }
+    free(raw);
+
+    /* Files of mgtrain 0.1.0: crc32 over the data alone, still checked. */
+    char json[256];
+    uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const unsigned char *)four, 16);
+    snprintf(json, sizeof json,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+             "\"__metadata__\":{\"format\":\"mgtrain-checkpoint-1\",\"crc32\":\"%08x\"}}",
+             (unsigned)crc);
+    b = st_bytes(json, four, 16, &n);
+    CHECK(t, b && mgt_safetensors_parse("mem", b, n, &st, &err) == 0 && st.nt == 1);
+    mgt_safetensors_free(&st);
+    if (b)
+        b[n - 1] ^= 1;
+    CHECK_ERR(t, b ? mgt_safetensors_parse("mem", b, n, &st, &err) : 0, &err, "CRC mismatch",
+              "the data's CRC-32");
+    free(b);
+    PARSE_ERR(t,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+              "\"__metadata__\":{\"crc32\":\"00000000\",\"crc32_covers\":\"everything\"}}",
+              four, 16, "crc32_covers", "not one this reader knows");
+
+    /* A pipe named as a weights file is refused at once (the alarm turns a hang into a
+     * failure). */
+    snprintf(path, sizeof path, "%s/weights.fifo", dir);
+    CHECK(t, mkfifo(path, 0600) == 0);
+    alarm(20);
+    CHECK_ERR(t, mgt_safetensors_read(path, &st, &err), &err, path, "not a regular file");
+    alarm(0);
+}
+
 static void test_atomic(tally *t, const char *dir) {
     char path[1100], sub[512];
     mgt_err err = {{0}};
@@ -391,13 +550,47 @@ static void test_atomic(tally *t, const char *dir) {
     CHECK(t, mgt_safetensors_read(path, &st, &err) == 0 && st.nt == 1);
     mgt_safetensors_free(&st);
 
-    /* A failing rename (PATH is a non-empty folder): the folder stays, the temp file goes. */
+    /* PATH is a folder: refused before anything is written; the folder stays. */
     snprintf(sub, sizeof sub, "%s/afolder", dir);
     CHECK(t, mkdir(sub, 0755) == 0);
     snprintf(path, sizeof path, "%s/afolder/inside", dir);
     CHECK(t, spit(path, "x", 1) == 0);
-    CHECK_ERR(t, mgt_atomic_write(sub, "data", 4, &err), &err, sub, "cannot write");
+    CHECK_ERR(t, mgt_atomic_write(sub, "data", 4, &err), &err, sub, "is a folder",
+              "not a regular file");
     CHECK(t, stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(path, &sb) == 0);
+
+    /* Only regular files are replaced: a device, a pipe and a link to a folder are refused
+     * (the rename would put a regular file in their place), a link to a regular file keeps
+     * the link and replaces its target, a dangling link is refused. */
+    snprintf(path, sizeof path, "%s/devnull", dir); /* the test's own device, where root */
+    if (mknod(path, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        CHECK_ERR(t, mgt_atomic_write(path, "x", 1, &err), &err, path, "a device");
+        CHECK(t, stat(path, &sb) == 0 && S_ISCHR(sb.st_mode));
+    }
+    CHECK_ERR(t, mgt_output_check("/dev/null", "--timeline", &err), &err,
+              "--timeline /dev/null is a device");
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    CHECK(t, mkfifo(path, 0600) == 0);
+    CHECK_ERR(t, mgt_npy_write(path, x, 1, 3, &err), &err, path, "a pipe");
+    CHECK(t, stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    snprintf(sub, sizeof sub, "%s/real.bin", dir);
+    CHECK(t, spit(sub, "old", 3) == 0);
+    snprintf(path, sizeof path, "%s/link.bin", dir);
+    CHECK(t, symlink(sub, path) == 0);
+    CHECK(t, mgt_output_check(path, NULL, &err) == 0);
+    CHECK(t, mgt_atomic_write(path, "new!", 4, &err) == 0);
+    b = slurp(sub, &len);
+    CHECK(t, b && len == 4 && memcmp(b, "new!", 4) == 0);
+    free(b);
+    CHECK(t, lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode));
+    snprintf(path, sizeof path, "%s/dirlink", dir);
+    snprintf(sub, sizeof sub, "%s/afolder", dir);
+    CHECK(t, symlink(sub, path) == 0);
+    CHECK_ERR(t, mgt_atomic_write(path, "x", 1, &err), &err, path, "symbolic link");
+    snprintf(path, sizeof path, "%s/dangling", dir);
+    CHECK(t, symlink("/nonexistent/target", path) == 0);
+    CHECK_ERR(t, mgt_atomic_write(path, "x", 1, &err), &err, path, "symbolic link");
+    CHECK(t, mgt_output_check("brand-new-name.bin", NULL, &err) == 0);
 
     CHECK(t, count_tmp(dir) == 0);
 }
@@ -471,6 +664,7 @@ int main(void) {
         return 1;
     }
     test_roundtrip(t, dir);
+    test_integrity(t, dir);
     test_atomic(t, dir);
     test_npy(t, dir);
 

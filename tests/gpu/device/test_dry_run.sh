@@ -87,7 +87,7 @@ else
   grep -q "two ranks on one GPU: NCCL $(dev_version "$nccl_code") predates NCCL_MULTI_RANK_GPU_ENABLE" "$S" \
     && ok "the summary says which route two ranks on one GPU took, and why" || bad "no route note"
 fi
-ntrain=$(grep -cE '^\| (mlp|convnet)_[a-z0-9_]* \| \*\*SKIPPED\*\* \| [0-9]+ \| dry run, stopped where a GPU is needed: rank 0: --device gpu: no usable GPU' "$S")
+ntrain=$(grep -cE '^\| (mlp|convnet)_[a-z0-9_]* \| \*\*SKIPPED\*\* \| [0-9]+ \| dry run, stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU' "$S")
 [ "$ntrain" -eq 10 ] && ok "the 10 training runs got as far as choosing the GPU (flags all accepted)" \
   || bad "$ntrain of 10 training runs stopped at the GPU: $(grep -E '^\| (mlp|convnet)' "$S" | grep -v SKIPPED)"
 row "$S" gpu-peer SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"

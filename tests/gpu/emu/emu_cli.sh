@@ -66,6 +66,12 @@ out=$(emu 1 1 train --model "$T/smooth.cfg" "${run[@]}" --transport nccl --profi
 grep -q "transport nccl" <<<"$out" && grep -q "^Profile" <<<"$out" \
   && ok "--transport nccl on one rank, with the device-timed profile" \
   || bad "--transport nccl, one rank: $(tail -5 <<<"$out")"
+# The profile's algorithm log: each convolution direction's cuDNN algorithm, math type,
+# workspace and determinism (deterministic: the choice prefers it, and the workspace was reserved):
+# five lines, as the first convolution's input needs no gradient (no backward-data).
+n_algo=$(grep -cE "^cuDNN conv n=[0-9]+ [0-9x]+ -> [0-9x]+ k=3x3 s=[12] --conv-algo direct, (forward|backward-data|backward-filter): [A-Z_0-9]+, FMA_MATH, workspace [0-9]+ bytes, deterministic$" <<<"$out")
+[ "$n_algo" -eq 5 ] && ok "--profile logs the cuDNN algorithm of both convolutions in each direction" \
+  || bad "--profile's algorithm log has $n_algo of 5 lines: $(grep -E "^(GPU|cuDNN)" <<<"$out")"
 same "one rank with the NCCL all-reduce against without" "$T/g1n/weights.safetensors" \
   "$T/g1/weights.safetensors" 0
 

@@ -193,11 +193,40 @@ const char *cublasGetStatusString(cublasStatus_t status) {
     return t ? t->text : "unknown error";
 }
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
-                              cublasOperation_t transb, int m, int n, int k, const float *alpha,
-                              const float *A, int lda, const float *B, int ldb, const float *beta,
-                              float *C, int ldc) {
-    cublasStatus_t st = check_handle(handle, "cublasSgemm");
+} // extern "C"
+
+namespace {
+
+bool bf16_type(cudaDataType t) {
+    return t == CUDA_R_16BF;
+}
+
+size_t type_bytes(cudaDataType t) {
+    return bf16_type(t) ? 2 : 4;
+}
+
+/* A column-major operand as the multiplication reads it, packed (ld = rows) into floats: float
+ * data as it is (or rounded to TF32), bfloat16 data widened exactly. */
+std::vector<float> operand(const void *a, cudaDataType t, bool tf32, int rows, int cols, int ld) {
+    std::vector<float> out((size_t)rows * (size_t)cols);
+    for (int j = 0; j < cols; j++)
+        for (int i = 0; i < rows; i++) {
+            const size_t at = (size_t)j * ld + i;
+            const float v = bf16_type(t) ? emu::bf16_to_float(((const uint16_t *)a)[at])
+                                         : ((const float *)a)[at];
+            out[(size_t)j * rows + i] = tf32 ? emu::to_tf32(v) : v;
+        }
+    return out;
+}
+
+/* C = alpha op(A) op(B) + beta C for float or bfloat16 A and B and a float or bfloat16 C, with
+ * float accumulation (cublasSgemm, cublasGemmEx with CUBLAS_COMPUTE_32F): the checks of the
+ * documentation, then the work queued on the handle's stream. `fn` names the call in messages. */
+cublasStatus_t gemm(const char *fn, cublasHandle_t handle, cublasOperation_t transa,
+                    cublasOperation_t transb, int m, int n, int k, const float *alpha,
+                    const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
+                    int ldb, const float *beta, void *C, cudaDataType ct, int ldc, bool tf32) {
+    cublasStatus_t st = check_handle(handle, fn);
     if (st != CUBLAS_STATUS_SUCCESS)
         return st;
     if (!valid_op(transa) || !valid_op(transb) || m < 0 || n < 0 || k < 0)
@@ -216,67 +245,115 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
         return CUBLAS_STATUS_INVALID_VALUE;
     /* Host pointer mode: the scalars are host memory, read now. */
     if (emu::is_device(alpha, sizeof *alpha) || emu::is_device(beta, sizeof *beta))
-        emu::fail("cublasSgemm: alpha (%p) or beta (%p) is device memory, but the handle is in "
-                  "the default host pointer mode",
-                  (const void *)alpha, (const void *)beta);
+        emu::fail("%s: alpha (%p) or beta (%p) is device memory, but the handle is in the "
+                  "default host pointer mode",
+                  fn, (const void *)alpha, (const void *)beta);
     const float a = *alpha, b = *beta;
     const bool reads_ab = k > 0 && a != 0.0f;
     const size_t ea = extent(rows_a, cols_a, lda), eb = extent(rows_b, cols_b, ldb),
                  ec = extent(m, n, ldc);
-    if (!emu::is_device(C, ec * sizeof(float)))
-        emu::fail("cublasSgemm: C = %p with m = %d, n = %d, ldc = %d spans %zu bytes that are not "
-                  "all inside one device allocation",
-                  (void *)C, m, n, ldc, ec * sizeof(float));
+    if (!emu::is_device(C, ec * type_bytes(ct)))
+        emu::fail("%s: C = %p with m = %d, n = %d, ldc = %d spans %zu bytes that are not all "
+                  "inside one device allocation",
+                  fn, C, m, n, ldc, ec * type_bytes(ct));
     if (reads_ab) {
-        if (!A || !emu::is_device(A, ea * sizeof(float)))
-            emu::fail("cublasSgemm: A = %p (%s, %d x %d as stored, lda = %d) spans %zu bytes that "
-                      "are not all inside one device allocation",
-                      (const void *)A, ta ? "transposed" : "not transposed", rows_a, cols_a, lda,
-                      ea * sizeof(float));
-        if (!B || !emu::is_device(B, eb * sizeof(float)))
-            emu::fail("cublasSgemm: B = %p (%s, %d x %d as stored, ldb = %d) spans %zu bytes that "
-                      "are not all inside one device allocation",
-                      (const void *)B, tb ? "transposed" : "not transposed", rows_b, cols_b, ldb,
-                      eb * sizeof(float));
+        if (!A || !emu::is_device(A, ea * type_bytes(at)))
+            emu::fail("%s: A = %p (%s, %d x %d as stored, lda = %d) spans %zu bytes that are not "
+                      "all inside one device allocation",
+                      fn, A, ta ? "transposed" : "not transposed", rows_a, cols_a, lda,
+                      ea * type_bytes(at));
+        if (!B || !emu::is_device(B, eb * type_bytes(bt)))
+            emu::fail("%s: B = %p (%s, %d x %d as stored, ldb = %d) spans %zu bytes that are not "
+                      "all inside one device allocation",
+                      fn, B, tb ? "transposed" : "not transposed", rows_b, cols_b, ldb,
+                      eb * type_bytes(bt));
     }
     void *ws = handle->ws;
     const size_t ws_bytes = handle->ws_bytes;
     if (ws && !emu::is_device(ws, ws_bytes))
-        emu::fail("cublasSgemm: the workspace given to cublasSetWorkspace ([%p, +%zu bytes)) is no "
-                  "longer device memory (freed before the handle was destroyed?)",
-                  ws, ws_bytes);
-    const bool tf32 = tf32_math(handle->math);
+        emu::fail("%s: the workspace given to cublasSetWorkspace ([%p, +%zu bytes)) is no longer "
+                  "device memory (freed before the handle was destroyed?)",
+                  fn, ws, ws_bytes);
     emu::enqueue(
         handle->stream,
         [=]() {
             if (ws)
                 std::memset(ws, 0xff, std::min(ws_bytes, WS_SCRIBBLE));
-            if (b == 0.0f) /* C is not read: clear it so that BLAS cannot see NaN there */
+            const int lc = std::max(1, m);
+            /* C as floats (beta == 0: not read, so NaN there cannot propagate) */
+            std::vector<float> cf((size_t)lc * n, 0.0f);
+            if (b != 0.0f)
                 for (int j = 0; j < n; j++)
-                    std::memset(C + (size_t)j * ldc, 0, (size_t)m * sizeof(float));
-            if (!reads_ab) {
-                if (b != 0.0f && b != 1.0f)
-                    for (int j = 0; j < n; j++)
-                        for (int i = 0; i < m; i++)
-                            C[(size_t)j * ldc + i] *= b;
-                return;
+                    for (int i = 0; i < m; i++) {
+                        const size_t o = (size_t)j * ldc + i;
+                        cf[(size_t)j * lc + i] = bf16_type(ct)
+                                                     ? emu::bf16_to_float(((uint16_t *)C)[o])
+                                                     : ((float *)C)[o];
+                    }
+            if (reads_ab) {
+                const std::vector<float> fa = operand(A, at, tf32, rows_a, cols_a, lda),
+                                         fb = operand(B, bt, tf32, rows_b, cols_b, ldb);
+                cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans,
+                            tb ? CblasTrans : CblasNoTrans, m, n, k, a, fa.data(),
+                            std::max(1, rows_a), fb.data(), std::max(1, rows_b), b, cf.data(), lc);
+            } else if (b != 1.0f) {
+                for (float &v : cf)
+                    v *= b;
             }
-            const float *pa = A, *pb = B;
-            int la = lda, lb = ldb;
-            std::vector<float> ra, rb;
-            if (tf32) {
-                ra = tf32_copy(A, rows_a, cols_a, lda);
-                rb = tf32_copy(B, rows_b, cols_b, ldb);
-                pa = ra.data();
-                pb = rb.data();
-                la = std::max(1, rows_a);
-                lb = std::max(1, rows_b);
-            }
-            cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans,
-                        tb ? CblasTrans : CblasNoTrans, m, n, k, a, pa, la, pb, lb, b, C, ldc);
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    const size_t o = (size_t)j * ldc + i;
+                    const float v = cf[(size_t)j * lc + i];
+                    if (bf16_type(ct))
+                        ((uint16_t *)C)[o] = emu::bf16_from_float(v);
+                    else
+                        ((float *)C)[o] = v;
+                }
         },
-        "cublasSgemm");
+        fn);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" {
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const float *alpha,
+                              const float *A, int lda, const float *B, int ldb, const float *beta,
+                              float *C, int ldc) {
+    const bool tf32 = handle && live.contains(handle) && tf32_math(handle->math);
+    return gemm("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda, B,
+                CUDA_R_32F, ldb, beta, C, CUDA_R_32F, ldc, tf32);
+}
+
+/* The combinations of cuBLAS's table for cublasGemmEx that float accumulation covers: float
+ * A, B and C (TF32 under CUBLAS_COMPUTE_32F_FAST_TF32 or the handle's TF32 math mode), and
+ * bfloat16 A and B with a bfloat16 or float C. Others answer NOT_SUPPORTED here. alpha and beta
+ * are floats (the scale type of CUBLAS_COMPUTE_32F). */
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void *alpha,
+                            const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo) {
+    cublasStatus_t st = check_handle(handle, "cublasGemmEx");
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return st;
+    const bool f32 = Atype == CUDA_R_32F && Btype == CUDA_R_32F && Ctype == CUDA_R_32F;
+    const bool bf = Atype == CUDA_R_16BF && Btype == CUDA_R_16BF &&
+                    (Ctype == CUDA_R_16BF || Ctype == CUDA_R_32F);
+    const bool c32 = computeType == CUBLAS_COMPUTE_32F ||
+                     computeType == CUBLAS_COMPUTE_32F_PEDANTIC ||
+                     (f32 && computeType == CUBLAS_COMPUTE_32F_FAST_TF32);
+    if (!(f32 || bf) || !c32)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!(algo == CUBLAS_GEMM_DEFAULT || algo == CUBLAS_GEMM_DEFAULT_TENSOR_OP))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const bool tf32 = f32 && computeType != CUBLAS_COMPUTE_32F_PEDANTIC &&
+                      (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 || tf32_math(handle->math));
+    return gemm("cublasGemmEx", handle, transa, transb, m, n, k, (const float *)alpha, A, Atype,
+                lda, B, Btype, ldb, (const float *)beta, C, Ctype, ldc, tf32);
 }
 
 } // extern "C"

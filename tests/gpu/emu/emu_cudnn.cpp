@@ -15,12 +15,18 @@
  * Algorithms: the heuristics (cudnnGet*Algorithm_v7) return every algorithm of the direction,
  * ranked, with the per-algorithm status, determinism, math type and workspace a real library
  * reports (unsupported ones with CUDNN_STATUS_NOT_SUPPORTED), so that a caller's selection is
- * exercised. Each algorithm has its own nonzero workspace size; the compute calls check that the
- * workspace given is that large and is device memory, and overwrite it, as the GPU would.
- * All algorithms compute the same exact result (double accumulation); a math type other than
- * CUDNN_FMA_MATH rounds the inputs to TF32 first, as tensor cores do. Only float data (cuDNN's
- * FLOAT_CONFIG) is computed: other data types are valid in descriptors but the compute calls
- * answer CUDNN_STATUS_NOT_SUPPORTED.
+ * exercised; which algorithm supports which layout follows cuDNN 9's "Supported algorithms"
+ * tables (unsupported()), so a layout with no algorithm fails here as on the GPU. As cuDNN's
+ * heuristics can, they rank first, for some shapes, an algorithm that the compute call then
+ * refuses (stale_algo(), MGT_EMU_CUDNN_STALE), so that a caller's fallback is exercised too.
+ * cudnnGet*AlgorithmMaxCount answers every algorithm of the direction. Each algorithm has its
+ * own nonzero workspace size; the compute calls check that the workspace given is that large
+ * and is device memory, and overwrite it, as the GPU would. All algorithms compute the same
+ * exact result (double accumulation); a math type other than CUDNN_FMA_MATH rounds the inputs
+ * to TF32 first, as tensor cores do. Float data (FLOAT_CONFIG) and bfloat16 data with float
+ * compute (PSEUDO_BFLOAT16_CONFIG: inputs exact, each result rounded once to nearest even) are
+ * computed; other data types are valid in descriptors but the compute calls answer
+ * CUDNN_STATUS_NOT_SUPPORTED.
  *
  * Misuse that a real GPU punishes with a crash or garbage (host pointers for tensors, tensors
  * running past their allocation, a workspace overlapping the data) ends the process through
@@ -35,6 +41,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -143,6 +150,7 @@ struct Geom {
     int pad_h, pad_w, u, v, dil_h, dil_w;
     bool flip;         /* CUDNN_CONVOLUTION */
     bool tf32;
+    bool bf16;                   /* PSEUDO_BFLOAT16_CONFIG: bf16 data, float compute */
     bool nchw_x, nchw_y, nchw_w; /* layouts, for algorithm support */
     int64_t xs[4], ys[4]; /* n, c, h, w strides */
     int64_t fs[4];        /* k, c, r, s strides */
@@ -194,10 +202,12 @@ cudnnStatus_t geometry(const char *fn, Dir dir, bool compute, cudnnHandle_t hand
         return err(CUDNN_STATUS_BAD_PARAM,
                    "%s: %s, %s and %s descriptors have different data types (%d, %d, %d)", fn, xn,
                    wn, yn, (int)x->type, (int)w->type, (int)y->type);
-    if (x->type != CUDNN_DATA_FLOAT || cd->compute != CUDNN_DATA_FLOAT)
+    if ((x->type != CUDNN_DATA_FLOAT && x->type != CUDNN_DATA_BFLOAT16) ||
+        cd->compute != CUDNN_DATA_FLOAT)
         return err(CUDNN_STATUS_NOT_SUPPORTED,
                    "%s: data type %d with compute type %d: the emulation implements float data "
-                   "with float compute (FLOAT_CONFIG) only",
+                   "(FLOAT_CONFIG) and bfloat16 data (PSEUDO_BFLOAT16_CONFIG), both with float "
+                   "compute, only",
                    fn, (int)x->type, (int)cd->compute);
     cudnnStatus_t st = check_in_channels(fn, xn, x, w);
     if (st != CUDNN_STATUS_SUCCESS)
@@ -237,7 +247,8 @@ cudnnStatus_t geometry(const char *fn, Dir dir, bool compute, cudnnHandle_t hand
     g->dil_w = cd->dil_w;
     g->flip = cd->mode == CUDNN_CONVOLUTION;
     g->math = cd->math;
-    g->tf32 = tf32_math(cd->math);
+    g->bf16 = x->type == CUDNN_DATA_BFLOAT16;
+    g->tf32 = !g->bf16 && tf32_math(cd->math); /* bf16 inputs have fewer bits than TF32 */
     g->nchw_x = x->format == CUDNN_TENSOR_NCHW;
     g->nchw_y = y->format == CUDNN_TENSOR_NCHW;
     g->nchw_w = w->format == CUDNN_TENSOR_NCHW;
@@ -303,21 +314,65 @@ Kind kind(Dir d, int a) {
     return K_NONE;
 }
 
-/* Whether the algorithm handles the shape and layouts (cuDNN's support tables, simplified):
- * the GEMM family takes any layout; FFT and Winograd want NCHW, unit stride and dilation and
- * (Winograd) 3x3 or 5x5 windows; DIRECT and backward-filter WINOGRAD are not implemented. */
+/* Whether the algorithm handles the shape, layouts and data type: cuDNN 9's "Supported
+ * algorithms" tables of the legacy API (cudnnConvolutionForward, cudnnConvolutionBackwardData,
+ * cudnnConvolutionBackwardFilter), for the packed 4-D descriptors the emulation has:
+ *   - an NHWC filter (KRSC) needs NHWC x and y, and then only forward IMPLICIT_GEMM and
+ *     IMPLICIT_PRECOMP_GEMM, backward-data ALGO_1 and backward-filter ALGO_0 and ALGO_1 exist;
+ *   - with an NCHW filter: forward IMPLICIT_GEMM and IMPLICIT_PRECOMP_GEMM take any layout,
+ *     GEMM any layout with dilation 1; FFT (x and y NCHW, each padded side at most 256) and
+ *     FFT_TILING (NCHW, filter at most 32x32) want unit stride and dilation and padding smaller
+ *     than the filter; WINOGRAD wants NCHW, unit stride and dilation and a 3x3 filter;
+ *     WINOGRAD_NONFUSED unit stride and dilation and a 3x3 or 5x5 filter. The backward
+ *     directions read dy as NCHW in every algorithm (ALGO_0, ALGO_1, ALGO_3 with dilation 1), and
+ *     their FFT and Winograd variants want the same as forward's;
+ *   - forward DIRECT and backward-filter WINOGRAD are not implemented;
+ *   - bfloat16 data with float compute (PSEUDO_BFLOAT16_CONFIG) is accepted only on the tensor
+ *     core path, NHWC with forward IMPLICIT_PRECOMP_GEMM and backward ALGO_1 (a narrower set than
+ *     cuDNN may offer: a layout the emulation accepts is one cuDNN certainly runs).
+ * So NHWC float convolutions have no FFT or Winograd algorithm at all, as on the GPU. */
 const char *unsupported(Dir d, int a, const Geom &g) {
     const Kind kd = kind(d, a);
-    const bool nchw = g.nchw_x && g.nchw_y && g.nchw_w;
+    if (kd == K_NONE)
+        return "unknown algorithm";
+    if (kd == K_DIRECT)
+        return "the algorithm is not implemented";
+    const bool nhwc_w = !g.nchw_w, all_nhwc = !g.nchw_x && !g.nchw_y && nhwc_w;
     const bool unit = g.u == 1 && g.v == 1 && g.dil_h == 1 && g.dil_w == 1;
+    if (nhwc_w && !all_nhwc)
+        return "an NHWC filter needs NHWC x and y";
+    if (g.bf16) {
+        if (!all_nhwc)
+            return "bfloat16 convolutions are emulated in NHWC only";
+        const bool tc = d == FWD ? kd == K_PRECOMP : kd == K_GEMM;
+        return tc ? nullptr
+                  : "bfloat16 convolutions are emulated with forward IMPLICIT_PRECOMP_GEMM and "
+                    "backward ALGO_1 only";
+    }
+    if (nhwc_w) {
+        const bool ok = d == FWD        ? kd == K_IMPLICIT || kd == K_PRECOMP
+                        : d == BWD_DATA ? kd == K_GEMM
+                                        : a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+                                              a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+        return ok ? nullptr
+                  : "with an NHWC filter cuDNN has forward IMPLICIT_GEMM and "
+                    "IMPLICIT_PRECOMP_GEMM, backward-data ALGO_1 and backward-filter ALGO_0 and "
+                    "ALGO_1 only";
+    }
+    /* an NCHW filter */
+    const bool nchw = g.nchw_x && g.nchw_y;
+    if (d != FWD && !g.nchw_y)
+        return "the backward algorithms read dy as NCHW";
     switch (kd) {
     case K_IMPLICIT:
     case K_PRECOMP:
+        return nullptr;
     case K_GEMM:
     case K_ATOMIC:
+        if ((d == FWD || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3) &&
+            (g.dil_h != 1 || g.dil_w != 1))
+            return "the algorithm needs dilation 1";
         return nullptr;
-    case K_DIRECT:
-        return "the algorithm is not implemented";
     case K_FFT:
     case K_FFT_TILING:
         if (!nchw)
@@ -326,23 +381,37 @@ const char *unsupported(Dir d, int a, const Geom &g) {
             return "FFT algorithms need stride 1 and dilation 1";
         if (g.pad_h >= g.r || g.pad_w >= g.s)
             return "FFT algorithms need padding smaller than the filter";
+        if (kd == K_FFT && (g.h + 2 * g.pad_h > 256 || g.w + 2 * g.pad_w > 256))
+            return "FFT needs the padded input at most 256x256";
         if (kd == K_FFT_TILING && (g.r > 32 || g.s > 32))
             return "FFT_TILING needs a filter of at most 32x32";
         return nullptr;
     case K_WINO:
     case K_WINO_NF:
-        if (!nchw)
-            return "Winograd algorithms need NCHW tensors and filters";
+        if (kd == K_WINO && !nchw)
+            return "WINOGRAD needs NCHW tensors and filters";
         if (!unit)
             return "Winograd algorithms need stride 1 and dilation 1";
         if (!(g.r == 3 && g.s == 3) && !(kd == K_WINO_NF && g.r == 5 && g.s == 5))
             return "Winograd needs a 3x3 filter (5x5 too for WINOGRAD_NONFUSED)";
         return nullptr;
+    case K_DIRECT:
     case K_NONE:
         break;
     }
     return "unknown algorithm";
 }
+
+/* The heuristics can rank first an algorithm that then fails to run: cuDNN's _v7 heuristics
+ * rank from a model of the kernels, not from the kernels' own checks, and for NHWC float
+ * filters they are known to name one that answers NOT_SUPPORTED at execution. The emulation
+ * does the same ("stale" entries): for every NHWC float convolution whose input has an odd
+ * number of channels above one (as a vectorised kernel needing channel pairs would), or for
+ * every convolution with MGT_EMU_CUDNN_STALE=all, and for none with MGT_EMU_CUDNN_STALE=none.
+ * The stale entry is the best-ranked deterministic algorithm the tables above reject (not one
+ * that is not implemented at all); the heuristics report it first with SUCCESS, its workspace
+ * query answers, and only the compute call refuses it. Returns the algorithm, or -1. */
+int stale_algo(Dir d, const Geom &g);
 
 bool deterministic(Dir d, int a) {
     return kind(d, a) != K_ATOMIC;
@@ -457,8 +526,26 @@ cudnnMathType_t entry_math(Dir d, int a, cudnnMathType_t desc) {
     return CUDNN_DEFAULT_MATH;
 }
 
+const int *rank_of(Dir d) {
+    return d == FWD ? fwd_rank : d == BWD_DATA ? bwd_data_rank : bwd_filter_rank;
+}
+
+int stale_algo(Dir d, const Geom &g) {
+    const char *mode = std::getenv("MGT_EMU_CUDNN_STALE");
+    const bool all = mode && !std::strcmp(mode, "all"), none = mode && !std::strcmp(mode, "none");
+    const bool rule = !g.bf16 && !g.nchw_x && g.c > 1 && g.c % 2 == 1;
+    if (none || !(all || rule))
+        return -1;
+    const int *rank = rank_of(d);
+    for (int i = 0; i < algo_count(d); i++)
+        if (deterministic(d, rank[i]) && kind(d, rank[i]) != K_DIRECT && unsupported(d, rank[i], g))
+            return rank[i];
+    return -1;
+}
+
 std::vector<Perf> heuristics(Dir d, const Geom &g) {
-    const int *rank = d == FWD ? fwd_rank : d == BWD_DATA ? bwd_data_rank : bwd_filter_rank;
+    const int *rank = rank_of(d);
+    const int stale = stale_algo(d, g);
     std::vector<Perf> ok, bad;
     for (int i = 0; i < algo_count(d); i++) {
         const int a = rank[i];
@@ -466,7 +553,12 @@ std::vector<Perf> heuristics(Dir d, const Geom &g) {
         p.algo = a;
         p.determinism = deterministic(d, a) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
         p.math = entry_math(d, a, g.math);
-        if (unsupported(d, a, g)) {
+        if (a == stale) { /* ranked first, as if it ran (see stale_algo) */
+            p.status = CUDNN_STATUS_SUCCESS;
+            p.time = 0.01f;
+            p.memory = ws_bytes(d, a, p.math, g);
+            ok.insert(ok.begin(), p);
+        } else if (unsupported(d, a, g)) {
             p.status = CUDNN_STATUS_NOT_SUPPORTED;
             p.time = -1.0f;
             p.memory = 0;
@@ -484,21 +576,44 @@ std::vector<Perf> heuristics(Dir d, const Geom &g) {
 
 /* ---- the arithmetic: canonical double buffers, loops whose innermost index is contiguous ----
  * Images are packed as [h][w][c], filters as [r][s][c][k] (forward) or [k][r][s][c], with the
- * spatial flip of CUDNN_CONVOLUTION applied while packing. */
+ * spatial flip of CUDNN_CONVOLUTION applied while packing. Float data is read as it is (rounded
+ * to TF32 first under a tensor-op math type), bfloat16 data exactly; the sums are exact (double:
+ * a product of two bfloat16 or TF32 values is exact in float, and the sums of a float
+ * accumulation are within its rounding of these), and each result is rounded once to the
+ * output's type, as a kernel accumulating in float and storing to bfloat16 rounds it. */
 
-double load(const float *p, bool tf32) {
-    return tf32 ? (double)emu::to_tf32(*p) : (double)*p;
+/* Element i of a float or bfloat16 tensor, as the algorithm reads it. */
+double load(const void *p, int64_t i, const Geom &g) {
+    if (g.bf16)
+        return (double)emu::bf16_to_float(((const uint16_t *)p)[i]);
+    const float f = ((const float *)p)[i];
+    return g.tf32 ? (double)emu::to_tf32(f) : (double)f;
+}
+
+/* out[i] = alpha * acc + beta * out[i], rounded once to the output's type; out is not read when
+ * beta == 0. */
+void store(void *out, int64_t i, double acc, float alpha, float beta, bool bf16) {
+    double v = (double)alpha * acc;
+    if (bf16) {
+        uint16_t *q = (uint16_t *)out + i;
+        if (beta != 0.0f)
+            v += (double)beta * (double)emu::bf16_to_float(*q);
+        *q = emu::bf16_from_double(v);
+    } else {
+        float *q = (float *)out + i;
+        *q = (float)(beta == 0.0f ? v : v + (double)beta * (double)*q);
+    }
 }
 
 /* Image n of x (strides g.xs, dims h, w, c) or dy (g.ys; oh, ow, k), packed [h][w][c]. */
-void pack(const float *p, const int64_t st[4], int n, int H, int W, int C, bool tf32,
+void pack(const void *p, const int64_t st[4], int n, int H, int W, int C, const Geom &g,
           std::vector<double> &out) {
     out.resize((size_t)H * W * C);
     for (int ih = 0; ih < H; ih++)
         for (int iw = 0; iw < W; iw++)
             for (int c = 0; c < C; c++)
                 out[((size_t)ih * W + iw) * C + c] =
-                    load(p + n * st[0] + c * st[1] + ih * st[2] + iw * st[3], tf32);
+                    load(p, n * st[0] + c * st[1] + ih * st[2] + iw * st[3], g);
 }
 
 /* Offset of filter element (k, c, r, s) of the effective (cross-correlation) filter. */
@@ -508,12 +623,6 @@ int64_t filter_at(const Geom &g, int k, int c, int r, int s) {
         s = g.s - 1 - s;
     }
     return k * g.fs[0] + c * g.fs[1] + r * g.fs[2] + s * g.fs[3];
-}
-
-/* out = alpha * acc + beta * out; out is not read when beta == 0. */
-void blend(float *out, double acc, float alpha, float beta) {
-    const double v = (double)alpha * acc;
-    *out = (float)(beta == 0.0f ? v : v + (double)beta * (double)*out);
 }
 
 /* f(r, s, ih, iw) for every tap of the window at output (oh, ow) that lands inside the input
@@ -553,7 +662,7 @@ template <typename F> void for_each_krsc(const Geom &g, F f) {
                     f(k, c, r, s);
 }
 
-void run_forward(const Geom g, const float *x, const float *w, float *y, float alpha, float beta) {
+void run_forward(const Geom g, const void *x, const void *w, void *y, float alpha, float beta) {
     const int K = g.k, C = g.c;
     std::vector<double> wt((size_t)g.r * g.s * C * K); /* [r][s][c][k] */
     for (int r = 0; r < g.r; r++)
@@ -561,10 +670,10 @@ void run_forward(const Geom g, const float *x, const float *w, float *y, float a
             for (int c = 0; c < C; c++)
                 for (int k = 0; k < K; k++)
                     wt[(((size_t)r * g.s + s) * C + c) * K + k] =
-                        load(w + filter_at(g, k, c, r, s), g.tf32);
+                        load(w, filter_at(g, k, c, r, s), g);
     std::vector<double> xi, acc(K);
     for (int n = 0; n < g.n; n++) {
-        pack(x, g.xs, n, g.h, g.w, C, g.tf32, xi);
+        pack(x, g.xs, n, g.h, g.w, C, g, xi);
         for (int oh = 0; oh < g.oh; oh++)
             for (int ow = 0; ow < g.ow; ow++) {
                 std::fill(acc.begin(), acc.end(), 0.0);
@@ -578,24 +687,23 @@ void run_forward(const Geom g, const float *x, const float *w, float *y, float a
                             acc[k] += xv * wk[k];
                     }
                 });
-                float *yp = y + n * g.ys[0] + oh * g.ys[2] + ow * g.ys[3];
+                const int64_t yo = n * g.ys[0] + oh * g.ys[2] + ow * g.ys[3];
                 for (int k = 0; k < K; k++)
-                    blend(yp + k * g.ys[1], acc[k], alpha, beta);
+                    store(y, yo + k * g.ys[1], acc[k], alpha, beta, g.bf16);
             }
     }
 }
 
-void run_backward_data(const Geom g, const float *w, const float *dy, float *dx, float alpha,
+void run_backward_data(const Geom g, const void *w, const void *dy, void *dx, float alpha,
                        float beta) {
     const int C = g.c;
     std::vector<double> wk((size_t)g.k * g.r * g.s * C); /* [k][r][s][c] */
     size_t i = 0;
-    for_each_krsc(g, [&](int k, int c, int r, int s) {
-        wk[i++] = load(w + filter_at(g, k, c, r, s), g.tf32);
-    });
+    for_each_krsc(
+        g, [&](int k, int c, int r, int s) { wk[i++] = load(w, filter_at(g, k, c, r, s), g); });
     std::vector<double> gi, acc((size_t)g.h * g.w * C); /* [h][w][c] of one image */
     for (int n = 0; n < g.n; n++) {
-        pack(dy, g.ys, n, g.oh, g.ow, g.k, g.tf32, gi);
+        pack(dy, g.ys, n, g.oh, g.ow, g.k, g, gi);
         std::fill(acc.begin(), acc.end(), 0.0);
         for_each_grad_tap(g, gi, [&](int k, double gv, int r, int s, int ih, int iw) {
             double *ap = &acc[((size_t)ih * g.w + iw) * C];
@@ -606,19 +714,19 @@ void run_backward_data(const Geom g, const float *w, const float *dy, float *dx,
         for (int ih = 0; ih < g.h; ih++)
             for (int iw = 0; iw < g.w; iw++)
                 for (int c = 0; c < C; c++)
-                    blend(dx + n * g.xs[0] + c * g.xs[1] + ih * g.xs[2] + iw * g.xs[3],
-                          acc[((size_t)ih * g.w + iw) * C + c], alpha, beta);
+                    store(dx, n * g.xs[0] + c * g.xs[1] + ih * g.xs[2] + iw * g.xs[3],
+                          acc[((size_t)ih * g.w + iw) * C + c], alpha, beta, g.bf16);
     }
 }
 
-void run_backward_filter(const Geom g, const float *x, const float *dy, float *dw, float alpha,
+void run_backward_filter(const Geom g, const void *x, const void *dy, void *dw, float alpha,
                          float beta) {
     const int C = g.c;
     std::vector<double> acc((size_t)g.k * g.r * g.s * C, 0.0); /* [k][r][s][c], effective filter */
     std::vector<double> xi, gi;
     for (int n = 0; n < g.n; n++) {
-        pack(x, g.xs, n, g.h, g.w, C, g.tf32, xi);
-        pack(dy, g.ys, n, g.oh, g.ow, g.k, g.tf32, gi);
+        pack(x, g.xs, n, g.h, g.w, C, g, xi);
+        pack(dy, g.ys, n, g.oh, g.ow, g.k, g, gi);
         for_each_grad_tap(g, gi, [&](int k, double gv, int r, int s, int ih, int iw) {
             const double *xp = &xi[((size_t)ih * g.w + iw) * C];
             double *ap = &acc[(((size_t)k * g.r + r) * g.s + s) * C];
@@ -628,7 +736,7 @@ void run_backward_filter(const Geom g, const float *x, const float *dy, float *d
     }
     size_t i = 0;
     for_each_krsc(g, [&](int k, int c, int r, int s) {
-        blend(dw + filter_at(g, k, c, r, s), acc[i++], alpha, beta);
+        store(dw, filter_at(g, k, c, r, s), acc[i++], alpha, beta, g.bf16);
     });
 }
 
@@ -666,12 +774,19 @@ void check_memory(const char *fn, const Operand &in1, const Operand &in2, const 
             emu::fail("%s: the workspace [%p, +%zu bytes) overlaps %s", fn, ws, ws_size, o->name);
 }
 
-/* The algorithm checks of the workspace queries and the compute calls. */
-cudnnStatus_t check_algo(const char *fn, Dir d, int algo, const Geom &g) {
+/* The algorithm checks of the workspace queries and the compute calls; a stale heuristics entry
+ * (stale_algo) passes the query and fails the compute call. */
+cudnnStatus_t check_algo(const char *fn, Dir d, int algo, const Geom &g, bool compute) {
     if (algo < 0 || algo >= algo_count(d))
         return err(CUDNN_STATUS_BAD_PARAM, "%s: algorithm %d is not an enumerant", fn, algo);
+    if (!compute && algo == stale_algo(d, g))
+        return CUDNN_STATUS_SUCCESS;
     if (const char *why = unsupported(d, algo, g))
-        return err(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d: %s", fn, algo, why);
+        return err(CUDNN_STATUS_NOT_SUPPORTED, "%s: algorithm %d: %s%s", fn, algo, why,
+                   algo == stale_algo(d, g)
+                       ? " (the heuristics ranked it first: a stale entry, see "
+                         "MGT_EMU_CUDNN_STALE)"
+                       : "");
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -680,7 +795,7 @@ cudnnStatus_t check_call(const char *fn, Dir d, int algo, const Geom &g, const v
                          const void *ws, size_t ws_size) {
     if (!alpha || !beta || !in1 || !in2 || !out)
         return err(CUDNN_STATUS_BAD_PARAM, "%s: a NULL data pointer or scaling factor", fn);
-    const cudnnStatus_t st = check_algo(fn, d, algo, g);
+    const cudnnStatus_t st = check_algo(fn, d, algo, g, true);
     if (st != CUDNN_STATUS_SUCCESS)
         return st;
     const size_t need = ws_bytes(d, algo, g.math, g);
@@ -706,7 +821,7 @@ struct Direction {
     const char *fn;
     const char *names[3];
     size_t (*elems[3])(const Geom &);
-    void (*run)(const Geom, const float *, const float *, float *, float, float);
+    void (*run)(const Geom, const void *, const void *, void *, float, float);
 };
 const Direction directions[3] = {
     {"cudnnConvolutionForward", {"x", "w", "y"}, {x_elems, w_elems, y_elems}, run_forward},
@@ -730,12 +845,13 @@ cudnnStatus_t convolve(Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
         st = check_call(fn, d, algo, g, alpha, beta, in1, in2, out, ws, ws_size);
     if (st != CUDNN_STATUS_SUCCESS)
         return st;
-    check_memory(fn, {in1, dir.elems[0](g) * 4, dir.names[0]},
-                 {in2, dir.elems[1](g) * 4, dir.names[1]}, {out, dir.elems[2](g) * 4, dir.names[2]},
-                 ws, ws_size);
+    const size_t es = g.bf16 ? 2 : 4; /* bytes per element */
+    check_memory(fn, {in1, dir.elems[0](g) * es, dir.names[0]},
+                 {in2, dir.elems[1](g) * es, dir.names[1]},
+                 {out, dir.elems[2](g) * es, dir.names[2]}, ws, ws_size);
     const float a = *(const float *)alpha, b = *(const float *)beta;
-    const float *p1 = (const float *)in1, *p2 = (const float *)in2;
-    float *po = (float *)out;
+    const void *p1 = in1, *p2 = in2;
+    void *po = out;
     const auto run = dir.run;
     emu::enqueue(
         handle->stream,
@@ -1037,6 +1153,16 @@ cudnnStatus_t fill_perf(const char *fn, Dir d, cudnnHandle_t handle, const cudnn
     return CUDNN_STATUS_SUCCESS;
 }
 
+cudnnStatus_t max_count(const char *fn, Dir d, cudnnHandle_t handle, int *count) {
+    const cudnnStatus_t st = check_handle(handle, fn);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
+    if (!count)
+        return err(CUDNN_STATUS_BAD_PARAM, "%s: NULL count", fn);
+    *count = algo_count(d);
+    return CUDNN_STATUS_SUCCESS;
+}
+
 cudnnStatus_t workspace(const char *fn, Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
                         const cudnnFilterStruct *w, const cudnnConvolutionStruct *cd,
                         const cudnnTensorStruct *y, int algo, size_t *size) {
@@ -1046,7 +1172,7 @@ cudnnStatus_t workspace(const char *fn, Dir d, cudnnHandle_t handle, const cudnn
     cudnnStatus_t st = geometry(fn, d, false, handle, x, w, cd, y, &g);
     if (st != CUDNN_STATUS_SUCCESS)
         return st;
-    st = check_algo(fn, d, algo, g);
+    st = check_algo(fn, d, algo, g, false);
     if (st != CUDNN_STATUS_SUCCESS)
         return st;
     *size = ws_bytes(d, algo, g.math, g);
@@ -1056,6 +1182,20 @@ cudnnStatus_t workspace(const char *fn, Dir d, cudnnHandle_t handle, const cudnn
 } // namespace
 
 extern "C" {
+
+/* The most entries the heuristics return in a direction: every algorithm of it. */
+cudnnStatus_t cudnnGetConvolutionForwardAlgorithmMaxCount(cudnnHandle_t handle, int *count) {
+    return max_count("cudnnGetConvolutionForwardAlgorithmMaxCount", FWD, handle, count);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int *count) {
+    return max_count("cudnnGetConvolutionBackwardDataAlgorithmMaxCount", BWD_DATA, handle, count);
+}
+
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int *count) {
+    return max_count("cudnnGetConvolutionBackwardFilterAlgorithmMaxCount", BWD_FILTER, handle,
+                     count);
+}
 
 cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle,
                                                      const cudnnTensorDescriptor_t srcDesc,

@@ -24,6 +24,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -199,59 +200,129 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    if (!comm || comm->aborted)
+} // extern "C"
+
+namespace {
+
+/* A collective on `comm` queued on `stream`, as NCCL queues its kernels: when the stream reaches
+ * it, `begin` starts the MPI request on a host copy of `send` (n bytes), and the stream stalls
+ * until the request completes; then `end` writes the result to `recv`. */
+ncclResult_t queue_collective(ncclComm *c, cudaStream_t stream, const void *send, void *recv,
+                              size_t n, const char *name,
+                              std::function<void(Pending *, MPI_Comm)> begin,
+                              std::function<void(Pending *, void *)> end) {
+    if (!c || c->aborted)
         return ncclInvalidArgument;
-    if (advance(comm) != ncclSuccess) {
-        snprintf(comm->last, sizeof comm->last, "ncclAllReduce on a communicator not ready");
+    if (advance(c) != ncclSuccess) {
+        snprintf(c->last, sizeof c->last, "%s on a communicator not ready", name);
         return ncclInvalidUsage;
     }
-    size_t size = 0;
-    MPI_Datatype dt = mpi_type(type, &size);
-    if (dt == MPI_DATATYPE_NULL || (op != ncclSum && op != ncclAvg))
-        return ncclInvalidArgument;
-    if (count == 0)
+    if (n == 0)
         return ncclSuccess;
-    if (!emu::is_device(send, count * size) || !emu::is_device(recv, count * size))
-        emu::fail("ncclAllReduce of %zu elements of %zu bytes: the buffers %p, %p are not that "
-                  "much device memory (NCCL counts are elements, not bytes)",
-                  count, size, send, recv);
+    if (!emu::is_device(send, n) || !emu::is_device(recv, n))
+        emu::fail("%s of %zu bytes: the buffers %p, %p are not that much device memory (NCCL "
+                  "counts are elements, not bytes)",
+                  name, n, send, recv);
     auto p = std::make_shared<Pending>();
-    comm->pending.push_back(p);
-    ncclComm *c = comm;
-    int n = c->nranks;
+    c->pending.push_back(p);
     emu::enqueue(
         stream,
-        [p, c, send, count, size, dt] {
+        [p, c, send, n, begin] {
             if (c->aborted)
                 return;
-            p->stage.assign((const char *)send, (const char *)send + count * size);
-            MPI_Iallreduce(MPI_IN_PLACE, p->stage.data(), (int)count, dt, MPI_SUM, c->comm,
-                           &p->req);
+            p->stage.assign((const char *)send, (const char *)send + n);
+            begin(p.get(), c->comm);
             p->started = true;
         },
-        "ncclAllReduce (start)");
+        name);
     emu::enqueue_gate(
         stream,
-        [p, c, recv, type, op, n] {
+        [p, c, recv, end] {
             if (c->aborted) /* ncclCommAbort releases the stream */
                 return p->done = true;
             if (!mpi_done(&p->req))
                 return false;
-            if (op == ncclAvg && type == ncclFloat32)
-                for (float *f = (float *)p->stage.data(), *e = f + p->stage.size() / 4; f < e; f++)
-                    *f /= (float)n;
-            memcpy(recv, p->stage.data(), p->stage.size());
+            end(p.get(), recv);
             std::vector<char>().swap(p->stage);
             return p->done = true;
         },
-        "ncclAllReduce (complete)");
+        name);
     /* A non-blocking communicator may report the first enqueue as in progress. */
     if (!c->blocking && c->first_collective) {
         c->first_collective = false;
         return ncclInProgress;
     }
+    return ncclSuccess;
+}
+
+} // namespace
+
+extern "C" {
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    size_t size = 0;
+    MPI_Datatype dt = mpi_type(type, &size);
+    if (dt == MPI_DATATYPE_NULL || (op != ncclSum && op != ncclAvg))
+        return ncclInvalidArgument;
+    const int n = comm ? comm->nranks : 1;
+    return queue_collective(
+        comm, stream, send, recv, count * size, "ncclAllReduce",
+        [count, dt](Pending *p, MPI_Comm mc) {
+            MPI_Iallreduce(MPI_IN_PLACE, p->stage.data(), (int)count, dt, MPI_SUM, mc, &p->req);
+        },
+        [type, op, n](Pending *p, void *recv) {
+            if (op == ncclAvg && type == ncclFloat32)
+                for (float *f = (float *)p->stage.data(), *e = f + p->stage.size() / 4; f < e; f++)
+                    *f /= (float)n;
+            memcpy(recv, p->stage.data(), p->stage.size());
+        });
+}
+
+/* The root receives the sum in recv; elsewhere recv is left alone (NCCL: significant at the root
+ * only). */
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t type,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+    size_t size = 0;
+    MPI_Datatype dt = mpi_type(type, &size);
+    if (dt == MPI_DATATYPE_NULL || op != ncclSum || !comm || root < 0 || root >= comm->nranks)
+        return ncclInvalidArgument;
+    const bool me = comm->rank == root;
+    return queue_collective(
+        comm, stream, send, me ? recv : const_cast<void *>(send), count * size, "ncclReduce",
+        [count, dt, root, me](Pending *p, MPI_Comm mc) {
+            MPI_Ireduce(me ? MPI_IN_PLACE : p->stage.data(), p->stage.data(), (int)count, dt,
+                        MPI_SUM, root, mc, &p->req);
+        },
+        [me](Pending *p, void *recv) {
+            if (me)
+                memcpy(recv, p->stage.data(), p->stage.size());
+        });
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type,
+                           int root, ncclComm_t comm, cudaStream_t stream) {
+    size_t size = 0;
+    MPI_Datatype dt = mpi_type(type, &size);
+    if (dt == MPI_DATATYPE_NULL || !comm || root < 0 || root >= comm->nranks)
+        return ncclInvalidArgument;
+    /* send is read at the root only (NCCL); elsewhere the stage is just the receive buffer. */
+    const void *from = comm->rank == root ? send : recv;
+    return queue_collective(
+        comm, stream, from, recv, count * size, "ncclBroadcast",
+        [count, dt, root](Pending *p, MPI_Comm mc) {
+            MPI_Ibcast(p->stage.data(), (int)count, dt, root, mc, &p->req);
+        },
+        [](Pending *p, void *recv) { memcpy(recv, p->stage.data(), p->stage.size()); });
+}
+
+/* Grouping only fuses launches in NCCL: every rank issues the same calls in the same order, and
+ * here each is its own request. */
+ncclResult_t ncclGroupStart(void) {
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
     return ncclSuccess;
 }
 

@@ -10,6 +10,9 @@
  *   MGT_EMU_STATS    a file to which the process appends, at exit, how many device and pinned
  *                    allocations it made ("cudaMalloc N cudaFree N cudaHostAlloc N"), so a
  *                    test can check that a longer run makes no more of them.
+ *   MGT_EMU_READS    a file to which the process appends, at exit, how many copies from the
+ *                    device to the host it made ("D2H N"): the host's reads, each a wait for
+ *                    the device, so a test can count them.
  *
  * All state is behind one mutex: the API is callable from any thread, as CUDA's is. */
 #include <errno.h>
@@ -57,15 +60,21 @@ std::recursive_mutex mu;
 cudaError_t last_error = cudaSuccess;
 
 struct Stats {
-    long malloc_calls = 0, free_calls = 0, host_allocs = 0;
+    long malloc_calls = 0, free_calls = 0, host_allocs = 0, d2h_copies = 0;
     ~Stats() {
         const char *path = getenv("MGT_EMU_STATS");
         FILE *f = path && *path ? fopen(path, "a") : NULL;
-        if (!f)
-            return;
-        fprintf(f, "cudaMalloc %ld cudaFree %ld cudaHostAlloc %ld\n", malloc_calls, free_calls,
-                host_allocs);
-        fclose(f);
+        if (f) {
+            fprintf(f, "cudaMalloc %ld cudaFree %ld cudaHostAlloc %ld\n", malloc_calls, free_calls,
+                    host_allocs);
+            fclose(f);
+        }
+        path = getenv("MGT_EMU_READS");
+        f = path && *path ? fopen(path, "a") : NULL;
+        if (f) {
+            fprintf(f, "D2H %ld\n", d2h_copies);
+            fclose(f);
+        }
     }
 } stats;
 thread_local int cur_device = 0;
@@ -675,6 +684,8 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
                       want_dd && !dd ? dst : src, n);
         return err(cudaErrorInvalidValue);
     }
+    if (kind == cudaMemcpyDeviceToHost)
+        stats.d2h_copies++;
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
         /* Pageable source: the driver stages it before returning. */
         auto snap = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);

@@ -1,6 +1,6 @@
 /* emu_util.h: what the emulated libraries (emu_cublas.cpp, emu_cudnn.cpp) share: the registry of
- * live handles and descriptors, the destruction of a handle, and TF32 rounding. Header-only, so
- * that each library stays one source file. */
+ * live handles and descriptors, the destruction of a handle, and TF32 and bfloat16 rounding.
+ * Header-only, so that each library stays one source file. */
 #ifndef MGT_EMU_UTIL_H
 #define MGT_EMU_UTIL_H
 
@@ -57,6 +57,41 @@ inline float to_tf32(float f) {
     }
     std::memcpy(&f, &u, sizeof f);
     return f;
+}
+
+/* bfloat16: the top 16 bits of a float (8 exponent bits, 8 significant bits, unit roundoff
+ * 2^-8). Widening is exact. */
+inline float bf16_to_float(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Round-to-nearest-even of a float to bfloat16 (what __float2bfloat16_rn does); NaN stays a
+ * (quiet) NaN, infinities stay. */
+inline uint16_t bf16_from_float(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Round-to-nearest-even of a double to bfloat16 in one rounding. Rounding to float first is
+ * exact enough except where the float lands exactly halfway between two bfloat16 values while
+ * the double does not: then the double's side decides (the midpoints are floats, so a double
+ * on one side of one rounds to a float on the same side or onto it). */
+inline uint16_t bf16_from_double(double d) {
+    const float f = (float)d;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) != 0x7f800000u && (u & 0xffffu) == 0x8000u && (double)f != d) {
+        const bool away = (d < 0 ? -d : d) > (f < 0 ? -(double)f : (double)f);
+        return (uint16_t)((u >> 16) + (away ? 1u : 0u));
+    }
+    return bf16_from_float(f);
 }
 
 } // namespace emu

@@ -30,6 +30,7 @@
 
 #include "emu.h"
 #include "emu_test.h"
+#include "emu_util.h"
 
 /* ---- the stand-in runtime ---- */
 
@@ -209,8 +210,8 @@ void test_sgemm() {
             std::vector<float> want = C.h;
             float alpha = 0.75f, beta = -0.5f;
             ref_gemm(ta, tb, m, n, k, alpha, A.h, lda, B.h, ldb, beta, want, ldc, true);
-            CHECK(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              m, n, k, &alpha, A.d, lda, B.d, ldb, &beta, C.d,
+            CHECK(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+                              n, k, &alpha, A.d, lda, B.d, ldb, &beta, C.d,
                               ldc) == CUBLAS_STATUS_SUCCESS,
                   "sgemm %d%d", ta, tb);
             alpha = 100.0f; /* read at the call: changing it now must not matter */
@@ -313,13 +314,13 @@ void test_sgemm() {
               }),
               "host C must fail");
         CHECK(dies([&] {
-                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, A.d, 9, B.d, 8, &one,
-                              C.d, 8);
+                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, A.d, 9, B.d, 8, &one, C.d,
+                              8);
               }),
               "A past its allocation must fail");
         CHECK(dies([&] {
-                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, S.d, A.d, 4, B.d, 4, &one,
-                              C.d, 4);
+                  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, S.d, A.d, 4, B.d, 4, &one, C.d,
+                              4);
               }),
               "device alpha in host pointer mode must fail");
     }
@@ -358,9 +359,7 @@ struct Logical {
     std::vector<double> a;
     Logical(int a0, int a1, int a2, int a3)
         : d0(a0), d1(a1), d2(a2), d3(a3), a((size_t)a0 * a1 * a2 * a3, 0.0) {}
-    double &at(int i, int j, int k, int l) {
-        return a[(((size_t)i * d1 + j) * d2 + k) * d3 + l];
-    }
+    double &at(int i, int j, int k, int l) { return a[(((size_t)i * d1 + j) * d2 + k) * d3 + l]; }
 };
 
 /* f(i, j, k, l) for every index of L, in its (logical) order. */
@@ -500,8 +499,7 @@ struct Descs {
         int on, oc, oh, ow;
         DNN(cudnnGetConvolution2dForwardOutputDim(conv, x, w, &on, &oc, &oh, &ow));
         CHECK(on == S.n && oc == S.k && oh == S.oh() && ow == S.ow(),
-              "output dim %d %d %d %d, want %d %d %d %d", on, oc, oh, ow, S.n, S.k, S.oh(),
-              S.ow());
+              "output dim %d %d %d %d, want %d %d %d %d", on, oc, oh, ow, S.n, S.k, S.oh(), S.ow());
         DNN(cudnnSetTensor4dDescriptor(y, tf, CUDNN_DATA_FLOAT, S.n, S.k, S.oh(), S.ow()));
     }
     void destroy() {
@@ -571,8 +569,13 @@ void check_direction(const char *what, const char *name, bool flip,
     dev_free(ws);
 }
 
-void test_conv_case(cudnnHandle_t h, const Shape &S, cudnnTensorFormat_t tf,
-                    cudnnTensorFormat_t ff, bool flip) {
+/* The directions a layout has algorithms for (bits), cuDNN's tables: all three for one layout
+ * throughout; with NHWC tensors and an NCHW filter forward only (the backward algorithms read
+ * dy as NCHW); none for NCHW tensors with an NHWC filter. */
+enum { D_FWD = 1, D_BWD_DATA = 2, D_BWD_FILTER = 4, D_ALL = 7 };
+
+void test_conv_case(cudnnHandle_t h, const Shape &S, cudnnTensorFormat_t tf, cudnnTensorFormat_t ff,
+                    bool flip, int dirs = D_ALL) {
     const char *name = tf == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW";
     Descs D(S, tf, ff, flip);
     Logical X(S.n, S.c, S.h, S.w), W(S.k, S.c, S.r, S.s), DY(S.n, S.k, S.oh(), S.ow());
@@ -608,22 +611,39 @@ void test_conv_case(cudnnHandle_t h, const Shape &S, cudnnTensorFormat_t tf,
             return cudnnGetConvolutionBackwardDataWorkspaceSize(h, D.w, D.y, D.conv, D.x, a, b);
         },
         &det, &nondet, &unsup);
-    auto bwd_filter =
-        usable<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
-            CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-            [&](int c, int *g, cudnnConvolutionBwdFilterAlgoPerf_t *p) {
-                return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, D.x, D.y, D.conv, D.w, c,
-                                                                     g, p);
-            },
-            [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *b) {
-                return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, D.x, D.y, D.conv, D.w, a,
-                                                                      b);
-            },
-            &det, &nondet, &unsup);
-    CHECK(!fwd.empty() && !bwd_data.empty() && !bwd_filter.empty(), "no usable algorithm");
-    CHECK(det > 0 && nondet > 0, "%s: want deterministic and non-deterministic algorithms", name);
+    auto bwd_filter = usable<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        [&](int c, int *g, cudnnConvolutionBwdFilterAlgoPerf_t *p) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, D.x, D.y, D.conv, D.w, c, g, p);
+        },
+        [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *b) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, D.x, D.y, D.conv, D.w, a, b);
+        },
+        &det, &nondet, &unsup);
+    CHECK(fwd.empty() == !(dirs & D_FWD) && bwd_data.empty() == !(dirs & D_BWD_DATA) &&
+              bwd_filter.empty() == !(dirs & D_BWD_FILTER),
+          "%s filter %s: usable algorithms forward %zu, backward-data %zu, backward-filter %zu; "
+          "want directions %d",
+          name, ff == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW", fwd.size(), bwd_data.size(),
+          bwd_filter.size(), dirs);
+    if (dirs == D_ALL)
+        CHECK(det > 0 && nondet > 0, "%s: want deterministic and non-deterministic algorithms",
+              name);
     if (tf == CUDNN_TENSOR_NHWC)
         CHECK(unsup > 0, "NHWC: FFT and Winograd must be reported unsupported");
+    if (tf == CUDNN_TENSOR_NHWC && ff == CUDNN_TENSOR_NHWC) { /* cuDNN's NHWC-filter table */
+        bool only = fwd.size() <= 2 && bwd_data.size() == 1 && bwd_filter.size() <= 2;
+        for (auto &a : fwd)
+            only &= a.first == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
+                    a.first == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+        for (auto &a : bwd_data)
+            only &= a.first == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+        for (auto &a : bwd_filter)
+            only &= a.first == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+                    a.first == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+        CHECK(only, "NHWC filter: only IMPLICIT_GEMM/IMPLICIT_PRECOMP_GEMM, ALGO_1 and "
+                    "ALGO_0/ALGO_1 may be usable");
+    }
 
     auto run_fwd = [&](cudnnConvolutionFwdAlgo_t a, void *ws, size_t b, const float *al,
                        const float *be) {
@@ -636,13 +656,21 @@ void test_conv_case(cudnnHandle_t h, const Shape &S, cudnnTensorFormat_t tf,
     };
     auto run_bwd_filter = [&](cudnnConvolutionBwdFilterAlgo_t a, void *ws, size_t b,
                               const float *al, const float *be) {
-        return cudnnConvolutionBackwardFilter(h, al, D.x, x.d, D.y, dy.d, D.conv, a, ws, b, be,
-                                              D.w, dw.d);
+        return cudnnConvolutionBackwardFilter(h, al, D.x, x.d, D.y, dy.d, D.conv, a, ws, b, be, D.w,
+                                              dw.d);
     };
-    check_direction("forward", name, flip, fwd, run_fwd, tf, Yr, y, 1.5f, 0.25f);
-    check_direction("backward-data", name, flip, bwd_data, run_bwd_data, tf, DXr, dx, -0.5f, 2.0f);
-    check_direction("backward-filter", name, flip, bwd_filter, run_bwd_filter, ff, DWr, dw, 0.75f,
-                    -1.0f);
+    if (!fwd.empty())
+        check_direction("forward", name, flip, fwd, run_fwd, tf, Yr, y, 1.5f, 0.25f);
+    if (!bwd_data.empty())
+        check_direction("backward-data", name, flip, bwd_data, run_bwd_data, tf, DXr, dx, -0.5f,
+                        2.0f);
+    if (!bwd_filter.empty())
+        check_direction("backward-filter", name, flip, bwd_filter, run_bwd_filter, ff, DWr, dw,
+                        0.75f, -1.0f);
+    if (dirs != D_ALL) {
+        D.destroy();
+        return;
+    }
 
     /* adjointness, from the emulation's own outputs (alpha 1, beta 0):
      * <dy, conv(x, w)> == <bwd_data(dy, w), x> == <bwd_filter(x, dy), w> */
@@ -666,8 +694,8 @@ void test_conv_case(cudnnHandle_t h, const Shape &S, cudnnTensorFormat_t tf,
         const double a = dot(DYf, Yg), b = dot(DXg, Xf), c = dot(DWg, Wf);
         const double scale = dot(DYf, Yg, true) + dot(DXg, Xf, true) + dot(DWg, Wf, true);
         CHECK(std::fabs(a - b) <= 1e-5 * scale && std::fabs(a - c) <= 1e-5 * scale,
-              "%s flip=%d adjoint: <dy,fwd>=%.9g <bwd_data,x>=%.9g <bwd_filter,w>=%.9g", name,
-              flip, a, b, c);
+              "%s flip=%d adjoint: <dy,fwd>=%.9g <bwd_data,x>=%.9g <bwd_filter,w>=%.9g", name, flip,
+              a, b, c);
         dev_free(ws);
     }
 }
@@ -686,9 +714,10 @@ void test_conv(cudnnHandle_t h) {
             test_conv_case(h, S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, flip);
             test_conv_case(h, S, CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NCHW, flip);
         }
-    /* mixed layouts: strides come from each descriptor */
-    test_conv_case(h, shapes[0], CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NCHW, false);
-    test_conv_case(h, shapes[1], CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC, true);
+    /* mixed layouts: strides come from each descriptor, and cuDNN's tables leave forward only
+     * (NHWC tensors, NCHW filter) or nothing (NCHW tensors, NHWC filter) */
+    test_conv_case(h, shapes[0], CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NCHW, false, D_FWD);
+    test_conv_case(h, shapes[1], CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC, true, 0);
 }
 
 /* A non-FMA math type rounds the inputs to TF32, as tensor cores do. */
@@ -717,8 +746,8 @@ void test_conv_tf32(cudnnHandle_t h) {
 }
 
 /* What the backend's choice relies on: under FMA every entry is FMA, under tensor-op math the
- * first forward entry is a tensor-op one, the backward lists rank a non-deterministic algorithm
- * first, and workspace sizes differ by algorithm and math type. */
+ * first forward entry is a tensor-op one, the backward-filter list ranks a non-deterministic
+ * algorithm first, and workspace sizes differ by algorithm and math type. */
 void test_heuristics(cudnnHandle_t h) {
     const Shape S = {8, 16, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1};
     Descs D(S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
@@ -735,8 +764,7 @@ void test_heuristics(cudnnHandle_t h) {
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
     CHECK(got == CUDNN_CONVOLUTION_FWD_ALGO_COUNT, "forward count %d", got);
     CHECK(f[0].status == CUDNN_STATUS_SUCCESS && f[0].mathType == CUDNN_FMA_MATH,
-          "forward first entry under FMA: status %d math %d", (int)f[0].status,
-          (int)f[0].mathType);
+          "forward first entry under FMA: status %d math %d", (int)f[0].status, (int)f[0].mathType);
     bool differ = false;
     for (int i = 1; i < got; i++)
         if (f[i].status == CUDNN_STATUS_SUCCESS && f[i].memory != f[0].memory)
@@ -751,11 +779,12 @@ void test_heuristics(cudnnHandle_t h) {
         h, D.x, D.w, D.conv, D.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &top));
     CHECK(top > fma && fma > 0, "tensor-op workspace %zu vs FMA %zu", top, fma);
     DNN(cudnnSetConvolutionMathType(D.conv, CUDNN_FMA_MATH));
+    cudnnConvolutionBwdFilterAlgoPerf_t bf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        h, D.x, D.y, D.conv, D.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, bf));
+    CHECK(bf[0].determinism == CUDNN_NON_DETERMINISTIC && bf[0].status == CUDNN_STATUS_SUCCESS,
+          "backward-filter first entry: the non-deterministic ALGO_0");
     cudnnConvolutionBwdDataAlgoPerf_t b[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, D.w, D.y, D.conv, D.x,
-                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
-                                                    b));
-    CHECK(b[0].determinism == CUDNN_NON_DETERMINISTIC, "backward-data first entry");
     /* a smaller request is honoured */
     DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, D.w, D.y, D.conv, D.x, 2, &got, b));
     CHECK(got == 2, "requested 2, got %d", got);
@@ -809,9 +838,8 @@ void test_conv_errors(cudnnHandle_t h) {
     CHECK(cudnnGetConvolution2dForwardOutputDim(D.conv, D.x, f, &on, &oc, &oh, &ow) == BAD,
           "input channels vs filter");
     size_t bytes = 0;
-    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, f, D.conv, D.y,
-                                                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                                                  &bytes) == BAD,
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+              h, D.x, f, D.conv, D.y, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &bytes) == BAD,
           "input channels vs filter (workspace)");
     cudnnGetLastErrorString(msg, sizeof msg);
     CHECK(std::strstr(msg, "channels") != nullptr, "last error names the check: '%s'", msg);
@@ -828,8 +856,7 @@ void test_conv_errors(cudnnHandle_t h) {
     const auto ALG = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, ALG, &bytes));
     void *ws = dev_alloc(bytes);
-    auto fwd = [&](cudnnTensorDescriptor_t yd, cudnnConvolutionFwdAlgo_t a, void *wsp,
-                   size_t wsb) {
+    auto fwd = [&](cudnnTensorDescriptor_t yd, cudnnConvolutionFwdAlgo_t a, void *wsp, size_t wsb) {
         return cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, a, wsp, wsb, &zero, yd,
                                        y.d);
     };
@@ -860,8 +887,7 @@ void test_conv_errors(cudnnHandle_t h) {
     /* algorithms and workspaces */
     CHECK(fwd(D.y, CUDNN_CONVOLUTION_FWD_ALGO_FFT, ws, bytes) == NS, "FFT on NHWC");
     CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y,
-                                                  CUDNN_CONVOLUTION_FWD_ALGO_DIRECT,
-                                                  &bytes) == NS,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, &bytes) == NS,
           "DIRECT is not implemented");
     DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, ALG, &bytes));
     CHECK(fwd(D.y, (cudnnConvolutionFwdAlgo_t)99, ws, bytes) == BAD, "algorithm out of range");
@@ -933,13 +959,342 @@ void test_conv_errors(cudnnHandle_t h) {
     D.destroy();
 }
 
+/* ==== bfloat16 ==== */
+
+/* bfloat16 bits <-> float, written here independently of the emulation: a bfloat16 is the top
+ * half of a float. */
+float from_bf16(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t bits_of(float f) { /* f must be a bfloat16 value */
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Unit roundoff of bfloat16 (8 significant bits) and float. */
+const double U_BF16 = std::ldexp(1.0, -8), U_F32 = std::ldexp(1.0, -24);
+
+/* The emulation's roundings: ties to even, and from double in one rounding (a double just off a
+ * bfloat16 midpoint that rounds onto it as a float must still go to its own side). */
+void test_bf16_rounding() {
+    CHECK(emu::bf16_from_float(1.0f) == 0x3f80, "1.0");
+    CHECK(emu::bf16_from_float(1.0f + std::ldexp(1.0f, -8)) == 0x3f80,
+          "1 + 2^-8 is a tie: to even (1.0)");
+    CHECK(emu::bf16_from_float(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82,
+          "1 + 3 2^-8 is a tie: to even (1 + 2^-6)");
+    CHECK(emu::bf16_from_float(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) == 0x3f81,
+          "just above a tie rounds up");
+    CHECK(emu::bf16_from_float(-2.5f) == 0xc020, "-2.5 is exact");
+    CHECK(std::isnan(from_bf16(emu::bf16_from_float(NaN))), "NaN stays NaN");
+    CHECK(emu::bf16_from_float(INFINITY) == 0x7f80, "infinity stays");
+    const double above = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+    const double below = 1.0 + std::ldexp(1.0, -8) - std::ldexp(1.0, -40);
+    CHECK((float)above == 1.0f + std::ldexp(1.0f, -8), "test premise: the float is the tie");
+    CHECK(emu::bf16_from_double(above) == 0x3f81 && emu::bf16_from_double(below) == 0x3f80,
+          "double just above / below a tie: %04x %04x, want 3f81 3f80",
+          emu::bf16_from_double(above), emu::bf16_from_double(below));
+    CHECK(emu::bf16_from_double(-above) == 0xbf81, "negative side");
+    CHECK(emu::bf16_from_double(1.0 + std::ldexp(1.0, -8)) == 0x3f80, "an exact tie: to even");
+}
+
+/* A device buffer of bfloat16 with a host mirror of its values (as floats). */
+struct Buf16 {
+    std::vector<float> h; /* bfloat16 values */
+    uint16_t *d = nullptr;
+    explicit Buf16(size_t n) : h(n), d((uint16_t *)dev_alloc(n * 2)) {}
+    ~Buf16() { dev_free(d); }
+    Buf16(const Buf16 &) = delete;
+    Buf16 &operator=(const Buf16 &) = delete;
+    void random() { /* values that are bfloat16 already */
+        for (float &v : h)
+            v = from_bf16(bits_of(frand()) & 0xffffu);
+        up();
+    }
+    void up() {
+        for (size_t i = 0; i < h.size(); i++)
+            d[i] = bits_of(h[i]);
+    }
+    void down() {
+        for (size_t i = 0; i < h.size(); i++)
+            h[i] = from_bf16(d[i]);
+    }
+};
+
+/* cublasGemmEx with bfloat16 A and B, float accumulation, float or bfloat16 C: within float's
+ * rounding of a k-term sum (gamma(k) sum |a||b|) of the exact product, and for a bfloat16 C one
+ * rounding more (u_bf16 of the result). Unsupported combinations are refused. */
+void test_gemm_ex() {
+    cublasHandle_t h;
+    CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "create");
+    const int m = 9, n = 7, k = 300;
+    Buf16 A((size_t)m * k), B((size_t)k * n), C16((size_t)m * n);
+    Buf C((size_t)m * n);
+    A.random();
+    B.random();
+    C.fill(NaN); /* beta 0: not read */
+    const float one = 1.0f, zero = 0.0f;
+    /* C = A B with bfloat16 A, the given lda, B's type, C, C's type, compute type and algorithm */
+    auto ex = [&](int lda, cudaDataType bt, void *c, cudaDataType ct, cublasComputeType_t comp,
+                  cublasGemmAlgo_t algo) {
+        return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A.d, CUDA_R_16BF, lda, B.d,
+                            bt, k, &zero, c, ct, m, comp, algo);
+    };
+    CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A.d, CUDA_R_16BF, m, B.d,
+                       CUDA_R_16BF, k, &zero, C.d, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+          "bf16 x bf16 -> float");
+    CHECK(ex(m, CUDA_R_16BF, C16.d, CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
+              CUBLAS_STATUS_SUCCESS,
+          "bf16 x bf16 -> bf16");
+    flush();
+    C.down();
+    C16.down();
+    const double g = k * U_F32 / (1 - k * U_F32);
+    int bad32 = 0, bad16 = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0, sa = 0;
+            for (int p = 0; p < k; p++) {
+                s += (double)A.h[(size_t)p * m + i] * B.h[(size_t)j * k + p];
+                sa += std::fabs((double)A.h[(size_t)p * m + i] * B.h[(size_t)j * k + p]);
+            }
+            const double c = C.h[(size_t)j * m + i], c16 = C16.h[(size_t)j * m + i];
+            bad32 += !(std::fabs(c - s) <= g * sa);
+            bad16 += !(std::fabs(c16 - s) <= g * sa + U_BF16 * (std::fabs(s) + g * sa));
+        }
+    CHECK(bad32 == 0, "bf16 GEMM, float C: %d elements beyond gamma(k) sum|a||b|", bad32);
+    CHECK(bad16 == 0, "bf16 GEMM, bf16 C: %d elements beyond that plus one bf16 rounding", bad16);
+    CHECK(ex(m, CUDA_R_16F, C.d, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
+              CUBLAS_STATUS_NOT_SUPPORTED,
+          "mixed bf16 and half inputs");
+    CHECK(ex(m, CUDA_R_16BF, C.d, CUDA_R_32F, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT) ==
+              CUBLAS_STATUS_NOT_SUPPORTED,
+          "bf16 inputs with half compute");
+    CHECK(ex(m, CUDA_R_16BF, C.d, CUDA_R_32F, CUBLAS_COMPUTE_32F, (cublasGemmAlgo_t)12345) ==
+              CUBLAS_STATUS_INVALID_VALUE,
+          "an algorithm that is not an enumerant");
+    CHECK(ex(m - 1, CUDA_R_16BF, C.d, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
+              CUBLAS_STATUS_INVALID_VALUE,
+          "lda below m");
+    CHECK(dies([&] {
+              std::vector<uint16_t> host((size_t)m * k);
+              cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, host.data(), CUDA_R_16BF, m,
+                           B.d, CUDA_R_16BF, k, &zero, C.d, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT);
+          }),
+          "host A must fail");
+    CHECK(dies([&] { /* a bf16 matrix read as if it were float runs past its allocation */
+                     cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A.d, CUDA_R_32F, m,
+                                  B.d, CUDA_R_32F, k, &zero, C.d, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT);
+          }),
+          "element size follows the data type");
+    CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS, "destroy");
+}
+
+/* Convolutions on bfloat16 data with float compute (PSEUDO_BFLOAT16_CONFIG), NHWC: each result
+ * is the exact sum of the bfloat16 products rounded once to bfloat16, so within u_bf16 of the
+ * exact value; and only the tensor-core algorithms take it. */
+void test_conv_bf16(cudnnHandle_t h) {
+    const Shape S = {2, 6, 7, 6, 4, 3, 3, 1, 1, 2, 2, 1, 1};
+    const cudnnTensorFormat_t F = CUDNN_TENSOR_NHWC;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    DNN(cudnnCreateTensorDescriptor(&xd));
+    DNN(cudnnCreateTensorDescriptor(&yd));
+    DNN(cudnnCreateFilterDescriptor(&wd));
+    DNN(cudnnCreateConvolutionDescriptor(&cd));
+    DNN(cudnnSetTensor4dDescriptor(xd, F, CUDNN_DATA_BFLOAT16, S.n, S.c, S.h, S.w));
+    DNN(cudnnSetTensor4dDescriptor(yd, F, CUDNN_DATA_BFLOAT16, S.n, S.k, S.oh(), S.ow()));
+    DNN(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_BFLOAT16, F, S.k, S.c, S.r, S.s));
+    DNN(cudnnSetConvolution2dDescriptor(cd, S.ph, S.pw, S.u, S.v, S.dh, S.dw,
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DNN(cudnnSetConvolutionMathType(cd, CUDNN_TENSOR_OP_MATH));
+    Logical X(S.n, S.c, S.h, S.w), W(S.k, S.c, S.r, S.s), DY(S.n, S.k, S.oh(), S.ow());
+    Buf16 x(X.a.size()), w(W.a.size()), dy(DY.a.size()), y(DY.a.size()), dx(X.a.size()),
+        dw(W.a.size());
+    x.random();
+    w.random();
+    dy.random();
+    /* the logical arrays from the device layout (NHWC, KRSC) */
+    each(X, [&](int i, int j, int k, int l) { X.at(i, j, k, l) = x.h[offset(F, X, i, j, k, l)]; });
+    each(W, [&](int i, int j, int k, int l) { W.at(i, j, k, l) = w.h[offset(F, W, i, j, k, l)]; });
+    each(DY,
+         [&](int i, int j, int k, int l) { DY.at(i, j, k, l) = dy.h[offset(F, DY, i, j, k, l)]; });
+    Logical Yr(S.n, S.k, S.oh(), S.ow()), DXr(S.n, S.c, S.h, S.w), DWr(S.k, S.c, S.r, S.s);
+    ref_forward(S, false, X, W, Yr);
+    ref_backward_data(S, false, W, DY, DXr);
+    ref_backward_filter(S, false, X, DY, DWr);
+
+    int got = 0;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                               &got, perf));
+    int ok = 0;
+    for (int i = 0; i < got; i++)
+        ok += perf[i].status == CUDNN_STATUS_SUCCESS;
+    CHECK(ok == 1 && perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+          "bf16 NHWC forward: IMPLICIT_PRECOMP_GEMM alone (%d usable, first %d)", ok,
+          (int)perf[0].algo);
+    size_t b1 = 0, b2 = 0, b3 = 0;
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(
+        h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &b1));
+    DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd, yd, cd, xd,
+                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, &b2));
+    DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd, yd, cd, wd,
+                                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, &b3));
+    void *ws = dev_alloc(std::max({b1, b2, b3}));
+    const float one = 1.0f, zero = 0.0f;
+    DNN(cudnnConvolutionForward(h, &one, xd, x.d, wd, w.d, cd,
+                                CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, b1, &zero, yd,
+                                y.d));
+    DNN(cudnnConvolutionBackwardData(h, &one, wd, w.d, yd, dy.d, cd,
+                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, ws, b2, &zero, xd, dx.d));
+    DNN(cudnnConvolutionBackwardFilter(h, &one, xd, x.d, yd, dy.d, cd,
+                                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, ws, b3, &zero, wd,
+                                       dw.d));
+    flush();
+    y.down();
+    dx.down();
+    dw.down();
+    /* one rounding to bfloat16 of the exact sum (the double reference's own error is ~2^-50) */
+    auto within = [&](Buf16 &got_b, Logical &ref) {
+        int bad = 0;
+        each(ref, [&](int i, int j, int k, int l) {
+            const double r = ref.at(i, j, k, l), g = got_b.h[offset(F, ref, i, j, k, l)];
+            bad += !(std::fabs(g - r) <= U_BF16 * std::fabs(r) * (1 + 1e-12) + 1e-300);
+        });
+        return bad;
+    };
+    CHECK(within(y, Yr) == 0, "bf16 forward: beyond one bfloat16 rounding");
+    CHECK(within(dx, DXr) == 0, "bf16 backward data: beyond one bfloat16 rounding");
+    CHECK(within(dw, DWr) == 0, "bf16 backward filter: beyond one bfloat16 rounding");
+    const auto NS = CUDNN_STATUS_NOT_SUPPORTED;
+    size_t b = 0;
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+              h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &b) == NS,
+          "bf16 with IMPLICIT_GEMM");
+    CHECK(cudnnConvolutionBackwardFilter(h, &one, xd, x.d, yd, dy.d, cd,
+                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, ws, b3, &zero, wd,
+                                         dw.d) == NS,
+          "bf16 backward filter with ALGO_0");
+    DNN(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, S.n, S.c, S.h, S.w));
+    DNN(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, S.n, S.k, S.oh(),
+                                   S.ow()));
+    DNN(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NCHW, S.k, S.c, S.r, S.s));
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+              h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &b) == NS,
+          "bf16 NCHW is not emulated");
+    DNN(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, S.k, S.c, S.r, S.s));
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                  &b) == CUDNN_STATUS_BAD_PARAM,
+          "bf16 tensors with a float filter");
+    dev_free(ws);
+    DNN(cudnnDestroyTensorDescriptor(xd));
+    DNN(cudnnDestroyTensorDescriptor(yd));
+    DNN(cudnnDestroyFilterDescriptor(wd));
+    DNN(cudnnDestroyConvolutionDescriptor(cd));
+}
+
+/* cudnnGet*AlgorithmMaxCount: every algorithm of the direction. */
+void test_max_count(cudnnHandle_t h) {
+    int f = 0, d = 0, w = 0;
+    DNN(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &f));
+    DNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &d));
+    DNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &w));
+    CHECK(f == CUDNN_CONVOLUTION_FWD_ALGO_COUNT && d == CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT &&
+              w == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+          "max counts %d %d %d", f, d, w);
+    CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, nullptr) == CUDNN_STATUS_BAD_PARAM,
+          "NULL count");
+}
+
+/* The stale heuristics entry (MGT_EMU_CUDNN_STALE): ranked first with SUCCESS, its workspace
+ * query answers, its compute call alone says NOT_SUPPORTED, and the next entry runs. By default
+ * it appears for NHWC float inputs with an odd channel count above one only. */
+void test_stale(cudnnHandle_t h) {
+    auto first = [&](const Shape &S, cudnnConvolutionFwdAlgoPerf_t *perf, int *got) {
+        Descs D(S, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
+        DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, D.y,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, perf));
+        D.destroy();
+    };
+    const Shape odd = {2, 3, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1},
+                even = {2, 4, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1};
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    unsetenv("MGT_EMU_CUDNN_STALE");
+    first(odd, perf, &got);
+    CHECK(perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM && perf[0].status == 0,
+          "odd channels: GEMM (not an NHWC-filter algorithm) offered first, got %d",
+          (int)perf[0].algo);
+    first(even, perf, &got);
+    CHECK(perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+          "even channels: no stale entry, got %d first", (int)perf[0].algo);
+    setenv("MGT_EMU_CUDNN_STALE", "all", 1);
+    Descs D(even, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, D.x, D.w, D.conv, D.y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+    CHECK(perf[0].status == CUDNN_STATUS_SUCCESS && perf[0].memory > 0 &&
+              perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+          "MGT_EMU_CUDNN_STALE=all: the stale GEMM first, got %d", (int)perf[0].algo);
+    size_t bytes = 0, next = 0;
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, perf[0].algo, &bytes));
+    DNN(cudnnGetConvolutionForwardWorkspaceSize(h, D.x, D.w, D.conv, D.y, perf[1].algo, &next));
+    CHECK(bytes == perf[0].memory, "its workspace query answers");
+    Buf x(2 * 4 * 36), w(4 * 4 * 9), y(2 * 4 * 36);
+    x.random();
+    w.random();
+    void *ws = dev_alloc(std::max(bytes, next));
+    const float one = 1.0f, zero = 0.0f;
+    CHECK(cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, perf[0].algo, ws, bytes,
+                                  &zero, D.y, y.d) == CUDNN_STATUS_NOT_SUPPORTED,
+          "the stale entry fails to run");
+    char msg[512];
+    cudnnGetLastErrorString(msg, sizeof msg);
+    CHECK(std::strstr(msg, "stale") != nullptr, "the last error says why: '%s'", msg);
+    CHECK(cudnnConvolutionForward(h, &one, D.x, x.d, D.w, w.d, D.conv, perf[1].algo, ws, next,
+                                  &zero, D.y, y.d) == CUDNN_STATUS_SUCCESS,
+          "the next entry (%d) runs", (int)perf[1].algo);
+    flush();
+    cudnnConvolutionBwdDataAlgoPerf_t bd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+        h, D.w, D.y, D.conv, D.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, bd));
+    CHECK(bd[0].status == 0 && bd[0].determinism == CUDNN_DETERMINISTIC &&
+              bd[0].algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+          "backward data: a stale deterministic entry first (%d)", (int)bd[0].algo);
+    setenv("MGT_EMU_CUDNN_STALE", "none", 1);
+    Descs D2(odd, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_NHWC, false);
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, D2.x, D2.w, D2.conv, D2.y,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+    CHECK(perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+          "MGT_EMU_CUDNN_STALE=none: no stale entry even for odd channels");
+    dev_free(ws);
+    D.destroy();
+    D2.destroy();
+}
+
 } // namespace
 
 int main() {
     test_sgemm();
+    test_bf16_rounding();
+    test_gemm_ex();
     cudnnHandle_t h;
     DNN(cudnnCreate(&h));
     DNN(cudnnSetStream(h, (cudaStream_t)0));
+    test_stale(h);
+    /* the tables themselves, without stale heuristics entries (test_stale has those) */
+    setenv("MGT_EMU_CUDNN_STALE", "none", 1);
+    test_max_count(h);
+    test_conv_bf16(h);
     test_conv(h);
     test_conv_tf32(h);
     test_heuristics(h);

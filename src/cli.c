@@ -1,0 +1,529 @@
+/* cli.c: the flag table, the help text and the parser (cli.h).
+ *
+ * Flags must be spelled out: getopt_long alone would take "--epoch" for "--epochs", so a typo
+ * that happens to be a prefix would silently mean something. A first pass over argv therefore
+ * names every "--flag" that is not in the table, and every single-dash word other than -h
+ * (mgtrain takes no short flags), before getopt_long reads the values. Values are checked here
+ * when the check needs nothing but the string; [train] overrides are checked by the trainer
+ * against the model file's keys. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim.h"
+#include "parse.h"
+
+enum { C_TRAIN = 1, C_EVAL = 2, C_PREDICT = 4, C_SUMMARY = 8, C_ALL = 15 };
+
+typedef struct flag {
+    const char *name;
+    const char *arg; /* NULL: no value */
+    int commands;
+    const char *def;
+    const char *help;
+} flag;
+
+/* One row per flag, kept as written (clang-format would re-wrap the rows). */
+/* clang-format off */
+static const flag flags[] = {
+    {"model", "FILE", C_ALL, "the built-in MLP (examples/mlp.cfg)", "model file (INI)"},
+    {"data", "DIR|synthetic", C_TRAIN | C_EVAL | C_PREDICT, MGT_DEFAULT_DATA,
+     "folder of IDX files (train-*, t10k-*), or synthetic data"},
+    {"epochs", "N", C_TRAIN, "[train] epochs", "epochs to train"},
+    {"batch-size", "N", C_ALL, "[train] batch_size", "GLOBAL batch, split over the ranks"},
+    {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
+    {"lr", "X", C_TRAIN, "[train] learning_rate", "learning rate"},
+    {"seed", "N", C_TRAIN, "[train] seed", "seed of initialisation, shuffling and dropout"},
+    {"lr-schedule", "NAME", C_TRAIN, "[train] lr_schedule (constant)",
+     "learning-rate schedule: constant, step, cosine, exponential or plateau"},
+    {"warmup-steps", "N", C_TRAIN, "[train] warmup_steps (0)",
+     "linear learning-rate warm-up over the first N steps"},
+    {"warmup-epochs", "E", C_TRAIN, "[train] warmup_epochs (0)",
+     "linear learning-rate warm-up over the first E epochs"},
+    {"clip-norm", "X", C_TRAIN, "[train] clip_norm (0: off)",
+     "clip the mean gradient's global L2 norm to X"},
+    {"clip-value", "X", C_TRAIN, "[train] clip_value (0: off)",
+     "clip each mean-gradient element to [-X, X]"},
+    {"label-smoothing", "S", C_TRAIN, "[train] label_smoothing (0)",
+     "cross-entropy against (1 - S) * target + S / classes"},
+    {"early-stop", "PATIENCE", C_TRAIN, "[train] early_stop_patience (0: off)",
+     "stop when [train] monitor (val_loss) has not improved for PATIENCE epochs"},
+    {"log-every", "N", C_TRAIN, "0 (epoch rows only)",
+     "also write a metrics row (step, loss, acc, lr, samples/s) every N steps to "
+     "OUT/metrics_steps.jsonl/.csv and TensorBoard"},
+    {"max-steps", "N", C_TRAIN, "0 (no limit)", "stop after N optimizer steps in all"},
+    {"out", "DIR", C_TRAIN, "runs/<model name>", "where weights, checkpoint and metrics go"},
+    {"init-weights", "FILE", C_TRAIN, "none (random)", "start from these weights (names and "
+                                                       "shapes checked)"},
+    {"val-split", "F", C_TRAIN, "none (validate on t10k)", "hold out the last fraction F of the "
+                                                          "training data for validation"},
+    {"no-validation", NULL, C_TRAIN, "off", "train only: skip validation and the final test "
+                                            "evaluation (benchmarks)"},
+    {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
+    {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank "
+                                     "count); --resume auto: resume if there is one, else start"},
+    {"overwrite", NULL, C_TRAIN, "off (refused)", "train into a folder that holds another run, "
+                                                  "removing its files first"},
+    {"keep-checkpoints", "K", C_TRAIN, "1", "keep the last K checkpoints (the older ones as "
+                                            "OUT/checkpoint-<step>.safetensors)"},
+    {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
+    {"no-tensorboard", NULL, C_TRAIN, "off (written)",
+     "write no TensorBoard event files to OUT/tb"},
+    {"timeline", "FILE", C_TRAIN, "none", "write a Chrome-trace JSON of every step phase"},
+    {"verbose", "0|1|2", C_TRAIN, "1 on a terminal, 2 otherwise", "0 quiet, 1 progress bar, 2 "
+                                                                  "epoch lines"},
+    {"device", "cpu|gpu|auto", C_TRAIN | C_EVAL | C_PREDICT, "auto", "compute backend"},
+    {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
+     "GPU ids by local rank, e.g. 0,2,3"},
+    {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
+    {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
+     "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
+     "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
+    {"input-shape", "H,W,C", C_ALL, "[input] shape",
+     "build the model for inputs of this shape, e.g. 224,224,3 (every layer's shape follows)"},
+    {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
+     "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
+     "through host memory"},
+    {"device-data", "auto|off", C_TRAIN, "auto", "GPUs: keep a training set of up to 1 GiB on "
+     "each GPU and gather batches there; off: gather on the host and copy each batch"},
+    {"comm-timeout", "SECONDS", C_TRAIN | C_EVAL | C_PREDICT, "300",
+     "end the job if a collective waits longer (a peer died)"},
+    {"debug-check", "K", C_TRAIN, "0 (off)", "compare weight checksums across ranks every K "
+                                             "steps"},
+    {"accum-steps", "K", C_TRAIN, "[train] accum_steps (1)",
+     "gradient accumulation: K micro-batches of --batch-size per optimizer step"},
+    {"bucket-mb", "X", C_TRAIN, "GPU 25, CPU 4 (the first bucket 1)",
+     "gradients travel in buckets of up to X MiB while backward runs; 0: one all-reduce after "
+     "backward"},
+    {"zero", "0|1", C_TRAIN, "0", "1: ZeRO stage 1, each rank keeps the optimizer state of its "
+                                  "1/N of the parameters"},
+    {"comm-progress", "test|thread", C_TRAIN, "test",
+     "CPU: how the gradient buckets progress during backward: tests between layers, or a thread"},
+    {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
+    {"reproducible", NULL, C_TRAIN, "[train] reproducible (off)",
+     "the same weights, bit for bit, on any number of ranks: exact sums over fixed chunks of the "
+     "batch (debugging scale-out, audited runs, CI baselines; slower, CPU only)"},
+    {"repro-chunk", "N", C_TRAIN, "[train] repro_chunk (8)",
+     "--reproducible's chunk in samples: larger is faster, but no more ranks than chunks do work"},
+    {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
+    {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
+                                              "copy and weights.safetensors"},
+    {"split", "train|test", C_EVAL | C_PREDICT, "test", "which split of --data"},
+    {"output", "FILE", C_PREDICT, "none (required)", "where predict writes its .npy"},
+    {"help", NULL, C_ALL, "", "show this help (also -h)"},
+    {"version", NULL, C_ALL, "", "print the version and the backends built in"},
+};
+/* clang-format on */
+enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+/* Flags that set a [train] key: the trainer checks their values as the model file's. */
+static const struct {
+    const char *flag, *key;
+} key_flags[] = {{"lr-schedule", "lr_schedule"},        {"warmup-steps", "warmup_steps"},
+                 {"warmup-epochs", "warmup_epochs"},    {"clip-norm", "clip_norm"},
+                 {"clip-value", "clip_value"},          {"label-smoothing", "label_smoothing"},
+                 {"early-stop", "early_stop_patience"}, {"reproducible", "reproducible"},
+                 {"repro-chunk", "repro_chunk"}};
+
+static const char *key_of_flag(const char *name) {
+    for (size_t i = 0; i < sizeof key_flags / sizeof key_flags[0]; i++)
+        if (!strcmp(key_flags[i].flag, name))
+            return key_flags[i].key;
+    return NULL;
+}
+
+/* Flags whose value is a path: never empty, never longer than MGT_CLI_MAX_PATH. */
+static const char *const path_flags[] = {"model",    "data",    "out",   "init-weights",
+                                         "timeline", "weights", "output", "run"};
+enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
+
+static const char *const commands[] = {"train", "eval", "predict", "summary", "plot", "help"};
+enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
+
+static int command_bit(const char *cmd) {
+    return !strcmp(cmd, "train")     ? C_TRAIN
+           : !strcmp(cmd, "eval")    ? C_EVAL
+           : !strcmp(cmd, "predict") ? C_PREDICT
+                                     : C_SUMMARY;
+}
+
+static int is_command(const char *s) {
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(s, commands[i]))
+            return 1;
+    return 0;
+}
+
+void mgt_cli_usage(FILE *f, const char *cmd) {
+    if (cmd && !strcmp(cmd, "plot")) {
+        fprintf(f, "usage: mgtrain plot RUN_DIR\n\nwrites RUN_DIR/curves.png (loss and accuracy, "
+                   "train and validation, per epoch, and the learning rate; per step too where "
+                   "the run logged steps with --log-every) from RUN_DIR/metrics.csv and "
+                   "metrics_steps.csv with gnuplot\n");
+        return;
+    }
+    if (cmd && (!strcmp(cmd, "help") || !is_command(cmd)))
+        cmd = NULL;
+    int bit = cmd ? command_bit(cmd) : C_TRAIN;
+    if (!cmd) {
+        fprintf(f,
+                "mgtrain %s: data-parallel neural-network training, one MPI rank per device\n\n"
+                "usage: mpirun -np N mgtrain [COMMAND] [FLAGS]\n\n"
+                "commands:\n"
+                "  train     train a model (the default; with no arguments at all: the built-in\n"
+                "            MLP on Fashion-MNIST for one epoch)\n"
+                "  eval      loss and accuracy of saved weights on a dataset split\n"
+                "  predict   write the last layer's outputs for a split to a .npy file\n"
+                "  summary   print the model's layer table\n"
+                "  plot      mgtrain plot RUN_DIR: draw RUN_DIR/curves.png from metrics.csv\n\n"
+                "flags of train (see 'mgtrain COMMAND --help' for the others):\n",
+                MGT_VERSION);
+    } else {
+        fprintf(f, "usage: mgtrain %s [FLAGS]\n\nflags:\n", cmd);
+    }
+    for (int i = 0; i < NFLAGS; i++) {
+        if (!(flags[i].commands & bit))
+            continue;
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
+                 flags[i].arg ? flags[i].arg : "");
+        char names[128];
+        fprintf(f, "  %-30s %s", left,
+                flags[i].help ? flags[i].help : mgt_opt_names(names, sizeof names));
+        if (flags[i].def[0])
+            fprintf(f, " (default: %s)", flags[i].def);
+        fprintf(f, "\n");
+    }
+}
+
+static const flag *find_flag(const char *name, size_t len) {
+    for (int i = 0; i < NFLAGS; i++)
+        if (strlen(flags[i].name) == len && !strncmp(flags[i].name, name, len))
+            return &flags[i];
+    return NULL;
+}
+
+/* "unknown flag --x for mgtrain CMD; did you mean --y? (see ...)", for `len` bytes of `name`. */
+static int unknown_flag(const char *shown, const char *name, size_t len, const char *cmd,
+                        mgt_err *err) {
+    const char *cands[NFLAGS];
+    int n = 0, bit = command_bit(cmd);
+    for (int i = 0; i < NFLAGS; i++)
+        if (flags[i].commands & bit)
+            cands[n++] = flags[i].name;
+    char given[64];
+    const char *near = NULL;
+    if (len < sizeof given) { /* longer names are no typo of a short one */
+        memcpy(given, name, len);
+        given[len] = 0;
+        near = mgt_nearest(given, cands, n);
+    }
+    return mgt_errf(err, "unknown flag %.80s%s for mgtrain %s%s%s%s (see mgtrain %s --help)", shown,
+                    strlen(shown) > 80 ? "..." : "", cmd, near ? "; did you mean --" : "",
+                    near ? near : "", near ? "?" : "", cmd);
+}
+
+/* The first pass: every word that looks like a flag must be one mgtrain has, spelled out. */
+static int check_spelling(int argc, char **argv, int first, const char *cmd, mgt_err *err) {
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--"))
+            return 0; /* the rest are operands */
+        if (a[0] != '-' || !a[1] || !strcmp(a, "-h"))
+            continue;
+        if (a[1] != '-') {
+            const char *near = NULL;
+            if (strlen(a) <= 3) { /* -e, -lr: the long flag it abbreviates, if one is close */
+                const char *cands[NFLAGS];
+                for (int k = 0; k < NFLAGS; k++)
+                    cands[k] = flags[k].name;
+                near = mgt_nearest(a + 1, cands, NFLAGS);
+            }
+            return mgt_errf(err,
+                            "unknown flag %.80s for mgtrain %s: flags are spelled out and start "
+                            "with --%s%s%s (see mgtrain %s --help)",
+                            a, cmd, near ? ", e.g. --" : "", near ? near : "", near ? "" : "", cmd);
+        }
+        const char *name = a + 2;
+        size_t len = strcspn(name, "=");
+        const flag *f = find_flag(name, len);
+        if (!f)
+            return unknown_flag(a, name, len, cmd, err);
+        if (!f->arg && name[len])
+            return mgt_errf(err,
+                            "--%s takes no value, but was given '%.80s' (see mgtrain %s "
+                            "--help)",
+                            f->name, name + len + 1, cmd);
+        if (f->arg && !name[len])
+            i++; /* skip the flag's value */
+    }
+    return 0;
+}
+
+static int is_path_flag(const char *name) {
+    for (int i = 0; i < NPATH_FLAGS; i++)
+        if (!strcmp(path_flags[i], name))
+            return 1;
+    return 0;
+}
+
+static int check_path(const char *what, const char *v, mgt_err *err) {
+    size_t n = strlen(v);
+    if (n == 0)
+        return mgt_errf(err, "%s: the path is empty; name a file or folder", what);
+    if (n > MGT_CLI_MAX_PATH)
+        return mgt_errf(err,
+                        "%s %.40s...: the path has %zu characters, more than the %d mgtrain "
+                        "supports; use a shorter path (e.g. a relative one, or a symbolic link)",
+                        what, v, n, MGT_CLI_MAX_PATH);
+    return 0;
+}
+
+static int need_i64(const char *name, const char *v, int64_t min, int64_t *out, mgt_err *err) {
+    if (mgt_parse_i64(v, out) < 0 || *out < min)
+        return mgt_errf(err, "--%s %.80s: expected a whole number of at least %lld", name, v,
+                        (long long)min);
+    return 0;
+}
+
+static int need_double(const char *name, const char *v, double min, double max, double *out,
+                       mgt_err *err) {
+    float x;
+    if (mgt_parse_float(v, &x) < 0 || x < min || x > max)
+        return mgt_errf(err, "--%s %.80s: expected a number from %g to %g", name, v, min, max);
+    *out = x;
+    return 0;
+}
+
+/* --resume's optional value. */
+static int resume_mode(const char *v, int *mode, mgt_err *err) {
+    if (!strcmp(v, "auto"))
+        *mode = MGT_RESUME_AUTO;
+    else if (!strcmp(v, "require"))
+        *mode = MGT_RESUME_REQUIRE;
+    else
+        return mgt_errf(err,
+                        "--resume %.80s: use --resume (the checkpoint must be there), --resume "
+                        "require (the same) or --resume auto (resume if there is one, else start)",
+                        v);
+    return 0;
+}
+
+/* Stores one flag's value in the options. */
+static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
+    int64_t i64 = 0;
+    int rc = 0;
+    if (v && is_path_flag(n)) {
+        char what[32];
+        snprintf(what, sizeof what, "--%s", n);
+        if (check_path(what, v, err) < 0)
+            return -1;
+    }
+    if (key_of_flag(n)) {
+        if (o->ntrain_keys == (int)(sizeof o->train_keys / sizeof o->train_keys[0]))
+            return mgt_errf(err, "too many [train] flags; put some in the model file's [train]");
+        o->train_keys[o->ntrain_keys].flag = n;
+        o->train_keys[o->ntrain_keys].key = key_of_flag(n);
+        o->train_keys[o->ntrain_keys++].value = v ? v : "true"; /* a switch: --reproducible */
+        return 0;
+    }
+    /* clang-format off */
+    if (!strcmp(n, "model")) o->model = v;
+    else if (!strcmp(n, "data")) o->data = v;
+    else if (!strcmp(n, "epochs")) o->epochs = v;
+    else if (!strcmp(n, "batch-size")) o->batch_size = v;
+    else if (!strcmp(n, "optimizer")) o->optimizer = v;
+    else if (!strcmp(n, "lr")) o->lr = v;
+    else if (!strcmp(n, "seed")) o->seed = v;
+    else if (!strcmp(n, "max-steps")) rc = need_i64(n, v, 0, &o->max_steps, err);
+    else if (!strcmp(n, "out")) o->out = v;
+    else if (!strcmp(n, "init-weights")) o->init_weights = v;
+    else if (!strcmp(n, "val-split")) rc = need_double(n, v, 1e-6, 0.999, &o->val_split, err);
+    else if (!strcmp(n, "save-every")) rc = need_i64(n, v, 0, &o->save_every, err);
+    else if (!strcmp(n, "resume")) {
+        o->resume = MGT_RESUME_REQUIRE;
+        if (v)
+            rc = resume_mode(v, &o->resume, err);
+    }
+    else if (!strcmp(n, "no-validation")) o->no_validation = 1;
+    else if (!strcmp(n, "overwrite")) o->overwrite = 1;
+    else if (!strcmp(n, "keep-checkpoints")) rc = need_i64(n, v, 1, &o->keep_checkpoints, err);
+    else if (!strcmp(n, "run")) o->run = v;
+    else if (!strcmp(n, "profile")) o->profile = 1;
+    else if (!strcmp(n, "no-tensorboard")) o->no_tensorboard = 1;
+    else if (!strcmp(n, "timeline")) o->timeline = v;
+    else if (!strcmp(n, "verbose")) {
+        if (mgt_parse_int(v, &o->verbose) < 0 || o->verbose < 0 || o->verbose > 2)
+            rc = mgt_errf(err, "--verbose %.80s: use 0 (quiet), 1 (progress bar) or 2 (epoch "
+                               "lines)", v);
+    }
+    else if (!strcmp(n, "device")) o->device = v;
+    else if (!strcmp(n, "gpus")) o->gpus = v;
+    else if (!strcmp(n, "tf32")) o->tf32 = 1;
+    else if (!strcmp(n, "conv-algo")) o->conv_algo = v;
+    else if (!strcmp(n, "input-shape")) o->input_shape = v;
+    else if (!strcmp(n, "transport")) o->transport = v;
+    else if (!strcmp(n, "device-data")) {
+        if (strcmp(v, "auto") && strcmp(v, "off"))
+            rc = mgt_errf(err, "--device-data %.80s: use auto or off", v);
+        o->device_data = !strcmp(v, "auto");
+    }
+    else if (!strcmp(n, "comm-timeout")) rc = need_double(n, v, 1, 1e7, &o->comm_timeout, err);
+    else if (!strcmp(n, "debug-check")) rc = need_i64(n, v, 0, &o->debug_check, err);
+    else if (!strcmp(n, "log-every")) rc = need_i64(n, v, 0, &o->log_every, err);
+    else if (!strcmp(n, "synthetic-samples")) {
+        /* Sample indices and counts are int64 everywhere, but one epoch's permutation is held
+         * in memory: a billion samples is 8 GB of indices. */
+        rc = need_i64(n, v, 1, &i64, err);
+        if (!rc && i64 > (int64_t)1 << 30)
+            rc = mgt_errf(err, "--synthetic-samples %.80s: at most %lld samples", v,
+                          (long long)1 << 30);
+        o->synthetic_samples = i64;
+    }
+    else if (!strcmp(n, "accum-steps")) o->accum_steps = v;
+    else if (!strcmp(n, "bucket-mb")) rc = need_double(n, v, 0, 1e6, &o->bucket_mb, err);
+    else if (!strcmp(n, "zero")) {
+        if (strcmp(v, "0") && strcmp(v, "1"))
+            rc = mgt_errf(err, "--zero %.80s: use 1 (ZeRO stage 1: sharded optimizer state) or 0",
+                          v);
+        o->zero = !strcmp(v, "1");
+    }
+    else if (!strcmp(n, "comm-progress")) {
+        if (strcmp(v, "test") && strcmp(v, "thread"))
+            rc = mgt_errf(err, "--comm-progress %.80s: use test or thread", v);
+        o->comm_progress = v;
+    }
+    else if (!strcmp(n, "weights")) o->weights = v;
+    else if (!strcmp(n, "split")) o->split = v;
+    else if (!strcmp(n, "output")) o->output = v;
+    /* clang-format on */
+    return rc;
+}
+
+/* `mgtrain plot RUN_DIR` and `mgtrain plot --help`: a positional argument, no flags. */
+static int parse_plot(int argc, char **argv, mgt_cli *c, mgt_err *err) {
+    if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+        c->action = MGT_CLI_HELP;
+        c->help_cmd = "plot";
+        return 0;
+    }
+    if (argc != 3 || argv[2][0] == '-')
+        return mgt_errf(err, "usage: mgtrain plot RUN_DIR (the --out folder of a training run)");
+    if (check_path("mgtrain plot", argv[2], err) < 0)
+        return -1;
+    c->action = MGT_CLI_PLOT;
+    c->plot_dir = argv[2];
+    return 0;
+}
+
+int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
+    memset(c, 0, sizeof *c);
+    mgt_options_defaults(&c->o);
+    c->action = MGT_CLI_RUN;
+    if (argc < 1 || !argv)
+        return mgt_errf(err, "no arguments at all, not even the program name");
+
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        if (!is_command(argv[1])) {
+            const char *near = mgt_nearest(argv[1], commands, NCOMMANDS);
+            return mgt_errf(err,
+                            "unknown command '%.80s'%s%s%s; commands are train, eval, predict, "
+                            "summary, plot (see mgtrain --help)",
+                            argv[1], near ? " (did you mean '" : "", near ? near : "",
+                            near ? "'?)" : "");
+        }
+        c->o.command = argv[1];
+        first = 2;
+    }
+    const char *cmd = c->o.command;
+    if (!strcmp(cmd, "help")) {
+        if (argc > 3)
+            return mgt_errf(err, "usage: mgtrain help [COMMAND]");
+        c->action = MGT_CLI_HELP;
+        c->help_cmd = argc > 2 ? argv[2] : NULL;
+        if (c->help_cmd && !is_command(c->help_cmd))
+            return mgt_errf(err,
+                            "unknown command '%.80s' for mgtrain help; commands are train, "
+                            "eval, predict, summary, plot",
+                            c->help_cmd);
+        return 0;
+    }
+    if (!strcmp(cmd, "plot"))
+        return parse_plot(argc, argv, c, err);
+    int bit = command_bit(cmd);
+
+    if (check_spelling(argc, argv, first, cmd, err) < 0)
+        return -1;
+
+    /* getopt_long sees the flags only: argv[first - 1] stands in for the program name. Its
+     * state is global; optind = 0 makes glibc start over completely. */
+    struct option lopts[NFLAGS + 1];
+    for (int i = 0; i < NFLAGS; i++)
+        lopts[i] = (struct option){flags[i].name, flags[i].arg ? required_argument : no_argument,
+                                   NULL, 1000 + i};
+    lopts[NFLAGS] = (struct option){0, 0, 0, 0};
+    /* --resume has an optional value, given as --resume=auto or as the next word, --resume auto:
+     * "-" makes getopt_long hand over the words that are not flags in order (as code 1), so the
+     * one right after --resume can be taken as its value. */
+    for (int i = 0; i < NFLAGS; i++)
+        if (!strcmp(flags[i].name, "resume"))
+            lopts[i].has_arg = optional_argument;
+    int sub_argc = argc - (first - 1);
+    char **sub = argv + (first - 1);
+    opterr = 0;
+    optind = 0;
+    int ch, li, after_resume = 0;
+    while ((ch = getopt_long(sub_argc, sub, "-:h", lopts, &li)) != -1) {
+        const int resume_value = after_resume;
+        after_resume = 0;
+        if (ch == 1) {
+            if (!resume_value)
+                return mgt_errf(err,
+                                "unexpected argument '%.80s' (flags start with --; see mgtrain "
+                                "%s --help)",
+                                optarg, cmd);
+            if (resume_mode(optarg, &c->o.resume, err) < 0)
+                return -1;
+            continue;
+        }
+        if (ch == ':')
+            return mgt_errf(err, "%.80s needs a value (see mgtrain %s --help)", sub[optind - 1],
+                            cmd);
+        if (ch == '?') /* check_spelling names these first; kept for safety */
+            return mgt_errf(err, "unknown flag for mgtrain %s (see mgtrain %s --help)", cmd, cmd);
+        if (ch == 'h') {
+            c->action = MGT_CLI_HELP;
+            c->help_cmd = first == 2 ? cmd : NULL;
+            return 0;
+        }
+        const flag *f = &flags[ch - 1000];
+        if (!strcmp(f->name, "help") || !strcmp(f->name, "version")) {
+            c->action = f->name[0] == 'h' ? MGT_CLI_HELP : MGT_CLI_VERSION;
+            c->help_cmd = first == 2 ? cmd : NULL;
+            return 0;
+        }
+        if (!(f->commands & bit))
+            return mgt_errf(err, "--%s does not apply to mgtrain %s (see mgtrain %s --help)",
+                            f->name, cmd, cmd);
+        if (take(&c->o, f->name, optarg, err) < 0)
+            return -1;
+        after_resume = !strcmp(f->name, "resume") && !optarg;
+    }
+    if (optind < sub_argc)
+        return mgt_errf(err,
+                        "unexpected argument '%.80s' (flags start with --; see mgtrain %s "
+                        "--help)",
+                        sub[optind], cmd);
+    if (c->o.resume && c->o.overwrite)
+        return mgt_errf(err, "--resume and --overwrite exclude each other: one continues the run "
+                             "in the folder, the other replaces it");
+    if (c->o.resume == MGT_RESUME_REQUIRE && c->o.init_weights)
+        return mgt_errf(err, "--resume and --init-weights exclude each other: a resumed run "
+                             "takes its weights from the checkpoint (--resume auto with "
+                             "--init-weights starts from them when there is no checkpoint yet)");
+    return 0;
+}

@@ -1,0 +1,363 @@
+/* reducer.c: buckets, accumulation and ZeRO-1's traffic within a step (see reducer.h). */
+#include "reducer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime.h"
+
+/* A layer's range of the arena: all its tensors, declared one after another. */
+static int layer_range(const mgt_model *m, const mgt_layer *l, size_t *lo, size_t *hi) {
+    *lo = (size_t)-1;
+    *hi = 0;
+    for (int j = 0; j < 4; j++)
+        if (l->param[j] >= 0) {
+            const mgt_param *p = &m->params[l->param[j]];
+            *lo = p->offset < *lo ? p->offset : *lo;
+            *hi = p->offset + p->count > *hi ? p->offset + p->count : *hi;
+        }
+    return *hi > 0;
+}
+
+int mgt_bucket_plan(const mgt_model *m, double first_mb, double cap_mb, size_t end, mgt_bucket *b,
+                    int max, int *bucket_of) {
+    const double mib = 1048576.0;
+    int nb = 0;
+    size_t hi = end; /* the open bucket's upper end */
+    for (int i = 0; i < m->nlayers; i++)
+        bucket_of[i] = -1;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        size_t lo_l, hi_l;
+        if (!layer_range(m, &m->layers[i], &lo_l, &hi_l))
+            continue;
+        if (nb > 0 && cap_mb > 0) {
+            /* Close the open bucket when this layer would take it past its cap: it then ends
+             * where its lowest layer starts, and the new one begins there. */
+            const double cap = (nb == 1 && first_mb < cap_mb ? first_mb : cap_mb) * mib;
+            if ((double)(hi - lo_l) * sizeof(float) > cap) {
+                hi = b[nb - 1].lo;
+                b[nb - 1].count = hi - b[nb - 1].lo;
+                if (nb == max)
+                    return -1;
+                memset(&b[nb++], 0, sizeof *b);
+            }
+        }
+        if (nb == 0) {
+            if (max < 1)
+                return -1;
+            memset(&b[nb++], 0, sizeof *b);
+        }
+        mgt_bucket *k = &b[nb - 1];
+        k->lo = lo_l;
+        k->first_layer = i;
+        k->layers++;
+        bucket_of[i] = nb - 1;
+    }
+    if (nb == 0)
+        return 0;
+    /* The buckets tile [0, end): the lowest also takes whatever lies below its first tensor. */
+    b[nb - 1].lo = 0;
+    for (int k = 0; k < nb; k++)
+        b[k].count = (k == 0 ? end : b[k - 1].lo) - b[k].lo;
+    return nb;
+}
+
+void mgt_reducer_slice(size_t count, int r, int world, size_t *lo, size_t *n) {
+    /* Rank r's share starts at r/world of the arena, rounded down to 16 floats (64 bytes: vector
+     * loads, cuBLAS and NCCL alignment); the last ends at the arena's end. */
+    size_t a = r == 0 ? 0 : ((size_t)((double)count * r / world) & ~(size_t)15);
+    size_t b = r + 1 == world ? count : ((size_t)((double)count * (r + 1) / world) & ~(size_t)15);
+    if (a > count)
+        a = count;
+    if (b < a)
+        b = a;
+    *lo = a;
+    *n = b - a;
+}
+
+/* GPUs: PyTorch DDP's 25 MiB, where NCCL's per-call cost (tens of microseconds) wants few large
+ * messages. CPUs: 4 MiB. What hides communication is a bucket that leaves while a long part of
+ * backward remains; the CPU models are a few MiB in all, and most of a ConvNet's bytes sit in
+ * its first dense layer while most of its backward time is in the convolutions before it: at 25
+ * MiB that layer would wait in one bucket with every convolution for the end of backward, at 4
+ * MiB it leaves alone as soon as it is written (a layer larger than the cap is a bucket of its
+ * own), and the convolutions share one more bucket. bench/overlap measures the choice. */
+double mgt_bucket_mb_default(const mgt_ops *ops) {
+    return strcmp(ops->name, "cpu") ? 25.0 : 4.0;
+}
+
+static int sums_at(const mgt_model *m) {
+    return (int)(m->sums - m->g);
+}
+
+int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *comm,
+                     const mgt_reducer_opts *o, mgt_err *err) {
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    r->be = be;
+    r->comm = comm;
+    r->o = *o;
+    if (r->o.accum_steps < 1)
+        r->o.accum_steps = 1;
+    /* Without ZeRO the metric sums ride in the first bucket: it ends past them. */
+    const size_t end = o->zero ? m->param_count : (size_t)sums_at(m) + MGT_NSUMS;
+    r->b = calloc((size_t)m->nlayers + 1, sizeof *r->b);
+    r->bucket_of = calloc((size_t)m->nlayers + 1, sizeof *r->bucket_of);
+    r->t_gather = calloc((size_t)m->nlayers + 2, sizeof *r->t_gather);
+    r->t_gather_done = calloc((size_t)m->nlayers + 2, sizeof *r->t_gather_done);
+    r->gather_state = calloc((size_t)m->nlayers + 2, 1);
+    r->owners = calloc((size_t)comm->world + 1, sizeof *r->owners);
+    if (!r->b || !r->bucket_of || !r->t_gather || !r->t_gather_done || !r->gather_state ||
+        !r->owners)
+        return mgt_errf(err, "out of host memory for the gradient buckets");
+    r->nb = mgt_bucket_plan(m, MGT_FIRST_BUCKET_MB, o->bucket_mb, end, r->b, m->nlayers + 1,
+                            r->bucket_of);
+    if (r->nb < 1)
+        return mgt_errf(err, "model %s has no trainable parameters: nothing to train", m->name);
+    if (o->zero) {
+        for (int k = 0; k < comm->world; k++) {
+            size_t n;
+            mgt_reducer_slice(m->param_count, k, comm->world, &r->owners[k], &n);
+        }
+        r->owners[comm->world] = m->param_count;
+        mgt_comm_set_owners(comm, r->owners);
+    }
+    r->sums_slot = r->nb;
+    r->gather_slot = r->nb + 1;
+    /* The host updates bucket by bucket where it drives the requests itself (MPI on the CPU); a
+     * GPU queues one update behind all of them, its phases timed on the device. */
+    r->interleave = comm->host_progress && !strcmp(be->ops->name, "cpu");
+    if (mgt_comm_reserve(comm, r->gather_slot + r->nb + 1, err) < 0)
+        return -1;
+    if (r->o.accum_steps > 1) {
+        r->acc = be->ops->alloc(be, m->param_count * sizeof(float) + 16);
+        if (!r->acc)
+            return mgt_errf(err,
+                            "out of %s memory for the gradient accumulation arena (%zu bytes); "
+                            "a smaller model or --accum-steps 1 needs none",
+                            be->ops->name, m->param_count * sizeof(float));
+    }
+    return 0;
+}
+
+void mgt_reducer_free(mgt_reducer *r) {
+    if (r->acc)
+        r->be->ops->free(r->be, r->acc);
+    if (r->comm && r->comm->owners == r->owners)
+        mgt_comm_set_owners(r->comm, NULL);
+    free(r->b);
+    free(r->bucket_of);
+    free(r->t_gather);
+    free(r->t_gather_done);
+    free(r->gather_state);
+    free(r->owners);
+    memset(r, 0, sizeof *r);
+}
+
+static void start_bucket(mgt_reducer *r, int k) {
+    mgt_bucket *b = &r->b[k];
+    mgt_comm_start(r->comm, k, r->o.zero ? MGT_COLL_REDUCE_OWNERS : MGT_COLL_ALLREDUCE, r->m->g,
+                   b->lo, b->count);
+    b->started = 1;
+    b->t_start = mgt_now();
+    b->t_done = 0;
+}
+
+/* ZeRO-1: the metric sums' own all-reduce (they are final once the loss is computed). */
+static void start_sums(mgt_reducer *r) {
+    mgt_comm_start(r->comm, r->sums_slot, MGT_COLL_ALLREDUCE, r->m->g, (size_t)sums_at(r->m), MGT_NSUMS);
+    r->t_sums = mgt_now();
+    r->t_sums_done = 0;
+}
+
+/* Between layers: lets the requests in flight advance (the host drives them), and notes when
+ * each completes. */
+static void progress(mgt_reducer *r) {
+    if (!r->comm->host_progress)
+        return;
+    for (int k = 0; k < r->nb; k++) {
+        mgt_bucket *b = &r->b[k];
+        if (b->started && !b->t_done && mgt_comm_test(r->comm, k))
+            b->t_done = mgt_now();
+    }
+}
+
+/* The listener of the step's last micro-batch: a layer's gradients are final. */
+static void grads_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count) {
+    mgt_reducer *r = ctx;
+    mgt_model *m = r->m;
+    if (r->micro > 0) /* the earlier micro-batches' sums join this one's before it leaves */
+        r->be->ops->add(r->be, count, r->acc + offset, m->g + offset);
+    if (r->heard++ == 0 && r->o.zero)
+        start_sums(r);
+    const int k = r->bucket_of[l->index];
+    if (k >= 0 && --r->b[k].left == 0)
+        start_bucket(r, k);
+    progress(r);
+}
+
+void mgt_reducer_listen(mgt_reducer *r, int k, int of, mgt_step *s) {
+    r->micro = k;
+    r->heard = 0;
+    r->reducing = k + 1 == of;
+    if (r->reducing) {
+        for (int i = 0; i < r->nb; i++) {
+            r->b[i].left = r->b[i].layers;
+            r->b[i].started = 0;
+        }
+        memset(r->gather_state, 0, (size_t)r->nb + 1);
+    }
+    s->grads_ready = r->reducing ? grads_ready : NULL;
+    s->grads_ctx = r;
+}
+
+void mgt_reducer_backward_done(mgt_reducer *r) {
+    const mgt_ops *o = r->be->ops;
+    mgt_model *m = r->m;
+    if (!r->reducing) { /* an earlier micro-batch: its sums are kept for the last one */
+        const size_t bytes = m->param_count * sizeof(float);
+        if (r->micro == 0)
+            o->copy(r->be, r->acc, m->g, bytes);
+        else
+            o->add(r->be, m->param_count, m->g, r->acc);
+        return;
+    }
+    if (r->heard == 0 && r->o.zero)
+        start_sums(r);
+    for (int k = 0; k < r->nb; k++) /* every layer was heard; this is a safety net */
+        if (!r->b[k].started)
+            start_bucket(r, k);
+}
+
+void mgt_reducer_wait(mgt_reducer *r, int k) {
+    if (k == 0 && r->o.zero) {
+        mgt_comm_wait(r->comm, r->sums_slot, "metric sums all-reduce");
+        r->t_sums_done = mgt_now();
+    }
+    mgt_bucket *b = &r->b[k];
+    mgt_comm_wait(r->comm, k, r->o.zero ? "gradient reduce-scatter" : "gradient all-reduce");
+    if (!b->t_done)
+        b->t_done = mgt_now();
+}
+
+void mgt_reducer_update_range(const mgt_reducer *r, int k, size_t *lo, size_t *count) {
+    size_t a = k < 0 ? 0 : r->b[k].lo;
+    size_t e = k < 0 ? r->m->param_count : r->b[k].lo + r->b[k].count;
+    if (e > r->m->param_count)
+        e = r->m->param_count;
+    if (r->o.zero) {
+        const int me = r->comm->rank;
+        a = a > r->owners[me] ? a : r->owners[me];
+        e = e < r->owners[me + 1] ? e : r->owners[me + 1];
+    }
+    *lo = a;
+    *count = e > a ? e - a : 0;
+}
+
+void mgt_reducer_gather(mgt_reducer *r, int k, float *w) {
+    if (!r->o.zero)
+        return;
+    size_t a = k < 0 ? 0 : r->b[k].lo;
+    size_t e = k < 0 ? r->m->param_count : r->b[k].lo + r->b[k].count;
+    if (e > r->m->param_count)
+        e = r->m->param_count;
+    if (e <= a)
+        return;
+    const int i = k < 0 ? r->nb : k;
+    mgt_comm_start(r->comm, r->gather_slot + i, MGT_COLL_GATHER_OWNERS, w, a, e - a);
+    r->gather_state[i] = 1;
+    r->t_gather[i] = mgt_now();
+}
+
+void mgt_reducer_gather_wait(mgt_reducer *r) {
+    for (int i = 0; r->o.zero && i <= r->nb; i++)
+        if (r->gather_state[i] == 1) {
+            mgt_comm_wait(r->comm, r->gather_slot + i, "weight all-gather");
+            r->gather_state[i] = 2;
+            r->t_gather_done[i] = mgt_now();
+        }
+}
+
+/* The time at least one request was in flight: the union of [start, done) intervals. */
+typedef struct iv {
+    double a, b;
+} iv;
+
+static int cmp_iv(const void *x, const void *y) {
+    const iv *p = x, *q = y;
+    return (p->a > q->a) - (p->a < q->a);
+}
+
+void mgt_reducer_end_step(mgt_reducer *r, mgt_profile *p) {
+    if (!p->on || p->device || !mgt_comm_requests_on(r->comm))
+        return;
+    iv v[2 * 256 + 2];
+    int n = 0;
+    const double now = mgt_now();
+    const mgt_coll kind = r->o.zero ? MGT_COLL_REDUCE_OWNERS : MGT_COLL_ALLREDUCE;
+    for (int k = 0; k < r->nb && n < 256; k++) {
+        const mgt_bucket *b = &r->b[k];
+        if (!b->started)
+            continue;
+        const double done = b->t_done > 0 ? b->t_done : now;
+        mgt_profile_request(p, k, kind, b->count * sizeof(float), b->t_start, done);
+        v[n++] = (iv){b->t_start, done};
+    }
+    if (r->o.zero) {
+        v[n++] = (iv){r->t_sums, r->t_sums_done > 0 ? r->t_sums_done : now};
+        for (int i = 0; i <= r->nb; i++) /* the gathers: from each start to its wait's end */
+            if (r->gather_state[i] == 2) {
+                const size_t bytes =
+                    (i < r->nb ? r->b[i].count : r->m->param_count) * sizeof(float);
+                mgt_profile_request(p, i < r->nb ? i : -1, MGT_COLL_GATHER_OWNERS, bytes,
+                                    r->t_gather[i], r->t_gather_done[i]);
+                v[n++] = (iv){r->t_gather[i], r->t_gather_done[i]};
+            }
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_iv);
+    double total = 0, a = 0, b = -1;
+    for (int i = 0; i < n; i++) {
+        if (v[i].a > b) {
+            total += b > a ? b - a : 0;
+            a = v[i].a;
+            b = v[i].b;
+        } else if (v[i].b > b) {
+            b = v[i].b;
+        }
+    }
+    total += b > a ? b - a : 0;
+    mgt_profile_inflight(p, total);
+}
+
+void mgt_reducer_describe(const mgt_reducer *r, size_t state_floats_per_rank,
+                          size_t state_floats_all, char *buf, size_t n) {
+    const double mib = 1048576.0;
+    size_t at = 0;
+    if (r->o.bucket_mb > 0)
+        at += (size_t)snprintf(
+            buf + at, n - at,
+            "%d gradient bucket%s (first %.3g MiB, then up to %.3g MiB) %s "
+            "while backward runs",
+            r->nb, r->nb == 1 ? "" : "s",
+            r->o.bucket_mb < MGT_FIRST_BUCKET_MB ? r->o.bucket_mb : MGT_FIRST_BUCKET_MB,
+            r->o.bucket_mb, r->o.zero ? "reduced to their owners" : "all-reduced");
+    else
+        at += (size_t)snprintf(buf + at, n - at, "one %s of the gradients after backward",
+                               r->o.zero ? "reduce-scatter" : "all-reduce");
+    if (at < n && r->o.accum_steps > 1)
+        at += (size_t)snprintf(buf + at, n - at,
+                               "; %d micro-batches of %lld per optimizer step (%lld samples)",
+                               r->o.accum_steps, (long long)r->m->train.batch_size,
+                               (long long)r->m->train.batch_size * r->o.accum_steps);
+    if (at >= n)
+        return;
+    if (r->o.zero)
+        snprintf(buf + at, n - at,
+                 "; optimizer state %.2f MiB per rank (ZeRO-1: its slice of %.2f MiB)",
+                 (double)state_floats_per_rank * sizeof(float) / mib,
+                 (double)state_floats_all * sizeof(float) / mib);
+    else
+        snprintf(buf + at, n - at, "; optimizer state %.2f MiB per rank",
+                 (double)state_floats_per_rank * sizeof(float) / mib);
+}

@@ -1,0 +1,183 @@
+/* test_comm_requests.c: the MPI transport's asynchronous requests (comm.h), in both progress
+ * modes (tests between "layers", and the progress thread). Run alone it is a world of one with
+ * the transport forced on (c.always); tests/cli/pipeline.sh runs it on 2 and 3 ranks.
+ *
+ * Every rank's addends are a pure function of (rank, element), so each rank knows them all and
+ * the exact sum S and the sum of magnitudes T of every element (in double). Values span ten
+ * orders of magnitude with both signs, so that a change of summation order shows. Checks:
+ *   - ALLREDUCE in buckets (started one after another, tested in between, waited for in order)
+ *     is within the error bound of a sum of W addends in any order, |R - S| <= g(W-1) T
+ *     (Higham, Accuracy and Stability, (4.4); g(n) = n u / (1 - n u), u = 2^-24), and so within
+ *     2 g(W-1) T of the one-shot blocking MPI_Allreduce; on 2 ranks they are equal bit for bit
+ *     (a + b = b + a exactly). Whether they agree bit for bit on more ranks is printed: that is
+ *     the MPI library's choice of order;
+ *   - REDUCE_OWNERS leaves each owner's part within the same bound of S and every part this rank
+ *     does not own exactly as it was;
+ *   - GATHER_OWNERS gives every rank each owner's values exactly;
+ *   - empty ranges, a range inside one owner, a range across all of them. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "reducer.h"
+#include "tally.h"
+#include "util.h"
+
+enum { N = 100003 };
+
+static float addend(int rank, size_t i) {
+    const uint64_t key = mgt_key3(7, (uint64_t)rank, 0x5245445543ULL /* "REDUC" */);
+    const float mag = powf(10.0f, 10.0f * mgt_uniform(key, 2 * i) - 5.0f);
+    return mgt_uniform(key, 2 * i + 1) < 0.5f ? -mag : mag;
+}
+
+static double gamma_n(int n) {
+    const double u = ldexp(1.0, -24);
+    return n * u / (1.0 - n * u);
+}
+
+typedef struct expect {
+    double *sum, *abs; /* exact sum and sum of magnitudes of every element */
+    int world;
+} expect;
+
+static int within(const expect *x, size_t i, float r, double factor) {
+    return fabs((double)r - x->sum[i]) <= factor * gamma_n(x->world - 1) * x->abs[i];
+}
+
+static void fill(float *b, int rank) {
+    for (size_t i = 0; i < N; i++)
+        b[i] = addend(rank, i);
+}
+
+/* Bucket boundaries from the end of the buffer down, as the reducer makes them. */
+static const size_t cuts[] = {N, 99000, 70001, 70000, 40000, 1234, 0};
+enum { NB = sizeof cuts / sizeof cuts[0] - 1 };
+
+static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
+    float *one = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    CHECK(t, one && b);
+    /* The one-shot reference. */
+    fill(one, c->rank);
+    MPI_Allreduce(MPI_IN_PLACE, one, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+
+    /* ALLREDUCE in buckets, started in backward's order with test calls between them. */
+    fill(b, c->rank);
+    for (int k = 0; k < NB; k++) {
+        mgt_comm_start(c, k, MGT_COLL_ALLREDUCE, b, cuts[k + 1], cuts[k] - cuts[k + 1]);
+        for (int j = 0; j <= k; j++)
+            (void)mgt_comm_test(c, j);
+    }
+    for (int k = 0; k < NB; k++)
+        mgt_comm_wait(c, k, "test buckets");
+    int bound_ok = 1, same = 1;
+    for (size_t i = 0; i < N; i++) {
+        bound_ok &= within(x, i, b[i], 1.0) &&
+                    fabsf(b[i] - one[i]) <= 2.0 * gamma_n(x->world - 1) * x->abs[i];
+        same &= b[i] == one[i];
+    }
+    CHECK(t, bound_ok);
+    if (x->world <= 2)
+        CHECK(t, same); /* two addends: one order */
+    printf("%s: %d buckets against one MPI_Allreduce on %d ranks: %s\n", mode, NB, x->world,
+           same ? "bit for bit equal" : "within the bound, not bit for bit");
+
+    /* REDUCE_OWNERS over the same buckets: owners get the sums, the rest stays. */
+    fill(b, c->rank);
+    for (int k = 0; k < NB; k++)
+        mgt_comm_start(c, k, MGT_COLL_REDUCE_OWNERS, b, cuts[k + 1], cuts[k] - cuts[k + 1]);
+    for (int k = NB - 1; k >= 0; k--) /* any order of waits */
+        mgt_comm_wait(c, k, "test reduce to owners");
+    size_t lo = c->owners[c->rank], hi = c->owners[c->rank + 1];
+    int owned_ok = 1, rest_ok = 1, owned_same = 1;
+    for (size_t i = 0; i < N; i++) {
+        if (i >= lo && i < hi) {
+            owned_ok &= within(x, i, b[i], 1.0);
+            owned_same &= b[i] == one[i];
+        } else {
+            rest_ok &= b[i] == addend(c->rank, i);
+        }
+    }
+    CHECK(t, owned_ok);
+    CHECK(t, rest_ok);
+    if (x->world <= 2)
+        CHECK(t, owned_same);
+    printf("%s: reduce to owners against MPI_Allreduce: %s\n", mode,
+           owned_same ? "bit for bit equal" : "within the bound, not bit for bit");
+
+    /* GATHER_OWNERS: each owner's values everywhere; a range within one owner, one across all,
+     * and an empty one. */
+    for (size_t i = 0; i < N; i++)
+        b[i] = i >= lo && i < hi ? (float)i * 0.5f + 0.25f : NAN;
+    mgt_comm_start(c, 0, MGT_COLL_GATHER_OWNERS, b, 0, N / 2);
+    mgt_comm_start(c, 1, MGT_COLL_GATHER_OWNERS, b, N / 2, 0);
+    mgt_comm_start(c, 2, MGT_COLL_GATHER_OWNERS, b, N / 2, N - N / 2);
+    for (int k = 0; k < 3; k++)
+        mgt_comm_wait(c, k, "test gather");
+    int gather_ok = 1;
+    for (size_t i = 0; i < N; i++)
+        gather_ok &= b[i] == (float)i * 0.5f + 0.25f;
+    CHECK(t, gather_ok);
+    /* A range inside the last rank's slice only. */
+    for (size_t i = 0; i < N; i++)
+        b[i] = (int)(i >= lo && i < hi) ? 3.0f : -1.0f;
+    const size_t last = c->owners[c->world - 1];
+    mgt_comm_start(c, 0, MGT_COLL_REDUCE_OWNERS, b, last + 1, N - last - 1);
+    mgt_comm_wait(c, 0, "test reduce within one owner");
+    int one_ok = 1;
+    for (size_t i = last + 1; i < N; i++)
+        one_ok &= b[i] == (c->rank == c->world - 1 ? 3.0f + -1.0f * (float)(c->world - 1) : -1.0f);
+    CHECK(t, one_ok);
+    free(one);
+    free(b);
+}
+
+int main(int argc, char **argv) {
+    tally t = {0, 0};
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    int world = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    expect x = {malloc(sizeof(double) * N), malloc(sizeof(double) * N), world};
+    CHECK(&t, x.sum && x.abs);
+    for (size_t i = 0; i < N; i++) {
+        x.sum[i] = x.abs[i] = 0;
+        for (int r = 0; r < world; r++) {
+            x.sum[i] += addend(r, i);
+            x.abs[i] += fabs(addend(r, i));
+        }
+    }
+    size_t *owners = malloc(sizeof(size_t) * (size_t)(world + 1));
+    CHECK(&t, owners != NULL);
+    for (int r = 0; r < world; r++) {
+        size_t n;
+        mgt_reducer_slice(N, r, world, &owners[r], &n);
+    }
+    owners[world] = N;
+    const char *modes[] = {"test", "thread"};
+    for (int m = 0; m < 2; m++) {
+        mgt_comm c;
+        mgt_err e;
+        mgt_comm_init_mpi(&c, MPI_COMM_WORLD, 60);
+        c.always = 1; /* a world of one runs the requests too */
+        mgt_comm_set_owners(&c, owners);
+        CHECK(&t, mgt_comm_reserve(&c, NB, &e) == 0);
+        CHECK(&t, mgt_comm_set_progress(&c, m ? MGT_PROGRESS_THREAD : MGT_PROGRESS_TEST, &e) == 0);
+        run(&t, &c, &x, modes[m]);
+        mgt_comm_destroy(&c);
+    }
+    int fails = t.fail;
+    MPI_Allreduce(MPI_IN_PLACE, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("test_comm_requests on %d rank(s): %d checks passed, %d failed (all ranks)\n", world,
+               t.pass, fails);
+    free(x.sum);
+    free(x.abs);
+    free(owners);
+    MPI_Finalize();
+    return fails ? 1 : 0;
+}
