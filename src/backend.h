@@ -248,6 +248,12 @@ struct mgt_ops {
     void (*optim_step)(mgt_backend *be, mgt_opt_kind kind, size_t count, float *w, const float *g,
                        float *const *slots, const mgt_opt_hyper *h);
 
+    /* Exact sums (exactsum.h, for --reproducible; optional: NULL where the backend has none).
+     * xs_add: words[i * MGT_XS_WORDS ...] += x[i] exactly for i < n, and *bad += 1 for each x[i]
+     * that cannot be held (|x| >= 2^64, inf, NaN); xs_round: out[i] = the float32 nearest to
+     * accumulator i's value (ties to even). words and bad: backend memory. */
+    void (*xs_add)(mgt_backend *be, size_t n, const float *x, int64_t *words, int64_t *bad);
+    void (*xs_round)(mgt_backend *be, size_t n, int64_t *words, float *out);
     /* Gradient clipping (clip.h) over the n floats of g, in place, between the all-reduce and
      * optim_step:
      *  clip_value: g[i] = min(max(g[i], -limit), limit), a NaN staying NaN;

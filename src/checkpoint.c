@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "data/shard.h"
+#include "repro.h"
 #include "rundir.h"
 #include "tensor_io.h"
 
@@ -34,6 +35,7 @@
 #define KEY_BEST_VAL_LOSS "best_val_loss"
 #define KEY_VAL_LOSS "val_loss"
 #define KEY_MONITOR "validation_history" /* monitor.h's state; absent: none yet */
+#define KEY_REPRO "reproducible_chunk"   /* --reproducible's chunk; 0 or absent: off */
 
 enum { MAX_META = 16 };
 
@@ -132,6 +134,7 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     put_meta(meta, &nm, KEY_SEED, "%" PRIu64, pos->seed);
     put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, step_batch(m));
     put_meta(meta, &nm, KEY_WORLD, "%d", world);
+    put_meta(meta, &nm, KEY_REPRO, "%" PRId64, mgt_repro_chunk(&m->train));
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g", pos->epoch_sums[0], pos->epoch_sums[1],
              pos->epoch_sums[2]);
@@ -310,6 +313,25 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                         "--accum-steps K, a batch size of %lld / K)",
                         path, (long long)gb, (long long)step_batch(m), (long long)gb,
                         (long long)gb);
+    /* --reproducible: the bits of the steps after the checkpoint depend on the mode and its
+     * chunk, so a resumed run keeps both (any rank count). Checkpoints from before the key are
+     * of the default mode. */
+    int64_t chunk = 0;
+    if (mgt_safetensors_meta(st, KEY_REPRO) &&
+        meta_range(st, path, KEY_REPRO, 0, (int64_t)1 << 24, &chunk, err) < 0)
+        return -1;
+    if (chunk != mgt_repro_chunk(&m->train)) {
+        if (!chunk)
+            return mgt_errf(err,
+                            "%s was saved without --reproducible; resume it without "
+                            "--reproducible (and without reproducible = true in [train])",
+                            path);
+        return mgt_errf(err,
+                        "%s was saved with --reproducible --repro-chunk %lld; resume with "
+                        "--reproducible --repro-chunk %lld (any number of ranks is fine) to "
+                        "continue it bit for bit",
+                        path, (long long)chunk, (long long)chunk);
+    }
     if (mgt_model_take_weights(m, st, path, a->w, a->buf, err) < 0)
         return -1;
     for (int i = 0; i < opt->nslots; i++) {

@@ -103,6 +103,11 @@ static const flag flags[] = {
     {"comm-progress", "test|thread", C_TRAIN, "test",
      "CPU: how the gradient buckets progress during backward: tests between layers, or a thread"},
     {"synthetic-samples", "N", C_TRAIN, "60000", "training samples of --data synthetic"},
+    {"reproducible", NULL, C_TRAIN, "[train] reproducible (off)",
+     "the same weights, bit for bit, on any number of ranks: exact sums over fixed chunks of the "
+     "batch (debugging scale-out, audited runs, CI baselines; slower, CPU only)"},
+    {"repro-chunk", "N", C_TRAIN, "[train] repro_chunk (8)",
+     "--reproducible's chunk in samples: larger is faster, but no more ranks than chunks do work"},
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
     {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
                                               "copy and weights.safetensors"},
@@ -117,10 +122,11 @@ enum { NFLAGS = sizeof flags / sizeof flags[0] };
 /* Flags that set a [train] key: the trainer checks their values as the model file's. */
 static const struct {
     const char *flag, *key;
-} key_flags[] = {{"lr-schedule", "lr_schedule"},       {"warmup-steps", "warmup_steps"},
-                 {"warmup-epochs", "warmup_epochs"},   {"clip-norm", "clip_norm"},
-                 {"clip-value", "clip_value"},         {"label-smoothing", "label_smoothing"},
-                 {"early-stop", "early_stop_patience"}};
+} key_flags[] = {{"lr-schedule", "lr_schedule"},        {"warmup-steps", "warmup_steps"},
+                 {"warmup-epochs", "warmup_epochs"},    {"clip-norm", "clip_norm"},
+                 {"clip-value", "clip_value"},          {"label-smoothing", "label_smoothing"},
+                 {"early-stop", "early_stop_patience"}, {"reproducible", "reproducible"},
+                 {"repro-chunk", "repro_chunk"}};
 
 static const char *key_of_flag(const char *name) {
     for (size_t i = 0; i < sizeof key_flags / sizeof key_flags[0]; i++)
@@ -321,7 +327,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
             return mgt_errf(err, "too many [train] flags; put some in the model file's [train]");
         o->train_keys[o->ntrain_keys].flag = n;
         o->train_keys[o->ntrain_keys].key = key_of_flag(n);
-        o->train_keys[o->ntrain_keys++].value = v;
+        o->train_keys[o->ntrain_keys++].value = v ? v : "true"; /* a switch: --reproducible */
         return 0;
     }
     /* clang-format off */

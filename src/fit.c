@@ -20,6 +20,11 @@
  * dropout masks with the optimizer step. So K x 64 and 256 see the same samples with the same
  * masks (batchnorm's statistics, per micro-batch, are what differs). Steps, epochs, checkpoints,
  * --max-steps, --save-every and the progress bar all count optimizer steps.
+ * Under --reproducible (repro.h) the step exchanges no float buckets: forward and backward run
+ * chunk by chunk into exact integer accumulators (over all of a step's micro-batches), and the
+ * all-reduce phase is their one integer all-reduce, rounded once into the arena and the metric
+ * sums (the stop vote among them); the update then runs on the whole arena. micro_batch and
+ * reduce_and_update are where the two paths part.
  * With ZeRO-1 the buckets go to their owners, each rank updates its slice, and the weights are
  * all-gathered; the all-reduce phase then also holds the wait for that gather.
  * Between steps (after_step): the metric read (every step on the CPU, every 20 on a GPU, which
@@ -53,6 +58,7 @@
 #include "metrics.h"
 #include "monitor.h"
 #include "profile.h"
+#include "repro.h"
 #include "runtime.h"
 
 /* The loop's state besides the position. */
@@ -66,6 +72,7 @@ typedef struct fit {
     int accum;           /* micro-batches per optimizer step */
     int64_t micro_steps; /* micro-batches per epoch */
     mgt_reducer red;     /* the step's gradient traffic */
+    mgt_repro *repro;    /* --reproducible's chunks and exact sums instead (NULL: off) */
     int dump;            /* MGT_DUMP_GRADIENTS is set (on rank 0, which tells every rank) */
     mgt_profile prof;
     mgt_metrics mt;
@@ -160,13 +167,22 @@ static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
                   .first_sample = (int64_t)k * m->train.batch_size + bt->first,
                   .global_n = bt->global_n,
                   .seed = m->train.seed,
-                  .comm = env->comm};
-    mgt_reducer_listen(&f->red, k, of, &s);
+                  .comm = env->comm,
+                  .repro = f->repro};
+    if (!f->repro)
+        mgt_reducer_listen(&f->red, k, of, &s);
     mgt_profile_phase(&f->prof, MGT_PH_DATA);
-    mgt_model_forward(m, &s);
+    if (f->repro)
+        mgt_repro_forward(m, &s);
+    else
+        mgt_model_forward(m, &s);
     mgt_profile_phase(&f->prof, MGT_PH_FORWARD);
-    mgt_model_loss_backward(m, &s, 1);
-    mgt_reducer_backward_done(&f->red);
+    if (f->repro) {
+        mgt_repro_backward(m, &s, k == 0);
+    } else {
+        mgt_model_loss_backward(m, &s, 1);
+        mgt_reducer_backward_done(&f->red);
+    }
     mgt_stage_done(env->st); /* every op that reads the batch is issued */
     mgt_profile_phase(&f->prof, MGT_PH_BACKWARD);
     return bt->global_n;
@@ -189,10 +205,12 @@ static void dump_gradients(fit *f) {
     const mgt_fit_env *env = f->env;
     mgt_model *m = env->m;
     mgt_reducer *r = &f->red;
-    for (int b = 0; b < r->nb; b++)
-        mgt_reducer_wait(r, b);
-    mgt_reducer_gather(r, -1, m->g);
-    mgt_reducer_gather_wait(r);
+    if (!f->repro) { /* the exact all-reduce has already put them in place */
+        for (int b = 0; b < r->nb; b++)
+            mgt_reducer_wait(r, b);
+        mgt_reducer_gather(r, -1, m->g);
+        mgt_reducer_gather_wait(r);
+    }
     mgt_fault_dump_gradients(env->fault, m, f->pos->step);
 }
 
@@ -204,11 +222,13 @@ static void reduce_and_update(fit *f, int64_t global_n) {
     mgt_model *m = env->m;
     mgt_reducer *r = &f->red;
     size_t lo, n;
+    if (f->repro) /* the exact integer all-reduce instead of the buckets (repro.h) */
+        mgt_repro_allreduce(f->repro, f->pos->step);
     if (f->dump && f->res->steps == 0)
         dump_gradients(f);
     const int clipping = f->clip.cfg.norm > 0 || f->clip.cfg.value > 0;
     set_rate(f);
-    if (r->interleave && !clipping) {
+    if (r->interleave && !clipping && !f->repro) {
         mgt_optim_begin(env->opt, global_n);
         for (int b = 0; b < r->nb; b++) {
             mgt_reducer_wait(r, b);
@@ -221,7 +241,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
             mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
         }
     } else {
-        for (int b = 0; b < r->nb; b++)
+        for (int b = 0; b < r->nb && !f->repro; b++)
             mgt_reducer_wait(r, b);
         mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
         take_metrics(f, global_n);
@@ -461,9 +481,14 @@ static void keep_history(fit *f) {
 /* The step's pipeline (reducer.h) and its line in the start-up block (rank 0). */
 static void start_pipeline(fit *f) {
     const mgt_fit_env *env = f->env;
-    const mgt_reducer_opts ro = {
-        .bucket_mb = f->o->bucket_mb, .zero = f->o->zero, .accum_steps = f->accum};
     mgt_err e;
+    /* --reproducible: the reducer stays idle (one bucket, no accumulation arena of its own). */
+    if (mgt_repro_chunk(&env->m->train) > 0 &&
+        !(f->repro = mgt_repro_create(env->m, env->comm, &e)))
+        mgt_die("%s", e.msg);
+    const mgt_reducer_opts ro = {.bucket_mb = f->repro ? 0 : f->o->bucket_mb,
+                                 .zero = f->o->zero,
+                                 .accum_steps = f->repro ? 1 : f->accum};
     if (mgt_comm_set_progress(env->comm, f->o->progress, &e) < 0 ||
         mgt_reducer_init(&f->red, env->m, env->be, env->comm, &ro, &e) < 0)
         mgt_die("%s", e.msg);
@@ -472,8 +497,11 @@ static void start_pipeline(fit *f) {
     if (env->comm->rank == 0) {
         char line[512];
         const mgt_optim *opt = env->opt;
-        mgt_reducer_describe(&f->red, (size_t)opt->nslots * opt->n,
-                             (size_t)opt->nslots * opt->count, line, sizeof line);
+        if (f->repro)
+            mgt_repro_describe(f->repro, line, sizeof line);
+        else
+            mgt_reducer_describe(&f->red, (size_t)opt->nslots * opt->n,
+                                 (size_t)opt->nslots * opt->count, line, sizeof line);
         printf("  step: %s\n", line);
         fflush(stdout);
     }
@@ -539,6 +567,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     mgt_clip_free(&f->clip, be);
     be->ops->free(be, f->acc);
     mgt_reducer_free(&f->red);
+    mgt_repro_free(f->repro);
     mgt_metrics_free(&f->mt);
     mgt_profile_free(&f->prof);
 }

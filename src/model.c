@@ -469,22 +469,34 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
                 buf[m->buffers[i].offset + j] = 1.0f;
 }
 
+/* The step's rows of a per-sample tensor of shape sh (model.h: row0, a chunk's rows). */
+static float *rows_of(float *base, const mgt_step *s, mgt_shape sh) {
+    return mgt_step_rows(base, s, (size_t)mgt_shape_elems(sh));
+}
+
 static const float *input_of(const mgt_model *m, const mgt_step *s, int j) {
-    return j < 0 ? s->in.x : m->layers[j].y;
+    return j < 0 ? rows_of((float *)s->in.x, s, m->input)
+                 : rows_of(m->layers[j].y, s, m->layers[j].out);
+}
+
+/* The step's rows of the gradient of layer j's output (NULL: the model's input, or none). */
+static float *dy_of(const mgt_model *m, const mgt_step *s, int j) {
+    return j >= 0 ? rows_of(m->dy[j], s, m->layers[j].out) : NULL;
 }
 
 void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s) {
     mgt_layer *l = &m->layers[i];
+    float *y = rows_of(l->y, s, l->out);
     if (l->type->merge) {
         const float *x[MGT_MAX_INPUTS];
         for (int k = 0; k < l->ninputs; k++)
             x[k] = input_of(m, s, l->inputs[k]);
-        l->type->forward_n(m, l, s, x, l->y);
+        l->type->forward_n(m, l, s, x, y);
     } else {
-        l->type->forward(m, l, s, input_of(m, s, l->inputs[0]), l->y);
+        l->type->forward(m, l, s, input_of(m, s, l->inputs[0]), y);
     }
     if (l->act != MGT_ACT_NONE && !l->fused_act)
-        s->be->ops->act_fwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y);
+        s->be->ops->act_fwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), y);
 }
 
 float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
@@ -493,17 +505,23 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
     return m->layers[m->nlayers - 1].y;
 }
 
-/* Layer l's gradients to the step's listener: one range of the arena holds all its tensors, as
- * a layer declares them one after another (mgt_model_add_param). */
-static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *s) {
-    size_t lo = (size_t)-1, hi = 0;
+size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo) {
+    size_t low = (size_t)-1, hi = 0;
     for (int j = 0; j < 4; j++)
         if (l->param[j] >= 0) {
             const mgt_param *p = &m->params[l->param[j]];
-            lo = p->offset < lo ? p->offset : lo;
+            low = p->offset < low ? p->offset : low;
             hi = p->offset + p->count > hi ? p->offset + p->count : hi;
         }
-    s->grads_ready(s->grads_ctx, l, lo, hi - lo);
+    *lo = hi ? low : 0;
+    return hi ? hi - low : 0;
+}
+
+/* Layer l's gradients to the step's listener. */
+static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *s) {
+    size_t lo;
+    const size_t count = mgt_layer_param_range(m, l, &lo);
+    s->grads_ready(s->grads_ctx, l, lo, count);
 }
 
 /* Layer l's backward: its input gradients go straight to the inputs' gradient memory when it
@@ -512,26 +530,26 @@ static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *
  * then added. Inputs that need no gradient get NULL. */
 static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
     const mgt_ops *o = s->be->ops;
-    float *dy = m->dy[l->index];
+    float *y = rows_of(l->y, s, l->out), *dy = rows_of(m->dy[l->index], s, l->out);
     if (l->act != MGT_ACT_NONE && !l->fused_act)
-        o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), l->y, dy);
+        o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), y, dy);
     if (l->type->merge) {
         float *dx[MGT_MAX_INPUTS];
         int acc[MGT_MAX_INPUTS];
         for (int k = 0; k < l->ninputs; k++) {
-            const int j = l->inputs[k];
-            dx[k] = j >= 0 ? m->dy[j] : NULL; /* NULL also where j needs no gradient */
+            dx[k] = dy_of(m, s, l->inputs[k]); /* NULL also where it needs no gradient */
             acc[k] = (int)(l->accumulate >> k) & 1;
         }
         l->type->backward_n(m, l, s, dy, dx, acc);
         return;
     }
     const int j = l->inputs[0];
-    float *dx = j >= 0 ? m->dy[j] : NULL;
+    float *dx = dy_of(m, s, j);
     const int acc = dx && (l->accumulate & 1);
-    l->type->backward(m, l, s, input_of(m, s, j), l->y, dy, acc ? m->grad_acc : dx);
+    float *into = acc ? rows_of(m->grad_acc, s, l->in) : dx;
+    l->type->backward(m, l, s, input_of(m, s, j), y, dy, into);
     if (acc)
-        o->add(s->be, (size_t)s->n * (size_t)mgt_shape_elems(l->in), m->grad_acc, dx);
+        o->add(s->be, (size_t)s->n * (size_t)mgt_shape_elems(l->in), into, dx);
 }
 
 int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s) {
@@ -550,13 +568,15 @@ void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     int k = m->classes;
     /* With a softmax last layer the probabilities replace the logits in its output (what predict
      * reports); with a logits layer they go to a separate buffer and the output stays logits. */
-    float *probs = last->fused_act ? last->y : m->probs;
-    float *dlogits = backward ? m->dy[m->nlayers - 1] : NULL;
+    float *y = rows_of(last->y, s, last->out);
+    float *probs = last->fused_act ? y : rows_of(m->probs, s, last->out);
+    float *dlogits = backward ? rows_of(m->dy[m->nlayers - 1], s, last->out) : NULL;
+    const size_t r0 = (size_t)s->row0;
     if (m->train.loss == MGT_LOSS_SPARSE_CE)
-        o->xent_sparse(s->be, s->n, k, last->y, s->in.labels, probs, dlogits, 1.0f,
+        o->xent_sparse(s->be, s->n, k, y, s->in.labels + r0, probs, dlogits, 1.0f,
                        m->train.label_smoothing, m->sums);
     else
-        o->xent_dense(s->be, s->n, k, last->y, s->in.targets, probs, dlogits, 1.0f,
+        o->xent_dense(s->be, s->n, k, y, s->in.targets + r0 * (size_t)k, probs, dlogits, 1.0f,
                       m->train.label_smoothing, m->sums);
 }
 

@@ -66,6 +66,10 @@ typedef struct mgt_train_cfg {
     mgt_clip_cfg clip;
     mgt_stop_cfg stop;
     float label_smoothing; /* Keras' label_smoothing of the cross-entropy losses, in [0, 1] */
+    /* reproducible (--reproducible): the same weights, bit for bit, on any rank count, from
+     * chunks of repro_chunk samples (repro.h; 0: not given, the default chunk). */
+    int reproducible;
+    int64_t repro_chunk;
 } mgt_train_cfg;
 
 /* One named tensor of an arena. */
@@ -105,6 +109,13 @@ typedef struct mgt_step {
     int64_t global_n;       /* samples in the global batch (all ranks) */
     uint64_t seed;          /* run seed: with global_step and the layer, keys dropout */
     struct mgt_comm *comm;  /* for synchronised batchnorm; NULL: local statistics */
+    /* --reproducible (repro.h): the step runs chunk by chunk with exact sums; NULL: off. A chunk
+     * is a step of its own whose n rows are rows row0 .. row0 + n - 1 of the rank's batch in
+     * every per-sample tensor (s->in, the activations and their gradients, the layers' saved and
+     * work memory): model.c hands each layer its rows of x, y, dy and dx, and a layer that uses
+     * its own saved or work memory takes its rows with mgt_step_rows. row0 is 0 otherwise. */
+    struct mgt_repro *repro;
+    int64_t row0;
     /* Backward calls grads_ready(grads_ctx, l, offset, count) as soon as layer l's parameter
      * gradients are final: layer by layer from the last, for each layer with parameters, once
      * the ops writing m->g[offset .. offset + count) (all of l's tensors) are issued and before
@@ -113,6 +124,11 @@ typedef struct mgt_step {
     void (*grads_ready)(void *grads_ctx, const mgt_layer *l, size_t offset, size_t count);
     void *grads_ctx;
 } mgt_step;
+
+/* The step's rows of a per-sample tensor of `per_sample` floats a sample (see row0). */
+static inline float *mgt_step_rows(float *base, const mgt_step *s, size_t per_sample) {
+    return base ? base + (size_t)s->row0 * per_sample : NULL;
+}
 
 /* What a layer type's backward reads of its forward pass (the planner keeps those alive). */
 enum { MGT_BWD_READS_X = 1 };
@@ -304,6 +320,10 @@ void mgt_model_free(mgt_model *m);
  * a pure function of the seed. Host arrays [param_count] and [buffer_count]. */
 void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf);
 
+/* Layer l's tensors in the parameter arena: one range holds them all, as a layer declares them
+ * one after another (mgt_model_add_param). Returns the range's floats (0: no parameters) and
+ * its first in *lo. */
+size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo);
 /* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities). */
 float *mgt_model_forward(mgt_model *m, const mgt_step *s);
 /* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also

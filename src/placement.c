@@ -140,7 +140,7 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
         fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
     if (!strcmp(tr, "nccl"))
         mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
-    int cores = mgt_runtime_cores(rt);
+    int cores = o->one_thread ? 1 : mgt_runtime_cores(rt);
     if (mgt_cpu_backend_init(&p->be, cores) < 0)
         mgt_die("cannot start the CPU backend");
     mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
@@ -171,8 +171,14 @@ void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_r
         for (int r = 0; r < rt->world; r++)
             printf("  %s\n", all + (size_t)r * sizeof mine);
         printf("  data: %s\n", run->data);
-        printf("  batch: global %lld, per rank %lld%s\n", (long long)b, (long long)(b / rt->world),
-               b % rt->world ? " or one more" : "");
+        if (run->chunk > 0) /* --reproducible: whole chunks per rank (data/shard.h) */
+            printf("  batch: global %lld in %lld chunks of %lld (the last %lld), whole chunks per "
+                   "rank; reproducible on any rank count\n",
+                   (long long)b, (long long)((b + run->chunk - 1) / run->chunk),
+                   (long long)run->chunk, (long long)(b - (b - 1) / run->chunk * run->chunk));
+        else
+            printf("  batch: global %lld, per rank %lld%s\n", (long long)b,
+                   (long long)(b / rt->world), b % rt->world ? " or one more" : "");
         printf("  model: %zu trainable parameters; %s, learning rate %g; out: %s\n", params,
                mgt_opt_name(m->train.optimizer), m->train.lr, run->out);
         fflush(stdout);

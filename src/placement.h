@@ -21,6 +21,8 @@ typedef struct mgt_place_opts {
     const char *transport; /* auto, nccl, mpi; NULL: auto */
     int tf32;              /* let cuDNN and cuBLAS use TF32 */
     double comm_timeout;   /* seconds a collective may wait before the job ends */
+    int one_thread;        /* CPU: one BLAS thread per rank, whatever its cores (--reproducible:
+                            * OpenBLAS's results depend on its thread count) */
 } mgt_place_opts;
 
 typedef struct mgt_placement {
@@ -38,6 +40,7 @@ typedef struct mgt_place_run {
     const mgt_model *m; /* name, file, parameters, batch, optimizer */
     const char *data;   /* the data's description */
     const char *out;    /* the output folder */
+    int64_t chunk;      /* --reproducible: ranks take whole chunks of this many samples (0: off) */
 } mgt_place_run;
 
 /* Collective: gathers every rank's placement; rank 0 prints the start-up block. */

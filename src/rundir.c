@@ -209,6 +209,25 @@ int mgt_rundir_lock(mgt_rundir *d, const char *host, char *notice, size_t notice
         const int known = read_owner(fd, &o) == 0;
         if (known)
             describe_owner(who, sizeof who, &o);
+        /* No owner line, yet nobody holds the lock: its creator writes the line the moment it
+         * has made the file and locked it, so either it is in that instant (a fresh file: look
+         * again shortly, without holding the lock it is about to take) or it was killed there
+         * (an older file: take it over). */
+        if (!known && locked) {
+            struct stat sb;
+            if (fstat(fd, &sb) == 0 &&
+                wall_now() - ((double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9) < 2.0) {
+                close(fd);
+                struct timespec ts = {0, 50 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                continue;
+            }
+            snprintf(notice, notice_size,
+                     "notice: %s: took over a lock file with no owner in it (a process was "
+                     "stopped while taking it)",
+                     d->dir);
+            return write_owner(d, fd, host, path, err);
+        }
         /* Held by a live process: its flock, or (where the file system has no flock) its pid. */
         if ((!locked && !no_flock) ||
             (no_flock && known && !strcmp(o.host, host) && alive(o.pid))) {

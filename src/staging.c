@@ -90,6 +90,8 @@ int mgt_stage_train(mgt_stage *s, const mgt_dataset *ds, const mgt_stage_train_o
     }
     s->loader = mgt_loader_create(s->be, ds, o->seed, o->batch, o->rank, o->world, s->max_batch,
                                   o->threaded, s->source != MGT_STAGE_HOST, err);
+    if (s->loader && o->chunk > 0)
+        mgt_loader_chunks(s->loader, o->chunk);
     return s->loader && mgt_loader_augment(s->loader, &o->augment, err) == 0 ? 0 : -1;
 }
 

@@ -71,6 +71,7 @@ typedef struct mgt_stage_train_opts {
     int device_data;  /* may keep the training set in backend memory (--device-data auto) */
     int host_batches; /* batches must pass through host buffers (the NaN fault hook) */
     mgt_augment augment; /* training augmentation, done on the host (no device kernel for it) */
+    int64_t chunk;       /* > 0: ranks take whole chunks of each batch (--reproducible) */
 } mgt_stage_train_opts;
 
 /* Prepares training batches from ds: chooses their way in (see the top), starts the loader. */

@@ -80,6 +80,9 @@ static int regime_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err 
 }
 
 int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err) {
+    if (t->repro_chunk && !t->reproducible)
+        return mgt_errf(err, "repro_chunk (--repro-chunk) sets the chunk of reproducible "
+                             "training; add reproducible = true (--reproducible), or drop it");
     if (mgt_sched_check(&t->sched, validating, err) < 0 ||
         mgt_stop_check(&t->stop, validating, err) < 0)
         return -1;
@@ -88,8 +91,9 @@ int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err) {
 
 int mgt_train_keys(const char **keys, int max) {
     static const char *const before[] = {"optimizer", "learning_rate"};
-    static const char *const after[] = {"loss", "batch_size",   "accum_steps", "epochs",
-                                        "seed", "augment_flip", "augment_crop"};
+    static const char *const after[] = {"loss",         "batch_size",   "accum_steps",
+                                        "epochs",       "seed",         "augment_flip",
+                                        "augment_crop", "reproducible", "repro_chunk"};
     int n = 0;
     for (size_t i = 0; i < sizeof before / sizeof before[0] && n + 1 < max; i++)
         keys[n++] = before[i];
@@ -208,6 +212,22 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
                             "number from 0 (off) to 4096, e.g. augment_crop = 4",
                             v);
         t->augment_crop = x;
+        return 0;
+    }
+    /* --reproducible (repro.h): the same bits on any rank count, in chunks of repro_chunk. */
+    if (!strcmp(key, "reproducible")) {
+        if (mgt_parse_bool(v, &t->reproducible) < 0)
+            return mgt_errf(err, "reproducible = %s: expected true or false", v);
+        return 0;
+    }
+    if (!strcmp(key, "repro_chunk")) {
+        int64_t x;
+        if (mgt_parse_i64(v, &x) < 0 || x < 1 || x > (1 << 24))
+            return mgt_errf(err,
+                            "repro_chunk = %s: expected the samples of a chunk, a whole number "
+                            "from 1 to 16777216, e.g. repro_chunk = 8",
+                            v);
+        t->repro_chunk = x;
         return 0;
     }
     const int rc = regime_set(t, key, v, err);

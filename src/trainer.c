@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "data/shard.h"
 #include "default_model.h"
 #include "evaluate.h"
 #include "fault.h"
@@ -28,6 +29,7 @@
 #include "optim.h"
 #include "placement.h"
 #include "replica.h"
+#include "repro.h"
 #include "rundir.h"
 #include "splits.h"
 #include "staging.h"
@@ -145,22 +147,29 @@ static void load_model(session *s) {
  * host copies of the state and the input batches. */
 static void set_up(session *s) {
     const mgt_options *o = s->o;
+    mgt_model *m = &s->m;
+    const int train = !strcmp(o->command, "train");
     const mgt_place_opts po = {.device = o->device,
                                .gpus = o->gpus,
                                .transport = o->transport,
                                .tf32 = o->tf32,
-                               .comm_timeout = o->comm_timeout};
+                               .comm_timeout = o->comm_timeout,
+                               .one_thread = train && m->train.reproducible};
     mgt_place_init(&s->pl, s->rt, &po);
-    mgt_model *m = &s->m;
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;
     const int64_t b = m->train.batch_size;
-    const int max_batch = (int)((b + world - 1) / world);
+    /* --reproducible: ranks take whole chunks, so one may get more than an even share */
+    const int64_t chunk = train ? mgt_repro_chunk(&m->train) : 0;
+    const int max_batch =
+        (int)(chunk ? mgt_shard_chunks_max(b, chunk, world) : (b + world - 1) / world);
     mgt_err e;
+    if (chunk && mgt_repro_check(m, be, o->zero, &e) < 0) /* the same on every rank */
+        mgt_die_all("%s", e.msg);
     if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
         mgt_die_all("%s", e.msg);
     /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
-    const int shards = !strcmp(o->command, "train") && o->zero ? world : 1;
+    const int shards = train && o->zero ? world : 1;
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
         mgt_optim_init_sharded(&s->opt, &m->train, be, m->param_count, s->rt->rank, shards, &e) <
             0 ||
@@ -426,8 +435,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         mgt_die_all("%s", e.msg);
     make_out_dir(s);
     prepare_out(s, pos.step);
-    const mgt_place_run run = {
-        .what = s->resumed ? "resuming" : "training", .m = m, .data = s->data.desc, .out = s->out};
+    const mgt_place_run run = {.what = s->resumed ? "resuming" : "training",
+                               .m = m,
+                               .data = s->data.desc,
+                               .out = s->out,
+                               .chunk = mgt_repro_chunk(&m->train)};
     mgt_place_report(&s->pl, rt, &run);
     if (s->resumed && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", s->out,
@@ -442,7 +454,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                                                  mgt_runtime_cores(rt) > 1,
                                      .device_data = o->device_data,
                                      .host_batches = mgt_fault_host_batches(&fault),
-                                     .augment = {m->train.augment_flip, m->train.augment_crop}};
+                                     .augment = {m->train.augment_flip, m->train.augment_crop},
+                                     .chunk = mgt_repro_chunk(&m->train)};
     if (mgt_stage_train(&s->st, &s->data.train, &so, &e) < 0)
         mgt_die("%s", e.msg);
     const mgt_fit_env env = {.m = m,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../exactsum.h"
 #include "cpu_internal.h"
 
 /* ---- memory ---------------------------------------------------------------------------- */
@@ -183,6 +184,16 @@ static void cpu_add(mgt_backend *be, size_t n, const float *x, float *y) {
         y[i] += x[i];
 }
 
+static void cpu_xs_add(mgt_backend *be, size_t n, const float *x, int64_t *words, int64_t *bad) {
+    (void)be;
+    mgt_xs_add(n, x, words, bad);
+}
+
+static void cpu_xs_round(mgt_backend *be, size_t n, int64_t *words, float *out) {
+    (void)be;
+    mgt_xs_round(n, words, out);
+}
+
 static const mgt_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -219,6 +230,8 @@ static const mgt_ops cpu_ops = {
     .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
     .optim_step = mgt_cpu_optim_step,
+    .xs_add = cpu_xs_add,
+    .xs_round = cpu_xs_round,
     .clip_value = mgt_cpu_clip_value,
     .clip_norm = mgt_cpu_clip_norm,
     .add2 = mgt_cpu_add2,

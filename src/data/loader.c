@@ -25,6 +25,7 @@ struct mgt_loader {
     const mgt_dataset *ds;
     uint64_t seed;
     int64_t batch, steps;
+    int64_t chunk; /* > 0: ranks take whole chunks of the batch (mgt_loader_chunks) */
     int rank, world;
     int threaded, ids_only;
     mgt_augment aug;    /* training augmentation (off unless mgt_loader_augment) */
@@ -46,7 +47,8 @@ struct mgt_loader {
 static void fill(mgt_loader *l, slot *s, int64_t epoch, int64_t step) {
     int64_t n = l->ds->n;
     int64_t b = mgt_shard_batch_size(n, l->batch, step);
-    mgt_range r = mgt_shard_range(b, l->rank, l->world);
+    mgt_range r = l->chunk ? mgt_shard_chunks(b, l->chunk, l->rank, l->world)
+                           : mgt_shard_range(b, l->rank, l->world);
     const int64_t *rows = l->perm + step * l->batch + r.first;
     memcpy(s->b.ids, rows, sizeof(int64_t) * (size_t)r.count);
     if (!l->ids_only) {
@@ -159,6 +161,12 @@ int mgt_loader_augment(mgt_loader *l, const mgt_augment *a, mgt_err *err) {
     l->aug = *a;
     pthread_mutex_unlock(&l->mu);
     return 0;
+}
+
+void mgt_loader_chunks(mgt_loader *l, int64_t chunk) {
+    pthread_mutex_lock(&l->mu); /* publishes the field to the idle thread, as above */
+    l->chunk = chunk;
+    pthread_mutex_unlock(&l->mu);
 }
 
 void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step) {

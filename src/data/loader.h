@@ -39,6 +39,9 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
 /* Augments every training batch from now on (augment.h: keyed by the seed, the epoch and each
  * sample's row). Call before the first begin_epoch; a loader made with ids_only refuses. */
 int mgt_loader_augment(mgt_loader *l, const mgt_augment *a, mgt_err *err);
+/* From now on each rank takes whole chunks of `chunk` samples of every global batch
+ * (shard.h: mgt_shard_chunks; --reproducible). Call before the first begin_epoch. */
+void mgt_loader_chunks(mgt_loader *l, int64_t chunk);
 /* Starts producing epoch `epoch` from step `first_step` (ends any epoch in progress). */
 void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step);
 /* The next step's batch, waiting for it if the thread is behind. Valid until the next call. */

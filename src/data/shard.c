@@ -38,6 +38,25 @@ mgt_range mgt_shard_range(int64_t total, int rank, int world) {
     return r;
 }
 
+mgt_range mgt_shard_chunks(int64_t total, int64_t chunk, int rank, int world) {
+    mgt_range r = {0, 0};
+    if (total <= 0 || chunk <= 0 || world <= 0 || rank < 0 || rank >= world)
+        return r;
+    const int64_t chunks = (total + chunk - 1) / chunk;
+    const int64_t lo = chunks * rank / world, hi = chunks * (rank + 1) / world;
+    const int64_t end = hi * chunk < total ? hi * chunk : total;
+    r.first = lo * chunk < total ? lo * chunk : total;
+    r.count = end - r.first;
+    return r;
+}
+
+int64_t mgt_shard_chunks_max(int64_t total, int64_t chunk, int world) {
+    if (total <= 0 || chunk <= 0 || world <= 0)
+        return 0;
+    const int64_t chunks = (total + chunk - 1) / chunk, most = (chunks + world - 1) / world;
+    return most * chunk < total ? most * chunk : total;
+}
+
 void mgt_shard_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm) {
     for (int64_t i = 0; i < n; i++)
         perm[i] = i;

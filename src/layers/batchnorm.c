@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../comm.h"
+#include "../repro.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"momentum", "epsilon", "sync", NULL};
@@ -76,9 +77,14 @@ static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *
     int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
     float *mean = l->state[0], *invstd = mean + c, *sum = l->state[1], *sumsq = sum + c;
     if (s->training) {
-        o->bn_stats(s->be, rows, c, x, sum, sumsq);
         float count = (float)rows;
-        if (synced(l, s)) {
+        if (s->repro) { /* exact global sums, chunk by chunk (repro.h) */
+            mgt_repro_bn_stats(s, hw, c, x, sum);
+            count = (float)(s->global_n * hw);
+        } else {
+            o->bn_stats(s->be, rows, c, x, sum, sumsq);
+        }
+        if (synced(l, s) && !s->repro) {
             mgt_allreduce_sum(s->comm, sum, 2 * (size_t)c, "synchronised batchnorm statistics");
             count = (float)(s->global_n * hw);
         }
@@ -97,12 +103,20 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
     int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
     float *mean = l->state[0], *invstd = mean + c;
     float *dgamma = mgt_g(m, l, 0), *dbeta = mgt_g(m, l, 1);
-    o->bn_bwd_reduce(s->be, rows, c, x, dy, mean, invstd, dgamma, dbeta);
-    if (!dx)
-        return;
     float count = (float)rows;
     const float *dg = dgamma, *db = dbeta;
-    if (synced(l, s)) {
+    if (s->repro) { /* exact global sums, chunk by chunk (repro.h) */
+        float *tmp = l->state[1];
+        mgt_repro_bn_grads(s, hw, c, x, dy, mean, invstd, dgamma, dbeta, tmp);
+        dg = tmp;
+        db = tmp + c;
+        count = (float)(s->global_n * hw);
+    } else {
+        o->bn_bwd_reduce(s->be, rows, c, x, dy, mean, invstd, dgamma, dbeta);
+    }
+    if (!dx)
+        return;
+    if (synced(l, s) && !s->repro) {
         float *tmp = l->state[1];
         o->copy(s->be, tmp, dgamma, (size_t)c * sizeof(float));
         o->copy(s->be, tmp + c, dbeta, (size_t)c * sizeof(float));

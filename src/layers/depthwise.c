@@ -116,19 +116,27 @@ static size_t sep_scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {
     return a > b ? a : b;
 }
 
+/* The step's rows of the saved or work tensor (a chunk's under --reproducible, model.h: row0). */
+static float *sep_rows(float *base, const mgt_layer *l, const mgt_step *st) {
+    const mgt_conv_shape d = dw_geometry(l, 1);
+    return mgt_step_rows(base, st, (size_t)d.oh * (size_t)d.ow * (size_t)d.c);
+}
+
 static void sep_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
     const mgt_conv_shape d = dw_geometry(l, st->n), p = pw_geometry(l, st->n);
-    st->be->ops->dwconv_fwd(st->be, &d, x, mgt_w(m, l, 0), NULL, l->saved);
-    st->be->ops->conv2d_fwd(st->be, &p, l->saved, mgt_w(m, l, 1), mgt_w(m, l, 2), y);
+    float *saved = sep_rows(l->saved, l, st);
+    st->be->ops->dwconv_fwd(st->be, &d, x, mgt_w(m, l, 0), NULL, saved);
+    st->be->ops->conv2d_fwd(st->be, &p, saved, mgt_w(m, l, 1), mgt_w(m, l, 2), y);
 }
 
 static void sep_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, const float *y,
                     float *dy, float *dx) {
     (void)y;
     const mgt_conv_shape d = dw_geometry(l, st->n), p = pw_geometry(l, st->n);
-    st->be->ops->conv2d_bwd(st->be, &p, l->saved, mgt_w(m, l, 1), dy, l->work, mgt_g(m, l, 1),
+    float *saved = sep_rows(l->saved, l, st), *work = sep_rows(l->work, l, st);
+    st->be->ops->conv2d_bwd(st->be, &p, saved, mgt_w(m, l, 1), dy, work, mgt_g(m, l, 1),
                             mgt_g(m, l, 2));
-    st->be->ops->dwconv_bwd(st->be, &d, x, mgt_w(m, l, 0), l->work, dx, mgt_g(m, l, 0), NULL);
+    st->be->ops->dwconv_bwd(st->be, &d, x, mgt_w(m, l, 0), work, dx, mgt_g(m, l, 0), NULL);
 }
 
 const mgt_layer_type mgt_layer_depthwise_conv2d = {

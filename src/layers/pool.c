@@ -72,10 +72,15 @@ static void max_temps(const mgt_layer *l, size_t *saved, size_t *work) {
     *work = 0;
 }
 
+/* The step's rows of the argmax (a chunk's under --reproducible, model.h: row0). */
+static int32_t *argmax(mgt_layer *l, const mgt_step *st) {
+    return (int32_t *)mgt_step_rows(l->saved, st, (size_t)mgt_shape_elems(l->out));
+}
+
 static void max_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
     (void)m;
     mgt_pool_shape s = geometry(l, st->n);
-    st->be->ops->maxpool_fwd(st->be, &s, x, y, (int32_t *)l->saved);
+    st->be->ops->maxpool_fwd(st->be, &s, x, y, argmax(l, st));
 }
 
 static void max_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x,
@@ -84,7 +89,7 @@ static void max_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
     if (!dx)
         return;
     mgt_pool_shape s = geometry(l, st->n);
-    st->be->ops->maxpool_bwd(st->be, &s, dy, (const int32_t *)l->saved, dx);
+    st->be->ops->maxpool_bwd(st->be, &s, dy, argmax(l, st), dx);
 }
 
 static void avg_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {

@@ -7,6 +7,14 @@ export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_btl=self,vader OMPI_MC
 T=$(mktemp -d /tmp/mgt-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
+# In a build with -DMGT_SANITIZE=ON (tests/sanitize), AddressSanitizer and LeakSanitizer write
+# each process's report into $T/sanitizer, every mpirun rank's included (the ranks inherit
+# this environment; cluster.bash binds $T into its nodes): a test that only greps a run's output,
+# or expects it to fail, would not notice a report on stderr. finish() fails the test on any
+# report there. Elsewhere nothing reads the variable. (UBSan's reports ignore log_path in gcc
+# 12: they stay on stderr and end the process with status 1.)
+mkdir "$T/sanitizer"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$T/sanitizer/report"
 FAILS=0
 CHECKS=0
 DATA=/usr/share/datasets/fashion-mnist
@@ -31,6 +39,12 @@ same() { # same NAME A B TOL
   else bad "$1: $out"; fi
 }
 finish() {
+  local report
+  for report in "$T"/sanitizer/report.*; do
+    [ -e "$report" ] || continue
+    bad "sanitizer report from a process of this test ($report):"
+    head -60 "$report"
+  done
   echo "$((CHECKS - FAILS)) passed, $FAILS failed"
   [ "$FAILS" -eq 0 ]
 }

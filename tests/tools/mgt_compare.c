@@ -53,21 +53,29 @@ int main(int argc, char **argv) {
     int only_weights = argc > 4 && !strcmp(argv[4], "--only-weights");
     const char *worst_name = "";
     size_t len = strlen(argv[1]);
+    /* What is read is freed on every way out (done:): the sanitizer build, tests/sanitize,
+     * checks this tool for leaks as it checks mgtrain. */
+    mgt_safetensors A = {0}, B = {0};
+    float *a = NULL, *b = NULL;
+    int rc;
     if (len > 4 && !strcmp(argv[1] + len - 4, ".npy")) {
         long na, nb;
-        float *a = read_npy(argv[1], &na), *b = read_npy(argv[2], &nb);
+        a = read_npy(argv[1], &na);
+        b = read_npy(argv[2], &nb);
         if (!a || !b || na != nb) {
             fprintf(stderr, "mgt_compare: cannot read both .npy files or sizes differ\n");
-            return 2;
+            rc = 2;
+            goto done;
         }
         worst = rel(a, b, na);
         worst_name = "array";
     } else {
-        mgt_safetensors A, B;
         mgt_err e;
-        if (mgt_safetensors_read(argv[1], &A, &e) < 0 || mgt_safetensors_read(argv[2], &B, &e) < 0) {
+        if (mgt_safetensors_read(argv[1], &A, &e) < 0 ||
+            mgt_safetensors_read(argv[2], &B, &e) < 0) {
             fprintf(stderr, "mgt_compare: %s\n", e.msg);
-            return 2;
+            rc = 2;
+            goto done;
         }
         int compared = 0;
         for (int i = 0; i < A.nt; i++) {
@@ -79,7 +87,8 @@ int main(int argc, char **argv) {
                 n *= (long)A.t[i].shape[d];
             if (!t) {
                 fprintf(stderr, "mgt_compare: %s missing from %s\n", A.t[i].name, argv[2]);
-                return 1;
+                rc = 1;
+                goto done;
             }
             double r = rel(A.t[i].data, t->data, n);
             compared++;
@@ -90,10 +99,17 @@ int main(int argc, char **argv) {
         }
         if (!compared) {
             fprintf(stderr, "mgt_compare: no tensors compared\n");
-            return 2;
+            rc = 2;
+            goto done;
         }
         printf("compared %d tensors\n", compared);
     }
     printf("worst relative difference %.3g (%s), tolerance %.3g\n", worst, worst_name, tol);
-    return worst <= tol ? 0 : 1;
+    rc = worst <= tol ? 0 : 1;
+done:
+    free(a);
+    free(b);
+    mgt_safetensors_free(&A);
+    mgt_safetensors_free(&B);
+    return rc;
 }

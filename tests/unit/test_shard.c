@@ -5,7 +5,8 @@
  * and follows the previous rank's, sizes differ by at most one, and the ranks' parts in rank
  * order are exactly the global batch (so the sample order does not depend on the world size).
  * The permutation is a permutation, is reproducible for (seed, epoch), changes with the epoch and
- * the seed, and puts a given sample at each position about equally often. */
+ * the seed, and puts a given sample at each position about equally often. --reproducible's split
+ * into whole chunks: check_chunks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +85,45 @@ out:
     free(hits);
 }
 
+/* --reproducible's split (mgt_shard_chunks): for batches of 1..100 on 1..6 ranks with chunks of
+ * 1, 3 and 8, the ranks' parts follow each other and make up the batch, every part starts on a
+ * chunk boundary and ends on one or at the batch's end, and none exceeds mgt_shard_chunks_max
+ * of the full batch. */
+static void check_chunks(tally *t) {
+    const int64_t chunks[] = {1, 3, 8};
+    int ok_contig = 1, ok_bounds = 1, ok_max = 1;
+    for (int ci = 0; ci < 3; ci++)
+        for (int W = 1; W <= 6; W++)
+            for (int64_t full = 1; full <= 100; full++) {
+                const int64_t c = chunks[ci], most = mgt_shard_chunks_max(full, c, W);
+                for (int64_t b = 1; b <= full; b++) { /* the full batch, or a shorter last one */
+                    int64_t next = 0;
+                    for (int r = 0; r < W; r++) {
+                        const mgt_range rg = mgt_shard_chunks(b, c, r, W);
+                        ok_contig &= rg.first == next && rg.count >= 0;
+                        ok_bounds &=
+                            rg.first % c == 0 && (rg.count == 0 || (rg.first + rg.count) % c == 0 ||
+                                                  rg.first + rg.count == b);
+                        ok_max &= rg.count <= most;
+                        next = rg.first + rg.count;
+                    }
+                    ok_contig &= next == b;
+                }
+            }
+    CHECK(t, ok_contig);
+    CHECK(t, ok_bounds);
+    CHECK(t, ok_max);
+    /* 37 in chunks of 8 (the last of 5) on 4 ranks: chunks [0,1) [1,2) [2,3) [3,5) */
+    const mgt_range r3 = mgt_shard_chunks(37, 8, 3, 4);
+    CHECK(t, r3.first == 24 && r3.count == 13);
+    CHECK(t, mgt_shard_chunks_max(37, 8, 4) == 16);
+    /* more ranks than chunks: some ranks get nothing (here the one chunk goes to rank 3) */
+    CHECK(t, mgt_shard_chunks(3, 8, 3, 4).count == 3 && mgt_shard_chunks(3, 8, 0, 4).count == 0);
+}
+
 int main(void) {
     tally T = {0, 0}, *t = &T;
+    check_chunks(t);
 
     /* Basic arithmetic. */
     CHECK(t, mgt_shard_steps(60000, 256) == 235);
