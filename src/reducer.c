@@ -7,19 +7,6 @@
 
 #include "runtime.h"
 
-/* A layer's range of the arena: all its tensors, declared one after another. */
-static int layer_range(const mgt_model *m, const mgt_layer *l, size_t *lo, size_t *hi) {
-    *lo = (size_t)-1;
-    *hi = 0;
-    for (int j = 0; j < 4; j++)
-        if (l->param[j] >= 0) {
-            const mgt_param *p = &m->params[l->param[j]];
-            *lo = p->offset < *lo ? p->offset : *lo;
-            *hi = p->offset + p->count > *hi ? p->offset + p->count : *hi;
-        }
-    return *hi > 0;
-}
-
 int mgt_bucket_plan(const mgt_model *m, double first_mb, double cap_mb, size_t end, mgt_bucket *b,
                     int max, int *bucket_of) {
     const double mib = 1048576.0;
@@ -28,8 +15,9 @@ int mgt_bucket_plan(const mgt_model *m, double first_mb, double cap_mb, size_t e
     for (int i = 0; i < m->nlayers; i++)
         bucket_of[i] = -1;
     for (int i = m->nlayers - 1; i >= 0; i--) {
-        size_t lo_l, hi_l;
-        if (!layer_range(m, &m->layers[i], &lo_l, &hi_l))
+        size_t lo_l;
+        const size_t n_l = mgt_layer_param_range(m, &m->layers[i], &lo_l);
+        if (!n_l)
             continue;
         if (nb > 0 && cap_mb > 0) {
             /* Close the open bucket when this layer would take it past its cap: it then ends
