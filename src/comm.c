@@ -3,11 +3,21 @@
  *
  * MPI counts are int: buffers larger than INT_MAX elements are sent in pieces.
  *
- * Requests (comm.h) are non-blocking MPI collectives on the communicator: MPI_Iallreduce for
- * ALLREDUCE, one MPI_Ireduce per owner (in place at the owner) for REDUCE_OWNERS, MPI_Iallgatherv
- * in place for GATHER_OWNERS. Open MPI moves a non-blocking collective only while the process is
- * inside MPI (its libnbc schedules advance in the progress engine), so something must keep
- * calling in while backward computes:
+ * Requests (comm.h). The sums are made here, from point-to-point messages, so that each element
+ * is always summed in rank order, ((x0 + x1) + x2) + ..., whatever the message sizes: a
+ * reduce-scatter in which every rank sends each owner its part and the owner adds the parts up
+ * in rank order, then (ALLREDUCE) each owner sends its sums to every rank. REDUCE_OWNERS is the
+ * first half with ZeRO-1's owner slices, ALLREDUCE both halves with the range cut evenly over the
+ * ranks; so bucketed and one-shot reductions, and ZeRO-1's and plain data-parallel's, give the
+ * same bits on any number of ranks, which an MPI library's own collective does not promise (its
+ * algorithm, and with it the order of the additions, changes with the message size). Each rank
+ * does 1/world of the additions and sends and receives (world - 1)/world of the range twice,
+ * like a ring, in one step per half; Open MPI's non-blocking all-reduce on fewer than 4 ranks
+ * is instead a binomial tree that makes rank 0 do every addition while the others wait for it.
+ * GATHER_OWNERS is MPI_Iallgatherv in place (no arithmetic).
+ * MPI moves a request only while the process is inside MPI, and the additions between the halves
+ * are made by whoever finds the first half complete, so something must keep calling in while
+ * backward computes:
  *   - test mode (the default): the reducer's test calls, made between layers;
  *   - thread mode: a progress thread per rank that tests the outstanding requests every few tens
  *     of microseconds. All of this file's MPI calls then take one mutex, so MPI is never entered
@@ -83,14 +93,21 @@ static void mpi_check(int rc, const char *call, const char *what) {
 
 /* ---- the MPI transport's requests -------------------------------------------------------- */
 
-/* One request slot: the MPI requests it started (one per owner and per INT_MAX piece), and the
- * count arrays MPI_Iallgatherv reads until it completes. */
+/* One request slot: the MPI requests of its current stage (one per peer, owner and INT_MAX
+ * piece), the count arrays MPI_Iallgatherv reads until it completes, and for the sums the
+ * stage they are at and the parts received from the other ranks. */
 typedef struct mpi_slot {
     MPI_Request *req;
     int n, cap;
     int *counts; /* 2 * world ints per request: counts, then displacements */
     int active;  /* started and not yet waited for */
     int done;    /* seen complete (thread mode: by the progress thread) */
+    mgt_coll kind;
+    int stage;   /* sums: 1, parts travelling to their owner; 2, sums travelling back */
+    float *buf;
+    size_t lo, count;
+    float *parts; /* (world - 1) x this rank's part: the others' addends */
+    size_t parts_cap;
 } mpi_slot;
 
 typedef struct mpi_state {
@@ -159,38 +176,114 @@ static MPI_Request *next_req(mgt_comm *c, mpi_slot *q, int **counts) {
     return &q->req[q->n++];
 }
 
-/* One piece [lo, lo + n) of a request, n <= INT_MAX. */
-static void start_piece(mgt_comm *c, mpi_slot *q, mgt_coll kind, float *buf, size_t lo, size_t n) {
-    int *k;
-    if (kind == MGT_COLL_ALLREDUCE) {
+/* Rank r's part of the slot's range: its owner slice (REDUCE_OWNERS), or 1/world of the range
+ * (ALLREDUCE), cut on 16-float boundaries from the range's start. */
+static void part_of(const mgt_comm *c, const mpi_slot *q, int r, size_t *a, size_t *b) {
+    if (q->kind == MGT_COLL_REDUCE_OWNERS) {
+        mgt_comm_owned(c, r, q->lo, q->count, a, b);
+        return;
+    }
+    const size_t n = q->count;
+    size_t x = r == 0 ? 0 : ((size_t)((double)n * r / c->world) & ~(size_t)15);
+    size_t y = r + 1 == c->world ? n : ((size_t)((double)n * (r + 1) / c->world) & ~(size_t)15);
+    x = x < n ? x : n;
+    y = y > x ? y : x;
+    *a = q->lo + x;
+    *b = q->lo + y;
+}
+
+/* Point-to-point messages of [p, p + n) with a peer, in INT_MAX pieces. The tag is the slot and
+ * the stage, so the requests of different slots in flight at once never match each other's. */
+static void p2p(mgt_comm *c, mpi_slot *q, int slot, int send, float *p, size_t n, int peer) {
+    const int tag = 2 * slot + q->stage - 1;
+    for (size_t off = 0; off < n; off += INT_MAX) {
+        int *k;
         MPI_Request *r = next_req(c, q, &k);
-        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + lo, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, r),
-                  "MPI_Iallreduce", "gradient all-reduce");
-        return;
+        const int m = (int)(n - off < INT_MAX ? n - off : INT_MAX);
+        if (send)
+            mpi_check(MPI_Isend(p + off, m, MPI_FLOAT, peer, tag, c->mpi, r), "MPI_Isend",
+                      "gradient reduction");
+        else
+            mpi_check(MPI_Irecv(p + off, m, MPI_FLOAT, peer, tag, c->mpi, r), "MPI_Irecv",
+                      "gradient reduction");
     }
-    if (kind == MGT_COLL_REDUCE_OWNERS) {
-        for (int o = 0; o < c->world; o++) {
-            size_t a, b;
-            mgt_comm_owned(c, o, lo, n, &a, &b);
-            if (a == b)
-                continue;
-            MPI_Request *r = next_req(c, q, &k);
-            const void *send = o == c->rank ? MPI_IN_PLACE : (const void *)(buf + a);
-            mpi_check(MPI_Ireduce(send, buf + a, (int)(b - a), MPI_FLOAT, MPI_SUM, o, c->mpi, r),
-                      "MPI_Ireduce", "gradient reduce-scatter");
-        }
-        return;
+}
+
+/* Stage 1 of the sums: each other rank's part of this rank's data goes to it, and the other
+ * ranks' addends of this rank's part come in. */
+static void start_sums(mgt_comm *c, mpi_slot *q, int slot) {
+    size_t a, b;
+    part_of(c, q, c->rank, &a, &b);
+    const size_t mine = b - a, need = mine * (size_t)(c->world - 1);
+    if (need > q->parts_cap) {
+        float *p = realloc(q->parts, need * sizeof(float));
+        if (!p)
+            mgt_die("out of host memory for the gradient reduction (%zu bytes)",
+                    need * sizeof(float));
+        q->parts = p;
+        q->parts_cap = need;
     }
-    MPI_Request *r = next_req(c, q, &k);
-    for (int o = 0; o < c->world; o++) {
-        size_t a, b;
-        mgt_comm_owned(c, o, lo, n, &a, &b);
-        k[o] = (int)(b - a);
-        k[c->world + o] = (int)(a - lo);
+    q->stage = 1;
+    for (int r = 0, k = 0; r < c->world; r++) {
+        if (r == c->rank)
+            continue;
+        size_t x, y;
+        part_of(c, q, r, &x, &y);
+        p2p(c, q, slot, 1, q->buf + x, y - x, r);
+        p2p(c, q, slot, 0, q->parts + (size_t)k++ * mine, mine, r);
     }
-    mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf + lo, k, k + c->world, MPI_FLOAT,
-                              c->mpi, r),
-              "MPI_Iallgatherv", "weight all-gather");
+}
+
+static void add_to(float *restrict acc, const float *restrict x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        acc[i] += x[i];
+}
+
+/* Stage 1 is complete: this rank's part becomes the sum of every rank's addends in rank order;
+ * then (ALLREDUCE) stage 2 sends it to every rank and takes theirs. Returns 1 when nothing is
+ * left in flight. */
+static int finish_sums(mgt_comm *c, mpi_slot *q, int slot) {
+    size_t a, b;
+    part_of(c, q, c->rank, &a, &b);
+    const size_t mine = b - a;
+    float *own = q->buf + a;
+    /* The addends in rank order: this rank's own, the others' from parts (k-th other rank). */
+    float *acc = c->rank == 0 ? own : q->parts;
+    for (int r = 1; r < c->world; r++)
+        add_to(acc, r == c->rank ? own : q->parts + (size_t)(r < c->rank ? r : r - 1) * mine, mine);
+    if (acc != own)
+        memcpy(own, acc, mine * sizeof(float));
+    q->n = 0;
+    if (q->kind != MGT_COLL_ALLREDUCE)
+        return 1;
+    q->stage = 2;
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank)
+            continue;
+        size_t x, y;
+        part_of(c, q, r, &x, &y);
+        p2p(c, q, slot, 1, own, mine, r);
+        p2p(c, q, slot, 0, q->buf + x, y - x, r);
+    }
+    return q->n == 0;
+}
+
+/* Whether slot q's requests are complete, moving it to its next stage when its current one is
+ * (wait: blocks until then). */
+static int advance(mgt_comm *c, mpi_slot *q, int slot, int wait) {
+    for (;;) {
+        int flag = 1;
+        if (wait)
+            mpi_check(MPI_Waitall(q->n, q->req, MPI_STATUSES_IGNORE), "MPI_Waitall",
+                      "a gradient request");
+        else
+            mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
+                      "a gradient request");
+        if (!flag)
+            return 0;
+        if (q->kind == MGT_COLL_GATHER_OWNERS || q->stage != 1 || finish_sums(c, q, slot))
+            return 1;
+    }
 }
 
 static void mpi_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t lo, size_t count) {
@@ -198,10 +291,32 @@ static void mpi_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t l
     mpi_slot *q = &s->slot[slot];
     lock(s);
     q->n = 0;
-    for (size_t off = 0; off < count; off += INT_MAX)
-        start_piece(c, q, kind, buf, lo + off, count - off < INT_MAX ? count - off : INT_MAX);
+    q->kind = kind;
+    q->buf = buf;
+    q->lo = lo;
+    q->count = count;
+    q->stage = 0;
+    if (kind == MGT_COLL_GATHER_OWNERS) {
+        for (size_t off = 0; off < count; off += INT_MAX) {
+            int *k;
+            const size_t at = lo + off, n = count - off < INT_MAX ? count - off : INT_MAX;
+            MPI_Request *r = next_req(c, q, &k);
+            for (int o = 0; o < c->world; o++) {
+                size_t a, b;
+                mgt_comm_owned(c, o, at, n, &a, &b);
+                k[o] = (int)(b - a);
+                k[c->world + o] = (int)(a - at);
+            }
+            mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf + at, k, k + c->world,
+                                      MPI_FLOAT, c->mpi, r),
+                      "MPI_Iallgatherv", "weight all-gather");
+        }
+        q->done = q->n == 0;
+    } else {
+        start_sums(c, q, slot);
+        q->done = q->n == 0 && finish_sums(c, q, slot);
+    }
     q->active = 1;
-    q->done = q->n == 0;
     if (s->threaded && !q->done) {
         s->pending++;
         pthread_cond_signal(&s->cv);
@@ -218,12 +333,8 @@ static int mpi_test(mgt_comm *c, int slot) {
         unlock(s);
         return done;
     }
-    if (!q->done) {
-        int flag = 0;
-        mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
-                  "a gradient request");
-        q->done = flag;
-    }
+    if (!q->done)
+        q->done = advance(c, q, slot, 0);
     return q->done;
 }
 
@@ -232,8 +343,7 @@ static void mpi_wait(mgt_comm *c, int slot) {
     mpi_slot *q = &s->slot[slot];
     lock(s);
     if (!q->done) {
-        mpi_check(MPI_Waitall(q->n, q->req, MPI_STATUSES_IGNORE), "MPI_Waitall",
-                  "a gradient request");
+        advance(c, q, slot, 1);
         q->done = 1;
         if (s->threaded)
             s->pending--;
@@ -258,10 +368,7 @@ static void *progress_main(void *arg) {
             mpi_slot *q = &s->slot[i];
             if (!q->active || q->done)
                 continue;
-            int flag = 0;
-            mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
-                      "a gradient request (progress thread)");
-            if (flag) {
+            if (advance(c, q, i, 0)) {
                 q->done = 1;
                 s->pending--;
             }
@@ -292,6 +399,7 @@ int mgt_comm_set_progress(mgt_comm *c, mgt_progress how, mgt_err *err) {
         s->threaded = 0;
         return mgt_errf(err, "cannot start the communication progress thread");
     }
+    c->progress_thread = 1;
     return 0;
 }
 
@@ -329,6 +437,7 @@ static void mpi_destroy(mgt_comm *c) {
     for (int i = 0; i < s->nslots; i++) {
         free(s->slot[i].req);
         free(s->slot[i].counts);
+        free(s->slot[i].parts);
     }
     free(s->slot);
     free(s);

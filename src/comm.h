@@ -68,6 +68,7 @@ struct mgt_comm {
     /* The host must drive the requests (MPI): the reducer tests them between layers and may
      * update one range while the next is in flight. 0: the device orders them (NCCL). */
     int host_progress;
+    int progress_thread; /* ... and a thread of its own does (--comm-progress thread) */
 };
 
 /* The MPI transport over `mpi` (host memory). timeout_s <= 0: no watchdog. */

@@ -2,17 +2,19 @@
  * modes (tests between "layers", and the progress thread). Run alone it is a world of one with
  * the transport forced on (c.always); tests/cli/pipeline.sh runs it on 2 and 3 ranks.
  *
- * Every rank's addends are a pure function of (rank, element), so each rank knows them all and
- * the exact sum S and the sum of magnitudes T of every element (in double). Values span ten
- * orders of magnitude with both signs, so that a change of summation order shows. Checks:
+ * Every rank's addends are a pure function of (rank, element), so each rank knows them all,
+ * their float sum in rank order F = ((x0 + x1) + x2) + ..., and the exact sum S and the sum of
+ * magnitudes T of every element (in double). Values span ten orders of magnitude with both
+ * signs, so that a change of summation order shows. Checks:
  *   - ALLREDUCE in buckets (started one after another, tested in between, waited for in order)
- *     is within the error bound of a sum of W addends in any order, |R - S| <= g(W-1) T
+ *     equals F bit for bit on any number of ranks (the transport sums in rank order whatever the
+ *     buckets), and is within the error bound of a sum of W addends, |R - S| <= g(W-1) T
  *     (Higham, Accuracy and Stability, (4.4); g(n) = n u / (1 - n u), u = 2^-24), and so within
- *     2 g(W-1) T of the one-shot blocking MPI_Allreduce; on 2 ranks they are equal bit for bit
- *     (a + b = b + a exactly). Whether they agree bit for bit on more ranks is printed: that is
- *     the MPI library's choice of order;
- *   - REDUCE_OWNERS leaves each owner's part within the same bound of S and every part this rank
- *     does not own exactly as it was;
+ *     2 g(W-1) T of the one-shot blocking MPI_Allreduce; on 2 ranks those two are equal bit for
+ *     bit (a + b = b + a exactly). Whether they agree bit for bit on more ranks is printed: that
+ *     is the MPI library's choice of order;
+ *   - REDUCE_OWNERS leaves each owner's part equal to F bit for bit and every part this rank does
+ *     not own exactly as it was;
  *   - GATHER_OWNERS gives every rank each owner's values exactly;
  *   - empty ranges, a range inside one owner, a range across all of them. */
 #include <math.h>
@@ -44,6 +46,14 @@ typedef struct expect {
     int world;
 } expect;
 
+/* The addends' float sum in rank order. */
+static float rank_order(int world, size_t i) {
+    float v = addend(0, i);
+    for (int r = 1; r < world; r++)
+        v += addend(r, i);
+    return v;
+}
+
 static int within(const expect *x, size_t i, float r, double factor) {
     return fabs((double)r - x->sum[i]) <= factor * gamma_n(x->world - 1) * x->abs[i];
 }
@@ -73,13 +83,15 @@ static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
     }
     for (int k = 0; k < NB; k++)
         mgt_comm_wait(c, k, "test buckets");
-    int bound_ok = 1, same = 1;
+    int bound_ok = 1, same = 1, ordered = 1;
     for (size_t i = 0; i < N; i++) {
         bound_ok &= within(x, i, b[i], 1.0) &&
                     fabsf(b[i] - one[i]) <= 2.0 * gamma_n(x->world - 1) * x->abs[i];
         same &= b[i] == one[i];
+        ordered &= b[i] == rank_order(x->world, i);
     }
     CHECK(t, bound_ok);
+    CHECK(t, ordered);
     if (x->world <= 2)
         CHECK(t, same); /* two addends: one order */
     printf("%s: %d buckets against one MPI_Allreduce on %d ranks: %s\n", mode, NB, x->world,
@@ -95,7 +107,7 @@ static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
     int owned_ok = 1, rest_ok = 1, owned_same = 1;
     for (size_t i = 0; i < N; i++) {
         if (i >= lo && i < hi) {
-            owned_ok &= within(x, i, b[i], 1.0);
+            owned_ok &= within(x, i, b[i], 1.0) && b[i] == rank_order(x->world, i);
             owned_same &= b[i] == one[i];
         } else {
             rest_ok &= b[i] == addend(c->rank, i);
