@@ -140,6 +140,12 @@ struct mgt_ops {
     /* dx[n][in] = dy * W; dW[out][in] = dy^T * x; db[out] = column sums of dy. */
     void (*dense_bwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                       const float *dy, float *dx, float *dw, float *db);
+    /* Rows r0 .. r1 - 1 of dW only (the rest untouched): dW[r][in] = sum over the batch of
+     * dy[i][r] x[i][in]. Optional (NULL: a dense layer's weight gradient comes whole from
+     * dense_bwd). With it, a large layer's backward writes and hands over its weight gradient in
+     * row blocks (layers/dense.c), so that their all-reduce starts before the layer ends. */
+    void (*dense_bwd_rows)(mgt_backend *be, int n, int in, int out, int r0, int r1,
+                           const float *x, const float *dy, float *dw);
 
     /* Convolution (cross-correlation, as in PyTorch and Keras). */
     size_t (*conv2d_scratch)(const mgt_conv_shape *s); /* bytes of scratch fwd/bwd need */

@@ -95,7 +95,7 @@ static const flag flags[] = {
                                              "steps"},
     {"accum-steps", "K", C_TRAIN, "[train] accum_steps (1)",
      "gradient accumulation: K micro-batches of --batch-size per optimizer step"},
-    {"bucket-mb", "X", C_TRAIN, "GPU 25, CPU 4 (the first bucket 1)",
+    {"bucket-mb", "X", C_TRAIN, "GPU 25, CPU 0.25 (the first bucket 1)",
      "gradients travel in buckets of up to X MiB while backward runs; 0: one all-reduce after "
      "backward"},
     {"zero", "0|1", C_TRAIN, "0", "1: ZeRO stage 1, each rank keeps the optimizer state of its "

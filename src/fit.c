@@ -238,6 +238,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
             mgt_reducer_update_range(r, b, &lo, &n);
             mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);
             mgt_reducer_gather(r, b, m->w);
+            mgt_reducer_progress(r);
             mgt_profile_phase(&f->prof, MGT_PH_UPDATE);
         }
     } else {
@@ -525,8 +526,11 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         total = f->limit - pos->step;
     mgt_err e;
     start_pipeline(f);
+    /* Spans a step may add beyond one per phase: each micro-batch's data, forward and backward
+     * phases; each bucket's wait and update phases (interleaved), its request and, under ZeRO-1,
+     * its weight gather; the metric sums' request, the whole arena's gather and its wait. */
     if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0 ||
-        mgt_profile_reserve_requests(&f->prof, 2 * f->red.nb + 2, &e) < 0)
+        mgt_profile_reserve_requests(&f->prof, 3 * f->accum + 4 * f->red.nb + 4, &e) < 0)
         mgt_die("%s", e.msg);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched);

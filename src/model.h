@@ -120,10 +120,21 @@ typedef struct mgt_step {
      * gradients are final: layer by layer from the last, for each layer with parameters, once
      * the ops writing m->g[offset .. offset + count) (all of l's tensors) are issued and before
      * any op of the layers below it. A bucketed all-reduce starts its buckets' reductions here,
-     * overlapping the rest of backward. NULL: nobody listens. */
+     * overlapping the rest of backward. NULL: nobody listens.
+     * A layer whose type has grad_rows may hand over parts of its range first, each as soon as
+     * it is final, from the highest offset down (mgt_step_grads_part); the whole range still
+     * comes after them. So every call's range ends at or below the start of the ranges heard
+     * before it, or covers them (the whole layer's). */
     void (*grads_ready)(void *grads_ctx, const mgt_layer *l, size_t offset, size_t count);
     void *grads_ctx;
 } mgt_step;
+
+/* A part of layer l's gradients, m->g[offset .. offset + count), is final (see grads_ready). */
+static inline void mgt_step_grads_part(const mgt_step *s, const mgt_layer *l, size_t offset,
+                                       size_t count) {
+    if (s->grads_ready)
+        s->grads_ready(s->grads_ctx, l, offset, count);
+}
 
 /* The step's rows of a per-sample tensor of `per_sample` floats a sample (see row0). */
 static inline float *mgt_step_rows(float *base, const mgt_step *s, size_t per_sample) {
@@ -153,6 +164,11 @@ typedef struct mgt_layer_type {
     void (*backward)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
                      const float *y, float *dy, float *dx);
     size_t (*scratch)(mgt_backend *be, const mgt_layer *l, int max_batch); /* may be NULL */
+    /* May be NULL. How backward on a backend with ops o writes and hands over (grads_ready)
+     * the layer's gradients: 0, whole; rows > 0, the tensors above its first one first, then
+     * the first tensor (shape[0] rows, laid out row after row) in blocks of `rows` rows from
+     * the last block down. The bucket plan cuts buckets between those parts only. */
+    int (*grad_rows)(const mgt_layer *l, const mgt_ops *o);
     void (*release)(mgt_model *m, mgt_layer *l);          /* may be NULL */
     /* MGT_BWD_READS_X when backward reads its input x (the planner keeps x until then). A
      * layer's own output y is kept for backward only where its activation needs it. */

@@ -3,14 +3,17 @@
  * the owners and all-gather of the weights they updated.
  *
  * Buckets. Backward produces the gradients layer by layer from the last (model.h: grads_ready),
- * and every layer's tensors are one range of the arena, the layers' ranges in layer order. A
- * bucket is a run of consecutive layers in that reverse order, so it is one contiguous range;
- * the buckets tile the arena from its end (the last layers, plus the two metric sums that sit
- * after the arena) to offset 0. The first bucket is small (at most MGT_FIRST_BUCKET_MB) so that
- * communication starts early, the others up to the cap (--bucket-mb); a layer larger than the
- * cap is a bucket of its own; cap 0 makes ONE bucket, sent when backward has ended (the one-shot
- * all-reduce). A bucket is started the moment its last layer is heard, and the update waits for
- * each bucket in turn (on the CPU it updates one bucket while the later ones are in flight).
+ * and every layer's tensors are one range of the arena, the layers' ranges in layer order; a
+ * large dense layer hands its range over in parts, its bias and then its weight's row blocks
+ * from the last (model.h: grad_rows). A bucket is a run of consecutive parts in that reverse
+ * order, so it is one contiguous range; the buckets tile the arena from its end (the last
+ * layers, plus the two metric sums that sit after the arena) to offset 0. The first bucket is
+ * small (at most MGT_FIRST_BUCKET_MB) so that communication starts early, the others up to the
+ * cap (--bucket-mb); a part larger than the cap is a bucket of its own; cap 0 makes ONE bucket,
+ * sent when backward has ended (the one-shot all-reduce). A bucket is started the moment its
+ * lowest part is heard, and the update waits for each bucket in turn (on the CPU it updates one
+ * bucket while the later ones are in flight). So a layer that holds most of the gradients (an
+ * MLP's first) keeps only its last block back until backward ends, not all of them.
  * Each element is still summed by one reduction of the same addends: the grouping into messages
  * changes nothing but which elements travel together.
  *
@@ -44,19 +47,17 @@ double mgt_bucket_mb_default(const mgt_ops *ops);
 
 typedef struct mgt_bucket {
     size_t lo, count;       /* its range of the arena */
-    int first_layer;        /* the lowest layer index in it */
-    int layers;             /* layers with parameters in it */
-    int left;               /* of those, not yet heard in this step */
     int started;            /* its request went out in this step */
     double t_start, t_done; /* host clock: sent, seen complete (the profile's spans) */
 } mgt_bucket;
 
-/* The bucket plan of model m (pure: no backend, no communication). cap_mb <= 0: one bucket.
- * end: where the arena's reduced part ends (m->param_count, or past the metric sums when they
- * travel in the first bucket). Writes up to max buckets into b and each layer's bucket into
- * bucket_of[nlayers] (-1: no parameters); returns the count, or -1 when more than max. */
-int mgt_bucket_plan(const mgt_model *m, double first_mb, double cap_mb, size_t end, mgt_bucket *b,
-                    int max, int *bucket_of);
+/* The bucket plan of model m (pure: no communication) for a backend with ops `ops` (which
+ * layers hand their gradients over in parts: model.h, grad_rows; NULL: none). cap_mb <= 0: one
+ * bucket. end: where the arena's reduced part ends (m->param_count, or past the metric sums
+ * when they travel in the first bucket). Writes up to max buckets into b; returns the count, or
+ * -1 when more than max. */
+int mgt_bucket_plan(const mgt_model *m, const mgt_ops *ops, double first_mb, double cap_mb,
+                    size_t end, mgt_bucket *b, int max);
 
 /* ZeRO-1's slice of an arena of `count` floats for rank r of world: [*lo, *lo + *n). Slices are
  * contiguous, in rank order, tile the arena, and start on 16-float boundaries. */
@@ -75,7 +76,9 @@ typedef struct mgt_reducer {
     mgt_reducer_opts o;
     int nb;
     mgt_bucket *b;
-    int *bucket_of; /* per layer */
+    size_t end;     /* the top of the reduced part of the arena */
+    size_t ready;   /* this step: [ready, end) is final (the lowest part heard) */
+    int next;       /* this step: the next bucket to start */
     size_t *owners; /* ZeRO-1: world + 1 offsets */
     float *acc;     /* K > 1: the earlier micro-batches' gradient sums (backend memory) */
     int reducing;   /* this micro-batch is the step's last: its buckets go out */
@@ -103,6 +106,8 @@ void mgt_reducer_listen(mgt_reducer *r, int k, int of, mgt_step *s);
  * last one left unsent. */
 void mgt_reducer_backward_done(mgt_reducer *r);
 
+/* Lets the requests in flight advance where the host drives them (between the update's parts). */
+void mgt_reducer_progress(mgt_reducer *r);
 /* Bucket b's reduced gradients (and, for b == 0, the metric sums) are in place for every op
  * issued after this (CPU: returns when they are; GPU: the compute stream waits for them). */
 void mgt_reducer_wait(mgt_reducer *r, int b);

@@ -116,9 +116,23 @@ void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
                  in, beta, y, out);
 }
 
-/* dx = dy * W, dW = dy^T * x, db = column sums of dy. With n == 0 the GEMM for dW would have
- * an empty inner dimension, which BLAS implementations treat inconsistently, so dW is zeroed
- * by hand instead. */
+/* Rows r0 .. r1 - 1 of dW = dy^T * x: those columns of dy (a row stride of `out`) times x. With
+ * n == 0 the GEMM would have an empty inner dimension, which BLAS implementations treat
+ * inconsistently, so the rows are zeroed by hand instead. */
+void mgt_cpu_dense_bwd_rows(mgt_backend *be, int n, int in, int out, int r0, int r1,
+                            const float *x, const float *dy, float *dw) {
+    if (r1 <= r0 || in <= 0)
+        return;
+    float *rows = dw + (size_t)r0 * in;
+    if (n <= 0) {
+        memset(rows, 0, sizeof(float) * (size_t)(r1 - r0) * in);
+        return;
+    }
+    mgt_cpu_gemm(mgt_cpu_impl_of(be)->lanes, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f,
+                 dy + r0, out, x, in, 0.0f, rows, in);
+}
+
+/* dx = dy * W, dW = dy^T * x, db = column sums of dy. */
 void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *dy, float *dx, float *dw, float *db) {
     mgt_cpu_lanes *lanes = mgt_cpu_impl_of(be)->lanes;
@@ -131,13 +145,8 @@ void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
             memset(dx, 0, sizeof(float) * (size_t)n * in);
         return;
     }
-    if (dw) {
-        if (n == 0)
-            memset(dw, 0, sizeof(float) * (size_t)out * in);
-        else
-            mgt_cpu_gemm(lanes, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f,
-                         dw, in);
-    }
+    if (dw)
+        mgt_cpu_dense_bwd_rows(be, n, in, out, 0, out, x, dy, dw);
     if (dx && n > 0)
         mgt_cpu_gemm(lanes, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx,
                      in);
@@ -207,6 +216,7 @@ static const mgt_ops cpu_ops = {
     .destroy = cpu_destroy,
     .dense_fwd = mgt_cpu_dense_fwd,
     .dense_bwd = mgt_cpu_dense_bwd,
+    .dense_bwd_rows = mgt_cpu_dense_bwd_rows,
     .add = cpu_add,
     .conv2d_scratch = mgt_cpu_conv2d_scratch,
     .conv2d_fwd = mgt_cpu_conv2d_fwd,

@@ -86,6 +86,8 @@ void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out);
 /* cpu_backend.c */
 void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *b, float *y);
+void mgt_cpu_dense_bwd_rows(mgt_backend *be, int n, int in, int out, int r0, int r1,
+                            const float *x, const float *dy, float *dw);
 void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *dy, float *dx, float *dw, float *db);
 void mgt_cpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);

@@ -35,15 +35,56 @@ static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *
     s->be->ops->dense_fwd(s->be, s->n, l->in.c, l->out.c, x, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
 }
 
+/* A weight gradient of at least two blocks of GRAD_BLOCK floats (128 KiB) is written in row
+ * blocks, at most GRAD_BLOCKS of them, each a multiple of 16 rows: the blocks leave for their
+ * all-reduce one by one while the next is computed, and the layer's last block is all that
+ * waits for the end of backward (a layer holding most of a model's gradients, like the first
+ * layer of an MLP, would otherwise keep all of them until then). Smaller messages than that
+ * would cost more in per-message latency than they hide, and every block repacks the layer's
+ * input for its GEMM, hence few. The blocks depend on the shape alone, so the gradients are the
+ * same whatever the buckets (and whether anyone listens): each row is one GEMM call's output. */
+enum { GRAD_BLOCK = 32768, GRAD_BLOCKS = 4 };
+
+static int grad_rows(const mgt_layer *l, const mgt_ops *o) {
+    if (!o->dense_bwd_rows)
+        return 0;
+    const int64_t out = l->out.c, in = l->in.c;
+    int64_t blocks = out * in / GRAD_BLOCK;
+    blocks = blocks < GRAD_BLOCKS ? blocks : GRAD_BLOCKS;
+    if (blocks < 2)
+        return 0;
+    const int64_t rows = ((out + blocks - 1) / blocks + 15) / 16 * 16;
+    return rows < out ? (int)rows : 0;
+}
+
 static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
                      const float *y, float *dy, float *dx) {
     (void)y;
-    s->be->ops->dense_bwd(s->be, s->n, l->in.c, l->out.c, x, mgt_w(m, l, 0), dy, dx,
-                          mgt_g(m, l, 0), mgt_g(m, l, 1));
+    const mgt_ops *o = s->be->ops;
+    const int n = s->n, in = l->in.c, out = l->out.c, rows = grad_rows(l, o);
+    float *w = mgt_w(m, l, 0), *gw = mgt_g(m, l, 0), *gb = mgt_g(m, l, 1);
+    if (!rows) {
+        o->dense_bwd(s->be, n, in, out, x, w, dy, dx, gw, gb);
+        return;
+    }
+    /* The bias, then the weight's row blocks from the last: their order in the arena from the
+     * top (model.h: grads_ready), each handed over as written; dx after them. */
+    if (gb) {
+        o->dense_bwd(s->be, n, in, out, x, w, dy, NULL, NULL, gb);
+        mgt_step_grads_part(s, l, (size_t)(gb - m->g), (size_t)out);
+    }
+    for (int hi = out; hi > 0;) {
+        const int lo = (hi - 1) / rows * rows;
+        o->dense_bwd_rows(s->be, n, in, out, lo, hi, x, dy, gw);
+        mgt_step_grads_part(s, l, (size_t)(gw - m->g) + (size_t)lo * in, (size_t)(hi - lo) * in);
+        hi = lo;
+    }
+    if (dx)
+        o->dense_bwd(s->be, n, in, out, x, w, dy, dx, NULL, NULL);
 }
 
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
-    .bwd_reads = MGT_BWD_READS_X,
+    .grad_rows = grad_rows, .bwd_reads = MGT_BWD_READS_X,
 };

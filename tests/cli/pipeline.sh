@@ -2,26 +2,26 @@
 # labels: mpi
 # timeout: 1500
 # The step as a pipeline (src/reducer.h) on real ranks:
-#  1. the transport's requests on 2 and 3 ranks (tests/unit/test_comm_requests.c: bounds and bit
-#     equality of bucketed and one-shot sums, reduce to owners, all-gather, both progress modes);
+#  1. the transport's requests on 2, 3 and 4 ranks (tests/unit/test_comm_requests.c: sums in rank
+#     order bit for bit whatever the buckets, bounds, reduce to owners, all-gather, both progress
+#     modes);
 #  2. buckets: gradients and weights with buckets of every size equal the one-shot all-reduce's
-#     (--bucket-mb 0) bit for bit, on 2 and 3 ranks, in both progress modes; the timeline shows a
+#     (--bucket-mb 0) bit for bit, on 2, 3 and 4 ranks, in both progress modes; the timeline shows a
 #     span per bucket starting before backward ends; --profile reports the exposed wait and the
 #     time in flight;
 #  3. accumulation: 4 micro-batches of 64 give one SGD step's gradients and weights of a batch of
 #     256, on 1 and 3 ranks, with dropout; steps, epochs, checkpoints, --max-steps and resume
 #     count optimizer steps;
-#  4. ZeRO-1: the same weights and checkpoint as plain data-parallel after 20 Adam steps on 2 and
-#     3 ranks; the optimizer state per rank printed; a checkpoint saved on 4 (or 2) ranks resumes
+#  4. ZeRO-1: the same weights and checkpoint as plain data-parallel after 20 Adam steps on 2, 3
+#     and 4 ranks; the optimizer state per rank printed; a checkpoint saved on 4 (or 2) ranks resumes
 #     on 3, on 1 and without --zero as an uninterrupted run;
 #  5. bad values of the new flags and key.
 #
 # Tolerances. Bucketing changes only which elements travel together, never the addends of an
-# element or (Open MPI 4.1's libnbc reduces 2 and 3 ranks with one binomial order whatever the
-# message, see test_comm_requests' report) their order: 0. Two ranks sum two addends, which IEEE
-# addition does exactly alike in either order: 0 there in any case. ZeRO-1 changes the reduction's
-# shape (one reduce per owner instead of an all-reduce) but, on 2 ranks, not its result, and its
-# update is the element-wise rule on the same values: 0. Other tolerances are beside their check.
+# element or their order: the transport adds every element's addends in rank order whatever the
+# message (src/comm.c): 0, on any number of ranks. ZeRO-1 changes the reduction's shape (to the
+# owners only, no all-gather of the sums) but not its additions, and its update is the
+# element-wise rule on the same values: 0. Other tolerances are beside their check.
 source "$(dirname "$0")/lib.bash"
 : "${MGT_BUILD:?run through ctest}"
 export OMP_NUM_THREADS=1
@@ -29,7 +29,7 @@ SYN=(--data synthetic --synthetic-samples 3000 --verbose 0 --no-validation)
 
 # ---- 1. requests --------------------------------------------------------------------------------
 REQ="$MGT_BUILD/tests/test_comm_requests"
-for np in 2 3; do
+for np in 2 3 4; do
   out=$(timeout 300 mpirun --oversubscribe --bind-to none -np $np "$REQ" 2>&1)
   grep -q "on $np rank(s): [0-9]* checks passed, 0 failed" <<<"$out" && ok "requests on $np ranks" \
     || { bad "requests on $np ranks"; echo "$out" | tail -20; }
@@ -37,8 +37,10 @@ for np in 2 3; do
 done
 
 # ---- 2. buckets ---------------------------------------------------------------------------------
-# The MLP (3 layers: 0.01 MiB makes a bucket per layer, 0.3 MiB two), Adam, 12 steps.
-for np in 2 3; do
+# The MLP, Adam, 12 steps. Its first two layers hand their gradients over in parts (the bias,
+# then 4 and 2 row blocks of the weight: layers/dense.c), so 0.01 MiB makes a bucket of each of
+# the 9 parts; 0.3 MiB makes 5 (the last two layers and the first's bias, then a block each).
+for np in 2 3 4; do
   MGT_DUMP_GRADIENTS=g$np-one.safetensors mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" \
     --max-steps 12 --bucket-mb 0 --out one$np >one$np.log 2>&1 || { bad "one-shot np $np"; cat one$np.log; }
   grep -q "step: one all-reduce of the gradients after backward" one$np.log && ok "--bucket-mb 0 is one all-reduce" \
@@ -49,8 +51,8 @@ for np in 2 3; do
     same "np $np, --bucket-mb $mb: first step's gradients = one-shot's" g$np-$mb.safetensors g$np-one.safetensors 0
     same "np $np, --bucket-mb $mb: weights after 12 steps = one-shot's" b$np-$mb/weights.safetensors one$np/weights.safetensors 0
   done
-  grep -q "step: 3 gradient buckets" b$np-0.01.log && grep -q "step: 2 gradient buckets" b$np-0.3.log \
-    && ok "np $np: a bucket per layer at 0.01 MiB, two at 0.3 MiB" || { bad "bucket counts"; grep step: b$np-*.log; }
+  grep -q "step: 9 gradient buckets" b$np-0.01.log && grep -q "step: 5 gradient buckets" b$np-0.3.log \
+    && ok "np $np: a bucket per part at 0.01 MiB, five at 0.3 MiB" || { bad "bucket counts"; grep step: b$np-*.log; }
   mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 12 --bucket-mb 0.01 \
     --comm-progress thread --out t$np >t$np.log 2>&1 || { bad "progress thread np $np"; cat t$np.log; }
   same "np $np: the progress thread gives the same weights" t$np/weights.safetensors one$np/weights.safetensors 0
@@ -69,7 +71,7 @@ for rank in (0, 1):
         b = [e for e in ev if e["pid"] == rank and e["tid"] == 1 and e["args"]["step"] == step]
         back = [e for e in ev if e["pid"] == rank and e["tid"] == 0 and e["args"]["step"] == step
                 and e["name"] == "backward"]
-        assert sorted(e["args"]["bucket"] for e in b) == [0, 1, 2], (rank, step, b)
+        assert sorted(e["args"]["bucket"] for e in b) == list(range(9)), (rank, step, b)
         assert len(back) == 1
         first = min(b, key=lambda e: e["args"]["bucket"])
         assert first["ts"] < back[0]["ts"] + back[0]["dur"], (first, back)
@@ -138,7 +140,7 @@ grep -q "saved with global batch 128 but this run uses 64; resume with --batch-s
   && ok "resume with other samples per step is refused" || { bad "resume batch check"; echo "$out" | tail -3; }
 
 # ---- 4. ZeRO-1 ----------------------------------------------------------------------------------
-for np in 2 3; do
+for np in 2 3 4; do
   mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 20 --out plain$np >plain$np.log 2>&1 \
     || { bad "plain np $np"; cat plain$np.log; }
   mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 20 --zero 1 --out zero$np >zero$np.log 2>&1 \

@@ -2,15 +2,19 @@
  * on the CPU backend, for a model whose first layer has no parameters and whose others mix layers
  * with and without them (convolution, batchnorm, pooling, dropout, flatten, dense).
  *
+ * The first dense layer is large enough (16 x 4096 floats) to hand its gradients over in parts
+ * (model.h: grad_rows): its bias, then its weight's row blocks from the last.
+ *
  * The gradient arena is filled with NaN before backward. Then:
- *   - the callback hears exactly the layers with parameters, once each, from the last to the
- *     first;
- *   - each range it is given is exactly the span of that layer's tensors in the arena: the ranges
- *     are disjoint and together hold every parameter;
- *   - when a layer is heard, its gradients are written (no NaN left) and no layer below it has
- *     been written yet (all NaN): the callback comes as soon as the layer is done;
- *   - its gradients are final then: a copy taken in the callback equals the arena after backward,
- *     bit for bit;
+ *   - the callback hears each layer with parameters whole exactly once, from the last to the
+ *     first; the ranges it is given whole are exactly the spans of the layers' tensors in the
+ *     arena: disjoint, together holding every parameter;
+ *   - before the large layer's whole range it hears its parts: the bias, then the weight's row
+ *     blocks of grad_rows rows from the last, each range contiguous with the one before;
+ *   - when a range is heard, it is written (no NaN left) and nothing below it in the arena has
+ *     been written yet (all NaN): the callback comes as soon as the range is done;
+ *   - a range is final then: a copy taken in the callback equals the arena after backward, bit
+ *     for bit;
  *   - listening changes nothing: the arena after a backward without a listener is the same. */
 #include <math.h>
 #include <stdlib.h>
@@ -28,12 +32,12 @@ static const char *model_text = "[input]\nshape = 8,8,2\n"
                                 "[maxpool]\nsize = 2\n"
                                 "[flatten]\n"
                                 "[dropout]\nrate = 0.25\n"
-                                "[dense]\nunits = 6\nactivation = tanh\n"
+                                "[dense]\nunits = 4096\nactivation = tanh\n"
                                 "[dense]\nunits = 3\n"
                                 "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\n"
                                 "batch_size = 5\nseed = 11\n";
 
-enum { MAX_HEARD = 16 };
+enum { MAX_HEARD = 32 };
 
 typedef struct heard {
     tally *t;
@@ -44,17 +48,10 @@ typedef struct heard {
     float *copy[MAX_HEARD];
 } heard;
 
-static int tensor_nan(const mgt_model *m, const mgt_param *p, int want_all_nan) {
-    for (size_t i = 0; i < p->count; i++)
-        if (isnan(m->g[p->offset + i]) != want_all_nan)
-            return 0;
-    return 1;
-}
-
-/* Whether every tensor of layer l is written (no NaN) or untouched (all NaN). */
-static int layer_is(const mgt_model *m, const mgt_layer *l, int untouched) {
-    for (int j = 0; j < 4; j++)
-        if (l->param[j] >= 0 && !tensor_nan(m, &m->params[l->param[j]], untouched))
+/* Whether m->g[lo .. hi) holds no NaN (written) or only NaN (untouched). */
+static int range_is(const mgt_model *m, size_t lo, size_t hi, int untouched) {
+    for (size_t i = lo; i < hi; i++)
+        if (isnan(m->g[i]) != untouched)
             return 0;
     return 1;
 }
@@ -62,16 +59,24 @@ static int layer_is(const mgt_model *m, const mgt_layer *l, int untouched) {
 static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count) {
     heard *h = ctx;
     if (h->n == MAX_HEARD) {
-        CHECK(h->t, !"more layers heard than the model has");
+        CHECK(h->t, !"more ranges heard than the model has");
         return;
     }
     const int k = h->n++;
     h->layer[k] = l->index;
     h->offset[k] = offset;
     h->count[k] = count;
-    CHECK(h->t, layer_is(h->m, l, 0));
-    for (int i = 0; i < l->index; i++)
-        CHECK(h->t, layer_is(h->m, &h->m->layers[i], 1));
+    /* Every tensor's part in it written (the gaps between tensors stay NaN), and nothing
+     * below it yet: every tensor lies above its lower layers' ones. */
+    for (int j = 0; j < h->m->nparams; j++) {
+        const mgt_param *p = &h->m->params[j];
+        const size_t a = p->offset > offset ? p->offset : offset;
+        const size_t b = p->offset + p->count < offset + count ? p->offset + p->count
+                                                                : offset + count;
+        if (a < b)
+            CHECK(h->t, range_is(h->m, a, b, 0));
+    }
+    CHECK(h->t, range_is(h->m, 0, offset, 1));
     h->copy[k] = malloc(count * sizeof(float) + 1);
     if (h->copy[k])
         memcpy(h->copy[k], h->m->g + offset, count * sizeof(float));
@@ -119,36 +124,51 @@ int main(void) {
     heard h = {.t = &t, .m = &m};
     backward(&m, &be, &h);
 
-    /* The layers with parameters, last to first. */
-    int want[MAX_HEARD], nwant = 0;
+    /* The layers with parameters, last to first, each heard whole once; the large one's parts
+     * before it. */
+    int want[MAX_HEARD], nwant = 0, big = -1;
     for (int i = m.nlayers - 1; i >= 0; i--)
-        if (m.layers[i].param[0] >= 0)
+        if (m.layers[i].param[0] >= 0) {
             want[nwant++] = i;
-    CHECK(&t, nwant == 4 && m.layers[0].param[0] < 0); /* the model is what this test is about */
-    CHECK(&t, h.n == nwant);
-    for (int k = 0; k < h.n && k < nwant; k++)
-        CHECK(&t, h.layer[k] == want[k]);
-
-    /* Each range spans its layer's tensors exactly; the ranges are disjoint and hold them all. */
-    int covered = 0;
+            if (m.layers[i].type->grad_rows && m.layers[i].type->grad_rows(&m.layers[i], be.ops))
+                big = i;
+        }
+    /* the model is what this test is about */
+    CHECK(&t, nwant == 4 && m.layers[0].param[0] < 0 && big == want[1]);
+    const int rows = big >= 0 ? m.layers[big].type->grad_rows(&m.layers[big], be.ops) : 0;
+    CHECK(&t, rows == 2048); /* 65,536 floats: two blocks */
+    int whole = 0, covered = 0;
+    size_t below = (size_t)-1; /* the lowest start heard */
     for (int k = 0; k < h.n; k++) {
         const mgt_layer *l = &m.layers[h.layer[k]];
-        size_t lo = (size_t)-1, hi = 0;
-        for (int j = 0; j < 4; j++)
-            if (l->param[j] >= 0) {
-                const mgt_param *p = &m.params[l->param[j]];
-                CHECK(&t,
-                      p->offset >= h.offset[k] && p->offset + p->count <= h.offset[k] + h.count[k]);
-                lo = p->offset < lo ? p->offset : lo;
-                hi = p->offset + p->count > hi ? p->offset + p->count : hi;
-                covered++;
-            }
-        CHECK(&t, lo == h.offset[k] && hi == h.offset[k] + h.count[k]);
-        for (int q = 0; q < k; q++)
-            CHECK(&t, h.offset[k] + h.count[k] <= h.offset[q] ||
-                          h.offset[q] + h.count[q] <= h.offset[k]);
+        size_t lo;
+        const size_t n = mgt_layer_param_range(&m, l, &lo);
+        CHECK(&t, h.offset[k] >= lo && h.offset[k] + h.count[k] <= lo + n);
+        if (h.offset[k] == lo && h.count[k] == n) { /* the whole layer */
+            CHECK(&t, whole < nwant && h.layer[k] == want[whole]);
+            whole++;
+            for (int j = 0; j < 4; j++)
+                covered += l->param[j] >= 0;
+        } else { /* a part of the large layer, contiguous with what came before */
+            CHECK(&t, h.layer[k] == big && h.offset[k] + h.count[k] == below);
+        }
+        /* a whole range covers its parts; anything else starts below all before it */
+        CHECK(&t, h.offset[k] + h.count[k] <= below || h.offset[k] == lo);
+        below = h.offset[k] < below ? h.offset[k] : below;
     }
-    CHECK(&t, covered == m.nparams);
+    CHECK(&t, whole == nwant && covered == m.nparams);
+    CHECK(&t, h.n == nwant + 3); /* the bias and two row blocks */
+    if (big >= 0) {
+        const mgt_layer *l = &m.layers[big];
+        const mgt_param *w = &m.params[l->param[0]], *b = &m.params[l->param[1]];
+        int k = 0;
+        while (k < h.n && h.layer[k] != big)
+            k++;
+        CHECK(&t, k + 3 < h.n && h.offset[k] == b->offset && h.count[k] == b->count &&
+                      h.offset[k + 1] == w->offset + w->count / 2 &&
+                      h.count[k + 1] == w->count / 2 && h.offset[k + 2] == w->offset &&
+                      h.count[k + 2] == w->count / 2);
+    }
 
     /* Final when heard; and the same arena without a listener. */
     float *with = malloc(m.param_count * sizeof(float) + 1);

@@ -125,6 +125,39 @@ static void test_dense(mgt_backend *be) {
               rel_err(dw2, dw, nw, 1e-30));
         tmp_free_all();
     }
+    /* dense_bwd_rows (optional): rows r0 .. r1 - 1 of dW = dy^T x against the exact sums, each
+     * a dot product of n terms (gamma_n bound), the other rows untouched; n == 0 zeroes them */
+    if (be->ops->dense_bwd_rows) {
+        const int n = 37, in = 70, out = 50, r0 = 16, r1 = 48;
+        float *x = fbuf(n * in), *dy = fbuf(n * out), *dw = fbuf(out * in);
+        double *ref = dbuf((r1 - r0) * in), *refa = dbuf((r1 - r0) * in);
+        fill(x, n * in, -1, 1);
+        fill(dy, n * out, -1, 1);
+        for (int r = r0; r < r1; r++)
+            for (int k = 0; k < in; k++) {
+                double acc = 0, abs_acc = 0;
+                for (int i = 0; i < n; i++) {
+                    acc += (double)dy[i * out + r] * x[i * in + k];
+                    abs_acc += fabs((double)dy[i * out + r] * x[i * in + k]);
+                }
+                ref[(r - r0) * in + k] = acc;
+                refa[(r - r0) * in + k] = abs_acc;
+            }
+        poison(dw, out * in);
+        be->ops->dense_bwd_rows(be, n, in, out, r0, r1, x, dy, dw);
+        const double r = bound_ratio(dw + r0 * in, ref, refa, (size_t)(r1 - r0) * in, n);
+        CHECK(r <= 1.0, "dense_bwd_rows vs exact: error %.3g of its rounding bound", r);
+        int untouched = 1;
+        for (int i = 0; i < out * in; i++)
+            untouched &= (i >= r0 * in && i < r1 * in) || isnan(dw[i]);
+        CHECK(untouched, "dense_bwd_rows wrote outside rows %d..%d", r0, r1 - 1);
+        poison(dw, out * in);
+        be->ops->dense_bwd_rows(be, 0, in, out, r0, r1, x, dy, dw);
+        CHECK(all_zero(dw + r0 * in, (size_t)(r1 - r0) * in) && isnan(dw[r0 * in - 1]) &&
+                  isnan(dw[r1 * in]),
+              "dense_bwd_rows n=0: the rows not zero, or others written");
+        tmp_free_all();
+    }
     /* n == 0: dW and db overwritten with zeros */
     {
         const int in = 6, out = 3;

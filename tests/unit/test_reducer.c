@@ -1,9 +1,10 @@
 /* test_reducer.c: the step's pipeline pieces that need no second rank (reducer.h, optim.h).
  *
- *   - bucket plans of a ConvNet and an MLP for caps from "one bucket" to "one layer each": the
- *     buckets tile [0, end) from the end down, each layer's tensors lie in its bucket, layers
- *     come in backward's order, a bucket of several layers keeps to its cap (the first to the
- *     smaller first cap), and a bucket was closed only when the next layer did not fit;
+ *   - bucket plans of a ConvNet and an MLP for caps from "one bucket" to "one part each", with
+ *     and without the large dense layers' row blocks (model.h: grad_rows): the buckets tile
+ *     [0, end) from the end down, each starts where a part starts, parts come in backward's
+ *     order, a bucket of several parts keeps to its cap (the first to the smaller first cap),
+ *     and a bucket was closed only when the next part did not fit;
  *   - ZeRO-1 slices: contiguous, in rank order, tiling the arena, 16-float aligned, balanced;
  *   - the optimizer's update by parts: every optimizer (SGD plain, momentum, Nesterov, RMSprop,
  *     Adam; with weight decay), over five steps, gives bit for bit the weights and state of the
@@ -54,64 +55,67 @@ static int parse(mgt_model *m, const char *text) {
     return 0;
 }
 
-static void layer_span(const mgt_model *m, int i, size_t *lo, size_t *hi) {
-    *lo = (size_t)-1;
-    *hi = 0;
-    for (int j = 0; j < 4; j++)
-        if (m->layers[i].param[j] >= 0) {
-            const mgt_param *p = &m->params[m->layers[i].param[j]];
-            *lo = p->offset < *lo ? p->offset : *lo;
-            *hi = p->offset + p->count > *hi ? p->offset + p->count : *hi;
+/* The starts of the parts backward hands over (model.h: grads_ready, grad_rows), from the top
+ * down: a layer whole, or the tensors above its first tensor, then that tensor's row blocks
+ * from the last. Returns their number. */
+static int part_starts(const mgt_model *m, const mgt_ops *ops, size_t *at, int max) {
+    int n = 0;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const mgt_layer *l = &m->layers[i];
+        size_t lo;
+        const size_t count = mgt_layer_param_range(m, l, &lo);
+        if (!count)
+            continue;
+        const int rows = ops && l->type->grad_rows ? l->type->grad_rows(l, ops) : 0;
+        if (!rows) {
+            if (n < max)
+                at[n++] = lo;
+            continue;
         }
+        const mgt_param *p = &m->params[l->param[0]];
+        const size_t row = p->count / (size_t)p->shape[0];
+        if (p->offset + p->count < lo + count && n < max)
+            at[n++] = p->offset + p->count;
+        for (int64_t r = (p->shape[0] - 1) / rows * rows; r >= 0 && n < max; r -= rows)
+            at[n++] = p->offset + (size_t)r * row;
+    }
+    return n;
 }
 
-static void check_plan(tally *t, const mgt_model *m, double cap_mb) {
+static int check_plan(tally *t, const mgt_model *m, const mgt_ops *ops, double cap_mb) {
     mgt_bucket b[64];
-    int of[64];
+    size_t at[64];
     const size_t end = m->param_count + 37; /* as if the metric sums followed */
-    const int nb = mgt_bucket_plan(m, MGT_FIRST_BUCKET_MB, cap_mb, end, b, 64, of);
-    CHECK(t, nb >= 1);
-    if (nb < 1)
-        return;
+    const int nb = mgt_bucket_plan(m, ops, MGT_FIRST_BUCKET_MB, cap_mb, end, b, 64);
+    const int np = part_starts(m, ops, at, 64);
+    CHECK(t, nb >= 1 && np >= 1 && np < 64);
+    if (nb < 1 || np < 1)
+        return 0;
     CHECK(t, b[0].lo + b[0].count == end);
     CHECK(t, b[nb - 1].lo == 0);
     for (int k = 0; k + 1 < nb; k++)
         CHECK(t, b[k + 1].lo + b[k + 1].count == b[k].lo && b[k].count > 0);
     if (cap_mb <= 0)
         CHECK(t, nb == 1);
-    int prev = 0, layers[64] = {0};
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        size_t lo, hi;
-        layer_span(m, i, &lo, &hi);
-        if (hi == 0) {
-            CHECK(t, of[i] == -1);
-            continue;
-        }
-        const int k = of[i];
-        CHECK(t, k >= prev && k < nb); /* backward's order: later layers in earlier buckets */
-        if (k < 0 || k >= nb)
-            continue;
-        prev = k;
-        layers[k]++;
-        CHECK(t, lo >= b[k].lo && hi <= b[k].lo + b[k].count);
-    }
     const double mib = 1048576.0;
+    int j = 0; /* the parts, in step with the buckets */
     for (int k = 0; k < nb; k++) {
-        CHECK(t, layers[k] == b[k].layers && layers[k] >= 1);
-        const double cap = (k == 0 && MGT_FIRST_BUCKET_MB < cap_mb ? MGT_FIRST_BUCKET_MB : cap_mb);
-        if (cap_mb > 0 && b[k].layers > 1 && k + 1 < nb) /* the lowest bucket takes the padding */
-            CHECK(t, (double)b[k].count * sizeof(float) <= cap * mib);
-        if (cap_mb > 0 && k + 1 < nb) {
-            /* Closed because the next layer (the highest of bucket k + 1) did not fit. */
-            size_t lo = 0, hi;
-            for (int i = m->nlayers - 1; i >= 0; i--)
-                if (of[i] == k + 1) {
-                    layer_span(m, i, &lo, &hi);
-                    break;
-                }
-            CHECK(t, (double)(b[k].lo + b[k].count - lo) * sizeof(float) > cap * mib);
+        /* Bucket k starts where a part starts (the lowest, at 0, takes what lies below). */
+        int parts = 0;
+        while (j < np && at[j] >= b[k].lo) {
+            j++;
+            parts++;
         }
+        CHECK(t, parts >= 1);
+        CHECK(t, k + 1 == nb || at[j - 1] == b[k].lo);
+        const double cap = (k == 0 && MGT_FIRST_BUCKET_MB < cap_mb ? MGT_FIRST_BUCKET_MB : cap_mb);
+        if (cap_mb > 0 && parts > 1 && k + 1 < nb) /* a part larger than the cap goes alone */
+            CHECK(t, (double)b[k].count * sizeof(float) <= cap * mib);
+        if (cap_mb > 0 && k + 1 < nb && j < np) /* closed because the next part did not fit */
+            CHECK(t, (double)(b[k].lo + b[k].count - at[j]) * sizeof(float) > cap * mib);
     }
+    CHECK(t, j == np); /* every part in a bucket */
+    return nb;
 }
 
 static void check_slices(tally *t) {
@@ -274,6 +278,11 @@ static void check_accumulation(tally *t, mgt_backend *be) {
 int main(void) {
     tally t = {0, 0};
     mgt_model m;
+    mgt_backend be;
+    if (mgt_cpu_backend_init(&be, 1) < 0) {
+        fprintf(stderr, "no CPU backend\n");
+        return 1;
+    }
     const char *texts[] = {convnet, mlp};
     const double caps[] = {0, 0.0001, 0.002, 0.3, 1, 25};
     for (int i = 0; i < 2; i++) {
@@ -281,17 +290,25 @@ int main(void) {
             CHECK(&t, 0);
             continue;
         }
-        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++)
-            check_plan(&t, &m, caps[c]);
+        for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+            check_plan(&t, &m, NULL, caps[c]);
+            check_plan(&t, &m, be.ops, caps[c]);
+        }
+        if (texts[i] == mlp) {
+            /* The MLP 784-256-256-10 on the CPU: the first layer's weight gradient (200,704
+             * floats) in 4 blocks of 64 rows, the second's (65,536) in 2 of 128, the last whole;
+             * so with a tiny cap a bucket per part (1 + 3 + 5), without parts one per layer. */
+            const mgt_layer *d = m.layers;
+            CHECK(&t, d[1].type->grad_rows(&d[1], be.ops) == 64 &&
+                          d[2].type->grad_rows(&d[2], be.ops) == 128 &&
+                          d[3].type->grad_rows(&d[3], be.ops) == 0);
+            CHECK(&t, check_plan(&t, &m, be.ops, 0.0001) == 9);
+            CHECK(&t, check_plan(&t, &m, NULL, 0.0001) == 3);
+        }
         mgt_model_free(&m);
     }
     check_slices(&t);
 
-    mgt_backend be;
-    if (mgt_cpu_backend_init(&be, 1) < 0) {
-        fprintf(stderr, "no CPU backend\n");
-        return 1;
-    }
     mgt_train_cfg cfg;
     mgt_train_defaults(&cfg);
     cfg.opt.weight_decay = 1e-4f;
