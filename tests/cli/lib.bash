@@ -15,6 +15,12 @@ cd "$T"
 # 12: they stay on stderr and end the process with status 1.)
 mkdir "$T/sanitizer"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$T/sanitizer/report"
+# Ranks that mpirun starts on other nodes (through a remote shell) get only OMPI_* variables and
+# what -x names: an mpirun reaching other nodes passes these on.
+SAN_X=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
+  [ -n "${!v:-}" ] && SAN_X+=(-x "$v")
+done
 FAILS=0
 CHECKS=0
 DATA=/usr/share/datasets/fashion-mnist
