@@ -74,7 +74,7 @@ struct mgt_comm {
 /* The MPI transport over `mpi` (host memory). timeout_s <= 0: no watchdog. */
 void mgt_comm_init_mpi(mgt_comm *c, MPI_Comm mpi, double timeout_s);
 /* How the MPI transport's requests progress: by the test calls between layers (the default), or
- * by a thread of its own that tests them while the step computes (needs MPI_THREAD_MULTIPLE).
+ * by a thread of its own that tests them while the step computes (needs MPI_THREAD_SERIALIZED).
  * Returns -1 with err when the thread cannot be had. */
 typedef enum { MGT_PROGRESS_TEST = 0, MGT_PROGRESS_THREAD } mgt_progress;
 int mgt_comm_set_progress(mgt_comm *c, mgt_progress how, mgt_err *err);
@@ -85,6 +85,7 @@ int mgt_comm_init_mpi_staged(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double 
                              mgt_err *err);
 /* The common part every transport's init calls first: ranks, MPI communicator, watchdog. */
 void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s);
+/* Releases the transport: also one whose init failed, and then what that init had set up. */
 void mgt_comm_destroy(mgt_comm *c);
 
 /* The owner slices of the OWNERS kinds (world + 1 offsets, kept by the caller). */

@@ -57,8 +57,8 @@ int main(int argc, char **argv) {
         c.ops->allreduce_sum_f32(&c, d, 0);
         CHECK(1, "empty all-reduce returned");
         dfree_all();
-        mgt_comm_destroy(&c);
     }
+    mgt_comm_destroy(&c); /* also after a failed init: it releases what the init set up */
     mgt_backend_destroy(&be);
     MPI_Finalize();
     return finish("test_gpu_nccl");

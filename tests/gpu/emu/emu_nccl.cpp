@@ -351,10 +351,17 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm)
         return ncclSuccess;
-    /* Requests in flight cannot be cancelled in MPI: the communicator is left to the process's
-     * end; what the stream waited on is released. */
+    /* What the stream waited on is released. Requests in flight cannot be cancelled in MPI: a
+     * communicator with any is left to the process's end. One with none (a start-up that
+     * failed, or one whose work is done) is freed, as NCCL frees it; its duplicate of the MPI
+     * communicator is left, since freeing that is collective and the other ranks may be gone. */
     comm->aborted = true;
     emu::progress();
+    bool busy = comm->req != MPI_REQUEST_NULL;
+    for (auto &p : comm->pending)
+        busy = busy || !p->done;
+    if (!busy)
+        delete comm;
     return ncclSuccess;
 }
 
