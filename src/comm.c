@@ -230,7 +230,9 @@ static void start_sums(mgt_comm *c, mpi_slot *q, int slot) {
         size_t x, y;
         part_of(c, q, r, &x, &y);
         p2p(c, q, slot, 1, q->buf + x, y - x, r);
-        p2p(c, q, slot, 0, q->parts + (size_t)k++ * mine, mine, r);
+        if (mine > 0) /* (parts is NULL while no part was ever owned) */
+            p2p(c, q, slot, 0, q->parts + (size_t)k * mine, mine, r);
+        k++;
     }
 }
 
@@ -247,11 +249,12 @@ static int finish_sums(mgt_comm *c, mpi_slot *q, int slot) {
     part_of(c, q, c->rank, &a, &b);
     const size_t mine = b - a;
     float *own = q->buf + a;
-    /* The addends in rank order: this rank's own, the others' from parts (k-th other rank). */
+    /* The addends in rank order: this rank's own, the others' from parts (k-th other rank). A
+     * rank may own none of a small range. */
     float *acc = c->rank == 0 ? own : q->parts;
-    for (int r = 1; r < c->world; r++)
+    for (int r = 1; r < c->world && mine > 0; r++)
         add_to(acc, r == c->rank ? own : q->parts + (size_t)(r < c->rank ? r : r - 1) * mine, mine);
-    if (acc != own)
+    if (acc != own && mine > 0)
         memcpy(own, acc, mine * sizeof(float));
     q->n = 0;
     if (q->kind != MGT_COLL_ALLREDUCE)
