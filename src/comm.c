@@ -14,7 +14,10 @@
  * does 1/world of the additions and sends and receives (world - 1)/world of the range twice,
  * like a ring, in one step per half; Open MPI's non-blocking all-reduce on fewer than 4 ranks
  * is instead a binomial tree that makes rank 0 do every addition while the others wait for it.
- * GATHER_OWNERS is MPI_Iallgatherv in place (no arithmetic).
+ * GATHER_OWNERS is the second half alone, with the owner slices. Every message is tagged with
+ * its request slot and stage, so requests may be started, and complete, in a different order
+ * on different ranks (the update takes the buckets as they arrive), which MPI's collectives
+ * forbid.
  * MPI moves a request only while the process is inside MPI, and the additions between the halves
  * are made by whoever finds the first half complete, so something must keep calling in while
  * backward computes:
@@ -93,17 +96,15 @@ static void mpi_check(int rc, const char *call, const char *what) {
 
 /* ---- the MPI transport's requests -------------------------------------------------------- */
 
-/* One request slot: the MPI requests of its current stage (one per peer, owner and INT_MAX
- * piece), the count arrays MPI_Iallgatherv reads until it completes, and for the sums the
- * stage they are at and the parts received from the other ranks. */
+/* One request slot: the MPI requests of its current stage (one per peer and INT_MAX piece),
+ * the stage, and for the sums the parts received from the other ranks. */
 typedef struct mpi_slot {
     MPI_Request *req;
     int n, cap;
-    int *counts; /* 2 * world ints per request: counts, then displacements */
     int active;  /* started and not yet waited for */
     int done;    /* seen complete (thread mode: by the progress thread) */
     mgt_coll kind;
-    int stage;   /* sums: 1, parts travelling to their owner; 2, sums travelling back */
+    int stage;   /* 1: parts travelling to their owner; 2: owners' parts travelling to all */
     float *buf;
     size_t lo, count;
     float *parts; /* (world - 1) x this rank's part: the others' addends */
@@ -160,26 +161,22 @@ static int mpi_reserve(mgt_comm *c, int n, mgt_err *err) {
 }
 
 /* Room for one more request in slot q (grows on a slot's first use, before the loop settles). */
-static MPI_Request *next_req(mgt_comm *c, mpi_slot *q, int **counts) {
+static MPI_Request *next_req(mgt_comm *c, mpi_slot *q) {
     if (q->n == q->cap) {
-        int cap = q->cap ? 2 * q->cap : c->world + 1;
+        int cap = q->cap ? 2 * q->cap : 2 * c->world;
         MPI_Request *r = realloc(q->req, sizeof *r * (size_t)cap);
-        int *k = r ? realloc(q->counts, sizeof *k * 2 * (size_t)c->world * (size_t)cap) : NULL;
-        if (r)
-            q->req = r;
-        if (!r || !k)
+        if (!r)
             mgt_die("out of host memory for %d communication requests", cap);
-        q->counts = k;
+        q->req = r;
         q->cap = cap;
     }
-    *counts = q->counts + 2 * (size_t)c->world * (size_t)q->n;
     return &q->req[q->n++];
 }
 
-/* Rank r's part of the slot's range: its owner slice (REDUCE_OWNERS), or 1/world of the range
- * (ALLREDUCE), cut on 16-float boundaries from the range's start. */
+/* Rank r's part of the slot's range: its owner slice (REDUCE_OWNERS, GATHER_OWNERS), or
+ * 1/world of the range (ALLREDUCE), cut on 16-float boundaries from the range's start. */
 static void part_of(const mgt_comm *c, const mpi_slot *q, int r, size_t *a, size_t *b) {
-    if (q->kind == MGT_COLL_REDUCE_OWNERS) {
+    if (q->kind != MGT_COLL_ALLREDUCE) {
         mgt_comm_owned(c, r, q->lo, q->count, a, b);
         return;
     }
@@ -197,8 +194,7 @@ static void part_of(const mgt_comm *c, const mpi_slot *q, int r, size_t *a, size
 static void p2p(mgt_comm *c, mpi_slot *q, int slot, int send, float *p, size_t n, int peer) {
     const int tag = 2 * slot + q->stage - 1;
     for (size_t off = 0; off < n; off += INT_MAX) {
-        int *k;
-        MPI_Request *r = next_req(c, q, &k);
+        MPI_Request *r = next_req(c, q);
         const int m = (int)(n - off < INT_MAX ? n - off : INT_MAX);
         if (send)
             mpi_check(MPI_Isend(p + off, m, MPI_FLOAT, peer, tag, c->mpi, r), "MPI_Isend",
@@ -241,6 +237,21 @@ static void add_to(float *restrict acc, const float *restrict x, size_t n) {
         acc[i] += x[i];
 }
 
+/* Stage 2 (and all of GATHER_OWNERS): this rank's part goes to every rank, theirs come in. */
+static void start_gather(mgt_comm *c, mpi_slot *q, int slot) {
+    size_t a, b;
+    part_of(c, q, c->rank, &a, &b);
+    q->stage = 2;
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank)
+            continue;
+        size_t x, y;
+        part_of(c, q, r, &x, &y);
+        p2p(c, q, slot, 1, q->buf + a, b - a, r);
+        p2p(c, q, slot, 0, q->buf + x, y - x, r);
+    }
+}
+
 /* Stage 1 is complete: this rank's part becomes the sum of every rank's addends in rank order;
  * then (ALLREDUCE) stage 2 sends it to every rank and takes theirs. Returns 1 when nothing is
  * left in flight. */
@@ -259,32 +270,19 @@ static int finish_sums(mgt_comm *c, mpi_slot *q, int slot) {
     q->n = 0;
     if (q->kind != MGT_COLL_ALLREDUCE)
         return 1;
-    q->stage = 2;
-    for (int r = 0; r < c->world; r++) {
-        if (r == c->rank)
-            continue;
-        size_t x, y;
-        part_of(c, q, r, &x, &y);
-        p2p(c, q, slot, 1, own, mine, r);
-        p2p(c, q, slot, 0, q->buf + x, y - x, r);
-    }
+    start_gather(c, q, slot);
     return q->n == 0;
 }
 
-/* Whether slot q's requests are complete, moving it to its next stage when its current one is
- * (wait: blocks until then). */
-static int advance(mgt_comm *c, mpi_slot *q, int slot, int wait) {
+/* Whether slot q's requests are complete, moving it to its next stage when its current one is. */
+static int advance(mgt_comm *c, mpi_slot *q, int slot) {
     for (;;) {
-        int flag = 1;
-        if (wait)
-            mpi_check(MPI_Waitall(q->n, q->req, MPI_STATUSES_IGNORE), "MPI_Waitall",
-                      "a gradient request");
-        else
-            mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
-                      "a gradient request");
+        int flag = 0;
+        mpi_check(MPI_Testall(q->n, q->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall",
+                  "a gradient request");
         if (!flag)
             return 0;
-        if (q->kind == MGT_COLL_GATHER_OWNERS || q->stage != 1 || finish_sums(c, q, slot))
+        if (q->stage != 1 || finish_sums(c, q, slot))
             return 1;
     }
 }
@@ -300,20 +298,7 @@ static void mpi_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t l
     q->count = count;
     q->stage = 0;
     if (kind == MGT_COLL_GATHER_OWNERS) {
-        for (size_t off = 0; off < count; off += INT_MAX) {
-            int *k;
-            const size_t at = lo + off, n = count - off < INT_MAX ? count - off : INT_MAX;
-            MPI_Request *r = next_req(c, q, &k);
-            for (int o = 0; o < c->world; o++) {
-                size_t a, b;
-                mgt_comm_owned(c, o, at, n, &a, &b);
-                k[o] = (int)(b - a);
-                k[c->world + o] = (int)(a - at);
-            }
-            mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf + at, k, k + c->world,
-                                      MPI_FLOAT, c->mpi, r),
-                      "MPI_Iallgatherv", "weight all-gather");
-        }
+        start_gather(c, q, slot);
         q->done = q->n == 0;
     } else {
         start_sums(c, q, slot);
@@ -337,20 +322,26 @@ static int mpi_test(mgt_comm *c, int slot) {
         return done;
     }
     if (!q->done)
-        q->done = advance(c, q, slot, 0);
+        q->done = advance(c, q, slot);
     return q->done;
 }
 
+/* Waits for one slot by testing every active one: a rank may wait for its requests in another
+ * order than its peers, and a slot's next stage starts only where it is tested, so a blocking
+ * wait on one slot could wait for a peer that waits for another. (MPI_Wait spins as well.) */
 static void mpi_wait(mgt_comm *c, int slot) {
     mpi_state *s = c->impl;
     mpi_slot *q = &s->slot[slot];
     lock(s);
-    if (!q->done) {
-        advance(c, q, slot, 1);
-        q->done = 1;
-        if (s->threaded)
-            s->pending--;
-    }
+    while (!q->done)
+        for (int i = 0; i < s->nslots; i++) {
+            mpi_slot *o = &s->slot[i];
+            if (o->active && !o->done && advance(c, o, i)) {
+                o->done = 1;
+                if (s->threaded)
+                    s->pending--;
+            }
+        }
     q->active = 0;
     unlock(s);
 }
@@ -371,7 +362,7 @@ static void *progress_main(void *arg) {
             mpi_slot *q = &s->slot[i];
             if (!q->active || q->done)
                 continue;
-            if (advance(c, q, i, 0)) {
+            if (advance(c, q, i)) {
                 q->done = 1;
                 s->pending--;
             }
@@ -439,7 +430,6 @@ static void mpi_destroy(mgt_comm *c) {
     }
     for (int i = 0; i < s->nslots; i++) {
         free(s->slot[i].req);
-        free(s->slot[i].counts);
         free(s->slot[i].parts);
     }
     free(s->slot);

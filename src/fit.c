@@ -230,8 +230,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
     set_rate(f);
     if (r->interleave && !clipping && !f->repro) {
         mgt_optim_begin(env->opt, global_n);
-        for (int b = 0; b < r->nb; b++) {
-            mgt_reducer_wait(r, b);
+        for (int b; (b = mgt_reducer_next(r)) >= 0;) { /* in the order they arrive */
             mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
             if (b == 0)
                 take_metrics(f, global_n);

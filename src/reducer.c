@@ -220,7 +220,7 @@ void mgt_reducer_listen(mgt_reducer *r, int k, int of, mgt_step *s) {
     r->reducing = k + 1 == of;
     if (r->reducing) {
         for (int i = 0; i < r->nb; i++)
-            r->b[i].started = 0;
+            r->b[i].started = r->b[i].taken = 0;
         r->ready = r->end;
         r->next = 0;
         memset(r->gather_state, 0, (size_t)r->nb + 1);
@@ -256,18 +256,44 @@ void mgt_reducer_wait(mgt_reducer *r, int k) {
         r->t_sums_done = mgt_now();
     }
     mgt_bucket *b = &r->b[k];
-    const char *what = r->o.zero ? "gradient reduce-scatter" : "gradient all-reduce";
-    if (r->comm->host_progress && !r->comm->progress_thread && r->b[k].started) {
-        /* Every bucket in flight is tested while this one is waited for: the later ones move on
-         * to their next stage here too (comm.c) instead of only once their own wait comes. */
-        mgt_comm_enter(r->comm, what);
-        while (!mgt_comm_test(r->comm, k))
-            progress(r);
-        mgt_comm_leave(r->comm);
-    }
-    mgt_comm_wait(r->comm, k, what);
+    /* (The MPI transport moves every request in flight while it waits for this one.) */
+    mgt_comm_wait(r->comm, k, r->o.zero ? "gradient reduce-scatter" : "gradient all-reduce");
     if (!b->t_done)
         b->t_done = mgt_now();
+}
+
+int mgt_reducer_next(mgt_reducer *r) {
+    mgt_comm *c = r->comm;
+    const int any_order = c->host_progress && !c->progress_thread && mgt_comm_requests_on(c);
+    int entered = 0, k = -1;
+    for (int i = 0; i < r->nb && k < 0; i++)
+        if (!r->b[i].taken)
+            k = i;
+    while (any_order && k >= 0) {
+        /* The first one complete; the ZeRO-1 metric sums go with bucket 0 (they started
+         * before it). */
+        int ready = -1;
+        for (int i = k; i < r->nb && ready < 0; i++)
+            if (!r->b[i].taken && r->b[i].started && mgt_comm_test(c, i) &&
+                (i > 0 || !r->o.zero || mgt_comm_test(c, r->sums_slot)))
+                ready = i;
+        if (ready >= 0) {
+            k = ready;
+            break;
+        }
+        if (!entered) { /* the watchdog covers the wait */
+            mgt_comm_enter(c, r->o.zero ? "gradient reduce-scatter" : "gradient all-reduce");
+            entered = 1;
+        }
+        progress(r);
+    }
+    if (entered)
+        mgt_comm_leave(c);
+    if (k >= 0) {
+        r->b[k].taken = 1;
+        mgt_reducer_wait(r, k);
+    }
+    return k;
 }
 
 void mgt_reducer_update_range(const mgt_reducer *r, int k, size_t *lo, size_t *count) {

@@ -11,8 +11,9 @@
  * small (at most MGT_FIRST_BUCKET_MB) so that communication starts early, the others up to the
  * cap (--bucket-mb); a part larger than the cap is a bucket of its own; cap 0 makes ONE bucket,
  * sent when backward has ended (the one-shot all-reduce). A bucket is started the moment its
- * lowest part is heard, and the update waits for each bucket in turn (on the CPU it updates one
- * bucket while the later ones are in flight). So a layer that holds most of the gradients (an
+ * lowest part is heard, and the update waits for each bucket in turn (on the CPU it updates
+ * each bucket as its reduction completes, in whatever order, while the others are in flight:
+ * mgt_reducer_next). So a layer that holds most of the gradients (an
  * MLP's first) keeps only its last block back until backward ends, not all of them.
  * Each element is still summed by one reduction of the same addends: the grouping into messages
  * changes nothing but which elements travel together.
@@ -48,6 +49,7 @@ double mgt_bucket_mb_default(const mgt_ops *ops);
 typedef struct mgt_bucket {
     size_t lo, count;       /* its range of the arena */
     int started;            /* its request went out in this step */
+    int taken;              /* mgt_reducer_next handed it out in this step */
     double t_start, t_done; /* host clock: sent, seen complete (the profile's spans) */
 } mgt_bucket;
 
@@ -108,6 +110,11 @@ void mgt_reducer_backward_done(mgt_reducer *r);
 
 /* Lets the requests in flight advance where the host drives them (between the update's parts). */
 void mgt_reducer_progress(mgt_reducer *r);
+/* Where the host drives the requests and tests them itself (MPI, --comm-progress test): the
+ * bucket to update next, the first of those not yet handed out in this step whose reduction is
+ * complete, waiting (and testing every one) until one is; with mgt_reducer_wait's effect done.
+ * Elsewhere the next bucket in order, waited for. -1 when every bucket has been handed out. */
+int mgt_reducer_next(mgt_reducer *r);
 /* Bucket b's reduced gradients (and, for b == 0, the metric sums) are in place for every op
  * issued after this (CPU: returns when they are; GPU: the compute stream waits for them). */
 void mgt_reducer_wait(mgt_reducer *r, int b);

@@ -15,7 +15,10 @@
  *     is the MPI library's choice of order;
  *   - REDUCE_OWNERS leaves each owner's part equal to F bit for bit and every part this rank does
  *     not own exactly as it was;
- *   - GATHER_OWNERS gives every rank each owner's values exactly;
+ *   - the same when every other rank starts the buckets in the reverse order and each rank waits
+ *     for them in an order of its own;
+ *   - GATHER_OWNERS gives every rank each owner's values exactly, started in another order on
+ *     odd ranks;
  *   - empty ranges, a range inside one owner, a range across all of them. */
 #include <math.h>
 #include <mpi.h>
@@ -97,6 +100,22 @@ static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
     printf("%s: %d buckets against one MPI_Allreduce on %d ranks: %s\n", mode, NB, x->world,
            same ? "bit for bit equal" : "within the bound, not bit for bit");
 
+    /* The same buckets started in another order on every other rank (the reverse), and waited
+     * for in another order again: requests never match another slot's messages, so the sums
+     * are the same (a rank's update takes the buckets as they arrive, in its own order). */
+    fill(b, c->rank);
+    for (int j = 0; j < NB; j++) {
+        const int k = c->rank % 2 ? NB - 1 - j : j;
+        mgt_comm_start(c, k, MGT_COLL_ALLREDUCE, b, cuts[k + 1], cuts[k] - cuts[k + 1]);
+        (void)mgt_comm_test(c, k);
+    }
+    for (int j = 0; j < NB; j++)
+        mgt_comm_wait(c, (j + c->rank) % NB, "test buckets in any order");
+    int any_order = 1;
+    for (size_t i = 0; i < N; i++)
+        any_order &= b[i] == rank_order(x->world, i);
+    CHECK(t, any_order);
+
     /* REDUCE_OWNERS over the same buckets: owners get the sums, the rest stays. */
     fill(b, c->rank);
     for (int k = 0; k < NB; k++)
@@ -121,12 +140,14 @@ static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
            owned_same ? "bit for bit equal" : "within the bound, not bit for bit");
 
     /* GATHER_OWNERS: each owner's values everywhere; a range within one owner, one across all,
-     * and an empty one. */
+     * and an empty one, started in another order on odd ranks. */
     for (size_t i = 0; i < N; i++)
         b[i] = i >= lo && i < hi ? (float)i * 0.5f + 0.25f : NAN;
-    mgt_comm_start(c, 0, MGT_COLL_GATHER_OWNERS, b, 0, N / 2);
-    mgt_comm_start(c, 1, MGT_COLL_GATHER_OWNERS, b, N / 2, 0);
-    mgt_comm_start(c, 2, MGT_COLL_GATHER_OWNERS, b, N / 2, N - N / 2);
+    for (int j = 0; j < 3; j++) {
+        const int k = c->rank % 2 ? 2 - j : j;
+        const size_t at = k == 0 ? 0 : N / 2, n = k == 0 ? N / 2 : k == 1 ? 0 : N - N / 2;
+        mgt_comm_start(c, k, MGT_COLL_GATHER_OWNERS, b, at, n);
+    }
     for (int k = 0; k < 3; k++)
         mgt_comm_wait(c, k, "test gather");
     int gather_ok = 1;
