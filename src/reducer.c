@@ -91,8 +91,9 @@ void mgt_reducer_slice(size_t count, int r, int world, size_t *lo, size_t *n) {
  * long part of backward remains: the MLP's whole gradient is 1 MiB, three quarters of it in its
  * first layer's four row blocks (layers/dense.c), and at 0.25 MiB each block is a bucket of its
  * own (at 1 MiB the first bucket would wait for three of them). bench/overlap, 2 ranks on a
- * 2-core AMD EPYC, exposed share of the step (median of 5): MLP 19.7% one-shot, 3.3% at 0.25 MiB,
- * 15.5% at 0.5, 6.5% at 1; the seed ConvNet (median of 3) 1.9%, 1.1% and, at 1 MiB, 2.1%. */
+ * 2-core AMD EPYC (bench/results/cpu-overlap-epyc.md), exposed share of the step, median of 9
+ * runs: MLP 14.8% one-shot, 12.4% at 0.25 MiB, 17.2% at 1 MiB (single runs spread from 1% to
+ * 23% in every variant: see the README); seed ConvNet 1.9%, 0.8%, 0.8%. */
 double mgt_bucket_mb_default(const mgt_ops *ops) {
     return strcmp(ops->name, "cpu") ? 25.0 : 0.25;
 }
