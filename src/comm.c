@@ -151,6 +151,15 @@ static int mpi_reserve(mgt_comm *c, int n, mgt_err *err) {
     mpi_state *s = c->impl;
     if (n <= s->nslots)
         return 0;
+    /* Two message tags per slot (p2p): within what this MPI allows (at least 32767). */
+    int *ub = NULL, has = 0;
+    MPI_Comm_get_attr(c->mpi, MPI_TAG_UB, &ub, &has);
+    const long long max_tag = has && ub ? *ub : 32767;
+    if (2LL * n - 1 > max_tag)
+        return mgt_errf(err,
+                        "%d communication requests per step need message tags up to %lld, "
+                        "beyond this MPI's %lld; use larger buckets (--bucket-mb)",
+                        n, 2LL * n - 1, max_tag);
     mpi_slot *ns = realloc(s->slot, sizeof *ns * (size_t)n);
     if (!ns)
         return mgt_errf(err, "out of host memory for %d communication requests", n);
