@@ -182,20 +182,30 @@ static MPI_Request *next_req(mgt_comm *c, mpi_slot *q) {
     return &q->req[q->n++];
 }
 
-/* Rank r's part of the slot's range: its owner slice (REDUCE_OWNERS, GATHER_OWNERS), or
- * 1/world of the range (ALLREDUCE), cut on 16-float boundaries from the range's start. */
+void mgt_comm_slice(size_t count, int r, int world, size_t *lo, size_t *n) {
+    /* Rank r's share starts at r/world of the arena, rounded down to 16 floats (64 bytes: vector
+     * loads, cuBLAS and NCCL alignment); the last ends at the arena's end. */
+    size_t a = r == 0 ? 0 : ((size_t)((double)count * r / world) & ~(size_t)15);
+    size_t b = r + 1 == world ? count : ((size_t)((double)count * (r + 1) / world) & ~(size_t)15);
+    if (a > count)
+        a = count;
+    if (b < a)
+        b = a;
+    *lo = a;
+    *n = b - a;
+}
+
+/* Rank r's part of the slot's range: its owner slice (REDUCE_OWNERS, GATHER_OWNERS), or its
+ * slice of the range itself (ALLREDUCE). */
 static void part_of(const mgt_comm *c, const mpi_slot *q, int r, size_t *a, size_t *b) {
     if (q->kind != MGT_COLL_ALLREDUCE) {
         mgt_comm_owned(c, r, q->lo, q->count, a, b);
         return;
     }
-    const size_t n = q->count;
-    size_t x = r == 0 ? 0 : ((size_t)((double)n * r / c->world) & ~(size_t)15);
-    size_t y = r + 1 == c->world ? n : ((size_t)((double)n * (r + 1) / c->world) & ~(size_t)15);
-    x = x < n ? x : n;
-    y = y > x ? y : x;
+    size_t x, n;
+    mgt_comm_slice(q->count, r, c->world, &x, &n);
     *a = q->lo + x;
-    *b = q->lo + y;
+    *b = q->lo + x + n;
 }
 
 /* Point-to-point messages of [p, p + n) with a peer, in INT_MAX pieces. The tag is the slot and

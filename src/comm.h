@@ -85,6 +85,10 @@ int mgt_comm_init_mpi_staged(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double 
                              mgt_err *err);
 /* The common part every transport's init calls first: ranks, MPI communicator, watchdog. */
 void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s);
+/* Rank r's slice of a range of `count` floats cut over `world` ranks: [*lo, *lo + *n) from its
+ * start. Slices are contiguous, in rank order, tile the range, and start on 16-float
+ * boundaries. ZeRO-1's owners (reducer.h) and the MPI transport's parts of a sum are cut so. */
+void mgt_comm_slice(size_t count, int r, int world, size_t *lo, size_t *n);
 /* Releases the transport: also one whose init failed, and then what that init had set up. */
 void mgt_comm_destroy(mgt_comm *c);
 

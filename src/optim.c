@@ -114,7 +114,7 @@ int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *
     o->count = count;
     o->shards = shards < 1 ? 1 : shards;
     o->rank = o->shards == 1 ? 0 : rank;
-    mgt_reducer_slice(count, o->rank, o->shards, &o->lo, &o->n);
+    mgt_comm_slice(count, o->rank, o->shards, &o->lo, &o->n);
     o->lr = cfg->lr;
     const mgt_optimizer *d = &table[cfg->optimizer];
     for (int i = 0; i < MGT_OPT_MAX_SLOTS && d->slot_names[i]; i++) {
@@ -170,7 +170,7 @@ static float *slice_layout(const mgt_optim *o, const mgt_comm *c, int root, size
         if (!k)
             mgt_die("out of host memory for the optimizer state's layout");
         for (int r = 0; r < c->world; r++)
-            mgt_reducer_slice(o->count, r, o->shards, &lo, &k[r]);
+            mgt_comm_slice(o->count, r, o->shards, &lo, &k[r]);
     }
     float *mine = malloc(o->n * sizeof(float) + sizeof(float));
     if (!mine)

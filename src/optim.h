@@ -80,7 +80,7 @@ typedef struct mgt_optim {
 
 int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
                    mgt_err *err);
-/* ZeRO-1: state for rank `rank`'s slice of `shards` only (reducer.h: mgt_reducer_slice). */
+/* ZeRO-1: state for rank `rank`'s slice of `shards` only (comm.h: mgt_comm_slice). */
 int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
                            int rank, int shards, mgt_err *err);
 /* g holds gradient sums over the global batch of `global_n` samples. Updates the instance's

@@ -72,19 +72,6 @@ int mgt_bucket_plan(const mgt_model *m, const mgt_ops *ops, double first_mb, dou
     return p.nb;
 }
 
-void mgt_reducer_slice(size_t count, int r, int world, size_t *lo, size_t *n) {
-    /* Rank r's share starts at r/world of the arena, rounded down to 16 floats (64 bytes: vector
-     * loads, cuBLAS and NCCL alignment); the last ends at the arena's end. */
-    size_t a = r == 0 ? 0 : ((size_t)((double)count * r / world) & ~(size_t)15);
-    size_t b = r + 1 == world ? count : ((size_t)((double)count * (r + 1) / world) & ~(size_t)15);
-    if (a > count)
-        a = count;
-    if (b < a)
-        b = a;
-    *lo = a;
-    *n = b - a;
-}
-
 /* GPUs: PyTorch DDP's 25 MiB, where NCCL's per-call cost (tens of microseconds) wants few large
  * messages. CPUs: 0.25 MiB. There the ranks move the bytes themselves, inside their MPI calls
  * between the parts of backward, so what hides communication is many buckets leaving while a
@@ -130,7 +117,7 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     if (o->zero) {
         for (int k = 0; k < comm->world; k++) {
             size_t n;
-            mgt_reducer_slice(m->param_count, k, comm->world, &r->owners[k], &n);
+            mgt_comm_slice(m->param_count, k, comm->world, &r->owners[k], &n);
         }
         r->owners[comm->world] = m->param_count;
         mgt_comm_set_owners(comm, r->owners);

@@ -25,7 +25,7 @@
  * add up across micro-batches by themselves (the loss op adds to them).
  *
  * ZeRO-1 (--zero 1): rank r owns the slice [owners[r], owners[r + 1]) of the arena
- * (mgt_reducer_slice: contiguous, 16-float aligned). Buckets are REDUCE_OWNERS requests, so each
+ * (mgt_comm_slice: contiguous, 16-float aligned). Buckets are REDUCE_OWNERS requests, so each
  * rank receives the summed gradients of its own slice only; the metric sums get an all-reduce of
  * their own, started with the first bucket; after the update of the owned part, the weights are
  * sent to every rank (GATHER_OWNERS), bucket by bucket where the host drives the requests. */
@@ -60,10 +60,6 @@ typedef struct mgt_bucket {
  * -1 when more than max. */
 int mgt_bucket_plan(const mgt_model *m, const mgt_ops *ops, double first_mb, double cap_mb,
                     size_t end, mgt_bucket *b, int max);
-
-/* ZeRO-1's slice of an arena of `count` floats for rank r of world: [*lo, *lo + *n). Slices are
- * contiguous, in rank order, tile the arena, and start on 16-float boundaries. */
-void mgt_reducer_slice(size_t count, int r, int world, size_t *lo, size_t *n);
 
 typedef struct mgt_reducer_opts {
     double bucket_mb; /* bucket cap in MiB; 0: one bucket after backward */

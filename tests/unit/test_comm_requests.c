@@ -188,7 +188,7 @@ int main(int argc, char **argv) {
     CHECK(&t, owners != NULL);
     for (int r = 0; r < world; r++) {
         size_t n;
-        mgt_reducer_slice(N, r, world, &owners[r], &n);
+        mgt_comm_slice(N, r, world, &owners[r], &n);
     }
     owners[world] = N;
     const char *modes[] = {"test", "thread"};

@@ -128,7 +128,7 @@ static void check_slices(tally *t) {
             int ok = 1;
             for (int r = 0; r < W; r++) {
                 size_t lo, n;
-                mgt_reducer_slice(counts[c], r, W, &lo, &n);
+                mgt_comm_slice(counts[c], r, W, &lo, &n);
                 ok &= lo == at && lo % 16 == 0 && (double)n <= (double)counts[c] / W + 16.0 &&
                       (double)n + 16.0 >= (double)counts[c] / W;
                 at = lo + n;
