@@ -106,8 +106,10 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     r->t_gather = calloc((size_t)max + 1, sizeof *r->t_gather);
     r->t_gather_done = calloc((size_t)max + 1, sizeof *r->t_gather_done);
     r->gather_state = calloc((size_t)max + 1, 1);
+    /* the buckets' requests, the sums' and the gathers' (one per bucket and the whole arena) */
+    r->spans = calloc(2 * (size_t)max + 2, sizeof *r->spans);
     r->owners = calloc((size_t)comm->world + 1, sizeof *r->owners);
-    if (!r->b || !r->t_gather || !r->t_gather_done || !r->gather_state ||
+    if (!r->b || !r->spans || !r->t_gather || !r->t_gather_done || !r->gather_state ||
         !r->owners)
         return mgt_errf(err, "out of host memory for the gradient buckets");
     r->end = end;
@@ -149,6 +151,7 @@ void mgt_reducer_free(mgt_reducer *r) {
     free(r->t_gather);
     free(r->t_gather_done);
     free(r->gather_state);
+    free(r->spans);
     free(r->owners);
     memset(r, 0, sizeof *r);
 }
@@ -323,39 +326,35 @@ void mgt_reducer_gather_wait(mgt_reducer *r) {
 }
 
 /* The time at least one request was in flight: the union of [start, done) intervals. */
-typedef struct iv {
-    double a, b;
-} iv;
-
 static int cmp_iv(const void *x, const void *y) {
-    const iv *p = x, *q = y;
+    const mgt_interval *p = x, *q = y;
     return (p->a > q->a) - (p->a < q->a);
 }
 
 void mgt_reducer_end_step(mgt_reducer *r, mgt_profile *p) {
     if (!p->on || p->device || !mgt_comm_requests_on(r->comm))
         return;
-    iv v[2 * 256 + 2];
+    mgt_interval *v = r->spans;
     int n = 0;
     const double now = mgt_now();
     const mgt_coll kind = r->o.zero ? MGT_COLL_REDUCE_OWNERS : MGT_COLL_ALLREDUCE;
-    for (int k = 0; k < r->nb && n < 256; k++) {
+    for (int k = 0; k < r->nb; k++) {
         const mgt_bucket *b = &r->b[k];
         if (!b->started)
             continue;
         const double done = b->t_done > 0 ? b->t_done : now;
         mgt_profile_request(p, k, kind, b->count * sizeof(float), b->t_start, done);
-        v[n++] = (iv){b->t_start, done};
+        v[n++] = (mgt_interval){b->t_start, done};
     }
     if (r->o.zero) {
-        v[n++] = (iv){r->t_sums, r->t_sums_done > 0 ? r->t_sums_done : now};
+        v[n++] = (mgt_interval){r->t_sums, r->t_sums_done > 0 ? r->t_sums_done : now};
         for (int i = 0; i <= r->nb; i++) /* the gathers: from each start to its wait's end */
             if (r->gather_state[i] == 2) {
                 const size_t bytes =
                     (i < r->nb ? r->b[i].count : r->m->param_count) * sizeof(float);
                 mgt_profile_request(p, i < r->nb ? i : -1, MGT_COLL_GATHER_OWNERS, bytes,
                                     r->t_gather[i], r->t_gather_done[i]);
-                v[n++] = (iv){r->t_gather[i], r->t_gather_done[i]};
+                v[n++] = (mgt_interval){r->t_gather[i], r->t_gather_done[i]};
             }
     }
     qsort(v, (size_t)n, sizeof *v, cmp_iv);

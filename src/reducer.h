@@ -46,6 +46,10 @@
 /* --bucket-mb's default for a backend (see reducer.c for the measurements behind it). */
 double mgt_bucket_mb_default(const mgt_ops *ops);
 
+typedef struct mgt_interval {
+    double a, b;
+} mgt_interval;
+
 typedef struct mgt_bucket {
     size_t lo, count;       /* its range of the arena */
     int started;            /* its request went out in this step */
@@ -91,6 +95,7 @@ typedef struct mgt_reducer {
      * started, 1 started, 2 waited for; and when they started and were seen complete. */
     char *gather_state;
     double *t_gather, *t_gather_done;
+    mgt_interval *spans; /* mgt_reducer_end_step: every request's [start, done), for their union */
 } mgt_reducer;
 
 /* Collective (reserves the transport's slots): the plan for m over comm. */
