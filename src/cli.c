@@ -84,9 +84,10 @@ static const flag flags[] = {
      "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
     {"input-shape", "H,W,C", C_ALL, "[input] shape",
      "build the model for inputs of this shape, e.g. 224,224,3 (every layer's shape follows)"},
-    {"transport", "auto|nccl|mpi", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
-     "gradient all-reduce; nccl also runs it for one rank (to time it), mpi on GPUs copies "
-     "through host memory"},
+    {"transport", "auto|nccl|mpi|shm", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
+     "gradient all-reduce; shm: CPU ranks of one node sum straight from each other's memory; "
+     "nccl and shm also run for one rank (to time them); mpi on GPUs copies through host "
+     "memory"},
     {"device-data", "auto|off", C_TRAIN, "auto", "GPUs: keep a training set of up to 1 GiB on "
      "each GPU and gather batches there; off: gather on the host and copy each batch"},
     {"comm-timeout", "SECONDS", C_TRAIN | C_EVAL | C_PREDICT, "300",

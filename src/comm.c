@@ -599,6 +599,18 @@ void mgt_comm_owned(const mgt_comm *c, int r, size_t lo, size_t count, size_t *a
     *b = y > x ? y : x;
 }
 
+int mgt_comm_shares(const mgt_comm *c) {
+    return c->ops && c->ops->share;
+}
+
+void *mgt_comm_share(mgt_comm *c, size_t bytes, mgt_err *err) {
+    if (!mgt_comm_shares(c)) {
+        mgt_errf(err, "this transport has no shared memory; please report this");
+        return NULL;
+    }
+    return c->ops->share(c, bytes, err);
+}
+
 int mgt_comm_requests_on(const mgt_comm *c) {
     return (c->world > 1 || c->always) && c->ops->start;
 }

@@ -1,18 +1,20 @@
 /* comm.h: the collectives the trainer needs, on flat typed buffers.
  *
- * One small interface with one implementation per transport: MPI here, NCCL in cuda/. The
- * collectives on float buffers work on BACKEND memory (host for the CPU backend, device for the
- * GPU one) through the transport; broadcasts, gathers and double sums work on HOST memory over
- * MPI whatever the transport (start-up, metrics, predictions: never in the step loop). The
- * trainer calls only these wrappers, so a new transport slots in without changes above it.
- * Counts are in ELEMENTS.
+ * One small interface with one implementation per transport: MPI (comm.c), shared memory between
+ * the CPU ranks of one node (comm_shm.c), NCCL in cuda/. The collectives on float buffers work on
+ * BACKEND memory (host for the CPU backend, device for the GPU one) through the transport;
+ * broadcasts, gathers and double sums work on HOST memory over MPI whatever the transport
+ * (start-up, metrics, predictions: never in the step loop). The trainer calls only these
+ * wrappers, so a new transport slots in without changes above it. Counts are in ELEMENTS.
  *
  * The step's gradient traffic is asynchronous (reducer.h runs it): a request is STARTED on a
  * range of the arena as soon as backward has written it, progresses while backward goes on, and
- * is WAITED for before the update reads it. On the CPU (MPI) the requests are non-blocking MPI
- * collectives, advanced either by the test calls the reducer makes between layers or by a
- * progress thread (--comm-progress); on a GPU (NCCL) they run on the transport's stream, ordered
- * by an event per request, and "wait" only makes the compute stream wait: the host never blocks.
+ * is WAITED for before the update reads it. Over MPI the requests are non-blocking messages,
+ * advanced either by the test calls the reducer makes between layers or by a progress thread
+ * (--comm-progress); over shared memory there are no messages: whichever rank tests or waits
+ * makes the sums straight from the ranks' buffers; on a GPU (NCCL) they run on the transport's
+ * stream, ordered by an event per request, and "wait" only makes the compute stream wait: the
+ * host never blocks.
  * Three kinds, all on ranges [lo, lo + count) of one buffer:
  *   ALLREDUCE      every rank ends with the sum over the ranks;
  *   REDUCE_OWNERS  each part of the range that rank r owns (c->owners: ZeRO-1's slices) ends on
@@ -52,6 +54,9 @@ typedef struct mgt_comm_ops {
     int (*test)(mgt_comm *c, int slot);
     void (*wait)(mgt_comm *c, int slot);
     void (*destroy)(mgt_comm *c);
+    /* Host memory the requests can work on in place (shm: a window every rank of the node
+     * maps); collective. NULL op: the transport works on any buffer. */
+    void *(*share)(mgt_comm *c, size_t bytes, mgt_err *err);
 } mgt_comm_ops;
 
 struct mgt_comm {
@@ -73,6 +78,15 @@ struct mgt_comm {
 
 /* The MPI transport over `mpi` (host memory). timeout_s <= 0: no watchdog. */
 void mgt_comm_init_mpi(mgt_comm *c, MPI_Comm mpi, double timeout_s);
+/* The shared-memory transport (comm_shm.c): CPU ranks all on one node reduce straight from each
+ * other's buffers, which must come from mgt_comm_share. Returns -1 with err when the ranks span
+ * nodes or the memory cannot be had (mgt_comm_destroy releases what it set up). */
+int mgt_comm_init_shm(mgt_comm *c, MPI_Comm mpi, double timeout_s, mgt_err *err);
+/* Whether the requests need their buffers from mgt_comm_share (shm), and that memory: `bytes`
+ * of host memory, collective (every rank asks alike, in the same order), owned by the transport
+ * and released with it. NULL with err on failure. */
+int mgt_comm_shares(const mgt_comm *c);
+void *mgt_comm_share(mgt_comm *c, size_t bytes, mgt_err *err);
 /* How the MPI transport's requests progress: by the test calls between layers (the default), or
  * by a thread of its own that tests them while the step computes (needs MPI_THREAD_SERIALIZED).
  * Returns -1 with err when the thread cannot be had. */

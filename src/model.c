@@ -393,11 +393,21 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
                             "per rank (--batch-size or more ranks)",                               \
                             o->name, b_, #ptr);                                                    \
     } while (0)
-    ALLOC(m->w, m->param_count * sizeof(float));
     /* The step's loss and accuracy sums sit right after the gradients, so one all-reduce carries
      * both. */
     size_t sums_at = (m->param_count + 15) & ~(size_t)15;
-    ALLOC(m->g, (sums_at + 16) * sizeof(float));
+    if (m->share) {
+        m->w = m->share(m->share_ctx, m->param_count * sizeof(float) + 16);
+        m->g = m->share(m->share_ctx, (sums_at + 16) * sizeof(float));
+        if (!m->w || !m->g)
+            return mgt_errf(err,
+                            "out of memory shared between the ranks for the weights and "
+                            "gradients (%zu bytes each); use --transport mpi",
+                            (sums_at + 16) * sizeof(float));
+    } else {
+        ALLOC(m->w, m->param_count * sizeof(float));
+        ALLOC(m->g, (sums_at + 16) * sizeof(float));
+    }
     m->sums = m->g + sums_at;
     ALLOC(m->buf, m->buffer_count * sizeof(float));
     ALLOC(m->x, mb * in * sizeof(float));
@@ -434,6 +444,8 @@ void mgt_model_free(mgt_model *m) {
             if (l->type->release)
                 l->type->release(m, l);
         }
+        if (m->share) /* the transport's memory, released with it */
+            m->w = m->g = NULL;
         void *ptrs[] = {m->w, m->g, m->buf, m->x, m->labels, m->targets, m->probs, m->act};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             o->free(m->be, ptrs[i]);

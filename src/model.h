@@ -288,6 +288,11 @@ struct mgt_model {
     int params_cap, buffers_cap;
     int add_failed;        /* a declaration failed (the build then fails) */
     int no_memory_sharing; /* set before mgt_model_alloc: plan with share = 0 (tests) */
+    /* Set before mgt_model_alloc to place w and g in host memory a transport shares between the
+     * ranks (comm.h: mgt_comm_share; asked once for each, on every rank alike). That memory is
+     * the transport's and is not freed with the model. NULL: the backend's memory. */
+    void *(*share)(void *ctx, size_t bytes);
+    void *share_ctx;
     size_t param_count, buffer_count; /* floats */
 
     /* Backend memory, after mgt_model_alloc. */

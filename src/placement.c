@@ -31,10 +31,12 @@ static int parse_gpu_list(const char *list, int *ids, int max) {
 /* The requests every rank checks alike, before anything starts. Returns the --gpus count. */
 static int check_request(const mgt_place_opts *o, const char *tr, int *ids) {
     const char *d = o->device;
-    if (strcmp(tr, "auto") && strcmp(tr, "nccl") && strcmp(tr, "mpi"))
-        mgt_die_all("--transport %s: unknown; use auto, nccl or mpi", tr);
+    if (strcmp(tr, "auto") && strcmp(tr, "nccl") && strcmp(tr, "mpi") && strcmp(tr, "shm"))
+        mgt_die_all("--transport %s: unknown; use auto, nccl, mpi or shm", tr);
     if (!strcmp(tr, "nccl") && !strcmp(d, "cpu"))
         mgt_die_all("--transport nccl needs the GPU backend (not --device cpu)");
+    if (!strcmp(tr, "shm") && !strcmp(d, "gpu"))
+        mgt_die_all("--transport shm is for the CPU backend (--device cpu); GPUs use nccl");
     if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
         mgt_die_all("--device %s: unknown; use cpu, gpu or auto", d);
     if (!o->gpus)
@@ -88,6 +90,9 @@ static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, const int *i
 static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_opts *o,
                       const char *tr, int dev) {
     mgt_err e;
+    if (!strcmp(tr, "shm"))
+        mgt_die_all("--transport shm is for the CPU backend, and this rank found a GPU; add "
+                    "--device cpu, or use --transport auto");
     if (mgt_gpu_backend_init(&p->be, dev, o->tf32, &e) < 0)
         mgt_die("%s", e.msg);
     /* NCCL for more than one rank (a world of one has nothing to reduce), unless the transport
@@ -143,7 +148,18 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
     int cores = o->one_thread ? 1 : mgt_runtime_cores(rt);
     if (mgt_cpu_backend_init(&p->be, cores) < 0)
         mgt_die("cannot start the CPU backend");
-    mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
+    /* Shared memory when it is named (it runs even for one rank, so that its cost can be timed);
+     * MPI otherwise (bench/overlap compares the two). */
+    if (!strcmp(tr, "shm")) {
+        mgt_err e;
+        if (!rt->mpi)
+            mgt_die_all("--transport shm needs MPI: start the job with mpirun or srun");
+        if (mgt_comm_init_shm(&p->comm, MPI_COMM_WORLD, o->comm_timeout, &e) < 0)
+            mgt_die_all("%s", e.msg); /* (the same on every rank) */
+        p->comm.always = 1;
+    } else {
+        mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
+    }
     snprintf(p->desc, sizeof p->desc, "cpu (%d BLAS thread%s)", cores, cores == 1 ? "" : "s");
 }
 

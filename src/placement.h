@@ -3,8 +3,9 @@
  * Owns the choice of the compute backend (--device cpu|gpu|auto: the GPU when one is usable),
  * of this rank's GPU (local rank i takes visible GPU i, or the i-th id of --gpus; a launcher that
  * shows each rank its own single GPU is recognised), and of the gradient transport (--transport:
- * NCCL between GPUs when there is more than one rank, MPI otherwise; "mpi" on GPUs stages through
- * host memory; "nccl" runs even for one rank). Every impossible request is refused before any
+ * NCCL between GPUs when there is more than one rank, MPI otherwise; "shm": shared memory between
+ * CPU ranks all on one node; "mpi" on GPUs stages through host memory; "nccl" and "shm" run even
+ * for one rank). Every impossible request is refused before any
  * work, naming the flag and what to do. Also prints the start-up block, which says where every
  * rank ended up. */
 #ifndef MGT_PLACEMENT_H
@@ -18,7 +19,7 @@
 typedef struct mgt_place_opts {
     const char *device;    /* cpu, gpu, auto */
     const char *gpus;      /* "0,2,3": the device of each local rank; NULL: local rank i -> i */
-    const char *transport; /* auto, nccl, mpi; NULL: auto */
+    const char *transport; /* auto, nccl, mpi, shm; NULL: auto */
     int tf32;              /* let cuDNN and cuBLAS use TF32 */
     double comm_timeout;   /* seconds a collective may wait before the job ends */
     int one_thread;        /* CPU: one BLAS thread per rank, whatever its cores (--reproducible:

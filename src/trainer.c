@@ -143,6 +143,15 @@ static void load_model(session *s) {
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
 }
 
+/* m->share for the transport's shared memory (collective: every rank asks alike). */
+static void *share_arena(void *ctx, size_t bytes) {
+    mgt_err e;
+    void *p = mgt_comm_share(ctx, bytes, &e);
+    if (!p)
+        mgt_die("%s", e.msg);
+    return p;
+}
+
 /* The backend and transport the options ask for, and memory for the model, its optimizer, the
  * host copies of the state and the input batches. */
 static void set_up(session *s) {
@@ -168,6 +177,11 @@ static void set_up(session *s) {
         mgt_die_all("%s", e.msg);
     if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
         mgt_die_all("%s", e.msg);
+    /* The shared-memory transport reduces straight from the ranks' weight and gradient arenas. */
+    if (mgt_comm_shares(&s->pl.comm)) {
+        m->share = share_arena;
+        m->share_ctx = &s->pl.comm;
+    }
     /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
     const int shards = train && o->zero ? world : 1;
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||

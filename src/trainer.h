@@ -42,7 +42,7 @@ typedef struct mgt_options {
     int tf32;              /* let cuDNN / cuBLAS use TF32 */
     const char *conv_algo; /* auto, direct, winograd for every conv2d layer (NULL: the file's) */
     const char *input_shape; /* "H,W,C" instead of the file's [input] shape (NULL: the file's) */
-    const char *transport; /* auto, nccl, mpi */
+    const char *transport; /* auto, nccl, mpi, shm */
     int device_data;       /* keep a small training set in backend memory (default 1) */
     int64_t synthetic_samples; /* training samples of --data synthetic */
     /* The step's pipeline (reducer.h): bucket cap in MiB (< 0: the backend's default, 0: one

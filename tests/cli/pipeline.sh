@@ -2,13 +2,13 @@
 # labels: mpi
 # timeout: 1500
 # The step as a pipeline (src/reducer.h) on real ranks:
-#  1. the transport's requests on 2, 3 and 4 ranks (tests/unit/test_comm_requests.c: sums in rank
-#     order bit for bit whatever the buckets, bounds, reduce to owners, all-gather, both progress
-#     modes);
+#  1. the transports' requests on 2, 3 and 4 ranks (tests/unit/test_comm_requests.c: sums in
+#     rank order bit for bit whatever the buckets, bounds, reduce to owners, all-gather, MPI in
+#     both progress modes and shared memory);
 #  2. buckets: gradients and weights with buckets of every size equal the one-shot all-reduce's
-#     (--bucket-mb 0) bit for bit, on 2, 3 and 4 ranks, in both progress modes; the timeline shows a
-#     span per bucket starting before backward ends; --profile reports the exposed wait and the
-#     time in flight;
+#     (--bucket-mb 0) bit for bit, on 2, 3 and 4 ranks, over MPI in both progress modes and over
+#     shared memory; the timeline shows a span per bucket starting before backward ends;
+#     --profile reports the exposed wait and the time in flight;
 #  3. accumulation: 4 micro-batches of 64 give one SGD step's gradients and weights of a batch of
 #     256, on 1 and 3 ranks, with dropout; steps, epochs, checkpoints, --max-steps and resume
 #     count optimizer steps;
@@ -56,7 +56,23 @@ for np in 2 3 4; do
   mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 12 --bucket-mb 0.01 \
     --comm-progress thread --out t$np >t$np.log 2>&1 || { bad "progress thread np $np"; cat t$np.log; }
   same "np $np: the progress thread gives the same weights" t$np/weights.safetensors one$np/weights.safetensors 0
+  # The same sums over shared memory as over MPI's messages.
+  for mb in 0 0.01; do
+    MGT_DUMP_GRADIENTS=gs$np-$mb.safetensors mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" \
+      --max-steps 12 --bucket-mb $mb --transport shm --out s$np-$mb >s$np-$mb.log 2>&1 \
+      || { bad "shm transport $mb np $np"; cat s$np-$mb.log; }
+    grep -q "backend cpu, transport shm" s$np-$mb.log || bad "np $np: --transport shm not taken"
+    same "np $np, --transport shm, --bucket-mb $mb: gradients = MPI's" gs$np-$mb.safetensors g$np-one.safetensors 0
+    same "np $np, --transport shm, --bucket-mb $mb: weights = MPI's" s$np-$mb/weights.safetensors one$np/weights.safetensors 0
+  done
 done
+# One rank: --transport shm runs the requests anyway (to time them), with the same weights.
+mpi 1 --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 12 --out s1 >s1.log 2>&1 || bad "np 1"
+mpi 1 --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 12 --transport shm --profile \
+  --out s1s >s1s.log 2>&1 || { bad "np 1, --transport shm"; cat s1s.log; }
+grep -q "backend cpu, transport shm" s1s.log && grep -q "in flight" s1s.log \
+  && ok "one rank, --transport shm: the requests run and are profiled" || { bad "np 1 shm"; tail s1s.log; }
+same "one rank, --transport shm: weights = without" s1s/weights.safetensors s1/weights.safetensors 0
 
 # The timeline: one span per bucket and step, on each rank's second row; the first bucket (the
 # last layer's) starts before backward ends. The profile names the exposed wait and the time in
@@ -154,6 +170,11 @@ grep -q "optimizer state 0.68 MiB per rank (ZeRO-1: its slice of 2.05 MiB)" zero
 mpi 3 --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 20 --zero 1 --bucket-mb 0.01 \
   --comm-progress thread --out zero3t >/dev/null 2>&1
 same "np 3: ZeRO-1, a bucket per layer, progress thread = plain" zero3t/weights.safetensors plain3/weights.safetensors 0
+for np in 2 3; do
+  mpi $np --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 20 --zero 1 --bucket-mb 0.01 \
+    --transport shm --out zero${np}s >/dev/null 2>&1
+  same "np $np: ZeRO-1 over shared memory = plain over MPI" zero${np}s/weights.safetensors plain$np/weights.safetensors 0
+done
 
 # Save with --zero 1 on 4 ranks, resume on 3 with it, on 1 and on 2 without it: each equals the
 # uninterrupted run. SGD with momentum (state to carry). The resumed steps sum over another
@@ -182,6 +203,9 @@ expect_fail "--zero 2" "--zero 2: use 1" "$MGT_BIN" --zero 2
 expect_fail "--accum-steps 0" "accum-steps 0: expected a whole number from 1" "$MGT_BIN" --accum-steps 0
 expect_fail "--bucket-mb -1" "--bucket-mb -1: expected a number from 0" "$MGT_BIN" --bucket-mb -1
 expect_fail "--comm-progress x" "--comm-progress x: use test or thread" "$MGT_BIN" --comm-progress x
+expect_fail "--transport x" "--transport x: unknown; use auto, nccl, mpi or shm" "$MGT_BIN" --transport x
+expect_fail "--transport shm without a launcher" "--transport shm needs MPI: start the job with mpirun" \
+  "$MGT_BIN" --transport shm --data synthetic --out noshm
 printf '[input]\nshape = 4,4,1\n[flatten]\n[dense]\nunits = 2\n[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 4\naccum_steps = two\n' >bad.cfg
 expect_fail "accum_steps = two" "bad.cfg:.*accum_steps = two: expected a whole number" "$MGT_BIN" --model bad.cfg
 finish

@@ -1,18 +1,19 @@
-/* test_comm_requests.c: the MPI transport's asynchronous requests (comm.h), in both progress
- * modes (tests between "layers", and the progress thread). Run alone it is a world of one with
- * the transport forced on (c.always); tests/cli/pipeline.sh runs it on 2 and 3 ranks.
+/* test_comm_requests.c: the transports' asynchronous requests (comm.h): MPI's in both progress
+ * modes (tests between "layers", and the progress thread), and shared memory's (comm_shm.c).
+ * Run alone it is a world of one with the transports forced on (c.always); tests/cli/pipeline.sh
+ * runs it on 2, 3 and 4 ranks.
  *
  * Every rank's addends are a pure function of (rank, element), so each rank knows them all,
  * their float sum in rank order F = ((x0 + x1) + x2) + ..., and the exact sum S and the sum of
  * magnitudes T of every element (in double). Values span ten orders of magnitude with both
  * signs, so that a change of summation order shows. Checks:
  *   - ALLREDUCE in buckets (started one after another, tested in between, waited for in order)
- *     equals F bit for bit on any number of ranks (the transport sums in rank order whatever the
- *     buckets), and is within the error bound of a sum of W addends, |R - S| <= g(W-1) T
- *     (Higham, Accuracy and Stability, (4.4); g(n) = n u / (1 - n u), u = 2^-24), and so within
- *     2 g(W-1) T of the one-shot blocking MPI_Allreduce; on 2 ranks those two are equal bit for
- *     bit (a + b = b + a exactly). Whether they agree bit for bit on more ranks is printed: that
- *     is the MPI library's choice of order;
+ *     equals F bit for bit on any number of ranks (both transports sum in rank order whatever the
+ *     buckets, so they agree bit for bit), and is within the error bound of a sum of W addends,
+ *     |R - S| <= g(W-1) T (Higham, Accuracy and Stability, (4.4); g(n) = n u / (1 - n u),
+ *     u = 2^-24), and so within 2 g(W-1) T of the one-shot blocking MPI_Allreduce; on 2 ranks
+ *     those two are equal bit for bit (a + b = b + a exactly). Whether they agree bit for bit on
+ *     more ranks is printed: that is the MPI library's choice of order;
  *   - REDUCE_OWNERS leaves each owner's part equal to F bit for bit and every part this rank does
  *     not own exactly as it was;
  *   - the same when every other rank starts the buckets in the reverse order and each rank waits
@@ -70,8 +71,9 @@ static void fill(float *b, int rank) {
 static const size_t cuts[] = {N, 99000, 70001, 70000, 40000, 1234, 0};
 enum { NB = sizeof cuts / sizeof cuts[0] - 1 };
 
-static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
-    float *one = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+/* b: the buffer the requests work on (N floats; the transport's shared memory for shm). */
+static void run(tally *t, mgt_comm *c, const expect *x, const char *mode, float *b) {
+    float *one = malloc(sizeof(float) * N);
     CHECK(t, one && b);
     /* The one-shot reference. */
     fill(one, c->rank);
@@ -165,7 +167,6 @@ static void run(tally *t, mgt_comm *c, const expect *x, const char *mode) {
         one_ok &= b[i] == (c->rank == c->world - 1 ? 3.0f + -1.0f * (float)(c->world - 1) : -1.0f);
     CHECK(t, one_ok);
     free(one);
-    free(b);
 }
 
 int main(int argc, char **argv) {
@@ -191,16 +192,35 @@ int main(int argc, char **argv) {
         mgt_comm_slice(N, r, world, &owners[r], &n);
     }
     owners[world] = N;
-    const char *modes[] = {"test", "thread"};
-    for (int m = 0; m < 2; m++) {
+    /* The MPI transport in both progress modes, then the shared-memory one; twice each, so that
+     * reserving more slots after a first use is covered too. */
+    const char *modes[] = {"mpi, test", "mpi, thread", "shm"};
+    for (int m = 0; m < 3; m++) {
         mgt_comm c;
         mgt_err e;
-        mgt_comm_init_mpi(&c, MPI_COMM_WORLD, 60);
+        if (m < 2) {
+            mgt_comm_init_mpi(&c, MPI_COMM_WORLD, 60);
+        } else {
+            const int rc = mgt_comm_init_shm(&c, MPI_COMM_WORLD, 60, &e);
+            CHECK(&t, rc == 0);
+            if (rc < 0) {
+                printf("shm: %s\n", e.msg);
+                mgt_comm_destroy(&c);
+                continue;
+            }
+        }
         c.always = 1; /* a world of one runs the requests too */
         mgt_comm_set_owners(&c, owners);
+        CHECK(&t, mgt_comm_reserve(&c, 2, &e) == 0);
         CHECK(&t, mgt_comm_reserve(&c, NB, &e) == 0);
-        CHECK(&t, mgt_comm_set_progress(&c, m ? MGT_PROGRESS_THREAD : MGT_PROGRESS_TEST, &e) == 0);
-        run(&t, &c, &x, modes[m]);
+        CHECK(&t,
+              mgt_comm_set_progress(&c, m == 1 ? MGT_PROGRESS_THREAD : MGT_PROGRESS_TEST, &e) == 0);
+        float *b = mgt_comm_shares(&c) ? mgt_comm_share(&c, sizeof(float) * N, &e)
+                                       : malloc(sizeof(float) * N);
+        for (int rep = 0; rep < 2; rep++)
+            run(&t, &c, &x, modes[m], b);
+        if (!mgt_comm_shares(&c))
+            free(b);
         mgt_comm_destroy(&c);
     }
     int fails = t.fail;
