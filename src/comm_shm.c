@@ -17,10 +17,10 @@
  * layers of backward) makes the chunks of the rank's own group, but none while another rank
  * waits; a wait makes every chunk left in every group, then sleeps on a futex in the control
  * block until a start or a completion rings it. So a rank that is ahead does the sums of the
- * ranks behind it instead of leaving them to fall further behind, and it does not spin: a
- * spinning rank takes a core's issue slots and memory bandwidth from a peer still computing on
- * a sibling hardware thread (measured on 2 virtual cores: a spinner on one slowed backward on
- * the other by 20-30%).
+ * ranks behind it instead of leaving them to fall further behind, and it does not spin: where
+ * cores share execution units or the host schedules virtual cores onto shared ones, a spinning
+ * rank slows the peers it waits for (measured on a 2-core virtual machine: a process spinning
+ * on one core made the MLP's backward on the other 20-30% slower).
  *
  * A request is complete when every chunk is done (a second counter). Both counters carry the
  * request's sequence number in their high bits, so they are never reset: a slot is started again
