@@ -531,6 +531,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0 ||
         mgt_profile_reserve_requests(&f->prof, 3 * f->accum + 4 * f->red.nb + 4, &e) < 0)
         mgt_die("%s", e.msg);
+    mgt_profile_sync(&f->prof, env->comm);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched);
     if (env->comm->rank == 0 && o->resumed)

@@ -1,10 +1,12 @@
 /* profile.c: per-phase timing, its summary table and the Chrome-trace timeline. */
 #include "profile.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime.h"
 #include "tensor_io.h"
 
 static const char *phase_names[MGT_PH_COUNT] = {"data", "forward", "backward", "allreduce",
@@ -30,10 +32,19 @@ int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be,
             return mgt_errf(err, "out of memory for the profile of %lld steps",
                             (long long)max_steps);
     p->device = be && be->ops->time_mark && be->ops->time_read;
+    p->first_step = -1;
     for (int i = 0; i < MGT_TIME_SETS; i++)
         p->set_step[i] = -1;
     p->origin = mgt_now();
     return 0;
+}
+
+void mgt_profile_sync(mgt_profile *p, mgt_comm *c) {
+    if (!p->on)
+        return;
+    double one = 1;
+    mgt_allreduce_host_f64(c, &one, 1, "profile start");
+    p->origin = mgt_now();
 }
 
 static void add_span(mgt_profile *p, double start, double dur, int phase, int64_t step) {
@@ -98,6 +109,8 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
     if (!p->on)
         return;
     p->step = step;
+    if (p->first_step < 0)
+        p->first_step = step;
     memset(p->cur, 0, sizeof p->cur);
     p->mark = mgt_now();
     if (p->device) {
@@ -169,13 +182,17 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Per rank: mean and p95 (ms) of each phase, the mean step, the steps counted, and the mean time
  * with a request in flight (-1: not measured). */
-enum { NSTAT = 2 * MGT_PH_COUNT + 3 };
+/* A rank's figures: mean and p95 of each phase, then these. */
+enum { ST_STEP = 2 * MGT_PH_COUNT, ST_N, ST_INFLIGHT, ST_EXPOSED, NSTAT };
+
+/* The first steps warm caches and allocators: up to 5 are left out when there are enough. */
+static int64_t skipped(int64_t n) {
+    return n > 20 ? 5 : 0;
+}
 
 static void stats(mgt_profile *p, double *out) {
     double total = 0;
-    int64_t n = p->nsteps;
-    /* The first steps warm caches and allocators: leave out up to 5 when there are enough. */
-    int64_t skip = n > 20 ? 5 : 0;
+    int64_t n = p->nsteps, skip = skipped(n);
     for (int i = 0; i < MGT_PH_COUNT; i++) {
         double *d = p->dur[i] + skip, sum = 0;
         int64_t m = n - skip;
@@ -186,12 +203,60 @@ static void stats(mgt_profile *p, double *out) {
         out[2 * i + 1] = m ? 1e3 * d[(int64_t)(0.95 * (double)(m - 1))] : 0;
         total += out[2 * i];
     }
-    out[2 * MGT_PH_COUNT] = total;
-    out[2 * MGT_PH_COUNT + 1] = (double)(n - skip);
+    out[ST_STEP] = total;
+    out[ST_N] = (double)(n - skip);
     double fl = 0;
     for (int64_t j = skip; j < n; j++)
         fl += p->inflight[j];
-    out[2 * MGT_PH_COUNT + 2] = p->requests && n > skip ? 1e3 * fl / (double)(n - skip) : -1;
+    out[ST_INFLIGHT] = p->requests && n > skip ? 1e3 * fl / (double)(n - skip) : -1;
+    out[ST_EXPOSED] = -1;
+}
+
+/* Collective (host timing): the mean over the steps of the part of this rank's wait after every
+ * rank had handed over its last gradients, in ms. The hand-over of a step is the latest start of
+ * a gradient request (not the weights' all-gather, which follows the update) on any rank; the
+ * ranks' clocks share one origin (mgt_profile_sync). -1 when there is nothing to split. */
+static double exposed_after_handover(mgt_profile *p, mgt_comm *c) {
+    const int64_t skip = skipped(p->nsteps), m = p->nsteps - skip;
+    if (p->device || m <= 0 || c->world < 2)
+        return -1;
+    const int root = c->rank == 0;
+    double *h = malloc(sizeof(double) * (size_t)m);
+    double *all = root ? malloc(sizeof(double) * (size_t)m * (size_t)c->world) : NULL;
+    size_t *counts = root ? malloc(sizeof(size_t) * (size_t)c->world) : NULL;
+    if (!h || (root && (!all || !counts)))
+        mgt_die("out of host memory for the profile's hand-over times of %lld steps", (long long)m);
+    for (int64_t j = 0; j < m; j++)
+        h[j] = -HUGE_VAL;
+    for (int64_t i = 0; i < p->nspans; i++) {
+        const mgt_span *s = &p->spans[i];
+        const int64_t j = s->step - p->first_step - skip;
+        if (s->bucket != -2 && s->coll != MGT_COLL_GATHER_OWNERS && j >= 0 && j < m &&
+            s->start > h[j])
+            h[j] = s->start;
+    }
+    for (int r = 0; root && r < c->world; r++)
+        counts[r] = sizeof(double) * (size_t)m;
+    mgt_gather_host(c, h, sizeof(double) * (size_t)m, all, counts, 0, "profile gather");
+    for (int r = 1; root && r < c->world; r++)
+        for (int64_t j = 0; j < m; j++)
+            h[j] = all[(size_t)r * (size_t)m + (size_t)j] > h[j]
+                       ? all[(size_t)r * (size_t)m + (size_t)j]
+                       : h[j];
+    mgt_bcast(c, h, sizeof(double) * (size_t)m, 0, "profile hand-over times");
+    double exposed = 0;
+    for (int64_t i = 0; i < p->nspans; i++) {
+        const mgt_span *s = &p->spans[i];
+        const int64_t j = s->step - p->first_step - skip;
+        if (s->bucket == -2 && s->phase == MGT_PH_ALLREDUCE && j >= 0 && j < m) {
+            const double a = s->start > h[j] ? s->start : h[j], b = s->start + s->dur;
+            exposed += b > a ? b - a : 0;
+        }
+    }
+    free(h);
+    free(all);
+    free(counts);
+    return 1e3 * exposed / (double)m;
 }
 
 static int write_trace(const char *path, const mgt_span *spans, const int64_t *counts, int world,
@@ -285,11 +350,12 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
     double mine[NSTAT], *all = root ? malloc(sizeof(double) * NSTAT * (size_t)world) : NULL;
     size_t *counts = root ? malloc(sizeof(size_t) * (size_t)world) : NULL;
     stats(p, mine);
+    mine[ST_EXPOSED] = exposed_after_handover(p, c);
     for (int r = 0; root && r < world; r++)
         counts[r] = sizeof mine;
     mgt_gather_host(c, mine, sizeof mine, all, counts, 0, "profile gather");
     if (root) {
-        printf("Profile (ms per step over %.0f steps; mean / p95):\n", mine[2 * MGT_PH_COUNT + 1]);
+        printf("Profile (ms per step over %.0f steps; mean / p95):\n", mine[ST_N]);
         printf("%-6s", "rank");
         for (int i = 0; i < MGT_PH_COUNT; i++)
             printf(" %17s", phase_names[i]);
@@ -299,20 +365,29 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
             printf("%-6d", r);
             for (int i = 0; i < MGT_PH_COUNT; i++)
                 printf(" %8.3f /%7.3f", s[2 * i], s[2 * i + 1]);
-            double step = s[2 * MGT_PH_COUNT];
+            double step = s[ST_STEP];
             printf(" %9.3f %9.1f%%\n", step,
                    step > 0 ? 100.0 * s[2 * MGT_PH_ALLREDUCE] / step : 0.0);
         }
         /* The table's allreduce is what the step waited for; the requests ran longer, mostly
          * behind backward. */
-        if (all[NSTAT - 1] >= 0) {
-            printf("allreduce = exposed communication (waiting after backward); in flight "
-                   "(hidden + exposed):");
+        if (all[ST_INFLIGHT] >= 0) {
+            printf("allreduce = waiting after backward; in flight (hidden + waited for):");
             for (int r = 0; r < world; r++) {
-                const double *s = all + (size_t)r * NSTAT, fl = s[NSTAT - 1];
+                const double *s = all + (size_t)r * NSTAT, fl = s[ST_INFLIGHT];
                 printf(" rank %d %.3f ms (%.0f%% hidden)%s", r, fl,
                        fl > 0 ? 100.0 * (1.0 - s[2 * MGT_PH_ALLREDUCE] / fl) : 0.0,
                        r + 1 < world ? "," : "\n");
+            }
+        }
+        if (all[ST_EXPOSED] >= 0) {
+            printf("allreduce = waiting for a slower rank's backward + exposed communication "
+                   "(after every rank handed over its gradients):");
+            for (int r = 0; r < world; r++) {
+                const double *s = all + (size_t)r * NSTAT, w = s[2 * MGT_PH_ALLREDUCE];
+                const double x = s[ST_EXPOSED] < w ? s[ST_EXPOSED] : w;
+                printf(" rank %d %.3f + %.3f ms (%.1f%% of the step exposed)%s", r, w - x, x,
+                       s[ST_STEP] > 0 ? 100.0 * x / s[ST_STEP] : 0.0, r + 1 < world ? "," : "\n");
             }
         }
         print_choices(p->be);

@@ -13,7 +13,9 @@
  * backward (and, with ZeRO-1, for the weights' all-gather). With host timing, each request is
  * also a span of its own (in the timeline, on each rank's second row: from its start to when
  * the rank saw it complete), and the time at least one request was in flight, hidden or not, is
- * reported beside the table. */
+ * reported beside the table, as is the split of each rank's wait in two: until the last rank has
+ * handed over its last gradients (the latest start of a gradient request on any rank) it waits
+ * for a slower rank's backward; after that, for the communication itself. */
 #ifndef MGT_PROFILE_H
 #define MGT_PROFILE_H
 
@@ -58,11 +60,16 @@ typedef struct mgt_profile {
     double mark;       /* start of the current phase */
     double cur[MGT_PH_COUNT];
     int64_t step;
+    int64_t first_step; /* the first step profiled (-1: none yet) */
     mgt_tb *tb;        /* rank 0, when set: the report's means also go there as scalars */
 } mgt_profile;
 
 /* be: the backend whose queued work each phase includes. */
 int mgt_profile_init(mgt_profile *p, int on, int64_t max_steps, mgt_backend *be, mgt_err *err);
+/* Collective, before the first step: every rank takes its time origin as it leaves one barrier,
+ * so that the ranks' spans share one time axis (to within the barrier's exit skew) and a
+ * timeline shows which rank waited for which. */
+void mgt_profile_sync(mgt_profile *p, mgt_comm *c);
 void mgt_profile_begin_step(mgt_profile *p, int64_t step);
 /* Ends the phase that started at the last mark, and starts the next one. */
 void mgt_profile_phase(mgt_profile *p, int phase);
