@@ -96,9 +96,8 @@ typedef struct shm_slot {
 typedef struct shm_state {
     shm_win *wins;
     int nwins;
-    MPI_Win ctl_win;
-    int have_ctl;
-    char *ctl; /* shm_bell, then nslots x (shm_ctr, world x shm_pub) */
+    shm_win ctl_win; /* rank 0's part holds the control block; base NULL: none yet */
+    char *ctl;       /* shm_bell, then nslots x (shm_ctr, world x shm_pub) */
     shm_slot *slot;
     int nslots;
     float *tmp; /* CHUNK floats: a chunk's sums */
@@ -195,25 +194,14 @@ static int shm_reserve(mgt_comm *c, int n, mgt_err *err) {
         return mgt_errf(err, "out of host memory for %d communication requests", n);
     /* A new control block (no request is in flight while slots are reserved), zeroed by its
      * holder before anyone reads it. */
-    if (s->have_ctl)
-        MPI_Win_free(&s->ctl_win);
-    s->have_ctl = 0;
-    MPI_Info info;
-    MPI_Info_create(&info);
-    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    if (s->ctl_win.base)
+        free_window(&s->ctl_win);
     const size_t bytes = c->rank == 0 ? sizeof(shm_bell) + (size_t)n * slot_bytes(c->world) : 0;
-    char *mine = NULL;
-    int rc = MPI_Win_allocate_shared((MPI_Aint)bytes, 1, info, c->mpi, &mine, &s->ctl_win);
-    MPI_Info_free(&info);
-    if (rc != MPI_SUCCESS) {
+    if (new_window(c, bytes, &s->ctl_win, err) < 0) {
         free(ns);
-        return mgt_errf(err, "cannot allocate the shared-memory transport's control block; use "
-                             "--transport mpi");
+        return -1;
     }
-    s->have_ctl = 1;
-    MPI_Aint size = 0;
-    int unit = 0;
-    check(MPI_Win_shared_query(s->ctl_win, 0, &size, &unit, &s->ctl), "MPI_Win_shared_query");
+    s->ctl = s->ctl_win.base[0];
     if (c->rank == 0)
         memset(s->ctl, 0, bytes);
     check(MPI_Barrier(c->mpi), "MPI_Barrier");
@@ -435,8 +423,8 @@ static void shm_destroy(mgt_comm *c) {
         return;
     for (int i = 0; i < s->nwins; i++)
         free_window(&s->wins[i]);
-    if (s->have_ctl)
-        MPI_Win_free(&s->ctl_win);
+    if (s->ctl_win.base)
+        free_window(&s->ctl_win);
     free(s->wins);
     free(s->slot);
     free(s->tmp);
