@@ -310,11 +310,18 @@ void *mgt_gpu_workspace(mgt_backend *be, size_t bytes) {
 /* --profile's account of the backend's choices: the arithmetic, then the convolutions'. */
 static size_t gpu_describe(mgt_backend *be, char *buf, size_t n) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const char *f32 = im->tf32 ? "fp32 with TF32 tensor cores (cuBLAS "
+                                 "CUBLAS_TF32_TENSOR_OP_MATH, cuDNN tensor-op math)"
+                               : "fp32 (cuBLAS default math, cuDNN CUDNN_FMA_MATH: no TF32)";
     const int len =
-        snprintf(buf, n, "GPU arithmetic: %s\n",
-                 im->tf32 ? "fp32 with TF32 tensor cores (cuBLAS "
-                            "CUBLAS_TF32_TENSOR_OP_MATH, cuDNN tensor-op math)"
-                          : "fp32 (cuBLAS default math, cuDNN CUDNN_FMA_MATH: no TF32)");
+        im->bf16 ? snprintf(buf, n,
+                            "GPU arithmetic: bf16 mixed precision: dense layers and convolutions "
+                            "on bfloat16 inputs with fp32 accumulation (cublasGemmEx CUDA_R_16BF, "
+                            "CUBLAS_COMPUTE_32F; cuDNN bfloat16 data with float compute), "
+                            "convolution outputs rounded to bfloat16; weights, optimizer state "
+                            "and every other op %s\n",
+                            f32)
+                 : snprintf(buf, n, "GPU arithmetic: %s\n", f32);
     const size_t used = len > 0 ? (size_t)len : 0;
     return used + mgt_gpu_conv_describe(im, used < n ? buf + used : NULL, used < n ? n - used : 0);
 }
@@ -439,7 +446,7 @@ static const mgt_ops gpu_ops = {
         }                                                                                          \
     } while (0)
 
-int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
+int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err) {
     char why[256] = "";
     int count = mgt_gpu_count(why, sizeof why);
     if (count <= 0)
@@ -453,7 +460,8 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err) {
     be->ops = &gpu_ops;
     be->impl = im;
     im->device = device;
-    im->tf32 = tf32 != 0;
+    im->tf32 = (math & MGT_GPU_TF32) != 0;
+    im->bf16 = (math & MGT_GPU_BF16) != 0;
     cublasHandle_t blas = NULL;
     cudnnHandle_t dnn = NULL;
     INIT_CHECK(CUDA, cudaSetDevice(device));

@@ -36,6 +36,14 @@
  * not allocate. Only if reserve() was never called with enough (a test calling the op directly)
  * does the first call grow the workspace itself.
  *
+ * --precision bf16. The descriptors are bfloat16 with float compute (cuDNN's
+ * PSEUDO_BFLOAT16_CONFIG: x, w and y bfloat16, accumulation in float, each output rounded once to
+ * bfloat16), with tensor-op math. The float operands are rounded into bfloat16 copies in the
+ * workspace before each call (after the filter transpose and the explicit padding, which stay
+ * float) and the bfloat16 outputs widened back to float after it (y with its bias added, dW
+ * before its transpose, the padded dx before its crop): activations, weights and gradients
+ * between layers stay float.
+ *
  * This is the one file that calls the deprecated-marked classic API (silenced just here). Its
  * helper kernels (filter transposes, padding, cropping, bias rows, bias gradients) are the
  * layout, dense and reduce families'. */
@@ -120,33 +128,49 @@ static int conv_transposes(const mgt_conv_shape *s) {
 }
 
 typedef struct ws_layout {
-    size_t w_t, dw_t, pad, algo; /* byte offsets */
+    size_t w_t, dw_t, pad; /* byte offsets */
+    size_t xb, yb, wb;     /* bfloat16 x or dx, y or dy, W or dW (bf16 only) */
+    size_t algo;
 } ws_layout;
 
-/* [transposed W][transposed dW][padded x / padded dx][cuDNN's workspace]; returns the bytes
- * before cuDNN's part. */
-static size_t conv_layout(const mgt_conv_shape *s, ws_layout *l) {
+/* [transposed W][transposed dW][padded x / padded dx], with bf16 then [x or dx][y or dy]
+ * [W or dW] in bfloat16 (x and dx padded when the input is), then [cuDNN's workspace]; returns
+ * the bytes before cuDNN's part. */
+static size_t conv_layout(const mgt_conv_shape *s, int bf16, ws_layout *l) {
     int padded, hp, wp;
     conv_geometry(s, &padded, &hp, &wp);
-    const size_t wbytes = conv_transposes(s) ? align256((size_t)s->oc * conv_k(s) * 4) : 0;
+    const size_t wcount = (size_t)s->oc * conv_k(s);
+    const size_t wbytes = conv_transposes(s) ? align256(wcount * 4) : 0;
     const size_t n = s->n > 0 ? (size_t)s->n : 0;
-    const size_t pbytes = padded ? align256(n * (size_t)hp * (size_t)wp * (size_t)s->c * 4) : 0;
+    const size_t xcount = n * (size_t)(padded ? hp : s->h) * (size_t)(padded ? wp : s->w) * s->c;
+    const size_t ycount = n * (size_t)s->oh * (size_t)s->ow * (size_t)s->oc;
+    const size_t pbytes = padded ? align256(xcount * 4) : 0;
     l->w_t = 0;
     l->dw_t = wbytes;
     l->pad = 2 * wbytes;
-    l->algo = 2 * wbytes + pbytes;
+    l->xb = l->pad + pbytes;
+    l->yb = l->xb + (bf16 ? align256(xcount * 2) : 0);
+    l->wb = l->yb + (bf16 ? align256(ycount * 2) : 0);
+    l->algo = l->wb + (bf16 ? align256(wcount * 2) : 0);
     return l->algo;
 }
 
-size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s) {
+/* The workspace a shape needs (see "Workspace" at the top). */
+static size_t scratch_bytes(const mgt_conv_shape *s, int bf16) {
     if (s->n <= 0 || s->oc <= 0 || conv_k(s) == 0 || s->oh <= 0 || s->ow <= 0)
         return 0;
     ws_layout l;
-    const size_t fixed = conv_layout(s, &l);
+    const size_t fixed = conv_layout(s, bf16, &l);
     size_t allowance = (size_t)s->n * (size_t)s->oh * (size_t)s->ow * conv_k(s) * 4;
     const size_t lo = (size_t)16 << 20, hi = (size_t)256 << 20;
     allowance = allowance < lo ? lo : allowance > hi ? hi : allowance;
     return fixed + allowance;
+}
+
+/* conv2d_scratch has no backend: the float layout (a bf16 backend grows the workspace by the
+ * bfloat16 copies at a shape's first call). */
+size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s) {
+    return scratch_bytes(s, 0);
 }
 
 /* ---- plans ---- */
@@ -204,15 +228,15 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
     p->transpose = conv_transposes(s);
     const int xh = p->padded ? p->hp : s->h, xw = p->padded ? p->wp : s->w;
     const int ph = p->padded ? 0 : s->pad_top, pw = p->padded ? 0 : s->pad_left;
+    const cudnnDataType_t dt = im->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->xd));
     GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->yd));
     GPU_CHECK(CUDNN, cudnnCreateFilterDescriptor(&p->wd));
-    GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n,
-                                                s->c, xh, xw));
-    GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, s->n,
-                                                s->oc, s->oh, s->ow));
-    GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(p->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, s->oc,
-                                                s->c, s->kh, s->kw));
+    GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, dt, s->n, s->c, xh, xw));
+    GPU_CHECK(CUDNN,
+              cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, dt, s->n, s->oc, s->oh, s->ow));
+    GPU_CHECK(CUDNN,
+              cudnnSetFilter4dDescriptor(p->wd, dt, CUDNN_TENSOR_NHWC, s->oc, s->c, s->kh, s->kw));
     for (int d = 0; d < NDIRS; d++) {
         GPU_CHECK(CUDNN, cudnnCreateConvolutionDescriptor(&p->cd[d]));
         GPU_CHECK(CUDNN,
@@ -385,21 +409,23 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
     ws_layout l;
-    const size_t fixed = conv_layout(s, &l);
+    const size_t fixed = conv_layout(s, im->bf16, &l);
     if (im->ws_bytes < fixed) /* never reserved for this shape: size it now, once */
-        mgt_gpu_workspace(be, mgt_gpu_conv2d_scratch(s));
+        mgt_gpu_workspace(be, scratch_bytes(s, im->bf16));
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
-    GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir],
-                                                 im->tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    /* tensor ops: TF32 for float data with --tf32, the bfloat16 path's own math with bf16 */
+    const int tensor_ok = im->tf32 || im->bf16;
+    GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], tensor_ok ? CUDNN_TENSOR_OP_MATH
+                                                                       : CUDNN_FMA_MATH));
     conv_cand *c = NULL;
     const int n = heuristics(im, p, dir, &c);
     int kept = 0;
     for (int i = 0; i < n; i++) {
-        if (c[i].status != CUDNN_STATUS_SUCCESS || (!im->tf32 && tensor_op(c[i].math)))
+        if (c[i].status != CUDNN_STATUS_SUCCESS || (!tensor_ok && tensor_op(c[i].math)))
             continue;
         if (s->algo == MGT_CONV_DIRECT && (is_winograd(dir, c[i].algo) || is_fft(dir, c[i].algo)))
             continue;
-        c[i].math = im->tf32 ? c[i].math : CUDNN_FMA_MATH;
+        c[i].math = tensor_ok ? c[i].math : CUDNN_FMA_MATH;
         if (cudnnSetConvolutionMathType(p->cd[dir], c[i].math) != CUDNN_STATUS_SUCCESS ||
             algo_ws(im, p, dir, c[i].algo, &c[i].ws) != CUDNN_STATUS_SUCCESS)
             continue;
@@ -423,10 +449,13 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     if (kept == 0) {
         free(c);
         mgt_die("cuDNN offers no %s algorithm for the convolution n=%d %dx%dx%d -> %dx%dx%d, "
-                "kernel %dx%d, stride %d (NHWC float, %s%s); please report this with the model "
+                "kernel %dx%d, stride %d (NHWC %s, %s%s); please report this with the model "
                 "file",
                 dir_name[dir], s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
-                im->tf32 ? "TF32 allowed" : "FMA math",
+                im->bf16 ? "bfloat16" : "float",
+                im->bf16   ? "float compute"
+                : im->tf32 ? "TF32 allowed"
+                           : "FMA math",
                 s->algo == MGT_CONV_DIRECT ? ", --conv-algo direct: no FFT or Winograd" : "");
     }
     p->cand[dir] = c;
@@ -438,7 +467,7 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
 /* The workspace for plan p in direction dir (candidates made on first use), with the current
  * candidate's math type set on the descriptor. */
 static char *plan_ws(mgt_backend *be, conv_plan *p, int dir, ws_layout *l) {
-    const size_t fixed = conv_layout(&p->s, l);
+    const size_t fixed = conv_layout(&p->s, mgt_gpu_impl_of(be)->bf16, l);
     if (!p->chosen[dir])
         choose(be, p, dir);
     const conv_cand *c = &p->cand[dir][p->cur[dir]];
@@ -502,12 +531,12 @@ size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
                 continue;
             const conv_cand *c = &p->cand[d][p->cur[d]];
             PUT("cuDNN conv n=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d --conv-algo %s, %s: %s, %s, "
-                "workspace %zu bytes, %s%s",
+                "workspace %zu bytes, %s%s%s",
                 s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
                 want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0], dir_name[d],
                 algo_name(d, c->algo), math_name(c->math), c->ws,
                 c->deterministic ? "deterministic" : "non-deterministic",
-                p->ran[d] ? "" : " (not run yet)");
+                im->bf16 ? ", bfloat16 data" : "", p->ran[d] ? "" : " (not run yet)");
             for (int j = 0; j < p->cur[d]; j++)
                 PUT("%s%s refused (cuDNN status %d)", j ? ", " : "; before it ",
                     algo_name(d, p->cand[d][j].algo), p->cand[d][j].refused);
@@ -519,6 +548,13 @@ size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
 }
 
 /* ---- ops ---- */
+
+/* Elements of the input as cuDNN sees it (padded when the plan pads explicitly). */
+static size_t bf16_x_count(const conv_plan *p) {
+    const mgt_conv_shape *s = &p->s;
+    return (size_t)s->n * (size_t)(p->padded ? p->hp : s->h) * (size_t)(p->padded ? p->wp : s->w) *
+           (size_t)s->c;
+}
 
 void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
                         const float *b, float *y) {
@@ -551,15 +587,25 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                            s->pad_left, x, (float *)(ws + l.pad));
             xin = (const float *)(ws + l.pad);
         }
+        const void *xa = xin, *wa = wk;
+        void *ya = y;
         float beta = 0.0f;
-        if (b) { /* the bias first, the convolution adds onto it (as the CPU backend does) */
+        if (im->bf16) { /* bfloat16 copies; the bias is added as y is widened */
+            mgt_k_to_bf16(im->stream, (size_t)s->oc * conv_k(s), wk, (uint16_t *)(ws + l.wb));
+            mgt_k_to_bf16(im->stream, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
+            xa = ws + l.xb;
+            wa = ws + l.wb;
+            ya = ws + l.yb;
+        } else if (b) { /* the bias first, the convolution adds onto it (as the CPU backend does) */
             mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
             beta = 1.0f;
         }
         st =
-            cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xin, p->wd, wk,
+            cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xa, p->wd, wa,
                                     p->cd[DIR_FWD], (cudnnConvolutionFwdAlgo_t)cur_algo(p, DIR_FWD),
-                                    ws + l.algo, cur_ws(p, DIR_FWD), &beta, p->yd, y);
+                                    ws + l.algo, cur_ws(p, DIR_FWD), &beta, p->yd, ya);
+        if (st == CUDNN_STATUS_SUCCESS && im->bf16)
+            mgt_k_from_bf16(im->stream, rows, s->oc, (const uint16_t *)ya, b, y);
     } while (conv_ran(p, DIR_FWD, st, "cudnnConvolutionForward", __LINE__));
 }
 
@@ -595,10 +641,21 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                 xin = (const float *)(ws + l.pad);
             }
             float *dwk = p->transpose ? (float *)(ws + l.dw_t) : dw;
+            const void *xa = xin, *dya = dy;
+            void *dwa = dwk;
+            if (im->bf16) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
+                mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
+                mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
+                xa = ws + l.xb;
+                dya = ws + l.yb;
+                dwa = ws + l.wb;
+            }
             cs = cudnnConvolutionBackwardFilter(
-                h, &one, p->xd, xin, p->yd, dy, p->cd[DIR_BWD_FILTER],
+                h, &one, p->xd, xa, p->yd, dya, p->cd[DIR_BWD_FILTER],
                 (cudnnConvolutionBwdFilterAlgo_t)cur_algo(p, DIR_BWD_FILTER), ws + l.algo,
-                cur_ws(p, DIR_BWD_FILTER), &zero, p->wd, dwk);
+                cur_ws(p, DIR_BWD_FILTER), &zero, p->wd, dwa);
+            if (cs == CUDNN_STATUS_SUCCESS && im->bf16)
+                mgt_k_from_bf16(st, (size_t)oc * K, 1, (const uint16_t *)dwa, NULL, dwk);
             if (cs == CUDNN_STATUS_SUCCESS && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
                 mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, dw);
         } while (conv_ran(p, DIR_BWD_FILTER, cs, "cudnnConvolutionBackwardFilter", __LINE__));
@@ -614,10 +671,21 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             }
             /* the padded gradient reuses the padded input's place: dW is done with it */
             float *dxo = p->padded ? (float *)(ws + l.pad) : dx;
+            const void *wa = wk, *dya = dy;
+            void *dxa = dxo;
+            if (im->bf16) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
+                mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
+                mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
+                wa = ws + l.wb;
+                dya = ws + l.yb;
+                dxa = ws + l.xb;
+            }
             cs = cudnnConvolutionBackwardData(
-                h, &one, p->wd, wk, p->yd, dy, p->cd[DIR_BWD_DATA],
+                h, &one, p->wd, wa, p->yd, dya, p->cd[DIR_BWD_DATA],
                 (cudnnConvolutionBwdDataAlgo_t)cur_algo(p, DIR_BWD_DATA), ws + l.algo,
-                cur_ws(p, DIR_BWD_DATA), &zero, p->xd, dxo);
+                cur_ws(p, DIR_BWD_DATA), &zero, p->xd, dxa);
+            if (cs == CUDNN_STATUS_SUCCESS && im->bf16)
+                mgt_k_from_bf16(st, bf16_x_count(p), 1, (const uint16_t *)dxa, NULL, dxo);
             if (cs == CUDNN_STATUS_SUCCESS && p->padded)
                 mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left,
                                 dxo, dx);

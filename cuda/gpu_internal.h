@@ -17,6 +17,8 @@
  *   gpu_elem.cu     activations (softmax included), dropout, y += x, the device RNG's twins;
  *   gpu_xent.cu     fused softmax + cross-entropy;
  *   gpu_optim.cu    optimizer steps;
+ *   gpu_bf16.cu     float <-> bfloat16 for --precision bf16 (the dense and convolution families
+ *                   round their inputs with it);
  *   gpu_clip.cu     gradient clipping by value and by global norm (a deterministic reduction);
  *   gpu_data.cu     batches made on the device: synthetic samples, gathers from kept bytes;
  *   gpu_launch.h    (kernel files only) block size, grids, warp reductions, the launch helper;
@@ -54,6 +56,10 @@ struct mgt_gpu_conv_cache; /* gpu_conv.c */
 typedef struct mgt_gpu_impl {
     int device;
     int tf32;
+    /* --precision bf16: dense layers and convolutions take bfloat16 inputs (activations, weights,
+     * incoming gradients, rounded into the workspace) and accumulate in float; every other op,
+     * the weights and the optimizer's state stay float. */
+    int bf16;
     cudaStream_t stream;
     void *cublas; /* cublasHandle_t */
     void *cudnn;  /* cudnnHandle_t */
@@ -135,6 +141,7 @@ int mgt_gpu_rank(void);
 #endif
 
 /* The op families (see the list at the top). */
+#include "gpu_bf16.h"
 #include "gpu_clip.h"
 #include "gpu_conv.h"
 #include "gpu_data.h"

@@ -58,7 +58,7 @@ static int open_backend(mgt_predictor *p, const mgt_predictor_options *o, mgt_er
             return mgt_errf(e, "GPU %d does not exist: %d GPUs are visible (numbered 0 to %d)",
                             o->gpu, n, n - 1);
         if (n > 0)
-            return mgt_gpu_backend_init(&p->be, o->gpu, o->tf32, e);
+            return mgt_gpu_backend_init(&p->be, o->gpu, o->tf32 ? MGT_GPU_TF32 : 0, e);
         if (!strcmp(d, "gpu"))
             return mgt_errf(e, "device gpu: no usable GPU (%s); use device cpu or auto",
                             n == 0 ? "no device is visible" : why);

@@ -79,6 +79,9 @@ static const flag flags[] = {
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},
     {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
+    {"precision", "fp32|bf16", C_TRAIN | C_EVAL | C_PREDICT, "fp32",
+     "GPUs: bf16 = mixed precision: dense layers and convolutions on bfloat16 inputs with fp32 "
+     "accumulation; weights, optimizer state and the other ops stay fp32"},
     {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
      "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
      "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
@@ -137,7 +140,7 @@ static const char *key_of_flag(const char *name) {
 }
 
 /* Flags whose value is a path: never empty, never longer than MGT_CLI_MAX_PATH. */
-static const char *const path_flags[] = {"model",    "data",    "out",   "init-weights",
+static const char *const path_flags[] = {"model",    "data",    "out",    "init-weights",
                                          "timeline", "weights", "output", "run"};
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 
@@ -364,6 +367,11 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "device")) o->device = v;
     else if (!strcmp(n, "gpus")) o->gpus = v;
     else if (!strcmp(n, "tf32")) o->tf32 = 1;
+    else if (!strcmp(n, "precision")) {
+        if (strcmp(v, "fp32") && strcmp(v, "bf16"))
+            rc = mgt_errf(err, "--precision %.80s: use fp32 or bf16", v);
+        o->bf16 = !strcmp(v, "bf16");
+    }
     else if (!strcmp(n, "conv-algo")) o->conv_algo = v;
     else if (!strcmp(n, "input-shape")) o->input_shape = v;
     else if (!strcmp(n, "transport")) o->transport = v;

@@ -17,17 +17,20 @@
 int mgt_gpu_count(char *why, size_t n);
 /* "NVIDIA H100 80GB HBM3, PCI 0000:18:00.0, 79 GiB" for messages and the start-up block. */
 void mgt_gpu_describe(int device, char *buf, size_t n);
-/* Binds this process to `device` and builds the GPU op table on it (cuDNN, cuBLAS, kernels);
- * tf32 != 0 lets cuDNN and cuBLAS use TF32 tensor cores for float32. */
-int mgt_gpu_backend_init(mgt_backend *be, int device, int tf32, mgt_err *err);
+/* What mgt_gpu_backend_init's `math` may hold (or'ed): MGT_GPU_TF32 lets cuDNN and cuBLAS use
+ * TF32 tensor cores for float32 (--tf32); MGT_GPU_BF16 gives the dense layers and convolutions
+ * bfloat16 inputs with float accumulation (--precision bf16). 0: plain fp32. */
+enum { MGT_GPU_TF32 = 1, MGT_GPU_BF16 = 2 };
+/* Binds this process to `device` and builds the GPU op table on it (cuDNN, cuBLAS, kernels),
+ * with the arithmetic `math` asks for. */
+int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err);
 /* The most device memory the backend has held at once: its own allocations (tensors, arenas,
  * workspaces), the CUDA context and the libraries' handles excluded, as PyTorch's
  * torch.cuda.max_memory_allocated counts. */
 size_t mgt_gpu_peak_bytes(const mgt_backend *be);
 /* The NCCL transport for device buffers, bootstrapped over `mpi` (rank 0's unique id broadcast
  * with MPI_Bcast). Host-side collectives (broadcast, gathers, metric sums) stay on MPI. */
-int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s,
-                       mgt_err *err);
+int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s, mgt_err *err);
 #endif
 
 #endif

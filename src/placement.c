@@ -93,7 +93,11 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
     if (!strcmp(tr, "shm"))
         mgt_die_all("--transport shm is for the CPU backend, and this rank found a GPU; add "
                     "--device cpu, or use --transport auto");
-    if (mgt_gpu_backend_init(&p->be, dev, o->tf32, &e) < 0)
+    if (o->bf16 && o->tf32 && rt->rank == 0)
+        fprintf(stderr, "notice: --tf32 changes nothing with --precision bf16: its dense layers "
+                        "and convolutions take bfloat16 inputs\n");
+    const int math = (o->tf32 ? MGT_GPU_TF32 : 0) | (o->bf16 ? MGT_GPU_BF16 : 0);
+    if (mgt_gpu_backend_init(&p->be, dev, math, &e) < 0)
         mgt_die("%s", e.msg);
     /* NCCL for more than one rank (a world of one has nothing to reduce), unless the transport
      * is named: then it runs even for one rank, so that its cost can be timed. */
@@ -141,6 +145,9 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
                     "when it was built); run with --device cpu",
                     nids ? "--gpus" : "--device gpu");
 #endif
+    if (o->bf16)
+        mgt_die_all("--precision bf16 is for GPUs: the CPU backend computes in fp32 only; leave "
+                    "--precision out or run on a GPU");
     if (o->tf32 && rt->rank == 0)
         fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
     if (!strcmp(tr, "nccl"))

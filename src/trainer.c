@@ -162,6 +162,7 @@ static void set_up(session *s) {
                                .gpus = o->gpus,
                                .transport = o->transport,
                                .tf32 = o->tf32,
+                               .bf16 = o->bf16,
                                .comm_timeout = o->comm_timeout,
                                .one_thread = train && m->train.reproducible};
     mgt_place_init(&s->pl, s->rt, &po);

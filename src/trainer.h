@@ -40,6 +40,7 @@ typedef struct mgt_options {
     const char *device;    /* cpu, gpu, auto */
     const char *gpus;      /* "0,2,3": local rank i uses the i-th listed device (NULL: device i) */
     int tf32;              /* let cuDNN / cuBLAS use TF32 */
+    int bf16;              /* --precision bf16 (GPU): bfloat16 GEMM and convolution inputs */
     const char *conv_algo; /* auto, direct, winograd for every conv2d layer (NULL: the file's) */
     const char *input_shape; /* "H,W,C" instead of the file's [input] shape (NULL: the file's) */
     const char *transport; /* auto, nccl, mpi, shm */

@@ -2,7 +2,8 @@
 # labels: mpi
 # timeout: 600
 # What a user coming from other tools runs into: torchrun's WORLD_SIZE/RANK without MPI (a
-# warning naming the launcher), --device gpu on a machine without NVIDIA's driver (said so), and
+# warning naming the launcher), --device gpu on a machine without NVIDIA's driver (said so),
+# --precision bf16 on the CPU backend (refused), and
 # weights that overflow (eval and predict refuse a non-finite result instead of printing it).
 source "$(dirname "$0")/lib.bash"
 N="--data synthetic --synthetic-samples 2000 --verbose 0"
@@ -24,6 +25,14 @@ else
     "$MGT_BIN" --device gpu $N --out gpu
   [ ! -e gpu ] && ok "... and nothing was made" || bad "a folder was made"
 fi
+# bf16 mixed precision (PyTorch's autocast on CUDA) is for GPUs: the CPU backend refuses it.
+expect_fail "--precision bf16 on the CPU backend" \
+  "--precision bf16 is for GPUs: the CPU backend computes in fp32 only; leave --precision out or run on a GPU" \
+  "$MGT_BIN" --device cpu --precision bf16 $N --out bf16
+[ ! -e bf16 ] && ok "... and nothing was made" || bad "a folder was made"
+expect_fail "--precision fp16" "--precision fp16: use fp32 or bf16" "$MGT_BIN" --precision fp16 $N --out fp16
+out=$("$MGT_BIN" --device cpu --precision fp32 $N --max-steps 1 --out fp32 2>&1) \
+  && ok "--precision fp32 (the default) on the CPU" || { bad "--precision fp32"; echo "$out"; }
 
 # 3. Finite weights whose outputs overflow (a run that diverged): eval and predict refuse.
 "$MGT_BIN" $N --max-steps 2 --out run >run.log 2>&1 || { bad "run"; cat run.log; }

@@ -20,7 +20,9 @@
 #define OPCHECK_KEY 0x6a7e57ULL
 #include "../unit/opcheck.h"
 
-static inline int finish(const char *name) { return opcheck_finish(name); }
+static inline int finish(const char *name) {
+    return opcheck_finish(name);
+}
 
 /* Exits 77 (skipped) when no GPU can be used here. */
 static inline void require_gpu(void) {
@@ -39,14 +41,15 @@ typedef struct pair {
     mgt_backend cpu, gpu;
 } pair;
 
-static inline void pair_init(pair *p, int tf32) {
+/* math: mgt_gpu_backend_init's (MGT_GPU_TF32, MGT_GPU_BF16 or 0). */
+static inline void pair_init(pair *p, int math) {
     mgt_err e;
     memset(p, 0, sizeof *p);
     if (mgt_cpu_backend_init(&p->cpu, 0) != 0) {
         fprintf(stderr, "cannot start the CPU backend\n");
         exit(2);
     }
-    if (mgt_gpu_backend_init(&p->gpu, 0, tf32, &e) != 0) {
+    if (mgt_gpu_backend_init(&p->gpu, 0, math, &e) != 0) {
         fprintf(stderr, "cannot start the GPU backend: %s\n", e.msg);
         exit(2);
     }
@@ -59,9 +62,15 @@ static inline void pair_free(pair *p) {
 
 /* ---- host memory, freed all at once (opcheck.h's arena) ---- */
 
-static inline void *hbuf(size_t bytes) { return tmp_alloc(bytes, 0); }
-static inline float *hf(size_t n) { return fbuf(n); }
-static inline void hfree_all(void) { tmp_free_all(); }
+static inline void *hbuf(size_t bytes) {
+    return tmp_alloc(bytes, 0);
+}
+static inline float *hf(size_t n) {
+    return fbuf(n);
+}
+static inline void hfree_all(void) {
+    tmp_free_all();
+}
 
 /* ---- device memory, freed all at once ---- */
 

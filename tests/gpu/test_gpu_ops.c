@@ -15,9 +15,22 @@
  * over the largest reference value), a margin not derived from their arithmetic; results that
  * involve no rounding differences by construction (max pooling, dropout masks, layout changes,
  * copies, the accuracy count) must be identical bits. Backward ops are also run with n == 0
- * (parameter gradients must become zeros) and with dx == NULL. Needs a GPU: without one it prints
- * SKIPPED and exits 77. */
+ * (parameter gradients must become zeros) and with dx == NULL.
+ *
+ * --precision bf16 (a second backend, MGT_GPU_BF16): the rounding to bfloat16 must be the
+ * test's own (round to nearest even, written independently below) bit for bit; dense layers and
+ * convolutions are checked against the exact result of the bfloat16-rounded inputs (the bias
+ * unrounded: it is added in float), so a wrong rounding of an input shows up as an error of
+ * 2^-8 relative, far above the bound. The bound: products of two bfloat16 values are exact in
+ * float, and the float accumulation of the tensor cores may truncate instead of rounding each
+ * addition (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores",
+ * PeerJ CS 2021), which at most doubles the unit roundoff: gamma(2K) instead of gamma(K), plus,
+ * for what cuDNN writes in bfloat16 (convolution outputs, dx, dW), one rounding to bfloat16 of a
+ * value at most (1 + gamma) times the sum of |terms|: 2^-7 relative, any faithful rounding, as
+ * cuDNN does not document which it uses (to nearest would be 2^-8). Needs a GPU: without one it
+ * prints SKIPPED and exits 77. */
 #include "data/dataset.h"
+#include "gpu_internal.h"
 #include "gpu_test.h"
 #include "model.h"
 
@@ -53,6 +66,25 @@ static void expect_conv(const char *what, mgt_backend *g, const conv_ref *r, int
     CHECK(q <= 1.0, "%s: error %.3g times its rounding bound (%zu values)", what, q, n);
 }
 
+/* The bf16 backend's convolution against the exact one of its rounded inputs (see the top):
+ * within gamma(k) absref plus one rounding to bfloat16. <= 1 passes. */
+static void expect_bf16(const char *what, mgt_backend *g, const float *dev, const double *ref,
+                        const double *absref, size_t n, double k) {
+    const float *a = dget(g, dev, n);
+    const double gk = opcheck_gamma(k);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - ref[i]);
+        const double b = (gk + 0x1p-7 * (1.0 + gk) + 0x1p-40) * absref[i];
+        const double r = !isfinite(a[i]) ? INFINITY : d == 0.0 ? 0.0 : b > 0.0 ? d / b : INFINITY;
+        worst = r > worst ? r : worst;
+    }
+    CHECK(worst <= 1.0,
+          "%s: error %.3g times its bound (gamma(%.0f) and a bfloat16 rounding, %zu "
+          "values)",
+          what, worst, k, n);
+}
+
 /* ---- memory ---- */
 
 static void test_memory(pair *p) {
@@ -82,18 +114,41 @@ static void test_memory(pair *p) {
     hfree_all();
 }
 
+/* x rounded to bfloat16 (8 significant bits, float's exponent range) to nearest, ties to even,
+ * computed in double from the value rather than the bits: a multiple of q = 2^(e - 8) for
+ * |x| = m 2^e, m in [0.5, 1), and never finer than bfloat16's subnormal spacing 2^-133. Values
+ * that round beyond the largest bfloat16 (float's largest exponent) become infinities. NaN:
+ * NaN. */
+static float bf16_round(float x) {
+    if (isnan(x) || isinf(x) || x == 0.0f)
+        return x;
+    int e;
+    (void)frexp((double)x, &e);
+    const double q = ldexp(1.0, e - 8 > -133 ? e - 8 : -133);
+    const double r = nearbyint((double)x / q) * q; /* to even: the default rounding mode */
+    return fabs(r) >= 0x1p128 ? (r > 0 ? INFINITY : -INFINITY) : (float)r;
+}
+
+static float *bf16_copy(const float *x, size_t n) {
+    float *r = hf(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = bf16_round(x[i]);
+    return r;
+}
+
 /* ---- dense ---- */
 
-static void test_dense(pair *p, int n, int in, int out, int bias) {
-    mgt_backend *g = &p->gpu;
-    char what[128];
-    float *x = hrand((size_t)n * in, -1, 1), *w = hrand((size_t)out * in, -1, 1);
-    float *b = bias ? hrand((size_t)out, -1, 1) : NULL;
-    float *dy = hrand((size_t)n * out, -1, 1);
-    /* exact results and sums of |terms|: y = x W^T + b, dx = dy W, dW = dy^T x, db = sum dy */
-    double *y = dbuf((size_t)n * out), *ya = dbuf((size_t)n * out), *dx = dbuf((size_t)n * in),
-           *dxa = dbuf((size_t)n * in), *dw = dbuf((size_t)out * in), *dwa = dbuf((size_t)out * in),
-           *db = dbuf((size_t)out), *dba = dbuf((size_t)out);
+/* Exact results and sums of |terms|: y = x W^T + b, dx = dy W, dW = dy^T x (products with dy),
+ * db = sum dyb (dyb: dy as the bias gradient sums it). */
+typedef struct dense_ref {
+    double *y, *ya, *dx, *dxa, *dw, *dwa, *db, *dba;
+} dense_ref;
+
+static dense_ref dense_ref_make(int n, int in, int out, const float *x, const float *w,
+                                const float *b, const float *dy, const float *dyb) {
+    dense_ref r = {dbuf((size_t)n * out), dbuf((size_t)n * out),  dbuf((size_t)n * in),
+                   dbuf((size_t)n * in),  dbuf((size_t)out * in), dbuf((size_t)out * in),
+                   dbuf((size_t)out),     dbuf((size_t)out)};
     for (int i = 0; i < n; i++)
         for (int o = 0; o < out; o++) {
             const double gy = dy[(size_t)i * out + o];
@@ -102,16 +157,36 @@ static void test_dense(pair *p, int n, int in, int out, int bias) {
                 const double xv = x[(size_t)i * in + j], wv = w[(size_t)o * in + j];
                 acc += xv * wv;
                 abs_acc += fabs(xv * wv);
-                dx[(size_t)i * in + j] += gy * wv;
-                dxa[(size_t)i * in + j] += fabs(gy * wv);
-                dw[(size_t)o * in + j] += gy * xv;
-                dwa[(size_t)o * in + j] += fabs(gy * xv);
+                r.dx[(size_t)i * in + j] += gy * wv;
+                r.dxa[(size_t)i * in + j] += fabs(gy * wv);
+                r.dw[(size_t)o * in + j] += gy * xv;
+                r.dwa[(size_t)o * in + j] += fabs(gy * xv);
             }
-            y[(size_t)i * out + o] = acc;
-            ya[(size_t)i * out + o] = abs_acc;
-            db[o] += gy;
-            dba[o] += fabs(gy);
+            r.y[(size_t)i * out + o] = acc;
+            r.ya[(size_t)i * out + o] = abs_acc;
+            r.db[o] += dyb[(size_t)i * out + o];
+            r.dba[o] += fabs(dyb[(size_t)i * out + o]);
         }
+    return r;
+}
+
+/* bf16: p's GPU backend is a --precision bf16 one; the reference is then that of the inputs
+ * rounded to bfloat16 (the bias unrounded: it is added in float; db sums the float dy), and the
+ * products' bounds double (see the top: tensor cores may truncate); the outputs are the GEMM's
+ * float accumulator, never rounded to bfloat16. */
+static void test_dense(pair *p, int n, int in, int out, int bias, int bf16) {
+    mgt_backend *g = &p->gpu;
+    char what[128];
+    float *x = hrand((size_t)n * in, -1, 1), *w = hrand((size_t)out * in, -1, 1);
+    float *b = bias ? hrand((size_t)out, -1, 1) : NULL;
+    float *dy = hrand((size_t)n * out, -1, 1);
+    const dense_ref r =
+        bf16 ? dense_ref_make(n, in, out, bf16_copy(x, (size_t)n * in),
+                              bf16_copy(w, (size_t)out * in), b, bf16_copy(dy, (size_t)n * out), dy)
+             : dense_ref_make(n, in, out, x, w, b, dy, dy);
+    const double *y = r.y, *ya = r.ya, *dx = r.dx, *dxa = r.dxa, *dw = r.dw, *dwa = r.dwa,
+                 *db = r.db, *dba = r.dba;
+    const double m = bf16 ? 2.0 : 1.0;
 
     float *gx = dput(g, x, (size_t)n * in), *gw = dput(g, w, (size_t)out * in);
     float *gb = bias ? dput(g, b, (size_t)out) : NULL, *gdy = dput(g, dy, (size_t)n * out);
@@ -119,18 +194,19 @@ static void test_dense(pair *p, int n, int in, int out, int bias) {
     float *gdw = dnan(g, (size_t)out * in), *gdb = dnan(g, (size_t)out);
     g->ops->dense_fwd(g, n, in, out, gx, gw, gb, gy);
     g->ops->dense_bwd(g, n, in, out, gx, gw, gdy, gdx, gdw, gdb);
-    snprintf(what, sizeof what, "dense n=%d in=%d out=%d bias=%d", n, in, out, bias);
+    snprintf(what, sizeof what, "%sdense n=%d in=%d out=%d bias=%d", bf16 ? "bf16 " : "", n, in,
+             out, bias);
     /* y: in products and the bias (the GEMM adds onto the bias rows), dx: out products, dW: n
      * products, db: n terms */
-    expect_bound(what, g, gy, y, ya, (size_t)n * out, in + 1.0);
-    expect_bound("dense_bwd dx", g, gdx, dx, dxa, (size_t)n * in, out);
-    expect_bound("dense_bwd dW", g, gdw, dw, dwa, (size_t)out * in, n);
+    expect_bound(what, g, gy, y, ya, (size_t)n * out, m * (in + 1.0));
+    expect_bound("dense_bwd dx", g, gdx, dx, dxa, (size_t)n * in, m * out);
+    expect_bound("dense_bwd dW", g, gdw, dw, dwa, (size_t)out * in, m * n);
     expect_bound("dense_bwd db", g, gdb, db, dba, (size_t)out, n);
 
     /* dx == NULL, and n == 0 (gradients overwritten with zeros) */
     float *gdw2 = dnan(g, (size_t)out * in), *gdb2 = dnan(g, (size_t)out);
     g->ops->dense_bwd(g, n, in, out, gx, gw, gdy, NULL, gdw2, gdb2);
-    expect_bound("dense_bwd dW (dx NULL)", g, gdw2, dw, dwa, (size_t)out * in, n);
+    expect_bound("dense_bwd dW (dx NULL)", g, gdw2, dw, dwa, (size_t)out * in, m * n);
     g->ops->dense_bwd(g, 0, in, out, gx, gw, gdy, NULL, gdw2, gdb2);
     expect_same("dense_bwd n=0 dW zeros", g, gdw2, hf((size_t)out * in),
                 sizeof(float) * (size_t)out * in);
@@ -164,15 +240,20 @@ static char *choices(mgt_backend *g) {
  * channel count above one, or every shape under MGT_EMU_CUDNN_STALE=all: emu_cudnn.cpp). A real GPU
  * may or may not refuse one; the results, checked by the caller, show that whichever ran computed
  * the right thing. */
-static void check_choice(mgt_backend *g, const mgt_conv_shape *s) {
+static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
     static const char *const dirs[] = {"forward", "backward-data", "backward-filter"};
     static const char *const wants[] = {"auto", "direct", "winograd"};
     const char *log = choices(g);
     const int emulated = getenv("MGT_EMU_GPUS") != NULL;
+    CHECK(!bf16 || strstr(log, "GPU arithmetic: bf16 mixed precision") != NULL,
+          "the arithmetic line says bf16: %.200s", log);
     const char *stale = getenv("MGT_EMU_CUDNN_STALE");
-    const int expect_refused = stale && !strcmp(stale, "all")    ? 1
-                               : stale && !strcmp(stale, "none") ? 0
-                                                                 : s->c > 1 && s->c % 2 == 1;
+    /* the emulator's stale entries: every convolution with MGT_EMU_CUDNN_STALE=all, none with
+     * =none, else float ones with an odd channel count above one */
+    const int expect_refused = stale && !strcmp(stale, "all") ? 1
+                               : stale && !strcmp(stale, "none")
+                                   ? 0
+                                   : !bf16 && s->c > 1 && s->c % 2 == 1;
     for (int d = 0; d < 3; d++) {
         char key[200];
         snprintf(key, sizeof key,
@@ -190,7 +271,11 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s) {
         printf("    %s\n", line);
         CHECK(!strstr(line, "not run yet"), "%s: the algorithm ran", line);
         CHECK(strstr(line, ", deterministic") != NULL, "%s: a deterministic algorithm", line);
-        CHECK(strstr(line, "FMA_MATH") != NULL, "%s: FMA math without TF32", line);
+        if (bf16)
+            CHECK(strstr(line, "TENSOR_OP_MATH, workspace") && strstr(line, ", bfloat16 data"),
+                  "%s: bfloat16 data on tensor-op math", line);
+        else
+            CHECK(strstr(line, "FMA_MATH") != NULL, "%s: FMA math without TF32", line);
         if (s->algo == MGT_CONV_DIRECT)
             CHECK(!strstr(line + strlen(key), "FFT") && !strstr(line + strlen(key), "WINOGRAD"),
                   "%s: --conv-algo direct runs no FFT or Winograd algorithm", line);
@@ -204,40 +289,60 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s) {
     }
 }
 
-static void test_conv(pair *p, const conv_case *k) {
+/* bf16: p's GPU backend is a --precision bf16 one, checked against the exact result of the
+ * inputs rounded to bfloat16 (the bias unrounded; db sums the float dy) with expect_bf16's
+ * bound, the sums' k doubled (see the top). */
+static void test_conv(pair *p, const conv_case *k, int bf16) {
     mgt_backend *g = &p->gpu;
     mgt_conv_shape s =
         mgt_conv2d_geometry(k->n, k->h, k->w, k->c, k->oc, k->kh, k->kw, k->stride, k->same);
     s.algo = k->algo;
     char what[180];
     snprintf(what, sizeof what,
-             "conv n=%d %dx%dx%d->%dx%dx%d k=%dx%d s=%d pad=%d,%d bias=%d conv-algo=%d", s.n, s.h,
-             s.w, s.c, s.oh, s.ow, s.oc, s.kh, s.kw, s.stride, s.pad_top, s.pad_left, k->bias,
-             (int)k->algo);
+             "%sconv n=%d %dx%dx%d->%dx%dx%d k=%dx%d s=%d pad=%d,%d bias=%d conv-algo=%d",
+             bf16 ? "bf16 " : "", s.n, s.h, s.w, s.c, s.oh, s.ow, s.oc, s.kh, s.kw, s.stride,
+             s.pad_top, s.pad_left, k->bias, (int)k->algo);
     const size_t nx = conv_nx(&s), ny = conv_ny(&s), nw = conv_nw(&s);
     CHECK(g->ops->reserve(g, g->ops->conv2d_scratch(&s)) == 0, "%s: GPU reserve", what);
     float *x = hrand(nx, -1, 1), *w = hrand(nw, -0.5f, 0.5f);
     float *b = k->bias ? hrand((size_t)s.oc, -1, 1) : NULL, *dy = hrand(ny, -1, 1);
-    const conv_ref r = conv_ref_make(&s, x, w, b, dy);
+    const conv_ref r =
+        bf16 ? conv_ref_make(&s, bf16_copy(x, nx), bf16_copy(w, nw), b, bf16_copy(dy, ny))
+             : conv_ref_make(&s, x, w, b, dy);
+    const double taps = (double)s.kh * s.kw, rows = (double)s.n * s.oh * s.ow;
+    double *db = dbuf((size_t)s.oc), *dba = dbuf((size_t)s.oc); /* of the float dy */
+    for (size_t i = 0; i < ny; i++) {
+        db[i % (size_t)s.oc] += dy[i];
+        dba[i % (size_t)s.oc] += fabs(dy[i]);
+    }
+/* each output against its bound: the convolution's own, or with bf16 the rounded inputs' */
+#define EXPECT(what_, which_, dev_, n_, ref_, abs_, k_)                                            \
+    do {                                                                                           \
+        if (bf16)                                                                                  \
+            expect_bf16(what_, g, dev_, r.ref_, r.abs_, n_, 2.0 * (k_));                           \
+        else                                                                                       \
+            expect_conv(what_, g, &r, which_, dev_, n_);                                           \
+    } while (0)
 
     float *gx = dput(g, x, nx), *gw = dput(g, w, nw), *gb = b ? dput(g, b, (size_t)s.oc) : NULL;
     float *gdy = dput(g, dy, ny), *gy = dnan(g, ny), *gdx = dnan(g, nx), *gdw = dnan(g, nw);
     float *gdb = dnan(g, (size_t)s.oc);
     g->ops->conv2d_fwd(g, &s, gx, gw, gb, gy);
-    expect_conv(what, g, &r, CONV_Y, gy, ny);
+    EXPECT(what, CONV_Y, gy, ny, y, ya, taps * s.c + 1);
     float *first = dget(g, gy, ny);
     g->ops->conv2d_fwd(g, &s, gx, gw, gb, gy); /* the cached plan: the same bits again */
     expect_same("conv forward repeated (cached plan, deterministic)", g, gy, first,
                 ny * sizeof(float));
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, gdx, gdw, gdb);
-    expect_conv("conv_bwd dx", g, &r, CONV_DX, gdx, nx);
-    expect_conv("conv_bwd dW", g, &r, CONV_DW, gdw, nw);
-    expect_conv("conv_bwd db", g, &r, CONV_DB, gdb, (size_t)s.oc);
-    check_choice(g, &s);
+    EXPECT("conv_bwd dx", CONV_DX, gdx, nx, dx, dxa, taps * s.oc + taps);
+    EXPECT("conv_bwd dW", CONV_DW, gdw, nw, dw, dwa, rows + 1);
+    expect_bound("conv_bwd db", g, gdb, db, dba, (size_t)s.oc, rows);
+    check_choice(g, &s, bf16);
 
     float *gdw2 = dnan(g, nw);
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, NULL, gdw2, NULL);
-    expect_conv("conv_bwd dW (dx NULL, db NULL)", g, &r, CONV_DW, gdw2, nw);
+    EXPECT("conv_bwd dW (dx NULL, db NULL)", CONV_DW, gdw2, nw, dw, dwa, rows + 1);
+#undef EXPECT
     mgt_conv_shape s0 = s;
     s0.n = 0;
     float *gdb2 = dnan(g, (size_t)s.oc);
@@ -307,8 +412,7 @@ static void test_pool(pair *p, int n, int h, int w, int c, int size, int stride,
                         for (int b = 0; b < size; b++) {
                             if (y0 + a < 0 || y0 + a >= h || x0 + b < 0 || x0 + b >= w)
                                 continue;
-                            const size_t xi =
-                                (((size_t)i * h + y0 + a) * w + x0 + b) * c + ch;
+                            const size_t xi = (((size_t)i * h + y0 + a) * w + x0 + b) * c + ch;
                             ye[o] += x[xi] / k;
                             yabs[o] += fabs(x[xi]) / k;
                             dxe[xi] += dy[o] / k;
@@ -907,6 +1011,101 @@ static void test_gather_u8(pair *p, int n, int h, int w, int c, int classes) {
     expect_batch("gathered", g, &d, &ds, ids);
 }
 
+/* ---- --precision bf16 ---- */
+
+/* The conversion kernels bit for bit: the rounding against bf16_round on ties, carries into the
+ * exponent, the largest floats, subnormals, infinities, NaN and random values; widening with and
+ * without a bias row against the host's float arithmetic. */
+static void test_bf16_convert(pair *p) {
+    mgt_backend *g = &p->gpu;
+    const size_t nr = 4096, nf = 40;
+    const float fixed[40] = {0.0f,
+                             -0.0f,
+                             1.0f,
+                             -2.5f,
+                             1.0f + 0x1p-8f,
+                             1.0f + 3 * 0x1p-8f,
+                             1.0f + 0x1p-8f + 0x1p-20f,
+                             1.0f - 0x1p-10f,
+                             0x1.ffp0f,
+                             0x1.ff8p0f,
+                             0x1.fe8p0f,
+                             0x1.fffffep127f,
+                             0x1.fep127f,
+                             0x1.ff8p127f,
+                             -0x1.ffp127f,
+                             0x1p-126f,
+                             0x1p-130f,
+                             0x1.808p-130f,
+                             0x1p-149f,
+                             0x1.8p-133f,
+                             0x1p-134f,
+                             0x1.000002p-134f,
+                             -0x1.7p-140f,
+                             0x1.fffffep-127f,
+                             INFINITY,
+                             -INFINITY,
+                             3.14159265f,
+                             -1e-30f,
+                             65504.0f,
+                             1e30f,
+                             -7e-39f,
+                             0x1.01p0f,
+                             0x1.03p0f,
+                             0x1.0101p0f,
+                             0x1.02fffep0f,
+                             0.1f,
+                             -0.3f,
+                             123456.789f,
+                             0x1.ff7fffp-1f,
+                             0x1.ff8001p-1f};
+    const size_t n = nf + nr + 2;
+    float *x = hf(n);
+    memcpy(x, fixed, sizeof fixed);
+    for (size_t i = 0; i < nr; i++) { /* random bits: every exponent and significand */
+        uint32_t u = (uint32_t)mgt_rand64(OPCHECK_KEY + 7, i);
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            u &= ~0x00800000u; /* keep them finite (NaNs are below) */
+        memcpy(&x[nf + i], &u, sizeof u);
+    }
+    x[n - 2] = NAN;
+    x[n - 1] = -NAN;
+    float *gx = dput(g, x, n);
+    uint16_t *gh = dmem(g, n * sizeof(uint16_t));
+    mgt_k_to_bf16(mgt_gpu_stream(g), n, gx, gh);
+    uint16_t *h = hbuf(n * sizeof(uint16_t));
+    g->ops->to_host(g, h, gh, n * sizeof(uint16_t));
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 5; i++) {
+        const uint32_t u = (uint32_t)h[i] << 16;
+        float got;
+        memcpy(&got, &u, sizeof got);
+        const float want = bf16_round(x[i]);
+        const int ok = isnan(want) ? isnan(got) && signbit(got) == signbit(x[i])
+                                   : memcmp(&got, &want, sizeof got) == 0;
+        if (!ok)
+            bad++;
+        CHECK(ok, "to bfloat16: %a became %a, not %a", (double)x[i], (double)got, (double)want);
+        CHECK(mgt_gpu_bf16_twin(x[i]) == h[i], "to bfloat16: the host twin differs on %a",
+              (double)x[i]);
+    }
+    /* widening, with a bias row: 3 rows of 7 */
+    float *b = hrand(7, -1, 1), *want = hf(21), *want_nob = hf(21);
+    for (int i = 0; i < 21; i++) {
+        const uint32_t u = (uint32_t)h[nf + (size_t)i] << 16;
+        memcpy(&want_nob[i], &u, sizeof u);
+        want[i] = want_nob[i] + b[i % 7];
+    }
+    float *gy = dnan(g, 21), *gb = dput(g, b, 7);
+    mgt_k_from_bf16(mgt_gpu_stream(g), 3, 7, gh + nf, gb, gy);
+    expect_same("from bfloat16 plus a bias row", g, gy, want, 21 * sizeof(float));
+    mgt_k_from_bf16(mgt_gpu_stream(g), 3, 7, gh + nf, NULL, gy);
+    expect_same("from bfloat16 (exact)", g, gy, want_nob, 21 * sizeof(float));
+    printf("  bfloat16 rounding and widening: %zu values\n", n);
+    dfree_all();
+    hfree_all();
+}
+
 int main(void) {
     require_gpu();
     pair p;
@@ -914,10 +1113,10 @@ int main(void) {
 
     test_memory(&p);
 
-    test_dense(&p, 37, 53, 29, 1);
-    test_dense(&p, 256, 784, 256, 1);
-    test_dense(&p, 5, 300, 10, 0);
-    test_dense(&p, 1, 1, 1, 1);
+    test_dense(&p, 37, 53, 29, 1, 0);
+    test_dense(&p, 256, 784, 256, 1, 0);
+    test_dense(&p, 5, 300, 10, 0, 0);
+    test_dense(&p, 1, 1, 1, 1, 0);
 
     const conv_case convs[] = {
         {4, 8, 8, 3, 5, 3, 3, 1, 1, 1, MGT_CONV_AUTO}, /* "same", symmetric: cuDNN pads */
@@ -939,7 +1138,7 @@ int main(void) {
         {2, 8, 8, 4, 6, 3, 3, 1, 1, 0, MGT_CONV_WINOGRAD},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
-        test_conv(&p, &convs[i]);
+        test_conv(&p, &convs[i], 0);
 
     test_pool(&p, 3, 8, 8, 5, 2, 2, 0);
     test_pool(&p, 2, 7, 7, 3, 3, 2, 0); /* overlapping windows */
@@ -994,6 +1193,24 @@ int main(void) {
     test_gather_u8(&p, 64, 28, 28, 1, 10);
     test_gather_u8(&p, 7, 5, 3, 2, 3);
 
+    pair_free(&p);
+
+    /* --precision bf16 */
+    pair_init(&p, MGT_GPU_BF16);
+    test_bf16_convert(&p);
+    test_dense(&p, 37, 53, 29, 1, 1);
+    test_dense(&p, 256, 784, 256, 1, 1);
+    test_dense(&p, 5, 300, 10, 0, 1);
+    const conv_case bconvs[] = {
+        {4, 8, 8, 3, 5, 3, 3, 1, 1, 1, MGT_CONV_AUTO},      /* cuDNN pads */
+        {2, 8, 8, 3, 4, 3, 3, 2, 1, 1, MGT_CONV_AUTO},      /* explicit padding */
+        {2, 6, 6, 2, 3, 2, 2, 1, 1, 0, MGT_CONV_AUTO},      /* explicit padding, no bias */
+        {3, 5, 5, 8, 4, 1, 1, 1, 0, 0, MGT_CONV_AUTO},      /* 1x1: no filter transposes */
+        {2, 7, 7, 1, 4, 3, 3, 1, 0, 1, MGT_CONV_AUTO},      /* one input channel */
+        {16, 28, 28, 16, 32, 3, 3, 1, 1, 1, MGT_CONV_AUTO}, /* a realistic layer */
+    };
+    for (size_t i = 0; i < sizeof bconvs / sizeof bconvs[0]; i++)
+        test_conv(&p, &bconvs[i], 1);
     pair_free(&p);
     return finish("test_gpu_ops");
 }

@@ -105,14 +105,38 @@ a=$(cat "$T/stats4" 2>/dev/null); b=$(cat "$T/stats24" 2>/dev/null)
   || bad "allocations differ between 4 and 24 steps: '$a' / '$b'"
 out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --tf32 --out "$T/tf" 2>&1)
 l32=$(sed -n 's/.* - loss: \([0-9.]*\).*/\1/p' <<<"$(emu 1 1 train --model "$SMALL" "${run[@]}" --out "$T/f32" 2>&1)")
-ltf=$(sed -n 's/.* - loss: \([0-9.]*\).*/\1/p' <<<"$out")
-if "$MGT_COMPARE" "$T/tf/weights.safetensors" "$T/f32/weights.safetensors" 0 >/dev/null; then
-  bad "--tf32 gave bit-identical weights: TF32 was not used"
-elif awk -v a="$l32" -v b="$ltf" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d < 0.02 * a) }'; then
-  ok "--tf32 changes the weights, and the training loss only slightly ($l32 -> $ltf)"
-else
-  bad "--tf32: training loss $ltf against $l32 in FP32"
-fi
+near_fp32() { # near_fp32 FLAG RUN_DIR OUTPUT: other weights than FP32's, a loss within 2% of it
+  local l
+  l=$(sed -n 's/.* - loss: \([0-9.]*\).*/\1/p' <<<"$3")
+  if "$MGT_COMPARE" "$2/weights.safetensors" "$T/f32/weights.safetensors" 0 >/dev/null; then
+    bad "$1 gave bit-identical weights: it changed no arithmetic"
+  elif awk -v a="$l32" -v b="$l" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d < 0.02 * a) }'; then
+    ok "$1 changes the weights, and the training loss only slightly ($l32 -> $l)"
+  else
+    bad "$1: training loss $l against $l32 in FP32"
+  fi
+}
+near_fp32 --tf32 "$T/tf" "$out"
+# --precision bf16: bfloat16 GEMM and convolution inputs with float accumulation. The weights
+# change; the loss after 8 steps stays within 2% of FP32's (one bfloat16 rounding of each input,
+# at most 2^-8 relative, moves each product by about that much, and the steps are RMSprop's
+# bounded ones); the profile says so, per convolution too; and the step loop allocates nothing
+# (the workspace grows by the bfloat16 copies at the first step only).
+out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
+  --profile --out "$T/bf" 2>&1)
+near_fp32 "--precision bf16" "$T/bf" "$out"
+grep -q "^GPU arithmetic: bf16 mixed precision: dense layers and convolutions on bfloat16 inputs with fp32 accumulation" <<<"$out" \
+  && [ "$(grep -cE "^cuDNN conv .*: [A-Z_0-9]+, TENSOR_OP_MATH, workspace [0-9]+ bytes, deterministic, bfloat16 data$" <<<"$out")" -eq 5 ] \
+  && ok "--profile names bf16 arithmetic and each convolution's bfloat16 tensor-op algorithm" \
+  || bad "--precision bf16 profile: $(grep -E "^(GPU|cuDNN)" <<<"$out")"
+MGT_EMU_STATS="$T/stats_bf24" emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
+  --synthetic-samples 3072 --max-steps 24 --out "$T/bf24" >/dev/null 2>&1
+MGT_EMU_STATS="$T/stats_bf4" emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
+  --synthetic-samples 3072 --max-steps 4 --out "$T/bf4" >/dev/null 2>&1
+a=$(cat "$T/stats_bf4" 2>/dev/null); b=$(cat "$T/stats_bf24" 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] \
+  && ok "--precision bf16: no allocation inside the step loop ($a, for 4 and for 24 steps)" \
+  || bad "--precision bf16: allocations differ between 4 and 24 steps: '$a' / '$b'"
 expect_fail "out of GPU memory names the sizes and a smaller batch" \
   "cudaMalloc of [0-9.]+ MiB for .* failed: [0-9.]+ MiB free of 64.0 MiB on this GPU; a smaller per-GPU batch" \
   env MGT_EMU_MEM_MB=64 bash -c "$(declare -f emu); emu 1 1 train --model $MGT_SRC/examples/convnet.cfg --data synthetic --batch-size 512 --max-steps 2 --out $T/oom"
