@@ -415,6 +415,8 @@ static const mgt_ops gpu_ops = {
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
     .optim_step = mgt_gpu_optim_step,
+    .xs_add = mgt_gpu_xs_add,
+    .xs_round = mgt_gpu_xs_round,
     .clip_value = mgt_gpu_clip_value,
     .clip_norm = mgt_gpu_clip_norm,
     .add2 = mgt_gpu_add2,
@@ -462,6 +464,7 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err) {
     im->device = device;
     im->tf32 = (math & MGT_GPU_TF32) != 0;
     im->bf16 = (math & MGT_GPU_BF16) != 0;
+    im->deterministic = (math & MGT_GPU_DETERMINISTIC) != 0;
     cublasHandle_t blas = NULL;
     cudnnHandle_t dnn = NULL;
     INIT_CHECK(CUDA, cudaSetDevice(device));

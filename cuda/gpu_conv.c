@@ -392,12 +392,15 @@ static const char *math_name(cudnnMathType_t m) {
     return "(unknown math)";
 }
 
-/* The order candidates are tried in: with --conv-algo winograd, Winograd first; then
- * deterministic ones whose workspace fits, then any that fits, then the rest by workspace
+/* The order candidates are tried in: with --conv-algo winograd, Winograd first; then (under
+ * --reproducible: deterministic ones only, in cuDNN's order) deterministic ones whose workspace
+ * fits, then any that fits, then the rest by workspace
  * (the workspace then grows, once); ties keep cuDNN's ranking. */
-static int cand_tier(const conv_cand *c, int dir, mgt_conv_algo want, size_t avail) {
+static int cand_tier(const conv_cand *c, int dir, mgt_conv_algo want, size_t avail,
+                     int deterministic) {
     const int wino_last = want == MGT_CONV_WINOGRAD && !is_winograd(dir, c->algo);
-    const int fit = c->ws <= avail ? (c->deterministic ? 0 : 1) : 2;
+    /* deterministic: cuDNN's ranking alone, whatever fits (the workspace then grows) */
+    const int fit = deterministic ? 0 : c->ws <= avail ? (c->deterministic ? 0 : 1) : 2;
     return wino_last * 4 + fit;
 }
 
@@ -425,6 +428,8 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
             continue;
         if (s->algo == MGT_CONV_DIRECT && (is_winograd(dir, c[i].algo) || is_fft(dir, c[i].algo)))
             continue;
+        if (im->deterministic && !c[i].deterministic)
+            continue;
         c[i].math = tensor_ok ? c[i].math : CUDNN_FMA_MATH;
         if (cudnnSetConvolutionMathType(p->cd[dir], c[i].math) != CUDNN_STATUS_SUCCESS ||
             algo_ws(im, p, dir, c[i].algo, &c[i].ws) != CUDNN_STATUS_SUCCESS)
@@ -435,10 +440,10 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
      * ranking: a handful of entries */
     for (int i = 1; i < kept; i++) {
         conv_cand v = c[i];
-        const int tv = cand_tier(&v, dir, s->algo, avail);
+        const int tv = cand_tier(&v, dir, s->algo, avail, im->deterministic);
         int j = i;
         for (; j > 0; j--) {
-            const int tj = cand_tier(&c[j - 1], dir, s->algo, avail);
+            const int tj = cand_tier(&c[j - 1], dir, s->algo, avail, im->deterministic);
             const int before = tv < tj || (tv == tj && (tv % 4) == 2 && v.ws < c[j - 1].ws);
             if (!before)
                 break;
@@ -448,10 +453,11 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     }
     if (kept == 0) {
         free(c);
-        mgt_die("cuDNN offers no %s algorithm for the convolution n=%d %dx%dx%d -> %dx%dx%d, "
+        mgt_die("cuDNN offers no %s%s algorithm for the convolution n=%d %dx%dx%d -> %dx%dx%d, "
                 "kernel %dx%d, stride %d (NHWC %s, %s%s); please report this with the model "
                 "file",
-                dir_name[dir], s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
+                im->deterministic ? "deterministic (--reproducible) " : "", dir_name[dir], s->n,
+                s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
                 im->bf16 ? "bfloat16" : "float",
                 im->bf16   ? "float compute"
                 : im->tf32 ? "TF32 allowed"

@@ -19,6 +19,7 @@
  *   gpu_optim.cu    optimizer steps;
  *   gpu_bf16.cu     float <-> bfloat16 for --precision bf16 (the dense and convolution families
  *                   round their inputs with it);
+ *   gpu_exact.cu    the exact sums of --reproducible (exactsum.h's arithmetic per accumulator);
  *   gpu_clip.cu     gradient clipping by value and by global norm (a deterministic reduction);
  *   gpu_data.cu     batches made on the device: synthetic samples, gathers from kept bytes;
  *   gpu_launch.h    (kernel files only) block size, grids, warp reductions, the launch helper;
@@ -60,6 +61,10 @@ typedef struct mgt_gpu_impl {
      * incoming gradients, rounded into the workspace) and accumulate in float; every other op,
      * the weights and the optimizer's state stay float. */
     int bf16;
+    /* --reproducible: every convolution runs a deterministic cuDNN algorithm chosen by cuDNN's
+     * ranking alone (not by what fits the workspace, which depends on the per-rank batch), so a
+     * chunk's shape gives the same algorithm, and the same bits, on any rank count. */
+    int deterministic;
     cudaStream_t stream;
     void *cublas; /* cublasHandle_t */
     void *cudnn;  /* cudnnHandle_t */
@@ -147,6 +152,7 @@ int mgt_gpu_rank(void);
 #include "gpu_data.h"
 #include "gpu_dense.h"
 #include "gpu_elem.h"
+#include "gpu_exact.h"
 #include "gpu_graph.h"
 #include "gpu_layout.h"
 #include "gpu_norm.h"

@@ -19,8 +19,10 @@ int mgt_gpu_count(char *why, size_t n);
 void mgt_gpu_describe(int device, char *buf, size_t n);
 /* What mgt_gpu_backend_init's `math` may hold (or'ed): MGT_GPU_TF32 lets cuDNN and cuBLAS use
  * TF32 tensor cores for float32 (--tf32); MGT_GPU_BF16 gives the dense layers and convolutions
- * bfloat16 inputs with float accumulation (--precision bf16). 0: plain fp32. */
-enum { MGT_GPU_TF32 = 1, MGT_GPU_BF16 = 2 };
+ * bfloat16 inputs with float accumulation (--precision bf16); MGT_GPU_DETERMINISTIC
+ * (--reproducible) makes each convolution shape's algorithm a deterministic one that depends on
+ * the shape alone. 0: plain fp32. */
+enum { MGT_GPU_TF32 = 1, MGT_GPU_BF16 = 2, MGT_GPU_DETERMINISTIC = 4 };
 /* Binds this process to `device` and builds the GPU op table on it (cuDNN, cuBLAS, kernels),
  * with the arithmetic `math` asks for. */
 int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err);

@@ -96,7 +96,8 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
     if (o->bf16 && o->tf32 && rt->rank == 0)
         fprintf(stderr, "notice: --tf32 changes nothing with --precision bf16: its dense layers "
                         "and convolutions take bfloat16 inputs\n");
-    const int math = (o->tf32 ? MGT_GPU_TF32 : 0) | (o->bf16 ? MGT_GPU_BF16 : 0);
+    const int math = (o->tf32 ? MGT_GPU_TF32 : 0) | (o->bf16 ? MGT_GPU_BF16 : 0) |
+                     (o->deterministic ? MGT_GPU_DETERMINISTIC : 0);
     if (mgt_gpu_backend_init(&p->be, dev, math, &e) < 0)
         mgt_die("%s", e.msg);
     /* NCCL for more than one rank (a world of one has nothing to reduce), unless the transport

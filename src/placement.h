@@ -25,6 +25,8 @@ typedef struct mgt_place_opts {
     double comm_timeout;   /* seconds a collective may wait before the job ends */
     int one_thread;        /* CPU: one BLAS thread per rank, whatever its cores (--reproducible:
                             * OpenBLAS's results depend on its thread count) */
+    int deterministic;     /* GPU: convolution algorithms that depend on the shape alone and are
+                            * deterministic (--reproducible) */
 } mgt_place_opts;
 
 typedef struct mgt_placement {

@@ -23,6 +23,9 @@ struct mgt_repro {
     int64_t *bn_words; /* [2 * widest batchnorm][MGT_XS_WORDS], then the counter */
     float *part;       /* one chunk's batchnorm partial sums (2c) */
     int bn_c;          /* the widest batchnorm's channels */
+    /* Where backend memory is not host memory (a GPU), the words cross MPI through this host
+     * copy, as large as `words` (NULL on the CPU backend). */
+    int64_t *host;
 };
 
 /* The metric sums (model.h: MGT_NSUMS): the loss op adds the loss and the correct count, the
@@ -129,7 +132,12 @@ mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, mgt_err *err) {
     r->words = be->ops->alloc(be, r->nwords * sizeof(int64_t));
     r->bn_words = be->ops->alloc(be, (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
     r->part = be->ops->alloc(be, part * sizeof(float));
-    if (!r->words || !r->bn_words || !r->part) {
+    /* the batching ops (stage) exist only where backend memory is not the host's (backend.h) */
+    if (be->ops->stage && comm->world > 1)
+        r->host = malloc(r->nwords * sizeof(int64_t) > (part * MGT_XS_WORDS + 1) * sizeof(int64_t)
+                             ? r->nwords * sizeof(int64_t)
+                             : (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
+    if (!r->words || !r->bn_words || !r->part || (be->ops->stage && comm->world > 1 && !r->host)) {
         mgt_errf(err,
                  "out of %s memory for --reproducible's accumulators (%zu MiB); use a "
                  "smaller model or train without --reproducible",
@@ -147,6 +155,7 @@ void mgt_repro_free(mgt_repro *r) {
     be->ops->free(be, r->words);
     be->ops->free(be, r->bn_words);
     be->ops->free(be, r->part);
+    free(r->host);
     free(r);
 }
 
@@ -238,17 +247,26 @@ void mgt_repro_backward(mgt_model *m, const mgt_step *s, int first) {
 
 /* ---- exact all-reduce ---- */
 
-static void allreduce_words(mgt_comm *c, int64_t *w, size_t count, const char *what) {
+/* The words w (backend memory) summed over the ranks as integers, through r->host where the
+ * backend's memory is a device's. */
+static void allreduce_words(const mgt_repro *r, int64_t *w, size_t count, const char *what) {
+    mgt_comm *c = r->comm;
+    mgt_backend *be = r->m->be;
     if (c->world == 1)
         return;
+    int64_t *h = r->host ? r->host : w;
+    if (r->host)
+        be->ops->to_host(be, h, w, count * sizeof(int64_t));
     mgt_comm_enter(c, what);
     for (size_t off = 0; off < count; off += INT_MAX) {
         const size_t n = count - off < INT_MAX ? count - off : INT_MAX;
-        const int rc = MPI_Allreduce(MPI_IN_PLACE, w + off, (int)n, MPI_INT64_T, MPI_SUM, c->mpi);
+        const int rc = MPI_Allreduce(MPI_IN_PLACE, h + off, (int)n, MPI_INT64_T, MPI_SUM, c->mpi);
         if (rc != MPI_SUCCESS)
             mgt_die("MPI_Allreduce failed during %s (code %d)", what, rc);
     }
     mgt_comm_leave(c);
+    if (r->host)
+        be->ops->to_device(be, w, h, count * sizeof(int64_t));
 }
 
 /* The counter after an all-reduce: the same on every rank, so every rank stops alike. */
@@ -267,7 +285,7 @@ void mgt_repro_allreduce(mgt_repro *r, int64_t step) {
     mgt_model *m = r->m;
     mgt_backend *be = m->be;
     add_arena(r, be, m->param_count + SUM_VOTES, 1, m->sums + SUM_VOTES); /* this rank's vote */
-    allreduce_words(r->comm, r->words, r->nwords, "gradient all-reduce (exact)");
+    allreduce_words(r, r->words, r->nwords, "gradient all-reduce (exact)");
     check_bad(be, r->words + r->nwords - 1, "gradient or loss values were", step);
     be->ops->xs_round(be, m->param_count, r->words, m->g);
     be->ops->xs_round(be, MGT_NSUMS, r->words + m->param_count * MGT_XS_WORDS, m->sums);
@@ -283,7 +301,7 @@ static int64_t *bn_begin(mgt_repro *r, const mgt_backend *be, size_t n) {
 
 static void bn_end(mgt_repro *r, const mgt_step *s, size_t n, float *out, const char *what) {
     const mgt_backend *be = s->be;
-    allreduce_words(r->comm, r->bn_words, n * MGT_XS_WORDS + 1, what);
+    allreduce_words(r, r->bn_words, n * MGT_XS_WORDS + 1, what);
     check_bad(be, r->bn_words + n * MGT_XS_WORDS, "batchnorm sums were", s->global_step);
     be->ops->xs_round((mgt_backend *)be, n, r->bn_words, out);
 }

@@ -164,7 +164,8 @@ static void set_up(session *s) {
                                .tf32 = o->tf32,
                                .bf16 = o->bf16,
                                .comm_timeout = o->comm_timeout,
-                               .one_thread = train && m->train.reproducible};
+                               .one_thread = train && m->train.reproducible,
+                               .deterministic = train && m->train.reproducible};
     mgt_place_init(&s->pl, s->rt, &po);
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;

@@ -14,8 +14,8 @@
  * Cross-entropy and the optimizers must agree with the CPU within a relative error of 1e-4 (error
  * over the largest reference value), a margin not derived from their arithmetic; results that
  * involve no rounding differences by construction (max pooling, dropout masks, layout changes,
- * copies, the accuracy count) must be identical bits. Backward ops are also run with n == 0
- * (parameter gradients must become zeros) and with dx == NULL.
+ * copies, the accuracy count, the exact sums of --reproducible) must be identical bits. Backward
+ * ops are also run with n == 0 (parameter gradients must become zeros) and with dx == NULL.
  *
  * --precision bf16 (a second backend, MGT_GPU_BF16): the rounding to bfloat16 must be the
  * test's own (round to nearest even, written independently below) bit for bit; dense layers and
@@ -30,6 +30,7 @@
  * cuDNN does not document which it uses (to nearest would be 2^-8). Needs a GPU: without one it
  * prints SKIPPED and exits 77. */
 #include "data/dataset.h"
+#include "exactsum.h"
 #include "gpu_internal.h"
 #include "gpu_test.h"
 #include "model.h"
@@ -1011,6 +1012,42 @@ static void test_gather_u8(pair *p, int n, int h, int w, int c, int classes) {
     expect_batch("gathered", g, &d, &ds, ids);
 }
 
+/* ---- exact sums (--reproducible): the CPU's words and floats, bit for bit ---- */
+
+static void test_exact(pair *p, size_t n, int rounds) {
+    mgt_backend *g = &p->gpu, *c = &p->cpu;
+    const size_t nw = n * MGT_XS_WORDS;
+    int64_t *hw = hbuf((nw + 1) * sizeof(int64_t)), *gw = dmem(g, (nw + 1) * sizeof(int64_t));
+    memset(hw, 0, (nw + 1) * sizeof(int64_t));
+    g->ops->zero(g, gw, (nw + 1) * sizeof(int64_t));
+    float *gx = dmem(g, n * sizeof(float));
+    for (int r = 0; r < rounds; r++) {
+        /* every exponent from below the smallest normal to beyond 2^64, either sign; every
+         * 97th value infinite or NaN (counted, not added) */
+        float *x = hf(n);
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t b = mgt_rand64(OPCHECK_KEY + 11 + (uint64_t)r, i);
+            const int e = (int)(b % 200) - 140;
+            x[i] = ldexpf(1.0f + (float)((b >> 8) & 0xffffff) * 0x1p-24f, e) *
+                   ((b >> 40) & 1 ? -1.0f : 1.0f);
+            if (i % 97 == 5)
+                x[i] = (b >> 41) & 1 ? INFINITY : NAN;
+        }
+        g->ops->to_device(g, gx, x, n * sizeof(float));
+        c->ops->xs_add(c, n, x, hw, hw + nw);
+        g->ops->xs_add(g, n, gx, gw, gw + nw);
+    }
+    expect_same("xs_add: the CPU's words and bad count", g, gw, hw, (nw + 1) * sizeof(int64_t));
+    float *hy = hf(n), *gy = dnan(g, n);
+    c->ops->xs_round(c, n, hw, hy);
+    g->ops->xs_round(g, n, gw, gy);
+    expect_same("xs_round: the CPU's floats", g, gy, hy, n * sizeof(float));
+    expect_same("xs_round: the CPU's normalised words", g, gw, hw, nw * sizeof(int64_t));
+    printf("  exact sums: %zu accumulators, %d rounds\n", n, rounds);
+    dfree_all();
+    hfree_all();
+}
+
 /* ---- --precision bf16 ---- */
 
 /* The conversion kernels bit for bit: the rounding against bf16_round on ties, carries into the
@@ -1187,6 +1224,9 @@ int main(void) {
     test_clip(&p, 10007, 0.05); /* clipped */
     test_clip(&p, 300001, 1e9); /* not clipped: many blocks, the gradient untouched */
     test_clip(&p, 1, 1e-3);     /* one element */
+
+    test_exact(&p, 5003, 7);
+    test_exact(&p, 1, 1);
 
     test_synthetic(&p, 64, 28, 28, 1, 10, 0);
     test_synthetic(&p, 5, 13, 11, 3, 37, 12345); /* several class passes, a partial last draw */
