@@ -42,7 +42,9 @@
  * workspace before each call (after the filter transpose and the explicit padding, which stay
  * float) and the bfloat16 outputs widened back to float after it (y with its bias added, dW
  * before its transpose, the padded dx before its crop): activations, weights and gradients
- * between layers stay float.
+ * between layers stay float. A direction of a shape for which cuDNN offers no bfloat16
+ * algorithm, or refuses every one it offered, runs on float descriptors instead (the plan keeps
+ * both sets), with a notice, and the log says so.
  *
  * This is the one file that calls the deprecated-marked classic API (silenced just here). Its
  * helper kernels (filter transposes, padding, cropping, bias rows, bias gradients) are the
@@ -80,6 +82,10 @@ typedef struct conv_plan {
     int transpose;    /* OIHW <-> KRSC transposes needed (c > 1 and kh*kw > 1) */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
+    /* bf16 only: float descriptors, for a direction cuDNN runs no bfloat16 algorithm in (f32) */
+    cudnnTensorDescriptor_t xdf, ydf;
+    cudnnFilterDescriptor_t wdf;
+    int f32[NDIRS];
     cudnnConvolutionDescriptor_t cd[NDIRS]; /* per direction: the math type is per algorithm */
     /* Per direction, made at first use (choose): the candidates in the order they are tried, the
      * current one, whether it has run (then it is final), and the statuses of those refused. */
@@ -182,6 +188,12 @@ static void plan_destroy(conv_plan *p) {
         cudnnDestroyTensorDescriptor(p->yd);
     if (p->wd)
         cudnnDestroyFilterDescriptor(p->wd);
+    if (p->xdf)
+        cudnnDestroyTensorDescriptor(p->xdf);
+    if (p->ydf)
+        cudnnDestroyTensorDescriptor(p->ydf);
+    if (p->wdf)
+        cudnnDestroyFilterDescriptor(p->wdf);
     for (int d = 0; d < NDIRS; d++) {
         if (p->cd[d])
             cudnnDestroyConvolutionDescriptor(p->cd[d]);
@@ -228,15 +240,20 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
     p->transpose = conv_transposes(s);
     const int xh = p->padded ? p->hp : s->h, xw = p->padded ? p->wp : s->w;
     const int ph = p->padded ? 0 : s->pad_top, pw = p->padded ? 0 : s->pad_left;
-    const cudnnDataType_t dt = im->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-    GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->xd));
-    GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->yd));
-    GPU_CHECK(CUDNN, cudnnCreateFilterDescriptor(&p->wd));
-    GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->xd, CUDNN_TENSOR_NHWC, dt, s->n, s->c, xh, xw));
-    GPU_CHECK(CUDNN,
-              cudnnSetTensor4dDescriptor(p->yd, CUDNN_TENSOR_NHWC, dt, s->n, s->oc, s->oh, s->ow));
-    GPU_CHECK(CUDNN,
-              cudnnSetFilter4dDescriptor(p->wd, dt, CUDNN_TENSOR_NHWC, s->oc, s->c, s->kh, s->kw));
+    for (int f = 0; f < 1 + im->bf16; f++) { /* the plan's data type, then (bf16) float */
+        const cudnnDataType_t dt = im->bf16 && !f ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+        cudnnTensorDescriptor_t *xd = f ? &p->xdf : &p->xd, *yd = f ? &p->ydf : &p->yd;
+        cudnnFilterDescriptor_t *wd = f ? &p->wdf : &p->wd;
+        GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(xd));
+        GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(yd));
+        GPU_CHECK(CUDNN, cudnnCreateFilterDescriptor(wd));
+        GPU_CHECK(CUDNN,
+                  cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, dt, s->n, s->c, xh, xw));
+        GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(*yd, CUDNN_TENSOR_NHWC, dt, s->n, s->oc, s->oh,
+                                                    s->ow));
+        GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(*wd, dt, CUDNN_TENSOR_NHWC, s->oc, s->c, s->kh,
+                                                    s->kw));
+    }
     for (int d = 0; d < NDIRS; d++) {
         GPU_CHECK(CUDNN, cudnnCreateConvolutionDescriptor(&p->cd[d]));
         GPU_CHECK(CUDNN,
@@ -254,6 +271,21 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
             s->ow, s->oc);
     c->n++;
     return p;
+}
+
+/* Whether direction dir runs on bfloat16 data (--precision bf16, unless cuDNN ran no bfloat16
+ * algorithm there: then float), and its descriptors. */
+static int lowp(const mgt_gpu_impl *im, const conv_plan *p, int dir) {
+    return im->bf16 && !p->f32[dir];
+}
+static cudnnTensorDescriptor_t xdesc(const conv_plan *p, int dir) {
+    return p->f32[dir] ? p->xdf : p->xd;
+}
+static cudnnTensorDescriptor_t ydesc(const conv_plan *p, int dir) {
+    return p->f32[dir] ? p->ydf : p->yd;
+}
+static cudnnFilterDescriptor_t wdesc(const conv_plan *p, int dir) {
+    return p->f32[dir] ? p->wdf : p->wd;
 }
 
 /* ---- algorithm choice ---- */
@@ -344,16 +376,19 @@ static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, conv_cand **out_p
     if (!r || !out)
         mgt_die("out of host memory for the convolution algorithm list");
     if (dir == DIR_FWD) {
-        GPU_CHECK(CUDNN, cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd[dir], p->yd,
-                                                                max, &got, r));
+        GPU_CHECK(CUDNN,
+                  cudnnGetConvolutionForwardAlgorithm_v7(h, xdesc(p, dir), wdesc(p, dir),
+                                                         p->cd[dir], ydesc(p, dir), max, &got, r));
         CANDS((cudnnConvolutionFwdAlgoPerf_t *)r);
     } else if (dir == DIR_BWD_DATA) {
-        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->wd, p->yd, p->cd[dir],
-                                                                     p->xd, max, &got, r));
+        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wdesc(p, dir),
+                                                                     ydesc(p, dir), p->cd[dir],
+                                                                     xdesc(p, dir), max, &got, r));
         CANDS((cudnnConvolutionBwdDataAlgoPerf_t *)r);
     } else {
-        GPU_CHECK(CUDNN, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->xd, p->yd, p->cd[dir],
-                                                                       p->wd, max, &got, r));
+        GPU_CHECK(CUDNN,
+                  cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                      h, xdesc(p, dir), ydesc(p, dir), p->cd[dir], wdesc(p, dir), max, &got, r));
         CANDS((cudnnConvolutionBwdFilterAlgoPerf_t *)r);
     }
     free(r);
@@ -365,13 +400,16 @@ static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, conv_cand **out_p
 static cudnnStatus_t algo_ws(mgt_gpu_impl *im, conv_plan *p, int dir, int algo, size_t *bytes) {
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
     if (dir == DIR_FWD)
-        return cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd[dir], p->yd,
+        return cudnnGetConvolutionForwardWorkspaceSize(h, xdesc(p, dir), wdesc(p, dir), p->cd[dir],
+                                                       ydesc(p, dir),
                                                        (cudnnConvolutionFwdAlgo_t)algo, bytes);
     if (dir == DIR_BWD_DATA)
         return cudnnGetConvolutionBackwardDataWorkspaceSize(
-            h, p->wd, p->yd, p->cd[dir], p->xd, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+            h, wdesc(p, dir), ydesc(p, dir), p->cd[dir], xdesc(p, dir),
+            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, p->xd, p->yd, p->cd[dir], p->wd, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+        h, xdesc(p, dir), ydesc(p, dir), p->cd[dir], wdesc(p, dir),
+        (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
 }
 
 static int tensor_op(cudnnMathType_t m) {
@@ -408,6 +446,21 @@ static int cand_tier(const conv_cand *c, int dir, mgt_conv_algo want, size_t ava
  * less what this run excludes (a failed entry, tensor-op math without --tf32, transform
  * algorithms under --conv-algo direct, an entry whose workspace query fails), ordered as
  * cand_tier says. Candidates are then tried in that order when the op runs (conv_ran). */
+/* --precision bf16 where cuDNN runs no bfloat16 algorithm for a direction of a shape (none
+ * offered, or every one refused at execution): that direction runs on float data instead, once
+ * said. */
+static void to_float(conv_plan *p, int dir) {
+    const mgt_conv_shape *s = &p->s;
+    mgt_log0("notice: cuDNN runs no bfloat16 %s algorithm for the NHWC convolution n=%d "
+             "%dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %d; --precision bf16 runs it in fp32 "
+             "there\n",
+             dir_name[dir], s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride);
+    free(p->cand[dir]);
+    p->cand[dir] = NULL;
+    p->chosen[dir] = 0;
+    p->f32[dir] = 1;
+}
+
 static void choose(mgt_backend *be, conv_plan *p, int dir) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
@@ -417,7 +470,7 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
         mgt_gpu_workspace(be, scratch_bytes(s, im->bf16));
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
     /* tensor ops: TF32 for float data with --tf32, the bfloat16 path's own math with bf16 */
-    const int tensor_ok = im->tf32 || im->bf16;
+    const int bf = lowp(im, p, dir), tensor_ok = im->tf32 || bf;
     GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], tensor_ok ? CUDNN_TENSOR_OP_MATH
                                                                        : CUDNN_FMA_MATH));
     conv_cand *c = NULL;
@@ -451,17 +504,20 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
         }
         c[j] = v;
     }
+    if (kept == 0 && bf) {
+        free(c);
+        to_float(p, dir);
+        choose(be, p, dir);
+        return;
+    }
     if (kept == 0) {
         free(c);
         mgt_die("cuDNN offers no %s%s algorithm for the convolution n=%d %dx%dx%d -> %dx%dx%d, "
                 "kernel %dx%d, stride %d (NHWC %s, %s%s); please report this with the model "
                 "file",
                 im->deterministic ? "deterministic (--reproducible) " : "", dir_name[dir], s->n,
-                s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
-                im->bf16 ? "bfloat16" : "float",
-                im->bf16   ? "float compute"
-                : im->tf32 ? "TF32 allowed"
-                           : "FMA math",
+                s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride, "float",
+                im->tf32 ? "TF32 allowed" : "FMA math",
                 s->algo == MGT_CONV_DIRECT ? ", --conv-algo direct: no FFT or Winograd" : "");
     }
     p->cand[dir] = c;
@@ -495,7 +551,8 @@ static size_t cur_ws(const conv_plan *p, int dir) {
  * candidate is made current: returns 1, and the caller redoes the call (its workspace may have
  * moved). Any other failure, or a refusal once a candidate has run or when none is left, ends the
  * job as GPU_CHECK does. */
-static int conv_ran(conv_plan *p, int dir, cudnnStatus_t st, const char *call, int line) {
+static int conv_ran(const mgt_gpu_impl *im, conv_plan *p, int dir, cudnnStatus_t st,
+                    const char *call, int line) {
     if (st == CUDNN_STATUS_SUCCESS) {
         const mgt_conv_shape *s = &p->s;
         const int algo = cur_algo(p, dir);
@@ -510,6 +567,10 @@ static int conv_ran(conv_plan *p, int dir, cudnnStatus_t st, const char *call, i
         return 0;
     }
     const int not_supported = (int)st / 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED / 1000;
+    if (!p->ran[dir] && not_supported && p->cur[dir] + 1 >= p->ncand[dir] && lowp(im, p, dir)) {
+        to_float(p, dir); /* the last bfloat16 candidate refused: float from now on */
+        return 1;
+    }
     if (p->ran[dir] || !not_supported || p->cur[dir] + 1 >= p->ncand[dir])
         mgt_gpu_fail(MGT_GPU_CUDNN, (int)st, call, __FILE__, line);
     p->cand[dir][p->cur[dir]].refused = (int)st;
@@ -542,7 +603,10 @@ size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
                 want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0], dir_name[d],
                 algo_name(d, c->algo), math_name(c->math), c->ws,
                 c->deterministic ? "deterministic" : "non-deterministic",
-                im->bf16 ? ", bfloat16 data" : "", p->ran[d] ? "" : " (not run yet)");
+                lowp(im, p, d) ? ", bfloat16 data"
+                : im->bf16     ? ", float data (cuDNN ran no bfloat16 algorithm)"
+                               : "",
+                p->ran[d] ? "" : " (not run yet)");
             for (int j = 0; j < p->cur[d]; j++)
                 PUT("%s%s refused (cuDNN status %d)", j ? ", " : "; before it ",
                     algo_name(d, p->cand[d][j].algo), p->cand[d][j].refused);
@@ -596,7 +660,8 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         const void *xa = xin, *wa = wk;
         void *ya = y;
         float beta = 0.0f;
-        if (im->bf16) { /* bfloat16 copies; the bias is added as y is widened */
+        const int bf = lowp(im, p, DIR_FWD); /* as chosen for this try */
+        if (bf) { /* bfloat16 copies; the bias is added as y is widened */
             mgt_k_to_bf16(im->stream, (size_t)s->oc * conv_k(s), wk, (uint16_t *)(ws + l.wb));
             mgt_k_to_bf16(im->stream, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
             xa = ws + l.xb;
@@ -606,13 +671,13 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
             beta = 1.0f;
         }
-        st =
-            cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, p->xd, xa, p->wd, wa,
-                                    p->cd[DIR_FWD], (cudnnConvolutionFwdAlgo_t)cur_algo(p, DIR_FWD),
-                                    ws + l.algo, cur_ws(p, DIR_FWD), &beta, p->yd, ya);
-        if (st == CUDNN_STATUS_SUCCESS && im->bf16)
+        st = cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, xdesc(p, DIR_FWD), xa,
+                                     wdesc(p, DIR_FWD), wa, p->cd[DIR_FWD],
+                                     (cudnnConvolutionFwdAlgo_t)cur_algo(p, DIR_FWD), ws + l.algo,
+                                     cur_ws(p, DIR_FWD), &beta, ydesc(p, DIR_FWD), ya);
+        if (st == CUDNN_STATUS_SUCCESS && bf)
             mgt_k_from_bf16(im->stream, rows, s->oc, (const uint16_t *)ya, b, y);
-    } while (conv_ran(p, DIR_FWD, st, "cudnnConvolutionForward", __LINE__));
+    } while (conv_ran(im, p, DIR_FWD, st, "cudnnConvolutionForward", __LINE__));
 }
 
 void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
@@ -649,7 +714,8 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             float *dwk = p->transpose ? (float *)(ws + l.dw_t) : dw;
             const void *xa = xin, *dya = dy;
             void *dwa = dwk;
-            if (im->bf16) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
+            const int bf = lowp(im, p, DIR_BWD_FILTER);
+            if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
                 mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
                 mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
                 xa = ws + l.xb;
@@ -657,14 +723,14 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                 dwa = ws + l.wb;
             }
             cs = cudnnConvolutionBackwardFilter(
-                h, &one, p->xd, xa, p->yd, dya, p->cd[DIR_BWD_FILTER],
-                (cudnnConvolutionBwdFilterAlgo_t)cur_algo(p, DIR_BWD_FILTER), ws + l.algo,
-                cur_ws(p, DIR_BWD_FILTER), &zero, p->wd, dwa);
-            if (cs == CUDNN_STATUS_SUCCESS && im->bf16)
+                h, &one, xdesc(p, DIR_BWD_FILTER), xa, ydesc(p, DIR_BWD_FILTER), dya,
+                p->cd[DIR_BWD_FILTER], (cudnnConvolutionBwdFilterAlgo_t)cur_algo(p, DIR_BWD_FILTER),
+                ws + l.algo, cur_ws(p, DIR_BWD_FILTER), &zero, wdesc(p, DIR_BWD_FILTER), dwa);
+            if (cs == CUDNN_STATUS_SUCCESS && bf)
                 mgt_k_from_bf16(st, (size_t)oc * K, 1, (const uint16_t *)dwa, NULL, dwk);
             if (cs == CUDNN_STATUS_SUCCESS && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
                 mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, dw);
-        } while (conv_ran(p, DIR_BWD_FILTER, cs, "cudnnConvolutionBackwardFilter", __LINE__));
+        } while (conv_ran(im, p, DIR_BWD_FILTER, cs, "cudnnConvolutionBackwardFilter", __LINE__));
     if (dx)
         do {
             ws_layout l;
@@ -679,7 +745,8 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             float *dxo = p->padded ? (float *)(ws + l.pad) : dx;
             const void *wa = wk, *dya = dy;
             void *dxa = dxo;
-            if (im->bf16) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
+            const int bf = lowp(im, p, DIR_BWD_DATA);
+            if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
                 mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
                 mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
                 wa = ws + l.wb;
@@ -687,13 +754,13 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                 dxa = ws + l.xb;
             }
             cs = cudnnConvolutionBackwardData(
-                h, &one, p->wd, wa, p->yd, dya, p->cd[DIR_BWD_DATA],
-                (cudnnConvolutionBwdDataAlgo_t)cur_algo(p, DIR_BWD_DATA), ws + l.algo,
-                cur_ws(p, DIR_BWD_DATA), &zero, p->xd, dxa);
-            if (cs == CUDNN_STATUS_SUCCESS && im->bf16)
+                h, &one, wdesc(p, DIR_BWD_DATA), wa, ydesc(p, DIR_BWD_DATA), dya,
+                p->cd[DIR_BWD_DATA], (cudnnConvolutionBwdDataAlgo_t)cur_algo(p, DIR_BWD_DATA),
+                ws + l.algo, cur_ws(p, DIR_BWD_DATA), &zero, xdesc(p, DIR_BWD_DATA), dxa);
+            if (cs == CUDNN_STATUS_SUCCESS && bf)
                 mgt_k_from_bf16(st, bf16_x_count(p), 1, (const uint16_t *)dxa, NULL, dxo);
             if (cs == CUDNN_STATUS_SUCCESS && p->padded)
                 mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left,
                                 dxo, dx);
-        } while (conv_ran(p, DIR_BWD_DATA, cs, "cudnnConvolutionBackwardData", __LINE__));
+        } while (conv_ran(im, p, DIR_BWD_DATA, cs, "cudnnConvolutionBackwardData", __LINE__));
 }

@@ -241,6 +241,13 @@ static char *choices(mgt_backend *g) {
  * channel count above one, or every shape under MGT_EMU_CUDNN_STALE=all: emu_cudnn.cpp). A real GPU
  * may or may not refuse one; the results, checked by the caller, show that whichever ran computed
  * the right thing. */
+/* MGT_EMU_CUDNN_BF16=off on the emulator: cuDNN runs no bfloat16 convolution, and a bf16
+ * backend's convolutions fall back to float data. */
+static int emu_bf16_off(void) {
+    const char *v = getenv("MGT_EMU_CUDNN_BF16");
+    return getenv("MGT_EMU_GPUS") && v && !strcmp(v, "off");
+}
+
 static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
     static const char *const dirs[] = {"forward", "backward-data", "backward-filter"};
     static const char *const wants[] = {"auto", "direct", "winograd"};
@@ -254,7 +261,7 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
     const int expect_refused = stale && !strcmp(stale, "all") ? 1
                                : stale && !strcmp(stale, "none")
                                    ? 0
-                                   : !bf16 && s->c > 1 && s->c % 2 == 1;
+                                   : (!bf16 || emu_bf16_off()) && s->c > 1 && s->c % 2 == 1;
     for (int d = 0; d < 3; d++) {
         char key[200];
         snprintf(key, sizeof key,
@@ -272,11 +279,14 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
         printf("    %s\n", line);
         CHECK(!strstr(line, "not run yet"), "%s: the algorithm ran", line);
         CHECK(strstr(line, ", deterministic") != NULL, "%s: a deterministic algorithm", line);
-        if (bf16)
+        if (bf16 && !emu_bf16_off())
             CHECK(strstr(line, "TENSOR_OP_MATH, workspace") && strstr(line, ", bfloat16 data"),
                   "%s: bfloat16 data on tensor-op math", line);
         else
             CHECK(strstr(line, "FMA_MATH") != NULL, "%s: FMA math without TF32", line);
+        if (bf16 && emu_bf16_off())
+            CHECK(strstr(line, ", float data (cuDNN ran no bfloat16 algorithm)") != NULL,
+                  "%s: float data where cuDNN runs no bfloat16 algorithm", line);
         if (s->algo == MGT_CONV_DIRECT)
             CHECK(!strstr(line + strlen(key), "FFT") && !strstr(line + strlen(key), "WINOGRAD"),
                   "%s: --conv-algo direct runs no FFT or Winograd algorithm", line);
@@ -292,9 +302,11 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
 
 /* bf16: p's GPU backend is a --precision bf16 one, checked against the exact result of the
  * inputs rounded to bfloat16 (the bias unrounded; db sums the float dy) with expect_bf16's
- * bound, the sums' k doubled (see the top). */
-static void test_conv(pair *p, const conv_case *k, int bf16) {
+ * bound, the sums' k doubled (see the top); where the emulated cuDNN runs no bfloat16
+ * convolution (emu_bf16_off), against the float bound, as the backend then computes in float. */
+static void test_conv(pair *p, const conv_case *k, int bf16_backend) {
     mgt_backend *g = &p->gpu;
+    const int bf16 = bf16_backend && !emu_bf16_off();
     mgt_conv_shape s =
         mgt_conv2d_geometry(k->n, k->h, k->w, k->c, k->oc, k->kh, k->kw, k->stride, k->same);
     s.algo = k->algo;
@@ -338,7 +350,7 @@ static void test_conv(pair *p, const conv_case *k, int bf16) {
     EXPECT("conv_bwd dx", CONV_DX, gdx, nx, dx, dxa, taps * s.oc + taps);
     EXPECT("conv_bwd dW", CONV_DW, gdw, nw, dw, dwa, rows + 1);
     expect_bound("conv_bwd db", g, gdb, db, dba, (size_t)s.oc, rows);
-    check_choice(g, &s, bf16);
+    check_choice(g, &s, bf16_backend);
 
     float *gdw2 = dnan(g, nw);
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, NULL, gdw2, NULL);

@@ -329,7 +329,9 @@ Kind kind(Dir d, int a) {
  *   - forward DIRECT and backward-filter WINOGRAD are not implemented;
  *   - bfloat16 data with float compute (PSEUDO_BFLOAT16_CONFIG) is accepted only on the tensor
  *     core path, NHWC with forward IMPLICIT_PRECOMP_GEMM and backward ALGO_1 (a narrower set than
- *     cuDNN may offer: a layout the emulation accepts is one cuDNN certainly runs).
+ *     cuDNN may offer: a layout the emulation accepts is one cuDNN certainly runs); with
+ *     MGT_EMU_CUDNN_BF16=off by no algorithm at all, as a cuDNN without a bfloat16 kernel for a
+ *     shape would answer, so that a caller's way out is exercised.
  * So NHWC float convolutions have no FFT or Winograd algorithm at all, as on the GPU. */
 const char *unsupported(Dir d, int a, const Geom &g) {
     const Kind kd = kind(d, a);
@@ -342,6 +344,9 @@ const char *unsupported(Dir d, int a, const Geom &g) {
     if (nhwc_w && !all_nhwc)
         return "an NHWC filter needs NHWC x and y";
     if (g.bf16) {
+        const char *bf = std::getenv("MGT_EMU_CUDNN_BF16");
+        if (bf && !std::strcmp(bf, "off"))
+            return "no bfloat16 algorithm (MGT_EMU_CUDNN_BF16=off)";
         if (!all_nhwc)
             return "bfloat16 convolutions are emulated in NHWC only";
         const bool tc = d == FWD ? kd == K_PRECOMP : kd == K_GEMM;
