@@ -37,7 +37,7 @@ struct bf16_copies {
     uint16_t *p[3];
 };
 
-bf16_copies to_bf16(mgt_backend *be, const size_t count[3], const float *const src[3]) {
+bf16_copies bf16_inputs(mgt_backend *be, const size_t count[3], const float *const src[3]) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     size_t off[3], total = 0;
     for (int i = 0; i < 3; i++) {
@@ -92,7 +92,7 @@ void mgt_gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
     if (im->bf16) {
         const size_t count[3] = {(size_t)out * in, (size_t)n * in, 0};
         const float *const src[3] = {w, x, nullptr};
-        const bf16_copies c = to_bf16(be, count, src);
+        const bf16_copies c = bf16_inputs(be, count, src);
         GPU_CHECK(CUBLAS, gemm_bf16((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n,
                                     in, c.p[0], in, c.p[1], in, beta, y, out));
         return;
@@ -120,7 +120,7 @@ void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
         const size_t count[3] = {(size_t)n * out, dw ? (size_t)n * in : 0,
                                  dx ? (size_t)out * in : 0};
         const float *const src[3] = {dy, x, w};
-        const bf16_copies c = to_bf16(be, count, src);
+        const bf16_copies c = bf16_inputs(be, count, src);
         if (dw)
             GPU_CHECK(CUBLAS, gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, c.p[1], in, c.p[0],
                                         out, 0.0f, dw, in));

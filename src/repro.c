@@ -132,12 +132,13 @@ mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, mgt_err *err) {
     r->words = be->ops->alloc(be, r->nwords * sizeof(int64_t));
     r->bn_words = be->ops->alloc(be, (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
     r->part = be->ops->alloc(be, part * sizeof(float));
-    /* the batching ops (stage) exist only where backend memory is not the host's (backend.h) */
-    if (be->ops->stage && comm->world > 1)
-        r->host = malloc(r->nwords * sizeof(int64_t) > (part * MGT_XS_WORDS + 1) * sizeof(int64_t)
-                             ? r->nwords * sizeof(int64_t)
-                             : (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
-    if (!r->words || !r->bn_words || !r->part || (be->ops->stage && comm->world > 1 && !r->host)) {
+    /* staging (stage) exists only where backend memory is not the host's (backend.h) */
+    const int via_host = be->ops->stage != NULL && comm->world > 1;
+    const size_t words_bytes = r->nwords * sizeof(int64_t),
+                 bn_bytes = (part * MGT_XS_WORDS + 1) * sizeof(int64_t);
+    if (via_host)
+        r->host = malloc(words_bytes > bn_bytes ? words_bytes : bn_bytes);
+    if (!r->words || !r->bn_words || !r->part || (via_host && !r->host)) {
         mgt_errf(err,
                  "out of %s memory for --reproducible's accumulators (%zu MiB); use a "
                  "smaller model or train without --reproducible",
