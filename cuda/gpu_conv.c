@@ -699,6 +699,7 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     }
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
     conv_plan *p = plan_for(im, s);
+    const char *dyb = NULL; /* where dy's bfloat16 copy was made (the passes share it) */
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t cs;
     if (dw)
@@ -717,7 +718,9 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             const int bf = lowp(im, p, DIR_BWD_FILTER);
             if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
                 mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
-                mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
+                if (dyb != ws + l.yb) /* once for both passes, unless the workspace moved */
+                    mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
+                dyb = ws + l.yb;
                 xa = ws + l.xb;
                 dya = ws + l.yb;
                 dwa = ws + l.wb;
@@ -748,7 +751,9 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             const int bf = lowp(im, p, DIR_BWD_DATA);
             if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
                 mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
-                mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
+                if (dyb != ws + l.yb) /* once for both passes, unless the workspace moved */
+                    mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
+                dyb = ws + l.yb;
                 wa = ws + l.wb;
                 dya = ws + l.yb;
                 dxa = ws + l.xb;
