@@ -347,6 +347,8 @@ static void gpu_destroy(mgt_backend *be) {
             (void)cudaFree(im->part.a);
         if (im->part.b)
             (void)cudaFree(im->part.b);
+        if (im->part.c)
+            (void)cudaFree(im->part.c);
         cudaEvent_t *evs[] = {&im->wait_ev, &im->staged[0], &im->staged[1], &im->released[0],
                               &im->released[1]};
         for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
@@ -490,7 +492,8 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err) {
     INIT_CHECK(CUDNN, cudnnSetStream(dnn, im->stream));
     INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.a, sizeof(double) * MGT_GPU_PART_CAP));
     INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.b, sizeof(double) * MGT_GPU_PART_CAP));
-    account(im, MGT_GPU_BLAS_WS + 2 * sizeof(double) * MGT_GPU_PART_CAP, 0);
+    INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.c, sizeof(double) * MGT_GPU_PART_CAP));
+    account(im, MGT_GPU_BLAS_WS + 3 * sizeof(double) * MGT_GPU_PART_CAP, 0);
     INIT_CHECK(CUDA, cudaStreamSynchronize(im->stream));
     return 0;
 fail:

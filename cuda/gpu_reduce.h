@@ -19,7 +19,7 @@ extern "C" {
 enum { MGT_GPU_PART_CAP = 1 << 16 };
 
 typedef struct mgt_gpu_part {
-    double *a, *b; /* device, MGT_GPU_PART_CAP each */
+    double *a, *b, *c; /* device, MGT_GPU_PART_CAP each */
 } mgt_gpu_part;
 
 /* Column reductions over a row-major [rows][cols] matrix, accumulated in double:

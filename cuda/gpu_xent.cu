@@ -6,8 +6,10 @@
  * unsmoothed path, the same bits as without smoothing). probs/dlogits may alias logits: every
  * value of the row that another lane may overwrite is read before a __syncwarp, and in the final
  * pass a lane writes only the indices it has just read. Argmax: first maximum (ties to the lower
- * index), as the CPU's sequential scan. Per-row losses and correct counts go to the backend's
- * reduction partials, then one fixed-order sum is added to sums[0..1]. */
+ * index), as the CPU's sequential scan. Top-5 as there: the label's p from l[label] read before
+ * the writes, formed as every p_j is, and the classes ahead of it counted (larger p, or equal p at
+ * a lower index) over the lanes. Per-row losses, correct and top-5 counts go to the backend's
+ * reduction partials, then one fixed-order sum is added to sums[0..2]. */
 #include "gpu_launch.h"
 
 namespace {
@@ -27,7 +29,7 @@ __device__ inline void warp_argmax(float &v, int &j) {
 __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restrict__ labels,
                        const float *__restrict__ targets, float *probs, float *dlogits, float scale,
                        float smoothing, double *__restrict__ loss_out,
-                       double *__restrict__ correct_out) {
+                       double *__restrict__ correct_out, double *__restrict__ top5_out) {
     const int lane = threadIdx.x & 31;
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= (size_t)n)
@@ -58,6 +60,7 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
         }
         warp_argmax(tb, tj);
         tbest = tj == INT32_MAX ? 0 : tj;
+        l_lab = l[tbest];
         st = warp_sum(st);
         stl = warp_sum(stl);
     } else {
@@ -80,12 +83,16 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
     float *d = dlogits ? dlogits + off : nullptr;
     float best_p = -1.0f;
     int best = INT32_MAX;
+    const int target = t ? tbest : lab; /* the class top-5 ranks */
+    const float p_lab = t || valid ? expf((float)l_lab - mx) * inv_se : 0.0f;
+    int ahead = 0;
     for (int j = lane; j < k; j += 32) {
         const float pj = expf(l[j] - mx) * inv_se;
         if (pj > best_p) { /* the CPU's rule, from -1: a NaN never wins */
             best_p = pj;
             best = j;
         }
+        ahead += pj > p_lab || (pj == p_lab && j < target);
         if (p)
             p[j] = pj;
         if (d) {
@@ -101,7 +108,10 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
     warp_argmax(best_p, best);
     if (best == INT32_MAX)
         best = 0; /* nothing beat -1 (all NaN): index 0, as on the CPU */
+    for (int o = 16; o > 0; o >>= 1)
+        ahead += __shfl_xor_sync(kFull, ahead, o);
     if (lane == 0) {
+        top5_out[row] = (t || valid) && ahead < 5 ? 1.0 : 0.0;
         if (t) {
             loss_out[row] = st * lse - stl;
             correct_out[row] = best == tbest ? 1.0 : 0.0;
@@ -115,30 +125,34 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
     }
 }
 
-/* Fixed-order tree sum of n partials into sums[0..1] (one block). */
+/* Fixed-order tree sum of n partials into sums[0..2] (one block). */
 constexpr int kSumThreads = 256;
 
-__global__ void k_sum2(int n, const double *__restrict__ a, const double *__restrict__ b,
-                       float *__restrict__ sums) {
-    __shared__ double sa[kSumThreads], sb[kSumThreads];
-    double ta = 0.0, tb = 0.0;
+__global__ void k_sum3(int n, const double *__restrict__ a, const double *__restrict__ b,
+                       const double *__restrict__ c, float *__restrict__ sums) {
+    __shared__ double sa[kSumThreads], sb[kSumThreads], sc[kSumThreads];
+    double ta = 0.0, tb = 0.0, tc = 0.0;
     for (int i = threadIdx.x; i < n; i += kSumThreads) {
         ta += a[i];
         tb += b[i];
+        tc += c[i];
     }
     sa[threadIdx.x] = ta;
     sb[threadIdx.x] = tb;
+    sc[threadIdx.x] = tc;
     __syncthreads();
     for (int s = kSumThreads / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.x < s) {
             sa[threadIdx.x] += sa[threadIdx.x + s];
             sb[threadIdx.x] += sb[threadIdx.x + s];
+            sc[threadIdx.x] += sc[threadIdx.x + s];
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         sums[0] += (float)sa[0];
         sums[1] += (float)sb[0];
+        sums[2] += (float)sc[0];
     }
 }
 
@@ -156,8 +170,9 @@ void xent(mgt_backend *be, int n, int k, const float *logits, const int32_t *lab
         MGT_LAUNCH(k_xent, (unsigned)((m + 7) / 8), kThreads, im->stream, m, k, logits + off,
                    labels ? labels + r0 : nullptr, targets ? targets + off : nullptr,
                    probs ? probs + off : nullptr, dlogits ? dlogits + off : nullptr, scale,
-                   smoothing, im->part.a, im->part.b);
-        MGT_LAUNCH(k_sum2, 1, kSumThreads, im->stream, m, im->part.a, im->part.b, sums);
+                   smoothing, im->part.a, im->part.b, im->part.c);
+        MGT_LAUNCH(k_sum3, 1, kSumThreads, im->stream, m, im->part.a, im->part.b, im->part.c,
+                   sums);
     }
 }
 

@@ -208,7 +208,10 @@ struct mgt_ops {
      *  all-zero target); s = 0 leaves t as it is, bit for bit;
      *  dlogits (may be NULL) = (probs - target) * scale  (dense: probs * sum(t) - t);
      *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions
-     *  (against the label, or the largest target; smoothing does not change which).
+     *  (against the label, or the largest target; smoothing does not change which), sums[2] +=
+     *  number of samples whose label is among the 5 most probable classes (top-5 accuracy: the
+     *  label's rank, counting the classes of larger probability and those of equal probability
+     *  at a lower index, is below 5; rank 0 is the argmax).
      *  sums is backend memory so metrics stay on the device until they are read. */
     void (*xent_sparse)(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
                         float *probs, float *dlogits, float scale, float smoothing, float *sums);

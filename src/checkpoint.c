@@ -136,8 +136,8 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     put_meta(meta, &nm, KEY_WORLD, "%d", world);
     put_meta(meta, &nm, KEY_REPRO, "%" PRId64, mgt_repro_chunk(&m->train));
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
-    put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g", pos->epoch_sums[0], pos->epoch_sums[1],
-             pos->epoch_sums[2]);
+    put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g %.17g", pos->epoch_sums[0],
+             pos->epoch_sums[1], pos->epoch_sums[2], pos->epoch_sums[3]);
     put_meta(meta, &nm, KEY_BEST_VAL_LOSS, "%.17g", pos->best_val_loss);
     char history[256];
     mgt_monitor_format(&pos->mon, history, sizeof history);
@@ -252,11 +252,17 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
     const char *sums = mgt_safetensors_meta(st, KEY_EPOCH_SUMS);
     double *s = pos->epoch_sums;
     char rest = 0;
-    if (!sums || sscanf(sums, "%lf %lf %lf %c", &s[0], &s[1], &s[2], &rest) != 3)
+    /* Three numbers in checkpoints from before top-5 was counted: that epoch's top-5 is not
+     * known (-1), the next epochs' are. */
+    const int got = sums ? sscanf(sums, "%lf %lf %lf %lf %c", &s[0], &s[1], &s[2], &s[3], &rest) : 0;
+    if (got == 3)
+        s[3] = -1;
+    else if (got != 4)
         return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing or malformed", path);
     const double most = (double)pos->step_in_epoch * (double)step_batch(m);
-    if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || s[0] < 0 || s[1] < 0 ||
-        s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) || s[1] != floor(s[1]))
+    if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || !isfinite(s[3]) || s[0] < 0 ||
+        s[1] < 0 || s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) || s[1] != floor(s[1]) ||
+        (s[3] != -1 && (s[3] < s[1] || s[3] > s[2] || s[3] != floor(s[3]))))
         return mgt_errf(err,
                         "%s: checkpoint metadata epoch_sums = %s is out of range (a finite loss "
                         "sum, correct predictions among at most %.0f samples); resume from "
@@ -453,6 +459,6 @@ int mgt_ckpt_prune(const char *dir, int64_t keep, mgt_err *err) {
 
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root) {
     /* Every field is 8 bytes: the struct has no padding, so its bytes are its values. */
-    _Static_assert(sizeof(mgt_ckpt_pos) == 17 * sizeof(int64_t), "mgt_ckpt_pos has padding");
+    _Static_assert(sizeof(mgt_ckpt_pos) == 18 * sizeof(int64_t), "mgt_ckpt_pos has padding");
     mgt_bcast(c, pos, sizeof *pos, root, "position broadcast");
 }

@@ -29,7 +29,9 @@ typedef struct mgt_ckpt_pos {
     int64_t step_in_epoch; /* the next step's index within that epoch */
     int64_t optimizer_t;   /* the optimizer's own step count (Adam's bias correction) */
     uint64_t seed;         /* the run's seed: initialisation, shuffles, dropout */
-    double epoch_sums[3];  /* the epoch so far over all ranks: loss sum, correct, samples */
+    /* The epoch so far over all ranks: loss sum, correct, samples, top-5 hits (-1: not known,
+     * the epoch having started under a checkpoint from before top-5 was counted). */
+    double epoch_sums[4];
     double best_val_loss;  /* the lowest validation loss so far, best.safetensors' (-1: none) */
     mgt_monitor_state mon; /* the validation history's decisions so far (monitor.h) */
 } mgt_ckpt_pos;

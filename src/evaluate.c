@@ -15,8 +15,8 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
     const mgt_ops *o = be->ops;
     const mgt_range r = mgt_shard_range(ds->n, e->comm->rank, e->comm->world);
     const size_t k = (size_t)m->classes;
-    mgt_eval_sums sums = {0, 0, (double)r.count};
-    o->zero(be, m->sums, 2 * sizeof(float));
+    mgt_eval_sums sums = {0, 0, (double)r.count, 0};
+    o->zero(be, m->sums, 3 * sizeof(float));
     for (int64_t done = 0; done < r.count;) {
         const int n = (int)(r.count - done < m->max_batch ? r.count - done : m->max_batch);
         const mgt_step s = {.in = mgt_stage_rows(e->st, ds, r.first + done, n),
@@ -32,11 +32,12 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
         if (labels) {
             mgt_model_loss_backward(m, &s, 0);
             /* Per-batch float sums are folded into doubles so long evaluations stay exact. */
-            float hs[2];
+            float hs[3];
             o->to_host(be, hs, m->sums, sizeof hs);
             sums.loss += hs[0];
             sums.correct += hs[1];
-            o->zero(be, m->sums, 2 * sizeof(float));
+            sums.top5 += hs[2];
+            o->zero(be, m->sums, sizeof hs);
         } else {
             mgt_model_finish_output(m, &s, out);
         }
@@ -49,9 +50,9 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
 
 mgt_eval_sums mgt_eval_metrics(const mgt_eval *e, const mgt_dataset *ds) {
     mgt_eval_sums s = run_shard(e, ds, 1, NULL);
-    double part[3] = {s.loss, s.correct, s.samples};
-    mgt_allreduce_host_f64(e->comm, part, 3, "evaluation metrics");
-    return (mgt_eval_sums){part[0], part[1], part[2]};
+    double part[4] = {s.loss, s.correct, s.samples, s.top5};
+    mgt_allreduce_host_f64(e->comm, part, 4, "evaluation metrics");
+    return (mgt_eval_sums){part[0], part[1], part[2], part[3]};
 }
 
 float *mgt_eval_outputs(const mgt_eval *e, const mgt_dataset *ds) {

@@ -21,12 +21,13 @@ typedef struct mgt_eval {
     int64_t step; /* optimizer steps taken so far (the step an op sees) */
 } mgt_eval;
 
-/* Sums over every rank's samples. */
+/* Sums over every rank's samples: top5 counts the samples whose label is among the 5 most
+ * probable classes (backend.h: xent). */
 typedef struct mgt_eval_sums {
-    double loss, correct, samples;
+    double loss, correct, samples, top5;
 } mgt_eval_sums;
 
-/* Collective: loss sum, correct predictions and sample count over the whole of ds. */
+/* Collective: loss sum, correct predictions, top-5 hits and sample count over the whole of ds. */
 mgt_eval_sums mgt_eval_metrics(const mgt_eval *e, const mgt_dataset *ds);
 
 /* Collective: the last layer's outputs for every sample of ds ([n][classes]: softmax

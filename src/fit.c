@@ -87,14 +87,15 @@ typedef struct fit {
     mgt_clip clip;
     mgt_monitor mon;
     float lr;      /* the learning rate of the last step */
-    double win[3]; /* --log-every: loss sum, correct, samples since the last per-step row */
+    double win[4]; /* --log-every: loss sum, correct, samples, top-5 hits since the last row */
     double t_win;  /* when that window started */
     int stop;      /* early stopping: no further epoch */
 } fit;
 
 /* The step's sums after the gradients (model.h: MGT_NSUMS), reduced with them: loss, correct
- * predictions, and the number of ranks that asked to stop. */
-enum { SUM_LOSS = 0, SUM_CORRECT, SUM_STOP };
+ * predictions, top-5 hits, and the number of ranks that asked to stop. */
+enum { SUM_LOSS = 0, SUM_CORRECT, SUM_TOP5, SUM_STOP };
+_Static_assert(SUM_STOP == MGT_NSUMS - 1, "the stop votes are the last sum");
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
  * a non-finite loss stops the job before anything overwrites the last checkpoint. */
@@ -114,9 +115,12 @@ static void read_metrics(fit *f, int64_t next) {
     s[0] += hs[SUM_LOSS];
     s[1] += hs[SUM_CORRECT];
     s[2] += (double)f->pending;
+    if (s[3] >= 0) /* -1: this epoch's top-5 is not known (checkpoint.h) */
+        s[3] += hs[SUM_TOP5];
     f->win[0] += hs[SUM_LOSS];
     f->win[1] += hs[SUM_CORRECT];
     f->win[2] += (double)f->pending;
+    f->win[3] += hs[SUM_TOP5];
     f->pending = 0;
     f->read_at = next;
 }
@@ -327,7 +331,8 @@ static void log_step(fit *f, int64_t done) {
                               .loss = f->win[2] > 0 ? f->win[0] / f->win[2] : 0,
                               .acc = f->win[2] > 0 ? f->win[1] / f->win[2] : 0,
                               .lr = f->lr,
-                              .samples_per_s = now > f->t_win ? f->win[2] / (now - f->t_win) : 0};
+                              .samples_per_s = now > f->t_win ? f->win[2] / (now - f->t_win) : 0,
+                              .top5 = f->win[2] > 0 ? f->win[3] / f->win[2] : 0};
     mgt_err e;
     if (f->env->comm->rank == 0 && mgt_metrics_step(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
@@ -357,7 +362,7 @@ static int after_step(fit *f) {
         const double el = mgt_now() - f->t_epoch;
         const double eta = el / (double)(done - f->first_step) * (double)(target - done);
         mgt_metrics_progress(&f->mt, (int)pos->epoch, done, target, eta, s[0] / s[2], s[1] / s[2],
-                             done == target);
+                             s[3] >= 0 ? s[3] / s[2] : -1, done == target);
     }
     if (f->stop_voted) {
         const int sig = agree_stop(f);
@@ -389,6 +394,7 @@ static int end_epoch(fit *f, double secs, double seen_before) {
         const mgt_eval_sums v = mgt_eval_metrics(&e, env->val);
         res->val_loss = v.loss / v.samples;
         res->val_acc = v.correct / v.samples;
+        res->val_top5 = v.top5 / v.samples;
         res->val_step = pos->step;
         /* The lowest validation loss so far, kept in the checkpoint; best.safetensors follows
          * the monitored metric (below). */
@@ -404,7 +410,9 @@ static int end_epoch(fit *f, double secs, double seen_before) {
                                .val_acc = res->val_acc,
                                .samples_per_s = secs > 0 ? (s[2] - seen_before) / secs : 0,
                                .seconds = secs,
-                               .lr = f->lr};
+                               .lr = f->lr,
+                               .top5 = s[3] >= 0 ? s[3] / s[2] : -1,
+                               .val_top5 = res->val_top5};
     mgt_err e;
     if (env->comm->rank == 0 && mgt_metrics_epoch(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
@@ -515,6 +523,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     memset(res, 0, sizeof *res);
     res->val_step = -1;
     res->val_loss = -1;
+    res->val_top5 = -1;
     fit fs = {.env = env, .o = o, .pos = pos, .res = res}, *f = &fs;
     f->accum = m->train.accum_steps > 1 ? m->train.accum_steps : 1;
     f->micro_steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
@@ -533,7 +542,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         mgt_die("%s", e.msg);
     mgt_profile_sync(&f->prof, env->comm);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
-                     o->launched);
+                     o->launched, m->classes);
     if (env->comm->rank == 0 && o->resumed)
         keep_history(f);
     if (env->comm->rank == 0 && !o->no_tensorboard &&

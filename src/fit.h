@@ -58,7 +58,7 @@ typedef struct mgt_fit_result {
     int64_t steps;    /* optimizer steps this run took */
     double seconds;   /* the epochs' wall time, validation and saving excluded */
     int64_t val_step; /* the position of the last validation (-1: none) */
-    double val_loss, val_acc;
+    double val_loss, val_acc, val_top5;
     int stop_signal; /* the signal training stopped early for, its checkpoint saved (0: none) */
 } mgt_fit_result;
 

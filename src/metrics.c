@@ -37,8 +37,10 @@ static int on_terminal(int launched) {
     return tty;
 }
 
-void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched) {
+void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched,
+                      int classes) {
     memset(mt, 0, sizeof *mt);
+    mt->top5 = classes > 5;
     mt->tb.fd = -1;
     mt->steps_fd[0] = mt->steps_fd[1] = -1;
     mt->verbose = verbose < 0 ? (on_terminal(launched) ? 1 : 2) : verbose;
@@ -73,12 +75,21 @@ static int term_width(int launched) {
     return 80;
 }
 
+void mgt_bar_cells(char *cells, int width, int64_t done_of, int64_t total) {
+    const int done = total ? (int)(width * done_of / total) : width;
+    for (int i = 0; i < width; i++)
+        cells[i] = i < done - 1 || (i == done - 1 && done == width) ? '='
+                   : i == done - 1                                  ? '>'
+                                                                    : '.';
+    cells[width > 0 ? width : 0] = 0;
+}
+
 /* Keras' line, "120/235 [=====>....] - ETA: 1s - loss: 0.6415 - acc: 0.7760", fitted to the
- * width: the bar narrows from 30 to 10 columns, then the accuracy, the ETA (or status), the bar
- * and the loss go, in that order, and what is left is cut. */
+ * width: the bar narrows from 30 to 10 columns, then the top-5 accuracy, the accuracy, the ETA
+ * (or status), the bar and the loss go, in that order, and what is left is cut. */
 void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, const char *status) {
     const int room = width > 1 ? width - 1 : 1;
-    char count[48], eta[48], loss[32], acc[32];
+    char count[48], eta[48], loss[32], acc[32], top5[40] = "";
     const int digits = snprintf(NULL, 0, "%lld", (long long)b->steps);
     snprintf(count, sizeof count, "%*lld/%lld", digits, (long long)b->step, (long long)b->steps);
     if (status)
@@ -87,16 +98,20 @@ void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, cons
         snprintf(eta, sizeof eta, " - ETA: %.0fs", b->eta_s);
     snprintf(loss, sizeof loss, " - loss: %.4f", b->loss);
     snprintf(acc, sizeof acc, " - acc: %.4f", b->acc);
+    if (b->has_top5)
+        snprintf(top5, sizeof top5, " - top5_acc: %.4f", b->top5);
     const int fixed = (int)strlen(count);
-    int show_acc = 1, show_eta = 1, show_loss = 1, bar = 30;
+    int show_top5 = b->has_top5, show_acc = 1, show_eta = 1, show_loss = 1, bar = 30;
     for (;;) {
         const int tail = (show_eta ? (int)strlen(eta) : 0) + (show_loss ? (int)strlen(loss) : 0) +
-                         (show_acc ? (int)strlen(acc) : 0);
+                         (show_acc ? (int)strlen(acc) : 0) + (show_top5 ? (int)strlen(top5) : 0);
         const int need = fixed + tail + (bar ? bar + 3 : 0); /* " [" bar "]" */
         if (need <= room)
             break;
         if (bar > 10)
             bar = need - room >= bar - 10 ? 10 : bar - (need - room);
+        else if (show_top5)
+            show_top5 = 0;
         else if (show_acc)
             show_acc = 0;
         else if (show_eta)
@@ -108,13 +123,12 @@ void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, cons
         else
             break;
     }
-    char cells[32] = ""; /* bar <= 30 */
-    const int done = b->steps ? (int)(bar * b->step / b->steps) : bar;
-    for (int i = 0; i < bar; i++)
-        cells[i] = i < done - 1 || (i == done - 1 && done == bar) ? '=' : i == done - 1 ? '>' : '.';
+    char cells[32]; /* bar <= 30 */
+    mgt_bar_cells(cells, bar, b->step, b->steps);
     char line[256];
-    snprintf(line, sizeof line, "%s%s%s%s%s%s%s", count, bar ? " [" : "", cells, bar ? "]" : "",
-             show_eta ? eta : "", show_loss ? loss : "", show_acc ? acc : "");
+    snprintf(line, sizeof line, "%s%s%s%s%s%s%s%s", count, bar ? " [" : "", cells, bar ? "]" : "",
+             show_eta ? eta : "", show_loss ? loss : "", show_acc ? acc : "",
+             show_top5 ? top5 : "");
     snprintf(out, n, "%.*s", room, line);
 }
 
@@ -130,14 +144,14 @@ static void draw_bar(mgt_metrics *mt, const char *status) {
 }
 
 void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
-                          double loss, double acc, int force) {
+                          double loss, double acc, double top5, int force) {
     if (mt->verbose != 1)
         return;
     double now = mgt_now();
     if (!force && now - mt->last_draw < 0.1)
         return;
     mt->last_draw = now;
-    mt->bar = (mgt_bar){epoch, step, steps, eta_s, loss, acc};
+    mt->bar = (mgt_bar){epoch, step, steps, eta_s, loss, acc, mt->top5 && top5 >= 0, top5};
     draw_bar(mt, NULL);
 }
 
@@ -163,15 +177,31 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
         free(c);
         return mgt_errf(err, "out of memory writing metrics");
     }
+    /* Top-5 goes last in both files, so the columns before it are the same with or without. */
     size_t clen = (size_t)snprintf(c, cap,
                                    "epoch,step,loss,acc,val_loss,val_acc,"
-                                   "samples_per_s,seconds,lr\n");
+                                   "samples_per_s,seconds,lr%s\n",
+                                   mt->top5 ? ",top5_acc,val_top5_acc" : "");
     for (int i = 0; i < mt->nrows; i++) {
         const mgt_epoch_row *r = &mt->rows[i];
         char vl[32] = "null", va[32] = "null", l[32], a[32], sps[32], sec[32], lr[32];
+        char t5[32] = "null", vt5[32] = "null", jt5[96] = "", ct5[80] = "";
         if (r->val_loss >= 0) {
             exact(vl, sizeof vl, r->val_loss);
             exact(va, sizeof va, r->val_acc);
+        }
+        if (mt->top5) {
+            if (r->top5 >= 0)
+                exact(t5, sizeof t5, r->top5);
+            if (r->val_loss >= 0 && r->val_top5 >= 0)
+                exact(vt5, sizeof vt5, r->val_top5);
+            snprintf(jt5, sizeof jt5, ", \"top5_acc\": %s, \"val_top5_acc\": %s", t5, vt5);
+            char a6[32] = "", b6[32] = "";
+            if (r->top5 >= 0)
+                snprintf(a6, sizeof a6, "%.6g", r->top5);
+            if (r->val_loss >= 0 && r->val_top5 >= 0)
+                snprintf(b6, sizeof b6, "%.6g", r->val_top5);
+            snprintf(ct5, sizeof ct5, ",%s,%s", a6, b6);
         }
         exact(l, sizeof l, r->loss);
         exact(a, sizeof a, r->acc);
@@ -181,16 +211,17 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
         len += (size_t)snprintf(j + len, cap - len,
                                 "{\"epoch\": %d, \"step\": %lld, \"loss\": %s, \"acc\": %s, "
                                 "\"val_loss\": %s, \"val_acc\": %s, \"samples_per_s\": %s, "
-                                "\"seconds\": %s, \"lr\": %s}\n",
-                                r->epoch, (long long)r->step, l, a, vl, va, sps, sec, lr);
+                                "\"seconds\": %s, \"lr\": %s%s}\n",
+                                r->epoch, (long long)r->step, l, a, vl, va, sps, sec, lr, jt5);
         if (r->val_loss >= 0) {
             snprintf(vl, sizeof vl, "%.6g", r->val_loss);
             snprintf(va, sizeof va, "%.6g", r->val_acc);
         }
-        clen += (size_t)snprintf(c + clen, cap - clen, "%d,%lld,%.6g,%.6g,%s,%s,%.1f,%.3f,%.6g\n",
-                                 r->epoch, (long long)r->step, r->loss, r->acc,
-                                 r->val_loss >= 0 ? vl : "", r->val_loss >= 0 ? va : "",
-                                 r->samples_per_s, r->seconds, r->lr);
+        clen += (size_t)snprintf(c + clen, cap - clen,
+                                 "%d,%lld,%.6g,%.6g,%s,%s,%.1f,%.3f,%.6g%s\n", r->epoch,
+                                 (long long)r->step, r->loss, r->acc, r->val_loss >= 0 ? vl : "",
+                                 r->val_loss >= 0 ? va : "", r->samples_per_s, r->seconds, r->lr,
+                                 ct5);
     }
     char path[600];
     snprintf(path, sizeof path, "%s/metrics.jsonl", mt->dir);
@@ -217,10 +248,18 @@ int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_e
 
 /* The epoch's row as scalars at its global step ('/' groups the tags in TensorBoard's UI). */
 static int epoch_scalars(mgt_metrics *mt, const mgt_epoch_row *r, mgt_err *err) {
-    const char *tags[] = {"epoch/loss",          "epoch/accuracy", "epoch/samples_per_s",
-                          "epoch/learning_rate", "epoch/val_loss", "epoch/val_accuracy"};
-    double values[] = {r->loss, r->acc, r->samples_per_s, r->lr, r->val_loss, r->val_acc};
+    const char *tags[8] = {"epoch/loss",          "epoch/accuracy", "epoch/samples_per_s",
+                           "epoch/learning_rate", "epoch/val_loss", "epoch/val_accuracy"};
+    double values[8] = {r->loss, r->acc, r->samples_per_s, r->lr, r->val_loss, r->val_acc};
     int n = r->val_loss >= 0 ? 6 : 4;
+    if (mt->top5 && r->top5 >= 0) {
+        tags[n] = "epoch/top5_accuracy";
+        values[n++] = r->top5;
+    }
+    if (mt->top5 && r->val_loss >= 0 && r->val_top5 >= 0) {
+        tags[n] = "epoch/val_top5_accuracy";
+        values[n++] = r->val_top5;
+    }
     return mgt_tb_scalars(&mt->tb, r->step, n, tags, values, err);
 }
 
@@ -267,6 +306,11 @@ static int parse_row(const char *line, mgt_epoch_row *r) {
     double lr = 0;
     if (!rc && !row_number(j, "lr", 0, &lr))
         r->lr = lr;
+    /* Rows from before top-5 was written, or of a run of 5 classes or fewer, have none. */
+    if (rc || row_number(j, "top5_acc", 1, &r->top5) < 0)
+        r->top5 = -1;
+    if (rc || row_number(j, "val_top5_acc", 1, &r->val_top5) < 0)
+        r->val_top5 = -1;
     r->epoch = (int)epoch;
     r->step = (int64_t)step;
     cJSON_Delete(j);
@@ -313,14 +357,19 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
     if (add_row(mt, row, err) < 0)
         return -1;
     if (mt->verbose >= 1) {
-        char val[96] = "";
+        char val[128] = "", t5[40] = "";
+        if (mt->top5 && row->top5 >= 0)
+            snprintf(t5, sizeof t5, " - top5_acc: %.4f", row->top5);
         if (row->val_loss >= 0)
             snprintf(val, sizeof val, " - val_loss: %.4f - val_acc: %.4f", row->val_loss,
                      row->val_acc);
+        if (row->val_loss >= 0 && mt->top5 && row->val_top5 >= 0)
+            snprintf(val + strlen(val), sizeof val - strlen(val), " - val_top5_acc: %.4f",
+                     row->val_top5);
         if (mt->verbose == 1 && mt->bar_open)
             printf("\r\033[K");
-        printf("Epoch %d/%d - %.0fs - loss: %.4f - acc: %.4f%s\n", row->epoch, mt->epochs,
-               row->seconds, row->loss, row->acc, val);
+        printf("Epoch %d/%d - %.0fs - loss: %.4f - acc: %.4f%s%s\n", row->epoch, mt->epochs,
+               row->seconds, row->loss, row->acc, t5, val);
         fflush(stdout);
         mt->bar_open = 0;
     }
@@ -333,6 +382,7 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
 
 static const char *const step_files[2] = {"metrics_steps.jsonl", "metrics_steps.csv"};
 static const char step_header[] = "step,epoch,loss,acc,lr,samples_per_s\n";
+static const char step_header_top5[] = "step,epoch,loss,acc,lr,samples_per_s,top5_acc\n";
 
 /* The step a whole row names (JSON lines start {"step": N, CSV rows N,), or -1. */
 static int64_t row_step(const char *line, int csv) {
@@ -343,8 +393,10 @@ static int64_t row_step(const char *line, int csv) {
     return -1;
 }
 
-/* Rewrites a step file (atomically) with its header and its whole rows up to step `upto`. */
-static int keep_rows(const char *path, int csv, int64_t upto, mgt_err *err) {
+/* Rewrites a step file (atomically) with its header (CSV) and its whole rows up to step `upto`. */
+static int keep_rows(const char *path, const char *header, int64_t upto, mgt_err *err) {
+    const int csv = header != NULL;
+    const size_t hlen = csv ? strlen(header) : 0;
     size_t len = 0;
     char *text = NULL;
     FILE *f = upto > 0 ? fopen(path, "rb") : NULL;
@@ -368,15 +420,15 @@ static int keep_rows(const char *path, int csv, int64_t upto, mgt_err *err) {
                             strerror(errno ? errno : EIO));
         text[len] = 0;
     }
-    char *out = malloc(len + sizeof step_header);
+    char *out = malloc(len + hlen + 1);
     if (!out) {
         free(text);
         return mgt_errf(err, "out of memory reading %s", path);
     }
     size_t at = 0;
     if (csv) {
-        memcpy(out, step_header, sizeof step_header - 1);
-        at = sizeof step_header - 1;
+        memcpy(out, header, hlen);
+        at = hlen;
     }
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -399,7 +451,8 @@ int mgt_metrics_steps_open(mgt_metrics *mt, int64_t start_step, mgt_err *err) {
     for (int i = 0; i < 2; i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/%s", mt->dir, step_files[i]);
-        if (keep_rows(path, i == 1, start_step, err) < 0)
+        if (keep_rows(path, i == 1 ? (mt->top5 ? step_header_top5 : step_header) : NULL, start_step,
+                      err) < 0)
             return -1;
         mt->steps_fd[i] = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
         if (mt->steps_fd[i] < 0)
@@ -425,29 +478,35 @@ static int append(int fd, const char *name, const char *dir, const char *text, s
 }
 
 int mgt_metrics_step(mgt_metrics *mt, const mgt_step_row *r, mgt_err *err) {
-    char e[32], l[32], a[32], lr[32], sps[32], line[512];
+    char e[32], l[32], a[32], lr[32], sps[32], t5[32], jt5[64] = "", ct5[40] = "", line[512];
     exact(e, sizeof e, r->epoch);
     exact(l, sizeof l, r->loss);
     exact(a, sizeof a, r->acc);
     exact(lr, sizeof lr, r->lr);
     exact(sps, sizeof sps, r->samples_per_s);
+    if (mt->top5) {
+        exact(t5, sizeof t5, r->top5);
+        snprintf(jt5, sizeof jt5, ", \"top5_acc\": %s", t5);
+        snprintf(ct5, sizeof ct5, ",%.6g", r->top5);
+    }
     int n = snprintf(line, sizeof line,
                      "{\"step\": %" PRId64 ", \"epoch\": %s, \"loss\": %s, \"acc\": %s, "
-                     "\"lr\": %s, \"samples_per_s\": %s}\n",
-                     r->step, e, l, a, lr, sps);
+                     "\"lr\": %s, \"samples_per_s\": %s%s}\n",
+                     r->step, e, l, a, lr, sps, jt5);
     if (mt->steps_fd[0] >= 0 &&
         append(mt->steps_fd[0], step_files[0], mt->dir, line, (size_t)n, err) < 0)
         return -1;
-    n = snprintf(line, sizeof line, "%" PRId64 ",%.6g,%.6g,%.6g,%.6g,%.1f\n", r->step, r->epoch,
-                 r->loss, r->acc, r->lr, r->samples_per_s);
+    n = snprintf(line, sizeof line, "%" PRId64 ",%.6g,%.6g,%.6g,%.6g,%.1f%s\n", r->step, r->epoch,
+                 r->loss, r->acc, r->lr, r->samples_per_s, ct5);
     if (mt->steps_fd[1] >= 0 &&
         append(mt->steps_fd[1], step_files[1], mt->dir, line, (size_t)n, err) < 0)
         return -1;
     if (mt->tb.fd < 0)
         return 0;
-    const char *tags[] = {"step/loss", "step/accuracy", "step/learning_rate", "step/samples_per_s"};
-    const double values[] = {r->loss, r->acc, r->lr, r->samples_per_s};
-    return mgt_tb_scalars(&mt->tb, r->step, 4, tags, values, err);
+    const char *tags[] = {"step/loss", "step/accuracy", "step/learning_rate", "step/samples_per_s",
+                          "step/top5_accuracy"};
+    const double values[] = {r->loss, r->acc, r->lr, r->samples_per_s, r->top5};
+    return mgt_tb_scalars(&mt->tb, r->step, mt->top5 ? 5 : 4, tags, values, err);
 }
 
 void mgt_metrics_free(mgt_metrics *mt) {

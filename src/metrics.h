@@ -23,6 +23,8 @@ typedef struct mgt_epoch_row {
     double loss, acc, val_loss, val_acc; /* val_* < 0: none */
     double samples_per_s, seconds;
     double lr; /* the learning rate the epoch ended with */
+    /* Top-5 accuracy, training and validation (< 0: none; shown only where mt->top5). */
+    double top5, val_top5;
 } mgt_epoch_row;
 
 /* One per-step row (--log-every N), at every N-th global step. */
@@ -34,6 +36,7 @@ typedef struct mgt_step_row {
                              this run started), over all ranks */
     double lr;            /* the learning rate of the row's last step */
     double samples_per_s; /* over those steps' wall time, all ranks */
+    double top5;          /* top-5 accuracy over the same samples (written where mt->top5) */
 } mgt_step_row;
 
 /* The progress bar as last drawn, for a redraw with a status ("validating"). */
@@ -41,6 +44,8 @@ typedef struct mgt_bar {
     int epoch;
     int64_t step, steps;
     double eta_s, loss, acc;
+    int has_top5; /* show top5 (the top-5 accuracy) after acc */
+    double top5;
 } mgt_bar;
 
 typedef struct mgt_metrics {
@@ -55,26 +60,34 @@ typedef struct mgt_metrics {
     int launched;         /* started by mpirun/srun: the terminal may be the launcher's */
     mgt_tb tb;            /* TensorBoard event file; tb.fd < 0: none */
     int steps_fd[2];      /* per-step rows: metrics_steps.jsonl, .csv (-1: none) */
+    int top5;             /* top-5 accuracy is shown and written (more than 5 classes) */
 } mgt_metrics;
 
 /* verbose < 0: 1 on a terminal, 2 otherwise; launched: started by mpirun/srun, whose ranks'
- * stdout may be a pseudo-terminal even when the launcher's own output is not a terminal. */
-void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched);
+ * stdout may be a pseudo-terminal even when the launcher's own output is not a terminal.
+ * classes: the model's; with more than 5, top-5 accuracy joins accuracy in the bar, the epoch
+ * lines, the metrics files (top5_acc, val_top5_acc) and TensorBoard (.../top5_accuracy). */
+void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched,
+                      int classes);
 /* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force): step of
  * steps, the steps this epoch will run (fewer where --max-steps ends it). The line is fitted to
  * the terminal's width (COLUMNS, else the terminal's own, else 80), dropping the least needed
  * parts first, so it never wraps: a wrapped line would scroll at every redraw. */
 void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t steps, double eta_s,
-                          double loss, double acc, int force);
+                          double loss, double acc, double top5, int force);
 /* The last bar drawn again, saying that validation runs (verbose 1, a bar open). */
 void mgt_metrics_validating(mgt_metrics *mt);
 /* The bar's line for a terminal of `width` columns, at most width - 1 characters (the last
  * column left free: writing it makes some terminals wrap). status: replaces the ETA, or NULL. */
+/* The cells of a bar of `width` cells (at most 30) for done of total, as Keras draws them:
+ * '=' for each whole part done, '>' at the front, '.' for the rest; cells gets width + 1 bytes. */
+void mgt_bar_cells(char *cells, int width, int64_t done, int64_t total);
 void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, const char *status);
 /* Rank 0: also writes every epoch's figures to a new event file in OUT/tb/ (tb.h), training
  * having started (or resumed) at start_step, as TensorBoard scalars at the global step:
  * epoch/loss, epoch/accuracy, epoch/val_loss, epoch/val_accuracy (when validated),
- * epoch/samples_per_s and epoch/learning_rate. The profile (when on) writes its phase means
+ * epoch/samples_per_s and epoch/learning_rate, and with top-5 epoch/top5_accuracy and
+ * epoch/val_top5_accuracy. The profile (when on) writes its phase means
  * there too, at its report. Per-step scalars may go into mt->tb with mgt_tb_scalars. Returns
  * -1 if the file cannot be created. */
 int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_err *err);
@@ -90,13 +103,14 @@ int mgt_metrics_resume(mgt_metrics *mt, int64_t step, char *notice, size_t notic
 int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err);
 
 /* Per-step rows (rank 0, --log-every): OUT/metrics_steps.jsonl and OUT/metrics_steps.csv (step,
- * epoch, loss, acc, lr, samples_per_s; the JSON lines with every digit, the CSV with 6), beside
+ * epoch, loss, acc, lr, samples_per_s, and top5_acc with top-5; the JSON lines with every digit,
+ * the CSV with 6), beside
  * the per-epoch files, whose readers they leave alone. Rows are appended, one write each, so a
  * long run does not rewrite its history at every row; a crash can leave at most a part of the
  * last line. A run that starts at step 0 starts the files afresh; one resumed at start_step
  * keeps the rows up to that step (the files are rewritten atomically without the later ones,
  * which the resumed run redoes, and without a damaged last line). Also TensorBoard scalars
- * step/loss, step/accuracy, step/learning_rate and step/samples_per_s. */
+ * step/loss, step/accuracy, step/learning_rate and step/samples_per_s (and step/top5_accuracy). */
 int mgt_metrics_steps_open(mgt_metrics *mt, int64_t start_step, mgt_err *err);
 int mgt_metrics_step(mgt_metrics *mt, const mgt_step_row *row, mgt_err *err);
 void mgt_metrics_free(mgt_metrics *mt);

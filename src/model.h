@@ -85,8 +85,8 @@ typedef struct mgt_param {
 enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
 
 /* The step's sums that travel with the gradients, right after the arena (m->sums): the loss, the
- * correct predictions and the count of ranks asking to stop (fit.c). */
-#define MGT_NSUMS 3
+ * correct predictions, the top-5 hits and the count of ranks asking to stop (fit.c). */
+#define MGT_NSUMS 4
 
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;

@@ -28,9 +28,9 @@ struct mgt_repro {
     int64_t *host;
 };
 
-/* The metric sums (model.h: MGT_NSUMS): the loss op adds the loss and the correct count, the
- * last one is the ranks' stop votes (fit.c). */
-enum { SUMS_FROM_LOSS = 2, SUM_VOTES = MGT_NSUMS - 1 };
+/* The metric sums (model.h: MGT_NSUMS): the loss op adds the loss, the correct count and the
+ * top-5 count, the last one is the ranks' stop votes (fit.c). */
+enum { SUMS_FROM_LOSS = 3, SUM_VOTES = MGT_NSUMS - 1 };
 _Static_assert(SUMS_FROM_LOSS == SUM_VOTES, "the stop votes follow the loss op's sums");
 
 /* The layer types whose ops treat every sample alone (so a chunk's rows give the same results

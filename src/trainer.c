@@ -389,11 +389,14 @@ static void end_segment(session *s, int64_t step, const char *how) {
 
 /* The closing lines: test figures, speed, where the weights are, and a GPU's peak memory. */
 static void report_training(const session *s, const mgt_fit_result *r, double test_loss,
-                            double test_acc, double t_start) {
+                            double test_acc, double test_top5, double t_start) {
     if (s->rt->rank != 0)
         return;
+    char top5[48] = "";
+    if (s->m.classes > 5 && test_top5 >= 0)
+        snprintf(top5, sizeof top5, " - test top5_acc: %.4f", test_top5);
     if (test_loss >= 0)
-        printf("Test loss: %.4f - test acc: %.4f\n", test_loss, test_acc);
+        printf("Test loss: %.4f - test acc: %.4f%s\n", test_loss, test_acc, top5);
     printf("Trained %lld steps in %.1f s (%.0f samples/s); total %.1f s; weights: "
            "%s/weights.safetensors\n",
            (long long)r->steps, r->seconds,
@@ -513,20 +516,22 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
 
     /* The test figures: the last validation's when it was on the test split at this step;
      * none when training only (benchmarks). */
-    double test_loss = -1, test_acc = -1;
+    double test_loss = -1, test_acc = -1, test_top5 = -1;
     if (o->no_validation) {
     } else if (s->data.val_is_test && res.val_step == pos.step) {
         test_loss = res.val_loss;
         test_acc = res.val_acc;
+        test_top5 = res.val_top5;
     } else if (mgt_splits_test(&s->data, m)) {
         const mgt_eval ev = {.m = m, .st = &s->st, .comm = &s->pl.comm, .step = pos.step};
         const mgt_eval_sums t = mgt_eval_metrics(&ev, mgt_splits_test(&s->data, m));
         test_loss = t.loss / t.samples;
         test_acc = t.correct / t.samples;
+        test_top5 = t.top5 / t.samples;
     }
     mgt_replica_save_weights(&s->rep, s->out, pos.step);
     end_segment(s, pos.step, how);
-    report_training(s, &res, test_loss, test_acc, t_start);
+    report_training(s, &res, test_loss, test_acc, test_top5, t_start);
     mgt_runtime_release_stops(rt);
     free_session(s);
     return 0;
@@ -585,9 +590,12 @@ int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o) {
                     "weights",
                     isnan(r.loss) ? "NaN" : "infinite", s->data.desc, weights_of(s));
     if (rt->rank == 0) {
-        printf("%lld samples from %s (%s split) - %.1f s - loss: %.4f - acc: %.4f\n",
+        char top5[40] = "";
+        if (s->m.classes > 5)
+            snprintf(top5, sizeof top5, " - top5_acc: %.4f", r.top5 / r.samples);
+        printf("%lld samples from %s (%s split) - %.1f s - loss: %.4f - acc: %.4f%s\n",
                (long long)r.samples, s->data.desc, o->split ? o->split : "test", mgt_now() - t0,
-               r.loss / r.samples, r.correct / r.samples);
+               r.loss / r.samples, r.correct / r.samples, top5);
         fflush(stdout);
     }
     free_session(s);

@@ -204,7 +204,11 @@ void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *
  * p_j = exp(l_j - mx) / se, loss = lse - l[label] (dense: sum(t) * lse - sum t_j l_j).
  * probs and dlogits may alias logits (or each other): everything read from a row is read
  * before that row is written, and the last pass reads l_j before writing p_j / d_j at the same
- * index. The argmax for the accuracy is taken over the p_j written (first maximum wins).
+ * index. The argmax for the accuracy is taken over the p_j written (first maximum wins). Top-5:
+ * the label's rank is the number of classes ahead of it, those with a larger p_j and those with
+ * an equal one at a lower index (the argmax's tie rule, so rank 0 is exactly the argmax); the
+ * sample counts when its rank is below 5. The label's p is formed as the loop forms every p_j,
+ * from l[label] read before the row is written.
  *
  * Label smoothing s (Keras' label_smoothing) replaces the target t by (1 - s) * t + s / k. The
  * gradient uses that target in float, t'_j = t_on * t_j + t_off (t_on = 1 - s, t_off = s / k,
@@ -234,7 +238,7 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
     const int smooth = smoothing > 0.0f;
     const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     double loss = 0.0;
-    long correct = 0;
+    long correct = 0, top5 = 0;
     for (int i = 0; i < n; i++) {
         const size_t off = (size_t)i * k;
         const float *l = logits + off;
@@ -245,6 +249,8 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
         float mx, inv_se;
         double lse;
         row_lse(k, l, &mx, &lse, &inv_se);
+        const float p_lab = valid ? expf(l[lab] - mx) * inv_se : 0.0f;
+        int ahead = 0;
         if (valid && smooth) {
             double sl = 0.0;
             for (int j = 0; j < k; j++)
@@ -261,6 +267,7 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
                 best_p = pj;
                 best = j;
             }
+            ahead += pj > p_lab || (pj == p_lab && j < lab);
             if (p)
                 p[j] = pj;
             if (d) {
@@ -271,9 +278,12 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
         }
         if (valid && best == lab)
             correct++;
+        if (valid && ahead < 5)
+            top5++;
     }
     sums[0] += (float)loss;
     sums[1] += (float)correct;
+    sums[2] += (float)top5;
 }
 
 MGT_SIMD
@@ -285,7 +295,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
     const int smooth = smoothing > 0.0f;
     const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     double loss = 0.0;
-    long correct = 0;
+    long correct = 0, top5 = 0;
     for (int i = 0; i < n; i++) {
         const size_t off = (size_t)i * k;
         const float *l = logits + off;
@@ -305,7 +315,8 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
         }
         loss += st * lse - stl;
         const float stf = (float)st;
-        int best = 0;
+        const float p_lab = expf(l[tbest] - mx) * inv_se;
+        int best = 0, ahead = 0;
         float best_p = -1.0f;
         for (int j = 0; j < k; j++) {
             const float pj = expf(l[j] - mx) * inv_se;
@@ -313,6 +324,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
                 best_p = pj;
                 best = j;
             }
+            ahead += pj > p_lab || (pj == p_lab && j < tbest);
             const float tj = smooth ? t_on * t[j] + t_off : t[j];
             if (p)
                 p[j] = pj;
@@ -321,7 +333,10 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
         }
         if (best == tbest)
             correct++;
+        if (ahead < 5)
+            top5++;
     }
     sums[0] += (float)loss;
     sums[1] += (float)correct;
+    sums[2] += (float)top5;
 }

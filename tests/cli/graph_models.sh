@@ -30,7 +30,7 @@ grep -q "Trainable params: 677,482" <<<"$s" \
 for np in 1 2; do
   out=$(mpi $np --model "$R" --batch-size 32 --max-steps 4 --no-validation --out rs$np 2>&1) \
     && grep -qE "^Trained 4 steps in [0-9.]+ s" <<<"$out" \
-    && grep -qE "^Epoch 1/[0-9]+ - [0-9]+s - loss: [0-9]+\.[0-9]+ - acc: [0-9.]+$" <<<"$out" \
+    && grep -qE "^Epoch 1/[0-9]+ - [0-9]+s - loss: [0-9]+\.[0-9]+ - acc: [0-9.]+( - top5_acc: [0-9.]+)?$" <<<"$out" \
     && [ -s rs$np/weights.safetensors ] \
     && ok "resnet_small trains 4 steps on $np rank(s): $(grep "^Epoch" <<<"$out")" \
     || { bad "resnet_small on $np rank(s)"; tail -5 <<<"$out"; }

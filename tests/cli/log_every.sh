@@ -24,16 +24,17 @@ import csv, json, sys
 import numpy as np
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics_steps.jsonl")]
 assert [r["step"] for r in rows] == [3, 6, 9, 12, 15], [r["step"] for r in rows]
-assert set(rows[0]) == {"step", "epoch", "loss", "acc", "lr", "samples_per_s"}, rows[0]
+# 10 classes: top-5 accuracy too
+assert set(rows[0]) == {"step", "epoch", "loss", "acc", "lr", "samples_per_s", "top5_acc"}, rows[0]
 for r in rows:
     assert r["epoch"] == r["step"] / 8, r
     assert r["lr"] == float(np.float32(0.001)), r      # Adam's default rate, no schedule
-    assert r["samples_per_s"] > 0 and 0 < r["loss"] < 10 and 0 <= r["acc"] <= 1, r
+    assert r["samples_per_s"] > 0 and 0 < r["loss"] < 10 and 0 <= r["acc"] <= r["top5_acc"] <= 1, r
 c = list(csv.DictReader(open(sys.argv[1] + "/metrics_steps.csv")))
-assert list(c[0]) == ["step", "epoch", "loss", "acc", "lr", "samples_per_s"], list(c[0])
+assert list(c[0]) == ["step", "epoch", "loss", "acc", "lr", "samples_per_s", "top5_acc"], list(c[0])
 for r, q in zip(rows, c, strict=True):
     assert int(q["step"]) == r["step"]
-    for k in ("epoch", "loss", "acc", "lr"):
+    for k in ("epoch", "loss", "acc", "lr", "top5_acc"):
         assert float(q[k]) == float(f"{r[k]:.6g}"), (k, q[k], r[k])
 print(f"{len(rows)} rows, e.g. {json.dumps(rows[1])}")
 PY

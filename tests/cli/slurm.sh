@@ -64,7 +64,7 @@ slurm_completed "sbatch launch/mgtrain.sbatch, 2 ranks, MLP 300 steps"
 has "the template prints its srun --mpi=pmix command" "$out" '^\+ srun --mpi=pmix .*mgtrain .*--max-steps 300'
 has "start-up block: world of 2 ranks" "$out" 'world: 2 ranks on 1 node'
 has "start-up block: rank 1 on local rank 1" "$out" 'rank 1: .*local rank 1'
-has "epoch line" "$out" '^Epoch 1/1 - [0-9]+s - loss: [0-9.]+ - acc: [0-9.]+ - val_loss'
+has "epoch line" "$out" '^Epoch 1/1 - [0-9]+s - loss: [0-9.]+ - acc: [0-9.]+( - top5_acc: [0-9.]+)? - val_loss'
 grep -q 'ETA:' "$out" && bad "progress bar in the job's log file" || ok "no progress bar in the log file"
 [ -s work/RUN/weights.safetensors ] && ok "RUN/weights.safetensors written ($(stat -c %s work/RUN/weights.safetensors) bytes)" || { bad "no RUN/weights.safetensors"; ls -la work/RUN; }
 echo "---- $out:"; cat "$out"

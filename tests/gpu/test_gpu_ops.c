@@ -773,10 +773,13 @@ static void test_act(pair *p, mgt_act act, int n, int row) {
 
 /* ---- softmax + cross-entropy ---- */
 
-static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d, float smooth) {
+static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d, float smooth,
+                      int ties) {
     mgt_backend *cb = &p->cpu, *g = &p->gpu;
     const size_t nl = (size_t)n * k;
     float *l = hrand(nl, -6, 6), *t = NULL;
+    for (size_t i = 0; ties && i < nl; i++) /* 12 levels for k classes: equal probabilities */
+        l[i] = floorf(l[i]);
     int32_t *lab = hbuf((size_t)n * sizeof(int32_t));
     for (int i = 0; i < n; i++)
         lab[i] = (int32_t)(mgt_rand64(5, (uint64_t)i) % (uint64_t)k);
@@ -790,16 +793,16 @@ static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d, f
             t[(size_t)i * k + (size_t)lab[i < 4 ? 0 : i]] += 2.0f; /* a clear argmax per row */
     }
     const float scale = 0.5f;
-    float sums0[2] = {1.5f, 2.0f};
+    float sums0[3] = {1.5f, 2.0f, 3.0f};
     float *lc = hcopy(l, nl), *pc = alias ? lc : hf(nl), *dc = with_d ? hf(nl) : NULL;
-    float sums[2] = {sums0[0], sums0[1]};
+    float sums[3] = {sums0[0], sums0[1], sums0[2]};
     if (dense)
         cb->ops->xent_dense(cb, n, k, lc, t, pc, dc, scale, smooth, sums);
     else
         cb->ops->xent_sparse(cb, n, k, lc, lab, pc, dc, scale, smooth, sums);
 
     float *gl = dput(g, l, nl), *gp = alias ? gl : dnan(g, nl), *gd = with_d ? dnan(g, nl) : NULL;
-    float *gs = dput(g, sums0, 2);
+    float *gs = dput(g, sums0, 3);
     if (dense) {
         float *gt = dput(g, t, nl);
         g->ops->xent_dense(g, n, k, gl, gt, gp, gd, scale, smooth, gs);
@@ -814,10 +817,11 @@ static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d, f
     expect_close(what, g, gp, pc, nl, TOL);
     if (with_d)
         expect_close("xent dlogits", g, gd, dc, nl, TOL);
-    float *hs = dget(g, gs, 2);
+    float *hs = dget(g, gs, 3);
     CHECK(fabs(hs[0] - sums[0]) <= TOL * fabs(sums[0]), "xent loss sum %.7g, CPU %.7g", hs[0],
           sums[0]);
     CHECK(hs[1] == sums[1], "xent correct count %g, CPU %g", hs[1], sums[1]);
+    CHECK(hs[2] == sums[2], "xent top-5 count %g, CPU %g", hs[2], sums[2]);
     dfree_all();
     hfree_all();
 }
@@ -1221,12 +1225,14 @@ int main(void) {
 
     for (int s = 0; s < 2; s++) { /* without and with label smoothing */
         const float smooth = s ? 0.1f : 0.0f;
-        test_xent(&p, 50, 10, 0, 0, 1, smooth);
-        test_xent(&p, 50, 10, 0, 1, 1, smooth);  /* probs alias the logits */
-        test_xent(&p, 7, 1000, 0, 0, 1, smooth); /* several values per lane */
-        test_xent(&p, 20, 10, 0, 0, 0, smooth);  /* no dlogits (evaluation) */
-        test_xent(&p, 50, 10, 1, 0, 1, smooth);
-        test_xent(&p, 9, 333, 1, 1, 1, smooth);
+        test_xent(&p, 50, 10, 0, 0, 1, smooth, 0);
+        test_xent(&p, 50, 10, 0, 1, 1, smooth, 0);  /* probs alias the logits */
+        test_xent(&p, 7, 1000, 0, 0, 1, smooth, 0); /* several values per lane */
+        test_xent(&p, 20, 10, 0, 0, 0, smooth, 0);  /* no dlogits (evaluation) */
+        test_xent(&p, 50, 10, 1, 0, 1, smooth, 0);
+        test_xent(&p, 9, 333, 1, 1, 1, smooth, 0);
+        test_xent(&p, 60, 10, 0, 1, 1, smooth, 1); /* tied logits: top-5's tie rule */
+        test_xent(&p, 60, 10, 1, 0, 1, smooth, 1);
     }
 
     test_layout(&p, 3, 5, 7, 9);

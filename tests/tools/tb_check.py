@@ -20,6 +20,10 @@ the event holds float32 (relative error 2^-24): tolerance 0.0005 ms + 1e-6 relat
 step/accuracy, step/learning_rate and step/samples_per_s, one event per row at its step, each
 the row's figure in float32, exactly.
 
+Rows with top5_acc (a model of more than 5 classes) add epoch/top5_accuracy and
+epoch/val_top5_accuracy (val_top5_acc), and step/top5_accuracy for the per-step rows, checked
+alike.
+
 No other scalar tag may be present. Prints one line per check; exit status 1 if any failed. """
 import argparse
 import json
@@ -35,6 +39,8 @@ EPOCH = [("epoch/loss", "loss"), ("epoch/accuracy", "acc"), ("epoch/val_loss", "
          ("epoch/learning_rate", "lr")]
 STEP = [("step/loss", "loss"), ("step/accuracy", "acc"), ("step/learning_rate", "lr"),
         ("step/samples_per_s", "samples_per_s")]
+EPOCH_TOP5 = [("epoch/top5_accuracy", "top5_acc"), ("epoch/val_top5_accuracy", "val_top5_acc")]
+STEP_TOP5 = [("step/top5_accuracy", "top5_acc")]
 
 failed = 0
 
@@ -81,20 +87,25 @@ def main():
                 r["lr"] = lr
             rows.append(r)
     step_rows = [json.loads(line) for path in a.steps for line in open(path)]
+    epoch_table, step_table = list(EPOCH), list(STEP)
+    if rows and "top5_acc" in rows[0]:
+        epoch_table += EPOCH_TOP5
+    if step_rows and "top5_acc" in step_rows[0]:
+        step_table += STEP_TOP5
 
     acc = ea.EventAccumulator(a.tb_dir, size_guidance={ea.SCALARS: 0})
     acc.Reload()
     # A tag whose every event TensorBoard dropped (an older run's) still has an empty series.
     tags = {t for t in acc.Tags()["scalars"] if acc.Scalars(t)}
-    want = {t for t, k in EPOCH if not (a.no_val and k.startswith("val_"))}
+    want = {t for t, k in epoch_table if not (a.no_val and k.startswith("val_"))}
     if a.profile:
         want |= {f"profile/{p}_ms" for p in PHASES + ["step"]}
     if step_rows:
-        want |= {t for t, _ in STEP}
+        want |= {t for t, _ in step_table}
     check(tags == want, f"scalar tags {sorted(tags)}" +
           ("" if tags == want else f", expected {sorted(want)}"))
 
-    for table, series in ((EPOCH, rows), (STEP, step_rows)):
+    for table, series in ((epoch_table, rows), (step_table, step_rows)):
         for tag, key in table:
             if tag not in want or tag not in tags:
                 continue

@@ -44,18 +44,19 @@ static void check_width(tally *t, const mgt_bar *b, const char *status) {
             if (!(has_acc && has_eta && bar))
                 fprintf(stderr, "  width %d: not the full line: '%s'\n", w, line);
         }
-        if (w >= 100)
+        if (w >= (b->has_top5 ? 120 : 100))
             CHECK(t, bar && bar[31] == ']');
     }
 }
 
 int main(void) {
     tally t = {0, 0};
-    const mgt_bar bars[] = {{0, 1, 235, 12.0, 2.3026, 0.1},
-                            {0, 120, 235, 1.0, 0.6415, 0.776},
-                            {0, 235, 235, 0.0, 0.4466, 0.8456},
-                            {3, 59999, 60000, 1234.0, 12.5, 0.5}, /* wide counts */
-                            {0, 7, 12345678, 99999.0, 1e6, 1.0}};
+    const mgt_bar bars[] = {{0, 1, 235, 12.0, 2.3026, 0.1, 0, 0},
+                            {0, 120, 235, 1.0, 0.6415, 0.776, 0, 0},
+                            {0, 235, 235, 0.0, 0.4466, 0.8456, 0, 0},
+                            {3, 59999, 60000, 1234.0, 12.5, 0.5, 0, 0}, /* wide counts */
+                            {0, 7, 12345678, 99999.0, 1e6, 1.0, 0, 0},
+                            {0, 120, 235, 1.0, 0.6415, 0.776, 1, 0.9512}}; /* top-5 */
     for (size_t i = 0; i < sizeof bars / sizeof bars[0]; i++) {
         check_width(&t, &bars[i], NULL);
         check_width(&t, &bars[i], "validating");
@@ -73,6 +74,18 @@ int main(void) {
     /* 50 columns: the bar narrows to fit everything but the accuracy */
     mgt_metrics_bar_line(line, sizeof line, 50, &bars[1], NULL);
     CHECK(&t, !strcmp(line, "120/235 [====>.....] - ETA: 1s - loss: 0.6415"));
+    printf("%s\n", line);
+    /* top-5 after the accuracy where there is room, and the first part to go where there is not */
+    mgt_metrics_bar_line(line, sizeof line, 100, &bars[5], NULL);
+    CHECK(&t, !strcmp(line, "120/235 [==============>...............] - ETA: 1s - loss: 0.6415 - "
+                            "acc: 0.7760 - top5_acc: 0.9512"));
+    printf("%s\n", line);
+    mgt_metrics_bar_line(line, sizeof line, 80, &bars[5], NULL);
+    CHECK(&t, !strcmp(line, "120/235 [====>......] - ETA: 1s - loss: 0.6415 - acc: 0.7760 - "
+                            "top5_acc: 0.9512"));
+    printf("%s\n", line);
+    mgt_metrics_bar_line(line, sizeof line, 60, &bars[5], NULL);
+    CHECK(&t, !strcmp(line, "120/235 [====>.....] - ETA: 1s - loss: 0.6415 - acc: 0.7760"));
     printf("%s\n", line);
     printf("test_bar: %d passed, %d failed\n", t.pass, t.fail);
     return t.fail ? 1 : 0;

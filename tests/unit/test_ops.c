@@ -920,7 +920,7 @@ typedef struct {
 
 static double xent_obj(void *p) {
     xent_ctx *c = p;
-    float sums[2] = {0, 0};
+    float sums[3] = {0, 0, 0};
     poison(c->probs, (size_t)c->n * c->k);
     if (c->dense)
         c->be->ops->xent_dense(c->be, c->n, c->k, c->logits, c->targets, c->probs, NULL, 1.0f, 0.0f,
@@ -943,7 +943,7 @@ static void test_xent(mgt_backend *be) {
         fill(c.targets, cnt, 0, 1); /* soft targets whose sum is not 1: tests p*sum(t) - t */
         for (int i = 0; i < c.n; i++)
             c.labels[i] = (int32_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % c.k);
-        float *d = fbuf(cnt), sums[2] = {0, 0};
+        float *d = fbuf(cnt), sums[3] = {0, 0, 0};
         poison(d, cnt);
         if (dense)
             o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d, 1.0f, 0.0f, sums);
@@ -985,7 +985,7 @@ static void test_xent(mgt_backend *be) {
                               1 / (exp(-2.0) + exp(-1.0) + 1)};
         const float logits[6] = {1, 2, 3, 1, 2, 3};
         const int32_t labels[2] = {2, 0};
-        float probs[6], d[6], sums[2] = {1.0f, 2.0f}; /* sums accumulate (+=) */
+        float probs[6], d[6], sums[3] = {1.0f, 2.0f, 0.0f}; /* sums accumulate (+=) */
         o->xent_sparse(be, 2, 3, logits, labels, probs, d, 0.5f, 0.0f, sums);
         const double l2 = 0.40760596444438, l0 = 2.40760596444438;
         CHECK(near(sums[0], 1.0 + l2 + l0, 8, 5), "xent_sparse loss sum %.7f, expected %.7f",
@@ -998,14 +998,14 @@ static void test_xent(mgt_backend *be) {
               "xent_sparse dlogits %g %g %g", d[2], d[3], d[4]);
         /* the same rows one-hot through the dense op, dlogits NULL */
         const float t[6] = {0, 0, 1, 1, 0, 0};
-        float sd[2] = {0, 0};
+        float sd[3] = {0, 0, 0};
         o->xent_dense(be, 2, 3, logits, t, probs, NULL, 1.0f, 0.0f, sd);
         CHECK(near(sd[0], l2 + l0, 8, 5) && sd[1] == 1.0f,
               "xent_dense one-hot: loss %.7f (want %.7f), correct %g (want 1)", sd[0], l2 + l0,
               sd[1]);
         /* soft target: loss = sum t * lse - sum t*l, t = [0.5 0.5 0] */
         const float ts[3] = {0.5f, 0.5f, 0.0f};
-        float ss[2] = {0, 0};
+        float ss[3] = {0, 0, 0};
         o->xent_dense(be, 1, 3, logits, ts, probs, NULL, 1.0f, 0.0f, ss);
         CHECK(near(ss[0], 3.40760596444438 - 1.5, 8, 5) && ss[1] == 0.0f,
               "xent_dense soft: loss %.7f (want %.7f), correct %g", ss[0], 3.40760596444438 - 1.5,
@@ -1015,20 +1015,48 @@ static void test_xent(mgt_backend *be) {
     {
         const float logits[9] = {2, 2, 1, 2, 2, 1, 2, 2, 1};
         const int32_t labels[3] = {0, 0, 1};
-        float probs[9], sums[2] = {0, 0};
+        float probs[9], sums[3] = {0, 0, 0};
         o->xent_sparse(be, 3, 3, logits, labels, probs, NULL, 1.0f, 0.0f, sums);
         CHECK(sums[1] == 2.0f, "xent_sparse tie: correct %g, expected 2 (first max wins)", sums[1]);
         /* target argmax ties too: rows 0, 1 -> class 0 (correct), row 2 -> class 1 (wrong) */
         const float t[9] = {0.4f, 0.4f, 0.2f, 0.4f, 0.4f, 0.2f, 0.2f, 0.4f, 0.4f};
-        float sd[2] = {0, 0};
+        float sd[3] = {0, 0, 0};
         o->xent_dense(be, 3, 3, logits, t, probs, NULL, 1.0f, 0.0f, sd);
         CHECK(sd[1] == 2.0f, "xent_dense tie: correct %g, expected 2 (first max wins)", sd[1]);
+    }
+    /* top-5: the label counts when fewer than 5 classes are ahead of it (larger probability, or
+     * equal probability at a lower index: the argmax's tie rule) */
+    {
+        float logits[5 * 8];
+        for (int j = 0; j < 8; j++) {
+            logits[j] = logits[8 + j] = (float)j; /* rows 0, 1: rising */
+            logits[16 + j] = logits[24 + j] = logits[32 + j] = 1.0f; /* rows 2-4: all tied */
+        }
+        /* row 0: 4 classes ahead of 3 (in); row 1: 5 ahead of 2 (out); row 2: 4 tied classes
+         * below index 4 (in); row 3: 5 below index 5 (out); row 4: an out-of-range label */
+        const int32_t labels[5] = {3, 2, 4, 5, -1};
+        float probs[40], sums[3] = {0, 0, 0};
+        o->xent_sparse(be, 5, 8, logits, labels, probs, NULL, 1.0f, 0.0f, sums);
+        CHECK(sums[2] == 2.0f && sums[1] == 0.0f,
+              "xent_sparse top-5: %g in the top 5 (want 2), %g correct (want 0)", sums[2], sums[1]);
+        float t[32] = {0}, sd[3] = {0, 0, 0};
+        for (int i = 0; i < 4; i++)
+            t[i * 8 + labels[i]] = 1.0f;
+        o->xent_dense(be, 4, 8, logits, t, probs, NULL, 1.0f, 0.0f, sd);
+        CHECK(sd[2] == 2.0f, "xent_dense top-5: %g in the top 5 (want 2)", sd[2]);
+        /* the argmax is always in the top 5: a correct row counts in both (row 1: the largest
+         * logit; row 2: the first of the tied ones; row 3: 5 tied classes ahead, in neither) */
+        const int32_t top[3] = {7, 0, 5};
+        float st[3] = {0, 0, 0};
+        o->xent_sparse(be, 3, 8, logits + 8, top, probs, NULL, 1.0f, 0.0f, st);
+        CHECK(st[1] == 2.0f && st[2] == 2.0f,
+              "xent top-5 of the argmax: correct %g (want 2), top-5 %g (want 2)", st[1], st[2]);
     }
     /* extreme logits stay finite */
     {
         const float logits[3] = {1000.0f, 0.0f, -1000.0f};
         const int32_t lab = 1;
-        float probs[3], d[3], sums[2] = {0, 0};
+        float probs[3], d[3], sums[3] = {0, 0, 0};
         o->xent_sparse(be, 1, 3, logits, &lab, probs, d, 1.0f, 0.0f, sums);
         /* lse = 1000 + log(1 + e^-1000 + e^-2000) is 1000 in float; two roundings of 1000 */
         CHECK(near(sums[0], 1000.0, 2, 1000) && all_finite(probs, 3) && all_finite(d, 3),

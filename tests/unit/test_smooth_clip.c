@@ -59,7 +59,7 @@ static void test_smoothing(mgt_backend *be, int dense, float s) {
         lab[i] = (int32_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % k);
     lab[5] = k; /* out of range: no loss, no gradient, smoothed or not */
     poison(d, cnt);
-    float sums[2] = {0.5f, 0.0f};
+    float sums[3] = {0.5f, 0.0f, 0.0f};
     if (dense)
         be->ops->xent_dense(be, n, k, l, t, p, d, 1.0f, s, sums);
     else
@@ -119,7 +119,7 @@ static void test_smoothing(mgt_backend *be, int dense, float s) {
 static void test_hand(mgt_backend *be) {
     const float l[3] = {0.0f, (float)log(2.0), (float)log(4.0)};
     const int32_t lab = 0;
-    float p[3], d[3], sums[2] = {0, 0};
+    float p[3], d[3], sums[3] = {0, 0, 0};
     be->ops->xent_sparse(be, 1, 3, l, &lab, p, d, 1.0f, 0.3f, sums);
     /* the float logits are within u of ln 2, ln 4 (they move the loss by < 2u): 10 on 2 */
     CHECK(near(sums[0], log(7.0) - 0.3 * log(2.0), 10, 2), "hand example: loss %.8f, want %.8f",

@@ -117,7 +117,7 @@ dev_train_figures() {
     local log=$1 trained acc mem prof epochs
     trained=$(sed -n 's/^Trained \([0-9]*\) steps in \([0-9.]*\) s (\([0-9]*\) samples\/s); total \([0-9.]*\) s.*/\1 steps in \2 s, \3 samples\/s (\4 s in all)/p' "$log" | tail -n1)
     epochs=$(grep -c '^Epoch [0-9]*/[0-9]* - ' "$log")
-    acc=$(sed -n 's/^Test loss: \([0-9.]*\) - test acc: \([0-9.]*\)$/test acc \2 (loss \1)/p' "$log" | tail -n1)
+    acc=$(sed -n 's/^Test loss: \([0-9.]*\) - test acc: \([0-9.]*\)\( - test top5_acc: [0-9.]*\)\{0,1\}$/test acc \2 (loss \1)/p' "$log" | tail -n1)
     mem=$(sed -n 's/^Peak GPU memory: \([0-9.]*\) MiB.*/peak GPU memory \1 MiB/p' "$log" | tail -n1)
     prof=$(dev_profile_figures "$log")
     local parts=()

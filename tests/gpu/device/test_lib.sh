@@ -51,7 +51,7 @@ figs=$(dev_train_figures run.log)
 echo "figures: $figs"
 step=$(awk '$1 == "0" && NF > 10 { print $(NF - 1) }' run.log)
 steps=$(sed -n 's/^Trained \([0-9]*\) steps.*/\1/p' run.log)
-acc=$(sed -n 's/.*test acc: \([0-9.]*\)$/\1/p' run.log)
+acc=$(sed -n 's/.*test acc: \([0-9.]*\)\( - test top5_acc: [0-9.]*\)\{0,1\}$/\1/p' run.log)
 grep -q "^$steps steps in [0-9.]* s, [0-9]* samples/s ([0-9.]* s in all)" <<<"$figs" \
   && ok "the figures start with the run's $steps steps" || bad "steps: '$figs'"
 grep -q "; step $step ms: data [0-9.]*, forward [0-9.]*, backward [0-9.]*, allreduce [0-9.]* ([0-9.]*%), update [0-9.]*" <<<"$figs" \
