@@ -16,7 +16,8 @@
 #include "optim.h"
 #include "parse.h"
 
-enum { C_TRAIN = 1, C_EVAL = 2, C_PREDICT = 4, C_SUMMARY = 8, C_ALL = 15 };
+/* C_ALL: the commands that run a model; convert has flags of its own. */
+enum { C_TRAIN = 1, C_EVAL = 2, C_PREDICT = 4, C_SUMMARY = 8, C_ALL = 15, C_CONVERT = 16 };
 
 typedef struct flag {
     const char *name;
@@ -73,8 +74,8 @@ static const flag flags[] = {
     {"no-tensorboard", NULL, C_TRAIN, "off (written)",
      "write no TensorBoard event files to OUT/tb"},
     {"timeline", "FILE", C_TRAIN, "none", "write a Chrome-trace JSON of every step phase"},
-    {"verbose", "0|1|2", C_TRAIN, "1 on a terminal, 2 otherwise", "0 quiet, 1 progress bar, 2 "
-                                                                  "epoch lines"},
+    {"verbose", "0|1|2", C_TRAIN | C_CONVERT, "1 on a terminal, 2 otherwise",
+     "0 quiet, 1 progress bar, 2 epoch lines (convert: a line every 10%)"},
     {"device", "cpu|gpu|auto", C_TRAIN | C_EVAL | C_PREDICT, "auto", "compute backend"},
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},
@@ -115,10 +116,27 @@ static const flag flags[] = {
     {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
     {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
                                               "copy and weights.safetensors"},
-    {"split", "train|test", C_EVAL | C_PREDICT, "test", "which split of --data"},
+    {"split", "train|test", C_EVAL | C_PREDICT | C_CONVERT, "test (convert: train)",
+     "which split of --data; convert: the split DST gets (a test or validation tree: test)"},
+    {"loader-threads", "N", C_TRAIN | C_EVAL | C_PREDICT,
+     "GPU: the rank's cores but one; CPU: 1",
+     "threads per rank that crop and resize an image set's samples (mgtrain convert) a few "
+     "batches ahead"},
+    {"size", "N", C_CONVERT, "256",
+     "convert: the stored side: each image's short side is resized to N and its centre N x N "
+     "kept (torchvision's Resize(N) then CenterCrop(N)); train at a smaller input (e.g. 224 of "
+     "256)"},
+    {"threads", "N", C_CONVERT, "every core this process may use",
+     "convert: decoding threads (the output is the same bytes for any N)"},
+    {"shard-size", "N", C_CONVERT, "about 256 MiB of images",
+     "convert: images per shard file (a stopped conversion redoes at most its unfinished "
+     "shards)"},
+    {"skip-bad", NULL, C_CONVERT, "off (stop at the first)",
+     "convert: leave out files that are not readable JPEG or PNG images, and list them in "
+     "DST/SPLIT_skipped.txt"},
     {"output", "FILE", C_PREDICT, "none (required)", "where predict writes its .npy"},
-    {"help", NULL, C_ALL, "", "show this help (also -h)"},
-    {"version", NULL, C_ALL, "", "print the version and the backends built in"},
+    {"help", NULL, C_ALL | C_CONVERT, "", "show this help (also -h)"},
+    {"version", NULL, C_ALL | C_CONVERT, "", "print the version and the backends built in"},
 };
 /* clang-format on */
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
@@ -144,13 +162,15 @@ static const char *const path_flags[] = {"model",    "data",    "out",    "init-
                                          "timeline", "weights", "output", "run"};
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 
-static const char *const commands[] = {"train", "eval", "predict", "summary", "plot", "help"};
+static const char *const commands[] = {"train", "eval",    "predict", "summary",
+                                       "plot",  "convert", "help"};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
 static int command_bit(const char *cmd) {
     return !strcmp(cmd, "train")     ? C_TRAIN
            : !strcmp(cmd, "eval")    ? C_EVAL
            : !strcmp(cmd, "predict") ? C_PREDICT
+           : !strcmp(cmd, "convert") ? C_CONVERT
                                      : C_SUMMARY;
 }
 
@@ -182,9 +202,21 @@ void mgt_cli_usage(FILE *f, const char *cmd) {
                 "  eval      loss and accuracy of saved weights on a dataset split\n"
                 "  predict   write the last layer's outputs for a split to a .npy file\n"
                 "  summary   print the model's layer table\n"
-                "  plot      mgtrain plot RUN_DIR: draw RUN_DIR/curves.png from metrics.csv\n\n"
+                "  plot      mgtrain plot RUN_DIR: draw RUN_DIR/curves.png from metrics.csv\n"
+                "  convert   mgtrain convert SRC DST: a folder of JPEG/PNG images, one folder per\n"
+                "            class, into an image set that --data DST trains on\n\n"
                 "flags of train (see 'mgtrain COMMAND --help' for the others):\n",
                 MGT_VERSION);
+    } else if (bit == C_CONVERT) {
+        fprintf(
+            f, "usage: mgtrain convert SRC DST [FLAGS]\n\n"
+               "SRC holds one folder per class (SRC/cat/1.jpg, SRC/dog/2.png, ...: Keras'\n"
+               "flow_from_directory, torchvision's ImageFolder); classes are numbered in sorted\n"
+               "order, DST/classes.txt lists them. Every JPEG and PNG image is decoded, its short\n"
+               "side resized to --size and its centre kept, and stored in DST as shards of uint8\n"
+               "arrays (SPLIT-NNNNN_x.npy, labels SPLIT-NNNNN_y.npy) with a manifest\n"
+               "(images.json). Running the same command again finishes a stopped conversion.\n\n"
+               "flags:\n");
     } else {
         fprintf(f, "usage: mgtrain %s [FLAGS]\n\nflags:\n", cmd);
     }
@@ -406,7 +438,31 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
         o->comm_progress = v;
     }
     else if (!strcmp(n, "weights")) o->weights = v;
-    else if (!strcmp(n, "split")) o->split = v;
+    else if (!strcmp(n, "split")) {
+        if (strcmp(v, "train") && strcmp(v, "test"))
+            rc = mgt_errf(err, "--split %.80s: use train or test", v);
+        o->split = v;
+    }
+    else if (!strcmp(n, "loader-threads")) {
+        rc = need_i64(n, v, 1, &i64, err);
+        if (!rc && i64 > 256)
+            rc = mgt_errf(err, "--loader-threads %.80s: at most 256", v);
+        o->loader_threads = (int)i64;
+    }
+    else if (!strcmp(n, "size")) {
+        rc = need_i64(n, v, 8, &i64, err);
+        if (!rc && i64 > 4096)
+            rc = mgt_errf(err, "--size %.80s: at most 4096 pixels", v);
+        o->convert_size = (int)i64;
+    }
+    else if (!strcmp(n, "threads")) {
+        rc = need_i64(n, v, 1, &i64, err);
+        if (!rc && i64 > 1024)
+            rc = mgt_errf(err, "--threads %.80s: at most 1024", v);
+        o->convert_threads = (int)i64;
+    }
+    else if (!strcmp(n, "shard-size")) rc = need_i64(n, v, 1, &o->shard_size, err);
+    else if (!strcmp(n, "skip-bad")) o->skip_bad = 1;
     else if (!strcmp(n, "output")) o->output = v;
     /* clang-format on */
     return rc;
@@ -441,7 +497,7 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
             const char *near = mgt_nearest(argv[1], commands, NCOMMANDS);
             return mgt_errf(err,
                             "unknown command '%.80s'%s%s%s; commands are train, eval, predict, "
-                            "summary, plot (see mgtrain --help)",
+                            "summary, plot, convert (see mgtrain --help)",
                             argv[1], near ? " (did you mean '" : "", near ? near : "",
                             near ? "'?)" : "");
         }
@@ -457,7 +513,7 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
         if (c->help_cmd && !is_command(c->help_cmd))
             return mgt_errf(err,
                             "unknown command '%.80s' for mgtrain help; commands are train, "
-                            "eval, predict, summary, plot",
+                            "eval, predict, summary, plot, convert",
                             c->help_cmd);
         return 0;
     }
@@ -485,10 +541,21 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
     char **sub = argv + (first - 1);
     opterr = 0;
     optind = 0;
-    int ch, li, after_resume = 0;
+    int ch, li, after_resume = 0, operands = 0;
     while ((ch = getopt_long(sub_argc, sub, "-:h", lopts, &li)) != -1) {
         const int resume_value = after_resume;
         after_resume = 0;
+        if (ch == 1 && bit == C_CONVERT) { /* SRC, then DST */
+            if (operands == 2)
+                return mgt_errf(err,
+                                "unexpected argument '%.80s': mgtrain convert takes SRC and DST "
+                                "(see mgtrain convert --help)",
+                                optarg);
+            if (check_path(operands ? "DST" : "SRC", optarg, err) < 0)
+                return -1;
+            *(operands++ ? &c->o.convert_dst : &c->o.convert_src) = optarg;
+            continue;
+        }
         if (ch == 1) {
             if (!resume_value)
                 return mgt_errf(err,
@@ -522,11 +589,26 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
             return -1;
         after_resume = !strcmp(f->name, "resume") && !optarg;
     }
+    if (optind < sub_argc && bit == C_CONVERT) /* operands after "--" */
+        for (; optind < sub_argc; optind++) {
+            if (operands == 2 || check_path(operands ? "DST" : "SRC", sub[optind], err) < 0)
+                return operands == 2 ? mgt_errf(err,
+                                                "unexpected argument '%.80s': mgtrain convert "
+                                                "takes SRC and DST",
+                                                sub[optind])
+                                     : -1;
+            *(operands++ ? &c->o.convert_dst : &c->o.convert_src) = sub[optind];
+        }
     if (optind < sub_argc)
         return mgt_errf(err,
                         "unexpected argument '%.80s' (flags start with --; see mgtrain %s "
                         "--help)",
                         sub[optind], cmd);
+    if (bit == C_CONVERT && operands < 2)
+        return mgt_errf(err,
+                        "usage: mgtrain convert SRC DST [--size N] [--split train|test]: SRC is "
+                        "a folder of class folders of images, DST the image set to write (see "
+                        "mgtrain convert --help)");
     if (c->o.resume && c->o.overwrite)
         return mgt_errf(err, "--resume and --overwrite exclude each other: one continues the run "
                              "in the folder, the other replaces it");

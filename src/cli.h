@@ -1,6 +1,7 @@
 /* cli.h: the command line, as data and a parser that never prints and never exits.
  *
  *   mgtrain [train] [flags]     mgtrain eval|predict|summary [flags]     mgtrain plot RUN_DIR
+ *   mgtrain convert SRC DST [flags]
  *   mgtrain help [COMMAND]      mgtrain [COMMAND] --help | -h      mgtrain --version
  *
  * mgt_cli_parse turns argv into what main.c should do: run a command with its options, print a
@@ -22,7 +23,7 @@
 #define MGT_CLI_MAX_PATH 511
 
 typedef enum {
-    MGT_CLI_RUN = 0, /* run o.command (train, eval, predict, summary) */
+    MGT_CLI_RUN = 0, /* run o.command (train, eval, predict, summary, convert) */
     MGT_CLI_HELP,    /* print mgt_cli_usage(help_cmd) */
     MGT_CLI_VERSION, /* print the version and the backends built in */
     MGT_CLI_PLOT,    /* draw plot_dir/curves.png */

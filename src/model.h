@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "clip.h"
 #include "cpu/optim_math.h" /* the optimizer kinds and their settings */
+#include "data/augment.h"   /* the input transform of [input], the augmentation of [train] */
 #include "monitor.h"
 #include "schedule.h"
 #include "tensor_io.h"
@@ -60,6 +61,9 @@ typedef struct mgt_train_cfg {
     int epochs;
     uint64_t seed;
     int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
+    /* Image sets' random-resized crop (data/images.h): on/off, its scale and ratio ranges. */
+    int augment_resized_crop;
+    float augment_scale[2], augment_ratio[2];
     /* The training regime's keys: the learning-rate schedule and warm-up, gradient clipping,
      * early stopping and the best weights, label smoothing (schedule.h, clip.h, monitor.h). */
     mgt_sched_cfg sched;
@@ -216,6 +220,8 @@ int mgt_train_keys(const char **keys, int max);
 /* The [train] keys checked against each other, once the model file and the command line have
  * set them all; validating: the run validates after every epoch. */
 int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err);
+/* The training augmentation the [train] keys ask for (data/augment.h). */
+mgt_augment mgt_train_augment(const mgt_train_cfg *t);
 const char *mgt_opt_name(mgt_opt_kind k);
 const char *mgt_loss_name(mgt_loss l);
 
@@ -278,6 +284,7 @@ struct mgt_model {
     char name[64];    /* from the file name: examples/mlp.cfg -> "mlp" */
     char path[512];
     mgt_shape input;
+    mgt_input_tf input_tf; /* [input] mean, std, center_crop (data/augment.h) */
     int nlayers;
     mgt_layer *layers;
     mgt_train_cfg train;

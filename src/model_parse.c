@@ -36,12 +36,13 @@ typedef struct pstate {
     char seen[32][32];
     int nseen;
     int had_input, had_train, failed;
+    int had_mean, had_std; /* [input] normalisation keys */
     int type_count[32];
     int cap;
     mgt_err *err;
 } pstate;
 
-static const char *const input_keys[] = {"shape", NULL};
+static const char *const input_keys[] = {"shape", "mean", "std", "center_crop", NULL};
 static const char *const train_required[] = {"optimizer", "loss", "batch_size", NULL};
 
 static int fail(pstate *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -231,8 +232,47 @@ static char *reader(char *str, int num, void *stream) {
     return str;
 }
 
+/* [input] mean, std (per channel, or one for all) and center_crop (data/augment.h); checked
+ * against the shape once the section is read (check_input). */
+static int set_input_tf(pstate *p, const char *key, const char *val) {
+    mgt_input_tf *tf = &p->m->input_tf;
+    if (!strcmp(key, "center_crop")) {
+        float x;
+        if (mgt_parse_float(val, &x) < 0 || !(x > 0) || x > 1)
+            return fail(p, p->line,
+                        "[input] center_crop = %s: expected the central fraction of a stored "
+                        "image that evaluation resizes to the input, from 0 (excluded) to 1, "
+                        "e.g. center_crop = 0.875 (224 of 256)",
+                        val);
+        tf->center_crop = x;
+        return 1;
+    }
+    const int mean = !strcmp(key, "mean");
+    float v[MGT_NORM_MAX_C];
+    const int n = mgt_parse_float_list(val, v, MGT_NORM_MAX_C);
+    int ok = n >= 1;
+    for (int i = 0; ok && i < n; i++)
+        ok = mean || v[i] > 0;
+    if (!ok)
+        return fail(p, p->line,
+                    "[input] %s = %s: expected one number per channel (or one for all, at most "
+                    "%d)%s, on the 0-1 scale of the inputs, e.g. %s",
+                    key, val, MGT_NORM_MAX_C, mean ? "" : ", each above 0",
+                    mean ? "mean = 0.485, 0.456, 0.406" : "std = 0.229, 0.224, 0.225");
+    memcpy(mean ? tf->mean : tf->std, v, sizeof(float) * (size_t)n);
+    *(mean ? &p->had_mean : &p->had_std) = 1;
+    if (tf->nvalues && tf->nvalues != n)
+        return fail(p, p->line,
+                    "[input] mean and std give %d and %d values; give both one per channel (or "
+                    "one each)",
+                    mean ? n : tf->nvalues, mean ? tf->nvalues : n);
+    tf->nvalues = n;
+    return 1;
+}
+
 static int set_input(pstate *p, const char *key, const char *val) {
-    (void)key;
+    if (strcmp(key, "shape"))
+        return set_input_tf(p, key, val);
     int v[3];
     if (mgt_parse_int_list(val, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
         return fail(p, p->line, "[input] shape = %s: expected three positive whole numbers "
@@ -477,6 +517,13 @@ static int build(pstate *p) {
     if (!p->had_train)
         return mgt_errf(p->err, "%s: no [train] section; add one with optimizer, loss and "
                         "batch_size", p->path);
+    if (p->had_mean != p->had_std)
+        return mgt_errf(p->err,
+                        "%s: [input] has %s but no %s; normalisation needs both (torchvision's "
+                        "Normalize(mean, std)), e.g. mean = 0.485, 0.456, 0.406 and std = 0.229, "
+                        "0.224, 0.225",
+                        p->path, p->had_mean ? "mean" : "std", p->had_mean ? "std" : "mean");
+    m->input_tf.norm = p->had_mean;
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(m->layers[i].name, m->layers[j].name))

@@ -66,7 +66,9 @@ int mgt_parse_bool(const char *s, int *v) {
     return -1;
 }
 
-int mgt_parse_int_list(const char *s, int *v, int max) {
+/* A comma-separated list of up to max items, each parsed by one() into v[i]. */
+static int parse_list(const char *s, void *v, size_t size, int max,
+                      int (*one)(const char *s, void *out)) {
     char buf[256];
     if (strlen(s) >= sizeof buf) /* a list cut short would parse as another list */
         return -1;
@@ -74,11 +76,27 @@ int mgt_parse_int_list(const char *s, int *v, int max) {
     int n = 0;
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (n == max || mgt_parse_int(mgt_trim(tok), &v[n]) < 0)
+        if (n == max || one(mgt_trim(tok), (char *)v + (size_t)n * size) < 0)
             return -1;
         n++;
     }
     return n;
+}
+
+static int one_int(const char *s, void *out) {
+    return mgt_parse_int(s, out);
+}
+
+static int one_float(const char *s, void *out) {
+    return mgt_parse_float(s, out);
+}
+
+int mgt_parse_int_list(const char *s, int *v, int max) {
+    return parse_list(s, v, sizeof *v, max, one_int);
+}
+
+int mgt_parse_float_list(const char *s, float *v, int max) {
+    return parse_list(s, v, sizeof *v, max, one_float);
 }
 
 static const char *act_names[] = {"none", "relu", "sigmoid", "tanh", "softmax"};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "data/augment.h"
+#include "data/images.h"
 #include "runtime.h"
 
 static int idx_present(const char *dir, const char *stem) {
@@ -28,8 +29,41 @@ static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m,
     if (s->synthetic)
         mgt_dataset_synthetic(ds, test ? SYNTHETIC_TEST : synthetic_samples, h, w, c, k,
                               m->train.seed, test ? 2 : 1);
-    else if (mgt_dataset_load(ds, s->dir, test, h, w, c, k, &e) < 0)
+    else if (mgt_dataset_load(ds, s->dir, test, h, w, c, k, &m->input_tf, &e) < 0)
         mgt_die_all("%s", e.msg);
+    ds->tf = m->input_tf;
+    mgt_images_threads(ds, s->threads);
+}
+
+/* The model's input transform and augmentation against the data (the same on every rank). */
+static void check_transforms(const mgt_splits *s, const mgt_model *m, int train, double val_split) {
+    const mgt_input_tf *tf = &m->input_tf;
+    const int images = !s->synthetic && mgt_images_dir(s->dir);
+    if (tf->norm && tf->nvalues != 1 && tf->nvalues != m->input.c)
+        mgt_die_all("%s: [input] mean and std give %d values for %d channels; give one per "
+                    "channel, or one for all",
+                    m->path, tf->nvalues, m->input.c);
+    if (tf->center_crop > 0 && !images)
+        mgt_die_all("%s: [input] center_crop applies to image sets (mgtrain convert), whose "
+                    "stored images are larger than the input; %s is not one: remove the key",
+                    m->path, s->synthetic ? "synthetic data" : s->dir);
+    if (!train)
+        return;
+    const mgt_train_cfg *t = &m->train;
+    if (t->augment_resized_crop && !images)
+        mgt_die_all("%s: augment_resized_crop crops and resizes images stored larger than the "
+                    "input, which image sets hold (mgtrain convert); for %s use augment_crop "
+                    "(pad and crop) or convert a folder of images",
+                    m->path, s->synthetic ? "synthetic data" : s->dir);
+    if (t->augment_crop > 0 && images)
+        mgt_die_all("%s: augment_crop (pad and crop at the input's size) is for data stored at "
+                    "the input's size; %s is an image set: use augment_resized_crop = true",
+                    m->path, s->dir);
+    if (val_split > 0 && images)
+        mgt_die_all("--val-split takes the last images of the training split, which in an image "
+                    "set are those of the last classes only; convert a validation tree into %s "
+                    "instead (mgtrain convert VAL_TREE %s --split test)",
+                    s->dir, s->dir);
 }
 
 void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, int train,
@@ -49,6 +83,8 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
         }
     }
     snprintf(s->dir, sizeof s->dir, "%s", dir);
+    s->threads = o->threads;
+    check_transforms(s, m, train, o->val_split);
     if (train) {
         load_split(s, &s->train, m, 0, o->synthetic_samples);
         if (o->val_split > 0) {
@@ -65,7 +101,7 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
             s->have_val = 1;
         }
     }
-    if (!train || !s->have_val) {
+    if (!train || (!s->have_val && !o->no_validation)) {
         if (eval_split && strcmp(eval_split, "test") && strcmp(eval_split, "train"))
             mgt_die_all("--split %s: unknown; use train or test", eval_split);
         load_split(s, &s->test, m, !eval_split || !strcmp(eval_split, "test"),
@@ -82,11 +118,21 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
                  m->input.c, m->classes);
     else
         snprintf(s->desc, sizeof s->desc, "%s", dir);
-    const mgt_augment aug = {m->train.augment_flip, m->train.augment_crop};
-    char what[96];
+    const mgt_dataset *any = train ? &s->train : &s->test;
+    char what[160];
+    if (any->images) { /* how the stored images become inputs */
+        const int side = mgt_images_eval_side(m->input.h, m->input.w, m->input_tf.center_crop);
+        snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc),
+                 " (%s); evaluation: resized to %dx%d, centre %dx%d",
+                 mgt_images_describe(any, what, sizeof what), side, side, m->input.h, m->input.w);
+    }
+    const mgt_augment aug = mgt_train_augment(&m->train);
     if (train && mgt_augment_on(&aug)) /* training batches only */
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; augmented: %s",
                  mgt_augment_describe(&aug, what, sizeof what));
+    if (m->input_tf.norm)
+        snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; %s",
+                 mgt_input_describe(&m->input_tf, what, sizeof what));
 }
 
 const mgt_dataset *mgt_splits_test(mgt_splits *s, const mgt_model *m) {

@@ -23,7 +23,8 @@ typedef struct mgt_splits {
     int val_is_test; /* val is a copy of test, not its own data */
     int synthetic;
     char dir[512];  /* the IDX folder */
-    char desc[600]; /* the data, for the start-up block and run.json */
+    char desc[900]; /* the data, for the start-up block and run.json */
+    int threads;    /* an image set's transform threads (images.h) */
 } mgt_splits;
 
 typedef struct mgt_splits_opts {
@@ -31,6 +32,8 @@ typedef struct mgt_splits_opts {
     double val_split;          /* > 0: validate on this last fraction of the training data */
     int64_t synthetic_samples; /* training samples of synthetic data */
     int rank;                  /* rank 0 prints the notice */
+    int threads;               /* threads transforming an image set's batches (images.h) */
+    int no_validation;         /* training without validation: no test split is read */
 } mgt_splits_opts;
 
 /* Training (train = 1): the training and validation splits; otherwise the split named by

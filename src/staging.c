@@ -54,8 +54,10 @@ static int place_train_data(mgt_stage *s, const mgt_dataset *ds, mgt_err *err) {
     const mgt_ops *o = s->be->ops;
     const size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
     const size_t bytes = elems * n + n;
-    /* byte samples with byte labels only: not a float32 .npy set, nor more than 256 classes */
-    if (!o->gather_u8 || !ds->pixels || !ds->labels || bytes > DEVICE_DATA_MAX || n == 0)
+    /* byte samples with byte labels only: not a float32 .npy set, nor more than 256 classes,
+     * nor normalised ones (the device's gather only scales) */
+    if (!o->gather_u8 || !ds->pixels || !ds->labels || ds->tf.norm || bytes > DEVICE_DATA_MAX ||
+        n == 0)
         return 0;
     s->dev_pixels = o->alloc(s->be, elems * n);
     s->dev_labels = o->alloc(s->be, n);
@@ -75,8 +77,9 @@ int mgt_stage_train(mgt_stage *s, const mgt_dataset *ds, const mgt_stage_train_o
     s->train = ds;
     s->source = MGT_STAGE_HOST;
     /* Batches are made on the device only where they can be staged there, and never when the
-     * host must see them (the NaN fault hook, or augmentation, which the host does). */
-    if (s->staged && !o->host_batches && !mgt_augment_on(&o->augment)) {
+     * host must see them (the NaN fault hook, or augmentation and normalisation, which the host
+     * does). */
+    if (s->staged && !o->host_batches && !mgt_augment_on(&o->augment) && !ds->tf.norm) {
         if (mgt_dataset_is_synthetic(ds) && ops->synthetic) {
             s->source = MGT_STAGE_DEVICE_SYNTH;
             mgt_dataset_synthetic_keys(ds, &s->synth_keys[0], &s->synth_keys[1]);
@@ -173,6 +176,7 @@ mgt_input mgt_stage_rows(mgt_stage *s, const mgt_dataset *ds, int64_t first, int
     for (int i = 0; i < n; i++)
         s->rows[i] = first + i;
     mgt_dataset_gather(ds, s->rows, n, s->hx, s->hl);
+    mgt_dataset_normalize(ds, s->hx, n);
     return upload(s, s->hx, s->hl, n);
 }
 

@@ -745,22 +745,21 @@ void mgt_safetensors_free(mgt_safetensors *st) {
 
 /* ---- .npy ------------------------------------------------------------------------------- */
 
-int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t cols, mgt_err *err) {
-    if (rows < 0 || cols < 0 || (cols > 0 && rows > ST_MAX_BYTES / 4 / cols))
-        return mgt_errf(err, "%s: invalid array shape (%lld, %lld)", path, (long long)rows,
-                        (long long)cols);
-    const int64_t bytes = 4 * rows * cols;
-    if (bytes > 0 && !data)
-        return mgt_errf(err, "%s: no data for a (%lld, %lld) array", path, (long long)rows,
-                        (long long)cols);
-
+int mgt_npy_write_parts(const char *path, const char *descr, const int64_t *shape, int ndim,
+                        int nparts, const void *const *parts, const size_t *lens, mgt_err *err) {
     /* Format 1.0: magic, version, uint16 LE header length, then the dict padded with spaces and
      * ended by '\n' so that the data starts at a multiple of 64 bytes. */
-    char buf[256];
+    char buf[512], dims[400];
+    size_t o = 0;
+    for (int d = 0; d < ndim && d < 8; d++)
+        o += (size_t)snprintf(dims + o, sizeof dims - o, "%lld, ", (long long)shape[d]);
+    if (ndim > 1) /* (N, H, W, C), but (N,) for one dimension */
+        dims[o - 2] = 0;
+    else
+        dims[o ? o - 1 : 0] = 0;
     memcpy(buf, "\x93NUMPY\x01\x00", 8);
     int n = snprintf(buf + 10, sizeof buf - 10,
-                     "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                     (long long)rows, (long long)cols);
+                     "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, dims);
     size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;
     memset(buf + 10 + n, ' ', total - 10 - (size_t)n - 1);
     buf[total - 1] = '\n';
@@ -769,8 +768,24 @@ int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t col
     buf[9] = (char)(hl >> 8);
 
     afile a;
-    if (af_open(&a, path, err) || af_write(&a, buf, total, err) ||
-        af_write(&a, data, (size_t)bytes, err))
+    if (af_open(&a, path, err) || af_write(&a, buf, total, err))
         return -1;
+    for (int i = 0; i < nparts; i++)
+        if (af_write(&a, parts[i], lens[i], err))
+            return -1;
     return af_commit(&a, err);
+}
+
+int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t cols, mgt_err *err) {
+    if (rows < 0 || cols < 0 || (cols > 0 && rows > ST_MAX_BYTES / 4 / cols))
+        return mgt_errf(err, "%s: invalid array shape (%lld, %lld)", path, (long long)rows,
+                        (long long)cols);
+    const int64_t bytes = 4 * rows * cols;
+    if (bytes > 0 && !data)
+        return mgt_errf(err, "%s: no data for a (%lld, %lld) array", path, (long long)rows,
+                        (long long)cols);
+    const int64_t shape[2] = {rows, cols};
+    const void *parts[1] = {data};
+    const size_t lens[1] = {(size_t)bytes};
+    return mgt_npy_write_parts(path, "<f4", shape, 2, 1, parts, lens, err);
 }

@@ -77,6 +77,11 @@ void mgt_safetensors_free(mgt_safetensors *st);
 
 /* Writes a float32 .npy (format 1.0, little-endian, C order) of shape [rows][cols], atomically. */
 int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t cols, mgt_err *err);
+/* Writes a .npy of dtype descr ("|u1", "<i4", ...) and shape[ndim] (at most 8 dimensions)
+ * whose data is the nparts byte ranges parts[i] of lens[i] bytes in order (their total must be
+ * the shape's), atomically. */
+int mgt_npy_write_parts(const char *path, const char *descr, const int64_t *shape, int ndim,
+                        int nparts, const void *const *parts, const size_t *lens, mgt_err *err);
 
 /* Writes `len` bytes to path atomically (temporary file, fsync, rename, directory fsync). */
 int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err);

@@ -8,6 +8,14 @@
 #include "optim.h"
 #include "parse.h"
 
+mgt_augment mgt_train_augment(const mgt_train_cfg *t) {
+    return (mgt_augment){.flip = t->augment_flip,
+                         .crop = t->augment_crop,
+                         .resized_crop = t->augment_resized_crop,
+                         .scale = {t->augment_scale[0], t->augment_scale[1]},
+                         .ratio = {t->augment_ratio[0], t->augment_ratio[1]}};
+}
+
 static const char *const loss_names[] = {[MGT_LOSS_SPARSE_CE] = "sparse_categorical_crossentropy",
                                          [MGT_LOSS_CE] = "categorical_crossentropy"};
 enum { NLOSSES = sizeof loss_names / sizeof loss_names[0] };
@@ -29,6 +37,11 @@ void mgt_train_defaults(mgt_train_cfg *t) {
     t->accum_steps = 1;
     t->epochs = 1;
     t->seed = 42;
+    /* torchvision's RandomResizedCrop defaults */
+    t->augment_scale[0] = 0.08f;
+    t->augment_scale[1] = 1.0f;
+    t->augment_ratio[0] = 3.0f / 4.0f;
+    t->augment_ratio[1] = 4.0f / 3.0f;
     mgt_sched_defaults(&t->sched);
     mgt_stop_defaults(&t->stop);
 }
@@ -91,9 +104,10 @@ int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err) {
 
 int mgt_train_keys(const char **keys, int max) {
     static const char *const before[] = {"optimizer", "learning_rate"};
-    static const char *const after[] = {"loss",         "batch_size",   "accum_steps",
-                                        "epochs",       "seed",         "augment_flip",
-                                        "augment_crop", "reproducible", "repro_chunk"};
+    static const char *const after[] = {
+        "loss",          "batch_size",    "accum_steps",  "epochs",
+        "seed",          "augment_flip",  "augment_crop", "augment_resized_crop",
+        "augment_scale", "augment_ratio", "reproducible", "repro_chunk"};
     int n = 0;
     for (size_t i = 0; i < sizeof before / sizeof before[0] && n + 1 < max; i++)
         keys[n++] = before[i];
@@ -212,6 +226,23 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
                             "number from 0 (off) to 4096, e.g. augment_crop = 4",
                             v);
         t->augment_crop = x;
+        return 0;
+    }
+    if (!strcmp(key, "augment_resized_crop")) {
+        if (mgt_parse_bool(v, &t->augment_resized_crop) < 0)
+            return mgt_errf(err, "augment_resized_crop = %s: expected true or false", v);
+        return 0;
+    }
+    if (!strcmp(key, "augment_scale") || !strcmp(key, "augment_ratio")) {
+        const int scale = key[8] == 's';
+        float r[2];
+        if (mgt_parse_float_list(v, r, 2) != 2 || !(r[0] > 0) || r[1] < r[0] || (scale && r[1] > 1))
+            return mgt_errf(err,
+                            "%s = %s: expected two numbers MIN, MAX with 0 < MIN <= MAX%s, e.g. "
+                            "%s = %s",
+                            key, v, scale ? " <= 1 (fractions of the image's area)" : "", key,
+                            scale ? "0.08, 1" : "0.75, 1.3333");
+        memcpy(scale ? t->augment_scale : t->augment_ratio, r, sizeof r);
         return 0;
     }
     /* --reproducible (repro.h): the same bits on any rank count, in chunks of repro_chunk. */

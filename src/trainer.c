@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "data/convert.h"
 #include "data/shard.h"
 #include "default_model.h"
 #include "evaluate.h"
@@ -46,6 +47,7 @@ void mgt_options_defaults(mgt_options *o) {
     o->device_data = 1;
     o->keep_checkpoints = 1;
     o->bucket_mb = -1;
+    o->convert_size = 256;
 }
 
 /* A model file larger than this is not one (the largest legitimate ones are a few kB). */
@@ -194,11 +196,23 @@ static void set_up(session *s) {
         mgt_die("%s", e.msg);
 }
 
+/* Threads preparing this rank's batches (an image set's crops and resizes, images.h): the
+ * rank's cores but the one that drives the device, where a GPU computes; on the CPU, whose
+ * compute takes every core, one (the loader's own). */
+static int loader_threads(const session *s) {
+    if (s->o->loader_threads > 0)
+        return s->o->loader_threads;
+    const int cores = mgt_runtime_cores(s->rt);
+    return strcmp(s->pl.be.ops->name, "cpu") && cores > 1 ? cores - 1 : 1;
+}
+
 static void load_data(session *s, int train, const char *split) {
     const mgt_splits_opts so = {.data = s->o->data,
                                 .val_split = s->o->val_split,
                                 .synthetic_samples = s->o->synthetic_samples,
-                                .rank = s->rt->rank};
+                                .rank = s->rt->rank,
+                                .threads = loader_threads(s),
+                                .no_validation = train && s->o->no_validation};
     mgt_splits_load(&s->data, &so, &s->m, train, split);
 }
 
@@ -473,7 +487,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                                                  mgt_runtime_cores(rt) > 1,
                                      .device_data = o->device_data,
                                      .host_batches = mgt_fault_host_batches(&fault),
-                                     .augment = {m->train.augment_flip, m->train.augment_crop},
+                                     .augment = mgt_train_augment(&m->train),
                                      .chunk = mgt_repro_chunk(&m->train)};
     if (mgt_stage_train(&s->st, &s->data.train, &so, &e) < 0)
         mgt_die("%s", e.msg);
@@ -648,5 +662,24 @@ int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
         mgt_model_summary(&s->m, stdout);
     mgt_model_free(&s->m);
     free(s->model_text);
+    return 0;
+}
+
+int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o) {
+    if (rt->world > 1)
+        mgt_die_all("mgtrain convert runs as one process, on --threads threads (default: every "
+                    "core); start it without mpirun or with -np 1");
+    const mgt_convert_opts co = {.src = o->convert_src,
+                                 .dst = o->convert_dst,
+                                 .split = o->split ? o->split : "train",
+                                 .size = o->convert_size,
+                                 .threads = o->convert_threads,
+                                 .shard_size = o->shard_size,
+                                 .skip_bad = o->skip_bad,
+                                 .verbose = o->verbose,
+                                 .host = rt->host};
+    mgt_err e;
+    if (mgt_convert(&co, &e) < 0)
+        mgt_die_all("%s", e.msg);
     return 0;
 }

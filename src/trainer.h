@@ -1,5 +1,5 @@
-/* trainer.h: the commands train, eval, predict and summary, and the options main.c parses for
- * them.
+/* trainer.h: the commands train, eval, predict, summary and convert, and the options main.c
+ * parses for them.
  *
  * Every rank holds a full replica. For each step the global batch (the model's batch_size) is the
  * next slice of the epoch's permutation; each rank reads only its contiguous part, sums its
@@ -52,6 +52,12 @@ typedef struct mgt_options {
     int zero;
     const char *comm_progress; /* test, thread (NULL: test) */
     int64_t log_every;         /* per-step metrics rows every N steps (0: none) */
+    int loader_threads;        /* threads preparing an image set's batches (0: by the cores) */
+    /* convert (data/convert.h): SRC and DST, and its flags. */
+    const char *convert_src, *convert_dst;
+    int convert_size, skip_bad;
+    int64_t shard_size;
+    int convert_threads; /* --threads (0: every core) */
     /* [train] keys set by flags of their own (--lr-schedule, --clip-norm, ...), in the order
      * given: the flag (for messages), the key and the value. */
     struct {
@@ -71,5 +77,6 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o);
+int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o);
 
 #endif

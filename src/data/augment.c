@@ -76,7 +76,11 @@ void mgt_augment_batch(const mgt_augment *a, uint64_t seed, int64_t epoch, const
 }
 
 const char *mgt_augment_describe(const mgt_augment *a, char *buf, int cap) {
-    if (!mgt_augment_on(a))
+    if (a->resized_crop)
+        snprintf(buf, (size_t)cap, "random-resized crop (scale %g-%g, ratio %.3g-%.3g)%s",
+                 a->scale[0], a->scale[1], a->ratio[0], a->ratio[1],
+                 a->flip ? " and horizontal flip" : "");
+    else if (!mgt_augment_on(a))
         snprintf(buf, (size_t)cap, "off");
     else if (a->flip && a->crop > 0)
         snprintf(buf, (size_t)cap, "horizontal flip, pad %d and random crop", a->crop);
@@ -84,5 +88,36 @@ const char *mgt_augment_describe(const mgt_augment *a, char *buf, int cap) {
         snprintf(buf, (size_t)cap, "horizontal flip");
     else
         snprintf(buf, (size_t)cap, "pad %d and random crop", a->crop);
+    return buf;
+}
+
+void mgt_input_normalize(const mgt_input_tf *tf, float *x, int n, int64_t elems, int c) {
+    if (!tf->norm || c < 1)
+        return;
+    float mean[MGT_NORM_MAX_C], sd[MGT_NORM_MAX_C];
+    for (int ch = 0; ch < c && ch < MGT_NORM_MAX_C; ch++) {
+        mean[ch] = tf->mean[tf->nvalues == 1 ? 0 : ch];
+        sd[ch] = tf->std[tf->nvalues == 1 ? 0 : ch];
+    }
+    /* (x - mean) / std, a subtraction and a division, as torchvision's Normalize does them. */
+    const int64_t pixels = (int64_t)n * (elems / c);
+    for (int64_t p = 0; p < pixels; p++)
+        for (int ch = 0; ch < c; ch++)
+            x[p * c + ch] = (x[p * c + ch] - mean[ch]) / sd[ch];
+}
+
+const char *mgt_input_describe(const mgt_input_tf *tf, char *buf, int cap) {
+    buf[0] = 0;
+    if (!tf->norm)
+        return buf;
+    int o = snprintf(buf, (size_t)cap, "normalised (mean");
+    for (int i = 0; i < tf->nvalues && o < cap; i++)
+        o += snprintf(buf + o, (size_t)(cap - o), "%s %g", i ? "," : "", tf->mean[i]);
+    if (o < cap)
+        o += snprintf(buf + o, (size_t)(cap - o), "; std");
+    for (int i = 0; i < tf->nvalues && o < cap; i++)
+        o += snprintf(buf + o, (size_t)(cap - o), "%s %g", i ? "," : "", tf->std[i]);
+    if (o < cap)
+        snprintf(buf + o, (size_t)(cap - o), ")");
     return buf;
 }

@@ -1,8 +1,10 @@
-/* dataset.h: what the trainer reads samples from. Three sources:
+/* dataset.h: what the trainer reads samples from. Four sources:
  *  - IDX files (MNIST layout) kept as uint8 in memory, scaled to [0,1] only when a batch is
  *    gathered (60000 Fashion-MNIST images are 47 MB as bytes, 188 MB as floats);
  *  - .npy files (numpy.save) of any channel count, uint8 (scaled like IDX) or float32 (taken as
  *    they are), memory-mapped: their pages are read when a batch touches them (npy.h);
+ *  - image sets (mgtrain convert: images.h): RGB images stored larger than the model's input, in
+ *    shards read sample by sample, cropped and resized to the input when gathered;
  *  - synthetic data of any shape and class count, generated from (seed, index) on demand, so it
  *    costs no memory and every rank sees the same sample i.
  * A sample is h*w*c values in NHWC order; labels are class indices. */
@@ -12,10 +14,13 @@
 #include <stdint.h>
 
 #include "../util.h"
+#include "augment.h"
+
+typedef struct mgt_images mgt_images;
 
 typedef struct mgt_dataset {
     int64_t n;   /* samples */
-    int h, w, c; /* sample shape */
+    int h, w, c; /* sample shape (an image set's: the model's input, which gather makes) */
     int classes; /* labels are in [0, classes) */
     /* The samples: bytes (IDX, uint8 .npy: scaled by 1/255 when gathered) in pixels, or float32
      * values (.npy) in fpixels, stored little-endian unless fswap; both NULL for synthetic data
@@ -36,8 +41,15 @@ typedef struct mgt_dataset {
     /* .npy: the images file's mapping, which pixels or fpixels point into. */
     void *map;
     size_t map_len;
+    /* An image set's shards and transforms (images.h); sample 0 of this view is stored image
+     * `first`. NULL for the other sources. */
+    mgt_images *images;
+    /* How samples become inputs beyond the source's own scaling: [input] mean and std (applied
+     * by mgt_dataset_normalize, after augmentation) and, for image sets, center_crop. */
+    mgt_input_tf tf;
     /* 1 if this struct owns its memory (load_idx: pixels and labels; load_npy: the mapping and
-     * the labels); 0 for a slice or synthetic data. mgt_dataset_free frees only owned memory. */
+     * the labels; load_images: the image set and the labels); 0 for a slice or synthetic data.
+     * mgt_dataset_free frees only owned memory. */
     int owned;
 } mgt_dataset;
 
@@ -57,11 +69,12 @@ int mgt_dataset_load_idx(mgt_dataset *ds, const char *dir, const char *prefix, i
 int mgt_dataset_load_npy(mgt_dataset *ds, const char *dir, const char *split, int h, int w, int c,
                          int classes, mgt_err *err);
 
-/* The data folder DIR in whichever format it holds: .npy files when DIR has train_x.npy or
- * test_x.npy, IDX files otherwise (those need c == 1). test = 0 reads the training split, 1 the
- * test split (IDX: t10k-*, .npy: test_*). */
+/* The data folder DIR in whichever format it holds: an image set when DIR has images.json
+ * (images.h), .npy files when DIR has train_x.npy or test_x.npy, IDX files otherwise (those need
+ * c == 1). test = 0 reads the training split, 1 the test split (IDX: t10k-*, .npy: test_*).
+ * tf (kept as ds->tf; NULL: none) is the model's [input] transform. */
 int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
-                     mgt_err *err);
+                     const mgt_input_tf *tf, mgt_err *err);
 /* 1 if DIR has the images of the split (test = 0: training, 1: test) in its format. */
 int mgt_dataset_has_split(const char *dir, int test);
 /* 1 if DIR holds .npy data (train_x.npy or test_x.npy). */
@@ -69,7 +82,7 @@ int mgt_dataset_dir_is_npy(const char *dir);
 
 /* 1 for generated (synthetic) data: no samples in memory. */
 static inline int mgt_dataset_is_synthetic(const mgt_dataset *ds) {
-    return !ds->pixels && !ds->fpixels;
+    return !ds->pixels && !ds->fpixels && !ds->images;
 }
 
 /* n samples of shape (h, w, c) with labels in [0, classes); split_salt tells the train and test
@@ -87,9 +100,14 @@ void mgt_dataset_synthetic(mgt_dataset *ds, int64_t n, int h, int w, int c, int 
 void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key, uint64_t *template_key);
 
 /* Copies samples idx[0..count) into x (count*h*w*c floats, NHWC: bytes scaled to [0,1], float32
- * values as stored) and their labels into labels (int32). */
+ * values as stored; an image set's images through its evaluation transform) and their labels
+ * into labels (int32). Not normalised: see mgt_dataset_normalize. */
 void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
                         int32_t *labels);
+/* [input] mean and std on n gathered (and augmented) samples, in place (augment.h). */
+static inline void mgt_dataset_normalize(const mgt_dataset *ds, float *x, int n) {
+    mgt_input_normalize(&ds->tf, x, n, (int64_t)ds->h * ds->w * ds->c, ds->c);
+}
 
 /* A view of samples [first, first+count) of ds: shares the memory (for --val-split). */
 mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t count);

@@ -1,14 +1,16 @@
 /* load.c: which format a data folder holds (dataset.h: mgt_dataset_load).
  *
- * A folder with train_x.npy or test_x.npy is a .npy folder, any other an IDX folder: the names do
- * not overlap, so a folder is never read half in one format and half in the other. IDX images have
- * one channel, so a model with more channels is refused here, before any file is read. */
+ * A folder with images.json is an image set (images.h), one with train_x.npy or test_x.npy a
+ * .npy folder, any other an IDX folder: the names do not overlap, so a folder is never read half
+ * in one format and half in the other. IDX images have one channel, so a model with more
+ * channels is refused here, before any file is read. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "dataset.h"
+#include "images.h"
 #include "npy.h"
 
 static int exists(const char *path) {
@@ -34,22 +36,27 @@ static int idx_images_exist(const char *dir, const char *prefix) {
 
 int mgt_dataset_has_split(const char *dir, int test) {
     char p[600];
+    if (mgt_images_dir(dir))
+        return mgt_images_has_split(dir, test ? "test" : "train");
     if (mgt_dataset_dir_is_npy(dir))
         return !mgt_npy_split_path(p, sizeof p, dir, test ? "test" : "train", 'x') && exists(p);
     return idx_images_exist(dir, test ? "t10k" : "train");
 }
 
-int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
-                     mgt_err *err) {
+/* The folder's own format, without the input transform. */
+static int load_format(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
+                       const mgt_input_tf *tf, mgt_err *err) {
+    if (mgt_images_dir(dir))
+        return mgt_dataset_load_images(ds, dir, test ? "test" : "train", h, w, c, classes, tf, err);
     if (mgt_dataset_dir_is_npy(dir))
         return mgt_dataset_load_npy(ds, dir, test ? "test" : "train", h, w, c, classes, err);
     if (c != 1) {
         memset(ds, 0, sizeof *ds);
         return mgt_errf(err,
                         "%s: IDX images have 1 channel but the model's [input] shape has %d; use "
-                        "--data synthetic, a 1-channel model, or a folder of .npy files "
+                        "--data synthetic, a 1-channel model, a folder of .npy files "
                         "(train_x.npy, train_y.npy, test_x.npy, test_y.npy) for images with "
-                        "channels",
+                        "channels, or an image set (mgtrain convert)",
                         dir, c);
     }
     const char *prefix = test ? "t10k" : "train";
@@ -59,8 +66,20 @@ int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, i
     if (!idx_images_exist(dir, prefix) && err) {
         const size_t len = strlen(err->msg);
         snprintf(err->msg + len, sizeof err->msg - len,
-                 "; for .npy data the folder holds %s_x.npy and %s_y.npy", test ? "test" : "train",
-                 test ? "test" : "train");
+                 "; for .npy data the folder holds %s_x.npy and %s_y.npy; for a folder of JPEG "
+                 "or PNG images, convert it first (mgtrain convert)",
+                 test ? "test" : "train", test ? "test" : "train");
     }
     return -1;
+}
+
+int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
+                     const mgt_input_tf *tf, mgt_err *err) {
+    const mgt_input_tf none = {0};
+    if (!tf)
+        tf = &none;
+    if (load_format(ds, dir, test, h, w, c, classes, tf, err) < 0)
+        return -1;
+    ds->tf = *tf;
+    return 0;
 }

@@ -2,7 +2,11 @@
  *
  * Protocol, guarded by one mutex: the thread works on `want` = the next step whose slot is free;
  * a slot is free once the trainer has moved past the step it held. begin_epoch bumps a
- * generation counter so a batch of the old epoch that was being built is thrown away. */
+ * generation counter so a batch of the old epoch that was being built is thrown away.
+ *
+ * An image set's batch is the costly one (a crop and a resize per sample, images.h): its samples
+ * are spread over the set's thread pool, and the loader runs three batches ahead instead of one,
+ * so a slow batch (a cold page cache, a busy core) is absorbed rather than waited for. */
 #include "loader.h"
 
 #include <pthread.h>
@@ -10,9 +14,11 @@
 #include <string.h>
 
 #include "augment.h"
+#include "images.h"
 #include "shard.h"
 
-enum { SLOTS = 2 };
+/* Host slots: the batch in use and those prepared ahead of it. */
+enum { SLOTS_MAX = 4, SLOTS_IMAGES = 4, SLOTS_OTHER = 2 };
 
 typedef struct slot {
     mgt_batch b;
@@ -31,7 +37,8 @@ struct mgt_loader {
     mgt_augment aug;    /* training augmentation (off unless mgt_loader_augment) */
     float *aug_scratch; /* one sample, for augmenting in place */
     int64_t *perm, *idx;
-    slot s[SLOTS];
+    int slots; /* SLOTS_IMAGES or SLOTS_OTHER */
+    slot s[SLOTS_MAX];
 
     pthread_t thread;
     pthread_mutex_t mu;
@@ -53,9 +60,14 @@ static void fill(mgt_loader *l, slot *s, int64_t epoch, int64_t step) {
     memcpy(s->b.ids, rows, sizeof(int64_t) * (size_t)r.count);
     if (!l->ids_only) {
         const mgt_dataset *ds = l->ds;
-        mgt_dataset_gather(ds, rows, (int)r.count, s->b.x, s->b.labels);
-        mgt_augment_batch(&l->aug, l->seed, epoch, rows, (int)r.count, ds->h, ds->w, ds->c, s->b.x,
-                          l->aug_scratch);
+        if (ds->images) { /* cropped and resized to the input as they are read */
+            mgt_images_gather(ds, rows, (int)r.count, &l->aug, l->seed, epoch, s->b.x, s->b.labels);
+        } else {
+            mgt_dataset_gather(ds, rows, (int)r.count, s->b.x, s->b.labels);
+            mgt_augment_batch(&l->aug, l->seed, epoch, rows, (int)r.count, ds->h, ds->w, ds->c,
+                              s->b.x, l->aug_scratch);
+        }
+        mgt_dataset_normalize(ds, s->b.x, (int)r.count);
     }
     s->b.n = (int)r.count;
     s->b.first = r.first;
@@ -68,14 +80,14 @@ static void *run(void *arg) {
     pthread_mutex_lock(&l->mu);
     for (;;) {
         /* Wait until there is an epoch, a step left in it, and a free slot for it. */
-        while (!l->stop && (l->next_fill >= l->steps || l->next_fill - l->next_take >= SLOTS ||
-                            l->s[l->next_fill % SLOTS].ready))
+        while (!l->stop && (l->next_fill >= l->steps || l->next_fill - l->next_take >= l->slots ||
+                            l->s[l->next_fill % l->slots].ready))
             pthread_cond_wait(&l->cv, &l->mu);
         if (l->stop)
             break;
         int64_t step = l->next_fill, epoch = l->epoch;
         uint64_t gen = l->gen;
-        slot *s = &l->s[step % SLOTS];
+        slot *s = &l->s[step % l->slots];
         int need_perm = l->perm_epoch != epoch;
         pthread_mutex_unlock(&l->mu);
         if (need_perm)
@@ -113,10 +125,11 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     l->ids_only = ids_only;
     l->steps = 0;
     l->perm_epoch = -1;
+    l->slots = ds->images && threaded && !ids_only ? SLOTS_IMAGES : SLOTS_OTHER;
     l->perm = malloc(sizeof(int64_t) * (size_t)(ds->n ? ds->n : 1));
     size_t in = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c;
     int ok = l->perm != NULL;
-    for (int i = 0; i < SLOTS && ok; i++) {
+    for (int i = 0; i < l->slots && ok; i++) {
         size_t xb = sizeof(float) * in * (size_t)max_local, lb = sizeof(int32_t) * (size_t)max_local;
         size_t ib = sizeof(int64_t) * (size_t)max_local;
         l->s[i].b.ids = be->ops->host_alloc ? be->ops->host_alloc(be, ib) : malloc(ib);
@@ -175,7 +188,7 @@ void mgt_loader_begin_epoch(mgt_loader *l, int64_t epoch, int64_t first_step) {
     l->epoch = epoch;
     l->steps = mgt_shard_steps(l->ds->n, l->batch);
     l->next_fill = l->next_take = first_step;
-    for (int i = 0; i < SLOTS; i++)
+    for (int i = 0; i < l->slots; i++)
         l->s[i].ready = 0;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
@@ -194,12 +207,12 @@ const mgt_batch *mgt_loader_next(mgt_loader *l) {
     pthread_mutex_lock(&l->mu);
     /* The slot of the previous step is free again. */
     if (l->next_take > 0) {
-        slot *prev = &l->s[(l->next_take - 1) % SLOTS];
+        slot *prev = &l->s[(l->next_take - 1) % l->slots];
         if (prev->ready && prev->b.step == l->next_take - 1)
             prev->ready = 0;
         pthread_cond_broadcast(&l->cv);
     }
-    slot *s = &l->s[l->next_take % SLOTS];
+    slot *s = &l->s[l->next_take % l->slots];
     while (!(s->ready && s->gen == l->gen && s->b.step == l->next_take))
         pthread_cond_wait(&l->cv, &l->mu);
     l->next_take++;
@@ -219,7 +232,7 @@ void mgt_loader_destroy(mgt_loader *l) {
     }
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
-    for (int i = 0; i < SLOTS; i++) {
+    for (int i = 0; i < l->slots; i++) {
         void *bufs[] = {l->s[i].b.x, l->s[i].b.labels, l->s[i].b.ids};
         for (int k = 0; k < 3; k++) {
             if (!bufs[k])

@@ -1,7 +1,8 @@
 /* loader.h: a thread that prepares this rank's next training batch while the current step
  * computes, so the step never waits on gathering samples (or on the disk).
  *
- * Two host slots: the thread fills the slot of step s+1 while the trainer uses step s. Which
+ * Two host slots: the thread fills the slot of step s+1 while the trainer uses step s (four for
+ * an image set, whose batches it prepares three steps ahead on the set's threads). Which
  * samples a step reads is pure index math (shard.h), so the thread computes the epoch's
  * permutation and this rank's part of each global batch by itself; the trainer only says which
  * epoch and step come next. Host buffers come from the backend (pinned memory on a GPU, so the

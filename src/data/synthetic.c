@@ -19,6 +19,7 @@
  * The templates of a class block are regenerated per (sample block, chunk), which costs 1/SB of
  * generating the pixels. */
 #include "dataset.h"
+#include "images.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,10 @@ void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, fl
         gather_synthetic(ds, idx, count, x, labels);
         return;
     }
+    if (ds->images) { /* the evaluation transform (images.h) */
+        mgt_images_gather(ds, idx, count, NULL, 0, 0, x, labels);
+        return;
+    }
     const int64_t elems = (int64_t)ds->h * ds->w * ds->c;
     for (int k = 0; k < count; k++) {
         float *xs = x + (int64_t)k * elems;
@@ -212,7 +217,9 @@ mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t coun
         v.first = ds->first + first;
         return v;
     }
-    if (ds->pixels)
+    if (ds->images)
+        v.first = ds->first + first;
+    else if (ds->pixels)
         v.pixels = ds->pixels + first * elems;
     else
         v.fpixels = ds->fpixels + first * elems * (int64_t)sizeof(float);
@@ -231,6 +238,7 @@ void mgt_dataset_free(mgt_dataset *ds) {
             munmap(ds->map, ds->map_len); /* the samples were the file's pages */
         else
             free(ds->pixels);
+        mgt_images_free(ds->images);
         free(ds->labels);
         free(ds->labels32);
     }
@@ -238,6 +246,7 @@ void mgt_dataset_free(mgt_dataset *ds) {
     ds->fpixels = NULL;
     ds->labels = NULL;
     ds->labels32 = NULL;
+    ds->images = NULL;
     ds->map = NULL;
     ds->owned = 0;
     ds->n = 0;

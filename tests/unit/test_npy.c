@@ -459,9 +459,9 @@ static void test_dispatch(tally *t, const char *root) {
     write_split(t, dir, "train", &fx, 0);
     write_split(t, dir, "test", &fx, 1);
     CHECK(t, mgt_dataset_dir_is_npy(dir));
-    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, C, 5, &err) == 0 && ds.pixels != NULL);
+    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, C, 5, NULL, &err) == 0 && ds.pixels != NULL);
     mgt_dataset_free(&ds);
-    CHECK(t, mgt_dataset_load(&ds, dir, 1, H, W, C, 5, &err) == 0 && ds.fpixels != NULL);
+    CHECK(t, mgt_dataset_load(&ds, dir, 1, H, W, C, 5, NULL, &err) == 0 && ds.fpixels != NULL);
     mgt_dataset_free(&ds);
 
     /* An IDX folder: one channel only; a multi-channel model is told about .npy. */
@@ -474,12 +474,12 @@ static void test_dispatch(tally *t, const char *root) {
     path_in(p, sizeof p, dir, "train-labels-idx1-ubyte");
     CHECK(t, mgt_idx_write(p, lb, 1, ldims, &err) == 0);
     CHECK(t, !mgt_dataset_dir_is_npy(dir));
-    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, 1, 5, &err) == 0 && ds.c == 1);
+    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, 1, 5, NULL, &err) == 0 && ds.c == 1);
     mgt_dataset_free(&ds);
-    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 0, H, W, 3, 5, &err), &err,
+    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 0, H, W, 3, 5, NULL, &err), &err,
               "IDX images have 1 channel but the model's [input] shape has 3", "train_x.npy");
     /* Neither format: the IDX message, and the .npy names. */
-    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 1, H, W, 1, 5, &err), &err,
+    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 1, H, W, 1, 5, NULL, &err), &err,
               "no t10k-images-idx3-ubyte[.gz] in", "test_x.npy and test_y.npy");
 }
 

@@ -61,7 +61,7 @@ static void test_transform(tally *t) {
             src[i] = 1.0f + (float)i; /* all distinct and non-zero, so padding shows */
         for (int p = 0; p < 4; p++)
             for (int flip = 0; flip < 2; flip++) {
-                const mgt_augment a = {flip, pads[p]};
+                const mgt_augment a = {.flip = flip, .crop = pads[p]};
                 for (int64_t row = 0; row < 200; row++) {
                     const mgt_augment_draw d = mgt_augment_pick(&a, 7, 3, row);
                     mgt_augment_apply(&d, h, w, c, src, got);
@@ -80,7 +80,8 @@ static void test_transform(tally *t) {
 }
 
 static void test_draws(tally *t) {
-    const mgt_augment off = {0, 0}, flip = {1, 0}, crop = {0, 4}, both = {1, 4};
+    const mgt_augment off = {.flip = 0}, flip = {.flip = 1}, crop = {.crop = 4},
+                      both = {.flip = 1, .crop = 4};
     enum { ROWS = 40000, P = 4, S = 2 * P + 1 };
     int ident = 1, flip_only = 1, crop_only = 1, in_range = 1;
     long flips = 0, cells[S][S] = {{0}}, epoch_diff = 0, seed_diff = 0;
@@ -191,7 +192,7 @@ static void test_loader(tally *t) {
         l[k] = malloc(sizeof(int32_t) * total);
         rows[k] = malloc(sizeof(int64_t) * total);
     }
-    const mgt_augment off = {0, 0}, on = {1, 2};
+    const mgt_augment off = {.flip = 0}, on = {.flip = 1, .crop = 2};
 
     /* Off: exactly the plain gather of the epoch's rows. */
     CHECK(t, run_loaders(&ds, &off, 1, 1, x[0], l[0], rows[0]) == 0);
@@ -251,7 +252,7 @@ static void test_ids_only(tally *t) {
     CHECK(t, l != NULL);
     if (!l)
         return;
-    const mgt_augment on = {1, 0}, off = {0, 0};
+    const mgt_augment on = {.flip = 1}, off = {.flip = 0};
     CHECK(t, mgt_loader_augment(l, &off, &err) == 0);
     CHECK_ERR(t, mgt_loader_augment(l, &on, &err), &err,
               "augmentation needs batches gathered on the host");

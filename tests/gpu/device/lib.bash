@@ -23,7 +23,8 @@ DEV_DATA_FILES=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-image
 # Ubuntu image: libc6 libgcc-s1 libstdc++6.
 DEV_DEBS=(openmpi-bin openmpi-common libopenmpi3 libpmix2 libmunge2 libhwloc15 libnl-3-200
           libevent-core-2.1-7 libevent-pthreads-2.1-7
-          libopenblas0-pthread libgfortran5 libquadmath0 libinih1 libcjson1 libudev1 zlib1g)
+          libopenblas0-pthread libgfortran5 libquadmath0 libinih1 libcjson1 libjpeg62-turbo
+          libpng16-16 libudev1 zlib1g)
 # What can be sent to the GPU machine at most: the working tree and the carried folders together.
 DEV_CARRY_LIMIT=$((64 * 1024 * 1024))
 # NCCL_MULTI_RANK_GPU_ENABLE (several ranks of a communicator on one GPU, documented as

@@ -1,0 +1,49 @@
+/* convert.h: `mgtrain convert SRC DST`: a folder of images, one sub-folder per class (Keras'
+ * flow_from_directory, torchvision's ImageFolder), into an image set that training reads
+ * (images.h).
+ *
+ * Classes are SRC's sub-folders in sorted order (byte order of their names, as Python's sorted()
+ * orders them), numbered from 0; a class's images are every file below its folder, recursively
+ * (symbolic links followed), in torchvision's order (folders by path, files by name within each);
+ * names starting with '.' are left out. Each image is decoded (decode.h), its short side resized
+ * to SIZE and its centre SIZE x SIZE kept (torchvision's Resize(SIZE) then CenterCrop(SIZE), in
+ * Pillow's arithmetic: resample.h), and stored as RGB bytes.
+ *
+ * DST then holds, for the split (train or test):
+ *   classes.txt             the class names, one a line, line i being label i;
+ *   <split>-NNNNN_x.npy     uint8 (n, SIZE, SIZE, 3), one shard of consecutive images;
+ *   <split>-NNNNN_y.npy     int32 (n,), their labels;
+ *   <split>-NNNNN.json      the shard's record: its source files' signature, its images, and the
+ *                           files it left out (--skip-bad);
+ *   images.json             the manifest: stored size, classes, and each split's shards;
+ *   <split>_skipped.txt     with --skip-bad, the files left out and why.
+ * A second split (the test or validation tree) goes into the same DST with --split test; its
+ * classes must be among those of classes.txt and keep their numbers.
+ *
+ * Deterministic: the same files give the same bytes, whatever the thread count. Resumable: a
+ * shard's files are written whole (temporary file, fsync, rename) and its record last, so a run
+ * that was stopped is finished by running the same command again: the shards whose source files
+ * are unchanged (path, size and modification time) are kept, the rest redone. */
+#ifndef MGT_CONVERT_H
+#define MGT_CONVERT_H
+
+#include <stdint.h>
+
+#include "../util.h"
+
+typedef struct mgt_convert_opts {
+    const char *src, *dst;
+    const char *split;  /* "train" (default) or "test" */
+    int size;           /* stored side in pixels (default 256) */
+    int threads;        /* decoding threads (<= 0: the cores this process may use) */
+    int64_t shard_size; /* images per shard (<= 0: about 256 MiB of them) */
+    int skip_bad;       /* leave out (and list) unreadable files instead of stopping */
+    int verbose;        /* 0 quiet, 1 progress bar, 2 lines (-1: bar on a terminal) */
+    const char *host;   /* this machine's name, for DST's lock file */
+} mgt_convert_opts;
+
+/* Converts (see the top). Prints its progress and summary on stdout. Returns 0, or -1 with one
+ * sentence in err naming what is wrong (a file with its path) and what to do. */
+int mgt_convert(const mgt_convert_opts *o, mgt_err *err);
+
+#endif

@@ -1,0 +1,536 @@
+/* images.c: image sets as datasets, and their transforms (see images.h).
+ *
+ * The set stays on disk: each shard's images file is opened once and a sample is one pread at
+ * its offset, so the process holds no more than a few samples per thread whatever the set's
+ * size (the page cache, which the kernel gives back under pressure, holds what fits). Labels are
+ * read into memory at the start (4 bytes a sample at most) and checked there.
+ *
+ * A batch's samples are independent items of a thread pool (pool.h); each thread reads and
+ * transforms into its own scratch memory and writes only its sample's part of the batch, and
+ * every random number a sample uses comes from (seed, epoch, row), so the batch is the same
+ * bytes whatever the thread count. */
+#include "images.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../rundir.h"
+#include "../runtime.h"
+#include "npy.h"
+#include "pool.h"
+#include "resample.h"
+
+#define CROP_PURPOSE 0x5252435250ULL /* "RRCRP": the resized crop's draws */
+#define DRAWS_PER_ROW 64             /* 10 tries of 4, the flip, room to spare */
+#define FLIP_DRAW 40
+
+__extension__ typedef unsigned __int128 u128;
+
+typedef struct scratch {
+    uint8_t *stored, *out; /* one stored image, one input-sized image */
+    mgt_resample_work rw;
+} scratch;
+
+struct mgt_images {
+    char dir[512], split[8];
+    int size;    /* stored side */
+    int classes; /* the set's (classes.txt) */
+    int nshards;
+    int *fd;         /* each shard's images file */
+    int64_t *first;  /* [nshards + 1]: each shard's first image, then the set's count */
+    int64_t *offset; /* where each shard's pixels start in its file */
+    float byte[256]; /* b / 255, as uint8 data is scaled everywhere (synthetic.c) */
+    int threads;
+    pthread_mutex_t mu; /* the pool and scratch, made at the first gather */
+    mgt_pool *pool;
+    scratch *scr;
+};
+
+/* ---- the manifest --------------------------------------------------------------------------- */
+
+int mgt_images_dir(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/" MGT_IMAGES_MANIFEST, dir);
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+static cJSON *read_manifest(const char *dir, mgt_err *err) {
+    char p[600], *text = NULL;
+    snprintf(p, sizeof p, "%s/" MGT_IMAGES_MANIFEST, dir);
+    if (mgt_read_text_file(p, "image set manifest", 1 << 28, &text, NULL, err) < 0)
+        return NULL;
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(m, "format");
+    if (!cJSON_IsString(f) || strcmp(f->valuestring, MGT_IMAGES_FORMAT)) {
+        cJSON_Delete(m);
+        mgt_errf(err,
+                 "%s: not a manifest of mgtrain convert (format '%s'); convert the image folder "
+                 "again with mgtrain convert",
+                 p, MGT_IMAGES_FORMAT);
+        return NULL;
+    }
+    return m;
+}
+
+int mgt_images_has_split(const char *dir, const char *split) {
+    mgt_err e;
+    cJSON *m = read_manifest(dir, &e);
+    const cJSON *s =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "splits"), split);
+    const int has = cJSON_IsObject(s);
+    cJSON_Delete(m);
+    return has;
+}
+
+/* A number of the manifest within [lo, hi], or -1 with err. */
+static int manifest_int(const cJSON *obj, const char *key, double lo, double hi, const char *where,
+                        int64_t *out, mgt_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi ||
+        v->valuedouble != floor(v->valuedouble))
+        return mgt_errf(err,
+                        "%s: '%s' is missing or out of range; the manifest is damaged: convert "
+                        "the image folder again",
+                        where, key);
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+/* ---- opening ----------------------------------------------------------------------------- */
+
+/* Room for `need` more open files (a set of many shards keeps one per shard). */
+static int files_for(int need, const char *dir, mgt_err *err) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    const rlim_t want = (rlim_t)need + 256;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < want)
+            return mgt_errf(err,
+                            "%s: its %d shards need %d open files but this process may open "
+                            "%llu; raise the limit (ulimit -n %d) or convert with a larger "
+                            "--shard-size",
+                            dir, need, need, (unsigned long long)rl.rlim_cur, need + 256);
+    }
+    return 0;
+}
+
+/* Shard k's images file: checked against the manifest, kept open. */
+static int open_shard(mgt_images *im, int k, const char *name, int64_t n, mgt_err *err) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s_x.npy", im->dir, name);
+    mgt_npy a;
+    if (mgt_npy_open(&a, p, err) < 0)
+        return -1;
+    const int ok = a.kind == 'u' && a.itemsize == 1 && a.ndim == 4 && a.shape[0] == n &&
+                   a.shape[1] == im->size && a.shape[2] == im->size && a.shape[3] == 3;
+    const int64_t offset = a.offset;
+    mgt_npy_close(&a);
+    if (!ok)
+        return mgt_errf(err,
+                        "%s: not the shard the manifest names (%lld images of %dx%dx3 bytes); "
+                        "the image set is damaged or was changed: convert it again",
+                        p, (long long)n, im->size, im->size);
+    im->fd[k] = open(p, O_RDONLY | O_CLOEXEC);
+    if (im->fd[k] < 0)
+        return mgt_errf(err, "%s: cannot open (%s)", p, strerror(errno));
+    im->offset[k] = offset;
+    return 0;
+}
+
+/* Shard k's labels, appended to ds's (bytes or int32, by the set's class count). */
+static int read_labels(mgt_dataset *ds, const mgt_images *im, int k, const char *name, int64_t n,
+                       int classes, mgt_err *err) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s_y.npy", im->dir, name);
+    mgt_npy a;
+    if (mgt_npy_open(&a, p, err) < 0)
+        return -1;
+    int rc = 0;
+    if (!(a.kind == 'i' && a.itemsize == 4 && !a.big_endian && a.ndim == 1 && a.shape[0] == n))
+        rc = mgt_errf(err,
+                      "%s: not the labels the manifest names (%lld int32); the image set is "
+                      "damaged or was changed: convert it again",
+                      p, (long long)n);
+    const int64_t at = im->first[k];
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        int32_t l;
+        memcpy(&l, a.data + 4 * i, 4);
+        if (l < 0 || l >= im->classes)
+            rc = mgt_errf(err,
+                          "%s: label %d at index %lld is not one of the set's %d classes; "
+                          "the image set is damaged: convert it again",
+                          p, l, (long long)i, im->classes);
+        else if (l >= classes)
+            rc = mgt_errf(err,
+                          "%s: label %d at index %lld is not below the model's %d classes; "
+                          "use a model with %d outputs (the set's classes.txt has %d)",
+                          p, l, (long long)i, classes, im->classes, im->classes);
+        else if (ds->labels)
+            ds->labels[at + i] = (uint8_t)l;
+        else
+            ds->labels32[at + i] = l;
+    }
+    mgt_npy_close(&a);
+    return rc;
+}
+
+int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split, int h, int w,
+                            int c, int classes, const mgt_input_tf *tf, mgt_err *err) {
+    memset(ds, 0, sizeof *ds);
+    cJSON *m = read_manifest(dir, err);
+    if (!m)
+        return -1;
+    char where[600];
+    snprintf(where, sizeof where, "%s/" MGT_IMAGES_MANIFEST, dir);
+    int64_t size = 0, nclasses = 0, channels = 0;
+    const cJSON *sp =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "splits"), split);
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(sp, "shards");
+    int rc = 0;
+    if (manifest_int(m, "size", 1, 1 << 16, where, &size, err) < 0 ||
+        manifest_int(m, "classes", 1, 1 << 30, where, &nclasses, err) < 0 ||
+        manifest_int(m, "channels", 3, 3, where, &channels, err) < 0)
+        rc = -1;
+    else if (!cJSON_IsObject(sp))
+        rc = mgt_errf(err,
+                      "%s has no %s split; convert one into it: mgtrain convert %s_TREE %s "
+                      "--split %s --size %lld%s",
+                      dir, split, !strcmp(split, "test") ? "TEST" : "TRAIN", dir, split,
+                      (long long)size,
+                      !strcmp(split, "test") ? " (or validate on the training data with "
+                                               "--val-split F)"
+                                             : "");
+    else if (!cJSON_IsArray(shards) || cJSON_GetArraySize(shards) < 1)
+        rc = mgt_errf(err, "%s: the %s split lists no shards; convert it again", where, split);
+    else if (c != 3)
+        rc = mgt_errf(err,
+                      "%s holds RGB images (3 channels) but the model's [input] shape has %d; use "
+                      "[input] shape = %d,%d,3",
+                      dir, c, h, w);
+    else if (nclasses > classes)
+        rc = mgt_errf(err,
+                      "%s holds %lld classes (classes.txt) but the model's last layer has %d "
+                      "outputs; give it %lld units",
+                      dir, (long long)nclasses, classes, (long long)nclasses);
+    if (rc < 0) {
+        cJSON_Delete(m);
+        return -1;
+    }
+    mgt_images *im = calloc(1, sizeof *im);
+    const int ns = cJSON_GetArraySize(shards);
+    if (im)
+        pthread_mutex_init(&im->mu, NULL);
+    if (!im || !(im->fd = malloc(sizeof *im->fd * (size_t)ns)) ||
+        !(im->first = calloc((size_t)ns + 1, sizeof *im->first)) ||
+        !(im->offset = calloc((size_t)ns, sizeof *im->offset))) {
+        mgt_images_free(im);
+        cJSON_Delete(m);
+        return mgt_errf(err, "out of memory for an image set of %d shards", ns);
+    }
+    snprintf(im->dir, sizeof im->dir, "%s", dir);
+    snprintf(im->split, sizeof im->split, "%s", split);
+    im->size = (int)size;
+    im->classes = (int)nclasses;
+    im->threads = 1;
+    for (int b = 0; b < 256; b++)
+        im->byte[b] = (float)b / 255.0f;
+    for (int k = 0; k < ns; k++)
+        im->fd[k] = -1;
+    im->nshards = ns;
+    ds->images = im;
+    ds->owned = 1;
+    /* The shards' counts first: the labels go to their places. */
+    int k = 0;
+    for (const cJSON *s = shards->child; s && rc == 0; s = s->next, k++) {
+        int64_t n = 0;
+        rc = manifest_int(s, "images", 0, 1e12, where, &n, err);
+        im->first[k + 1] = im->first[k] + n;
+    }
+    const int64_t total = rc == 0 ? im->first[ns] : 0;
+    if (rc == 0 && total < 1)
+        rc = mgt_errf(err, "%s: the %s split holds no images", dir, split);
+    if (rc == 0 && files_for(ns, dir, err) < 0)
+        rc = -1;
+    if (rc == 0) {
+        if (nclasses <= 256)
+            ds->labels = malloc((size_t)total);
+        else
+            ds->labels32 = malloc(sizeof(int32_t) * (size_t)total);
+        if (!ds->labels && !ds->labels32)
+            rc = mgt_errf(err, "out of memory for %lld labels", (long long)total);
+    }
+    k = 0;
+    for (const cJSON *s = shards->child; s && rc == 0; s = s->next, k++) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+        if (!cJSON_IsString(name) || strchr(name->valuestring, '/') ||
+            strlen(name->valuestring) > 64) {
+            rc = mgt_errf(err, "%s: shard %d has no valid name; convert the image set again", where,
+                          k);
+            break;
+        }
+        const int64_t n = im->first[k + 1] - im->first[k];
+        rc = open_shard(im, k, name->valuestring, n, err);
+        if (rc == 0)
+            rc = read_labels(ds, im, k, name->valuestring, n, classes, err);
+    }
+    cJSON_Delete(m);
+    if (rc < 0) {
+        mgt_dataset_free(ds);
+        return -1;
+    }
+    ds->n = total;
+    ds->h = h;
+    ds->w = w;
+    ds->c = 3;
+    ds->classes = classes;
+    ds->tf = *tf;
+    snprintf(ds->source, sizeof ds->source, "%s (%s split)", dir, split);
+    return 0;
+}
+
+void mgt_images_threads(mgt_dataset *ds, int threads) {
+    if (ds->images)
+        ds->images->threads = threads < 1 ? 1 : threads;
+}
+
+void mgt_images_free(mgt_images *im) {
+    if (!im)
+        return;
+    mgt_pool_destroy(im->pool);
+    for (int i = 0; im->scr && i < im->threads; i++) {
+        free(im->scr[i].stored);
+        free(im->scr[i].out);
+        mgt_resample_work_free(&im->scr[i].rw);
+    }
+    free(im->scr);
+    for (int k = 0; im->fd && k < im->nshards; k++)
+        if (im->fd[k] >= 0)
+            close(im->fd[k]);
+    pthread_mutex_destroy(&im->mu);
+    free(im->fd);
+    free(im->first);
+    free(im->offset);
+    free(im);
+}
+
+int mgt_images_side(const mgt_dataset *ds) {
+    return ds->images ? ds->images->size : 0;
+}
+
+const char *mgt_images_describe(const mgt_dataset *ds, char *buf, int cap) {
+    const mgt_images *im = ds->images;
+    snprintf(buf, (size_t)cap, "images stored at %dx%d in %d shard%s, %lld of %d classes", im->size,
+             im->size, im->nshards, im->nshards == 1 ? "" : "s", (long long)im->first[im->nshards],
+             im->classes);
+    return buf;
+}
+
+/* ---- the transforms ------------------------------------------------------------------------ */
+
+static double uniform53(uint64_t r) {
+    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* An integer in [0, m) from a draw: the high half of r * m. */
+static int below(uint64_t r, int m) {
+    return (int)(((u128)r * (uint64_t)m) >> 64);
+}
+
+mgt_crop mgt_images_pick(const mgt_augment *a, int sh, int sw, uint64_t seed, int64_t epoch,
+                         int64_t row) {
+    const uint64_t key = mgt_key3(seed, CROP_PURPOSE, (uint64_t)epoch);
+    const uint64_t base = (uint64_t)row * DRAWS_PER_ROW;
+    mgt_crop c = {0, 0, sh, sw, 0};
+    if (a->flip)
+        c.flip = (int)(mgt_rand64(key, base + FLIP_DRAW) >> 63);
+    if (!a->resized_crop)
+        return c;
+    /* torchvision.transforms.RandomResizedCrop.get_params, in double; Python's round() rounds
+     * half to even, as nearbyint does. */
+    const double area = (double)sh * (double)sw;
+    const double lr0 = log(a->ratio[0]), lr1 = log(a->ratio[1]);
+    for (int t = 0; t < 10; t++) {
+        const uint64_t d = base + 4 * (uint64_t)t;
+        const double target =
+            area * (a->scale[0] + (a->scale[1] - a->scale[0]) * uniform53(mgt_rand64(key, d)));
+        const double aspect = exp(lr0 + (lr1 - lr0) * uniform53(mgt_rand64(key, d + 1)));
+        const int w = (int)nearbyint(sqrt(target * aspect));
+        const int h = (int)nearbyint(sqrt(target / aspect));
+        if (0 < w && w <= sw && 0 < h && h <= sh) {
+            c.h = h;
+            c.w = w;
+            c.top = below(mgt_rand64(key, d + 2), sh - h + 1);
+            c.left = below(mgt_rand64(key, d + 3), sw - w + 1);
+            return c;
+        }
+    }
+    /* No try fitted: the centre crop of the whole image, its ratio clamped into the range. */
+    const double in_ratio = (double)sw / (double)sh;
+    if (in_ratio < a->ratio[0]) {
+        c.w = sw;
+        c.h = (int)nearbyint(c.w / (double)a->ratio[0]);
+    } else if (in_ratio > a->ratio[1]) {
+        c.h = sh;
+        c.w = (int)nearbyint(c.h * (double)a->ratio[1]);
+    }
+    c.top = (sh - c.h) / 2;
+    c.left = (sw - c.w) / 2;
+    return c;
+}
+
+int mgt_images_eval_side(int h, int w, float center_crop) {
+    const int big = h > w ? h : w;
+    const double cc = center_crop > 0 ? center_crop : 0.875;
+    const int side = (int)floor((double)big / cc + 1e-9);
+    return side > big ? side : big;
+}
+
+/* One gather: the batch and how it is transformed. */
+typedef struct gather_job {
+    const mgt_dataset *ds;
+    const int64_t *rows;
+    const mgt_augment *a; /* NULL: evaluation */
+    uint64_t seed;
+    int64_t epoch;
+    float *x;
+    int32_t *labels;
+    int failed; /* a shard could not be read: its message is in err */
+    mgt_err err;
+    pthread_mutex_t *err_mu;
+} gather_job;
+
+/* The stored image `at` of the set into buf. */
+static int read_stored(const mgt_images *im, int64_t at, uint8_t *buf, mgt_err *err) {
+    int lo = 0, hi = im->nshards - 1; /* the shard whose range holds `at` */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (im->first[mid] <= at)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const size_t bytes = (size_t)im->size * (size_t)im->size * 3;
+    const off_t off = (off_t)(im->offset[lo] + (at - im->first[lo]) * (int64_t)bytes);
+    size_t got = 0;
+    while (got < bytes) {
+        const ssize_t r = pread(im->fd[lo], buf + got, bytes - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return mgt_errf(err,
+                            "%s/%s-%05d_x.npy: cannot read image %lld of the shard (%s); check "
+                            "the disk and the file",
+                            im->dir, im->split, lo, (long long)(at - im->first[lo]),
+                            r < 0 ? strerror(errno) : "the file is shorter than its header says");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static void gather_one(void *ctx, int64_t i, int k) {
+    gather_job *g = ctx;
+    const mgt_dataset *ds = g->ds;
+    mgt_images *im = ds->images;
+    scratch *s = &im->scr[k];
+    const int64_t row = g->rows[i];
+    const int S = im->size, H = ds->h, W = ds->w;
+    mgt_err e;
+    if (read_stored(im, ds->first + row, s->stored, &e) < 0) {
+        pthread_mutex_lock(g->err_mu);
+        if (!g->failed)
+            g->err = e;
+        g->failed = 1;
+        pthread_mutex_unlock(g->err_mu);
+        return;
+    }
+    const mgt_augment none = {0};
+    const mgt_crop c = mgt_images_pick(g->a ? g->a : &none, S, S, g->seed, g->epoch, row);
+    int rc;
+    if (g->a && g->a->resized_crop) { /* the crop, resized to the input */
+        rc = mgt_resample_u8(s->stored + ((size_t)c.top * (size_t)S + (size_t)c.left) * 3, c.w, c.h,
+                             (size_t)S * 3, 3, W, H, 0, 0, W, H, s->out, &s->rw);
+    } else { /* resized so that the input is its centre, and that centre */
+        const int side = mgt_images_eval_side(H, W, ds->tf.center_crop);
+        const int x0 = (int)nearbyint((side - W) / 2.0), y0 = (int)nearbyint((side - H) / 2.0);
+        rc = mgt_resample_u8(s->stored, S, S, (size_t)S * 3, 3, side, side, x0, y0, W, H, s->out,
+                             &s->rw);
+    }
+    if (rc < 0) {
+        pthread_mutex_lock(g->err_mu);
+        if (!g->failed)
+            mgt_errf(&g->err, "out of memory resizing an image");
+        g->failed = 1;
+        pthread_mutex_unlock(g->err_mu);
+        return;
+    }
+    float *x = g->x + (size_t)i * (size_t)H * (size_t)W * 3;
+    for (int y = 0; y < H; y++) {
+        const uint8_t *in = s->out + (size_t)y * (size_t)W * 3;
+        float *o = x + (size_t)y * (size_t)W * 3;
+        if (!c.flip) {
+            for (int j = 0; j < W * 3; j++)
+                o[j] = im->byte[in[j]];
+        } else {
+            for (int px = 0; px < W; px++)
+                for (int ch = 0; ch < 3; ch++)
+                    o[px * 3 + ch] = im->byte[in[(W - 1 - px) * 3 + ch]];
+        }
+    }
+    g->labels[i] = ds->labels ? ds->labels[row] : ds->labels32[row];
+}
+
+/* The pool and each thread's scratch memory, once. */
+static int prepare(const mgt_dataset *ds, mgt_err *err) {
+    mgt_images *im = ds->images;
+    pthread_mutex_lock(&im->mu);
+    int rc = 0;
+    if (!im->scr) {
+        im->pool = mgt_pool_create(im->threads);
+        const int n = mgt_pool_size(im->pool);
+        im->scr = calloc((size_t)im->threads, sizeof *im->scr);
+        for (int i = 0; im->scr && i < n; i++) {
+            im->scr[i].stored = malloc((size_t)im->size * (size_t)im->size * 3);
+            im->scr[i].out = malloc((size_t)ds->h * (size_t)ds->w * 3);
+            if (!im->scr[i].stored || !im->scr[i].out)
+                rc = -1;
+        }
+        if (!im->pool || !im->scr || rc < 0)
+            rc = mgt_errf(err, "out of memory for the image transforms' %d threads", im->threads);
+    }
+    pthread_mutex_unlock(&im->mu);
+    return rc;
+}
+
+void mgt_images_gather(const mgt_dataset *ds, const int64_t *rows, int n, const mgt_augment *a,
+                       uint64_t seed, int64_t epoch, float *x, int32_t *labels) {
+    mgt_err e;
+    if (prepare(ds, &e) < 0)
+        mgt_die("%s", e.msg);
+    pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
+    gather_job g = {.ds = ds,
+                    .rows = rows,
+                    .a = a,
+                    .seed = seed,
+                    .epoch = epoch,
+                    .x = x,
+                    .labels = labels,
+                    .err_mu = &err_mu};
+    mgt_pool_run(ds->images->pool, n, gather_one, &g);
+    if (g.failed)
+        mgt_die("%s", g.err.msg);
+}

@@ -1,0 +1,85 @@
+/* images.h: image sets, the folders `mgtrain convert` writes (convert.h), as datasets; and the
+ * transforms that turn a stored image into the model's input.
+ *
+ * An image set stores RGB images at SIZE x SIZE (e.g. 256), larger than the model's input (e.g.
+ * 224 x 224): the stored size is not the input size. Each sample is read from its shard when a
+ * batch needs it (one pread of SIZE * SIZE * 3 bytes, so host memory does not grow with the set,
+ * and the kernel's page cache keeps what fits), then:
+ *  - training with augment_resized_crop: torchvision's RandomResizedCrop(input, scale, ratio) of
+ *    the stored image (its 10 tries of an area in `scale` x the image and an aspect ratio
+ *    log-uniform in `ratio`, else the centre crop of the nearest allowed ratio), the crop resized
+ *    to the input with Pillow's bilinear filter (resample.h), then, with augment_flip, mirrored
+ *    with probability 1/2;
+ *  - evaluation, prediction, and training without it: the stored image resized so that the
+ *    input is its central `center_crop` part (floor(input / center_crop) pixels, 256 for 224 at
+ *    0.875: torchvision's Resize(256) then CenterCrop(224)), and that centre kept; training
+ *    then flips too with augment_flip;
+ *  - then bytes / 255, and [input] mean and std (augment.h), as ToTensor and Normalize.
+ * Each sample's crop and flip are drawn from (seed, epoch, its row in the training set) by the
+ * counter-based RNG (util.h), so they are the same on any rank count, loader thread count and
+ * backend, and after --resume. The work of a batch is spread over a pool of threads
+ * (mgt_images_threads). */
+#ifndef MGT_IMAGES_H
+#define MGT_IMAGES_H
+
+#include <stdint.h>
+
+#include "../util.h"
+#include "augment.h"
+#include "dataset.h"
+
+/* The manifest that makes a folder an image set, and its format's name. */
+#define MGT_IMAGES_MANIFEST "images.json"
+#define MGT_IMAGES_FORMAT "mgtrain images 1"
+
+/* 1 if DIR holds an image set (its manifest). */
+int mgt_images_dir(const char *dir);
+/* 1 if the image set in DIR has the split ("train" or "test"). */
+int mgt_images_has_split(const char *dir, const char *split);
+
+/* Opens the split of the image set in DIR as ds: the manifest read and checked, every shard's
+ * images file opened and its header checked against the manifest, every label read and checked
+ * against classes (the model's; the set's classes must not outnumber them). The samples are
+ * the model's input (h, w, c = 3); tf gives the evaluation crop (center_crop) and is kept as
+ * ds->tf. Errors name the file and what to do. */
+int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split, int h, int w,
+                            int c, int classes, const mgt_input_tf *tf, mgt_err *err);
+
+/* The threads that transform a batch (the caller's included; 1: the caller alone). Set before
+ * the first gather. */
+void mgt_images_threads(mgt_dataset *ds, int threads);
+
+/* Rows rows[0..n) of the image set ds into x (n inputs, bytes / 255, not normalised) and their
+ * labels into labels: through the training transform a (augment_resized_crop, augment_flip)
+ * drawn for epoch `epoch` under `seed`, or the evaluation transform when a is NULL. A shard that
+ * cannot be read ends the job (this rank's I/O: runtime.h's mgt_die). */
+void mgt_images_gather(const mgt_dataset *ds, const int64_t *rows, int n, const mgt_augment *a,
+                       uint64_t seed, int64_t epoch, float *x, int32_t *labels);
+
+/* One training sample's crop and flip: rows [top, top + h) and columns [left, left + w) of the
+ * stored sh x sw image, mirrored when flip. */
+typedef struct mgt_crop {
+    int top, left, h, w, flip;
+} mgt_crop;
+
+/* The crop of training row `row` in epoch `epoch` (a->resized_crop; a->flip for the flip), as
+ * torchvision's RandomResizedCrop.get_params draws it, each try's uniform numbers and the
+ * offsets taken from (seed, epoch, row): try t uses draws 4t .. 4t + 3 of the row's 64 (the
+ * area's and the log-ratio's uniforms, 53 bits each, then the top and left offsets, each the
+ * high half of a draw times the offsets' count), draw 40's top bit is the flip. */
+mgt_crop mgt_images_pick(const mgt_augment *a, int sh, int sw, uint64_t seed, int64_t epoch,
+                         int64_t row);
+
+/* The evaluation resize of an s x s stored image for an h x w input: the side it is resized to
+ * (floor(max(h, w) / center_crop), at least max(h, w)). */
+int mgt_images_eval_side(int h, int w, float center_crop);
+
+/* The stored images' side (SIZE of mgtrain convert). */
+int mgt_images_side(const mgt_dataset *ds);
+
+/* "images stored at 256x256 in 10 shards, 12000 images of 10 classes", for the start-up block. */
+const char *mgt_images_describe(const mgt_dataset *ds, char *buf, int cap);
+
+void mgt_images_free(mgt_images *im);
+
+#endif

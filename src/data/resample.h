@@ -1,0 +1,36 @@
+/* resample.h: resizing 8-bit images (HWC, any channel count) with the antialiased bilinear
+ * (triangle) filter, in Pillow's integer arithmetic: the bytes of Image.resize(size,
+ * Image.BILINEAR), which torchvision's Resize, CenterCrop and RandomResizedCrop run on PIL images.
+ *
+ * The filter's support grows with the scale when shrinking (an area filter in the limit), so a
+ * large photograph resized to 256 pixels does not alias; when enlarging it is plain bilinear
+ * interpolation. Two separable passes, horizontal then vertical, each rounding to bytes, with
+ * coefficients rounded to 22 fractional bits, as Pillow does (libImaging/Resample.c); a pass whose
+ * size does not change is skipped. tests/cli/images.sh compares the bytes with Pillow's.
+ *
+ * A window of the result can be computed alone: resizing to fw x fh and keeping [x0, x0 + ow) x
+ * [y0, y0 + oh) gives the bytes a resize then a crop would, at the cost of the window only (a
+ * centre crop of a resized image, or torchvision's Resize then CenterCrop). */
+#ifndef MGT_RESAMPLE_H
+#define MGT_RESAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Memory a resize works in (coefficients, the horizontal pass's rows), grown as needed: one per
+ * thread, zero-initialised before its first use, released with mgt_resample_work_free. */
+typedef struct mgt_resample_work {
+    void *buf;
+    size_t cap;
+} mgt_resample_work;
+
+/* Resizes the sw x sh image src (c channels, rows `stride` bytes apart) to fw x fh and writes
+ * the window [x0, x0 + ow) x [y0, y0 + oh) of the result to dst (oh rows of ow * c bytes, no
+ * gaps). The window must lie within fw x fh, and every size be at least 1. Returns 0, or -1 when
+ * the work memory cannot be had. */
+int mgt_resample_u8(const uint8_t *src, int sw, int sh, size_t stride, int c, int fw, int fh,
+                    int x0, int y0, int ow, int oh, uint8_t *dst, mgt_resample_work *w);
+
+void mgt_resample_work_free(mgt_resample_work *w);
+
+#endif

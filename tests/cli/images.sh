@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# labels: mpi
+# timeout: 900
+# Image folders end to end, on trees the test makes itself with Pillow (images_data.py): JPEG and
+# PNG, sizes from 64x400 to 512x384, greyscale, CMYK, palette, 16-bit, alpha, interlaced and
+# progressive files, a nested folder.
+#  1. mgtrain convert stores exactly Pillow's bytes (decode, torchvision's Resize + CenterCrop
+#     with Image.BILINEAR), the same bytes for 1 and 3 threads and any shard size, and a
+#     stopped conversion run again keeps its finished shards and ends with the same bytes;
+#  2. the transforms equal an independent reference: each crop as torchvision's get_params draws
+#     it from the same counter-based numbers, resized by Pillow, flipped, then ToTensor and
+#     Normalize in float32 (exactly: no tolerance), the fallback crop too, and the evaluation
+#     resize + centre crop; the batches are the same bytes on 1 and 3 threads;
+#  3. training on an image set learns (10 classes, random-resized crops, flips, normalisation),
+#     and reports top-5 accuracy; eval and predict read it;
+#  4. augmented batches are the same on any rank count: 1, 2 and 3 ranks (a batch of 32 that 3
+#     does not divide) and 1 or 2 loader threads train the same weights, and a run stopped mid-
+#     epoch and resumed the same weights bit for bit;
+#  5. every bad input is refused with its path and what to do, writing nothing.
+#
+# Tolerances, as in npy.sh: R ranks sum R partial gradients instead of one sum over the batch,
+# float32 rounding of about (B/R + R) * 2^-24 relative per step; 16 smooth (tanh, average pool)
+# SGD steps leave ~1e-6 on the weights: 1e-5 allows 10x. Loader threads change no input byte and
+# a resumed run redraws the same crops: tolerance 0.
+source "$(dirname "$0")/lib.bash"
+PY=/usr/bin/python3
+"$PY" -c "import numpy, PIL" 2>/dev/null || PY=python3
+if ! "$PY" -c "import numpy, PIL" 2>/dev/null; then
+  echo "SKIPPED: no python3 with numpy and Pillow (tests/run installs python3-numpy and python3-pil)"
+  exit 77
+fi
+: "${MGT_IMAGES_DUMP:?run through ctest}"
+DATA_PY="$MGT_SRC/tests/cli/images_data.py"
+
+# ---- 1. conversion ------------------------------------------------------------------------
+"$PY" "$DATA_PY" tree train 10 16 1 --odd || bad "writing the training tree"
+"$PY" "$DATA_PY" tree test 10 4 2 || bad "writing the test tree"
+out=$("$MGT_BIN" convert train set --size 48 --threads 1 --shard-size 13 --verbose 2 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "^train: 170 images of 10 classes in set" <<<"$out" \
+  && ok "convert: 170 files of 10 classes into 14 shards" || { bad "convert (exit $rc)"; echo "$out" | tail -5; }
+"$PY" "$DATA_PY" stored set train train 48 && ok "stored bytes are Pillow's" || bad "stored bytes differ from Pillow's"
+"$MGT_BIN" convert train set3 --size 48 --threads 3 --shard-size 13 --verbose 0 >/dev/null 2>&1 || bad "convert, 3 threads"
+same_files() { # same_files A B: every .npy of A is byte for byte the one of B
+  local f n=0
+  for f in "$1"/*.npy; do
+    n=$((n + 1))
+    cmp -s "$f" "$2/${f##*/}" || { echo "differs: $f"; return 1; }
+  done
+  [ "$n" -gt 0 ] && [ "$(ls "$2"/*.npy | wc -l)" -eq "$n" ]
+}
+same_files set set3 && ok "1 and 3 threads write the same bytes" || bad "thread count changed the bytes"
+"$MGT_BIN" convert train one --size 48 --threads 2 --verbose 0 >/dev/null 2>&1 || bad "convert, one shard"
+"$PY" -c "
+import numpy as np, json, sys
+def load(d):
+    s = json.load(open(d + '/images.json'))['splits']['train']['shards']
+    return np.concatenate([np.load(d + '/' + x['name'] + '_x.npy') for x in s])
+sys.exit(0 if np.array_equal(load('set'), load('one')) else 1)" \
+  && ok "one shard of 170 holds the 14 shards' images" || bad "shard size changed the images"
+# A stopped conversion: shard 3 unfinished (no record), shard 7's images cut short, a killed
+# writer's temporary file; the same command keeps the rest and ends with the same bytes.
+cp -r set stopped
+rm stopped/train-00003.json stopped/images.json
+head -c 1000 set/train-00007_x.npy >stopped/train-00007_x.npy
+echo junk >stopped/train-00009_x.npy.tmp.999999
+out=$("$MGT_BIN" convert train stopped --size 48 --shard-size 13 --verbose 2 2>&1)
+grep -q "12 shards (.*) already done, kept" <<<"$out" && same_files set stopped \
+  && [ ! -e stopped/train-00009_x.npy.tmp.999999 ] \
+  && ok "a stopped conversion is finished by the same command: 12 shards kept, same bytes" \
+  || { bad "resumed conversion"; echo "$out" | tail -3; }
+out=$("$MGT_BIN" convert train set --size 48 --shard-size 13 --verbose 2 2>&1)
+grep -q "14 shards (170 files) already done, kept" <<<"$out" && ok "converting again: nothing to redo" \
+  || { bad "converting a finished set again"; echo "$out" | tail -3; }
+"$MGT_BIN" convert test set --size 48 --split test --verbose 0 >/dev/null 2>&1 || bad "convert the test split"
+"$PY" "$DATA_PY" stored set test test 48 >/dev/null && ok "test split stored beside the training split" \
+  || bad "test split"
+
+# ---- 2. the transforms against the reference ---------------------------------------------
+n_dump=0
+check_dump() { # check_dump NAME "H W TRAIN SEED EPOCH THREADS" [EXTRA...]: mgt_images_dump's
+  local name=$1 args=$2; shift 2 # batch against images_data.py's reference
+  n_dump=$((n_dump + 1))
+  mkdir -p dump$n_dump
+  # shellcheck disable=SC2086
+  "$MGT_IMAGES_DUMP" set train $args dump$n_dump "$@" >dump$n_dump.log 2>&1 || { bad "$name: dump failed"; cat dump$n_dump.log; return; }
+  local r; r=$("$PY" "$DATA_PY" crops set train dump$n_dump)
+  [ $? -eq 0 ] && ok "$name: ${r#ok: }" || { bad "$name"; echo "$r" | tail -5; }
+}
+check_dump "train 40x40, epoch 3" "40 40 1 7 3 1"
+check_dump "train 24x36, epoch 0, another seed" "24 36 1 11 0 3"
+check_dump "train, no try fits (scale 0.8-0.9, ratio 2-3): the fallback crop" "40 40 1 9 0 2" 0 0.8 0.9 2 3
+check_dump "evaluation 40x40 (resized to 45)" "40 40 0 7 0 2"
+check_dump "evaluation 32x24, center_crop 0.75" "32 24 0 7 0 1" 0.75
+mkdir -p t1 t3
+"$MGT_IMAGES_DUMP" set train 40 40 1 7 3 1 t1 >/dev/null 2>&1 && "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 3 t3 >/dev/null 2>&1 \
+  && cmp -s t1/x.npy t3/x.npy && ok "a batch is the same bytes on 1 and 3 threads" || bad "threads changed a batch"
+
+# ---- 3. training learns, with top-5 ------------------------------------------------------
+cfg() { # cfg NAME ACTIVATION [EXTRA TRAIN KEYS...]
+  local name=$1 act=$2; shift 2
+  { printf '%s\n' "[input]" "shape = 32,32,3" "mean = 0.485, 0.456, 0.406" "std = 0.229, 0.224, 0.225" \
+      "[conv2d]" "filters = 12" "kernel = 3" "stride = 2" "activation = $act" "algo = direct" \
+      "[conv2d]" "filters = 24" "kernel = 3" "stride = 2" "activation = $act" "algo = direct" \
+      "[global_avgpool]" "[dense]" "units = 10" "[train]" "loss = sparse_categorical_crossentropy" \
+      "batch_size = 32" "augment_resized_crop = true" "augment_scale = 0.25, 1" "augment_flip = true"
+    printf '%s\n' "$@"; } >"$name.cfg"
+}
+cfg learn relu "optimizer = adam" "learning_rate = 0.01" "epochs = 4"
+mpi 2 --model learn.cfg --data set --verbose 2 --out learn >learn.log 2>&1 || { bad "training on the image set"; tail -5 learn.log; }
+grep -q "data: set (images stored at 48x48 in 14 shards, 170 of 10 classes); evaluation: resized to 36x36, centre 32x32; augmented: random-resized crop (scale 0.25-1, ratio 0.75-1.33) and horizontal flip; normalised" learn.log \
+  && ok "the start-up block says how images become inputs" || bad "data line: $(grep 'data:' learn.log)"
+"$PY" - learn.log <<'PY' && ok "training on the image set learns: $(grep -o 'Test loss.*' learn.log)" || bad "did not learn: $(grep -o 'Test loss.*' learn.log)"
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.findall(r"Test loss: ([0-9.]+) - test acc: ([0-9.]+) - test top5_acc: ([0-9.]+)", t)
+assert m, "no test line with top-5"
+loss, acc, top5 = map(float, m[-1])
+assert acc >= 0.8 and top5 >= acc, m  # chance: 0.1; measured 1.0 after 4 epochs
+assert re.search(r"^Epoch 4/4 - .* - acc: [0-9.]+ - top5_acc: [0-9.]+ - val_loss: .* - val_top5_acc: ", t, re.M)
+PY
+"$PY" -c "
+import json
+rows = [json.loads(l) for l in open('learn/metrics.jsonl')]
+assert len(rows) == 4 and all(0 <= r['acc'] <= r['top5_acc'] <= 1 and r['val_acc'] <= r['val_top5_acc'] <= 1 for r in rows), rows
+assert open('learn/metrics.csv').readline().strip().endswith(',lr,top5_acc,val_top5_acc')" \
+  && ok "metrics files hold top5_acc and val_top5_acc" || bad "top-5 in the metrics files"
+ev=$(mpi 3 eval --run learn --data set 2>&1) && grep -qE "^40 samples from set .* - acc: [0-9.]+ - top5_acc: [0-9.]+$" <<<"$ev" \
+  && ok "eval on 3 ranks: $(grep -o 'loss.*' <<<"$ev")" || { bad "eval"; echo "$ev" | tail -3; }
+mpi 2 predict --run learn --data set --output p.npy >/dev/null 2>&1 && "$PY" -c "
+import json, numpy as np
+p = np.load('p.npy')
+y = np.concatenate([np.load('set/' + s['name'] + '_y.npy') for s in json.load(open('set/images.json'))['splits']['test']['shards']])
+assert p.shape == (40, 10) and (p.argmax(1) == y).mean() >= 0.8" \
+  && ok "predict: 40 x 10 outputs whose argmax matches the labels" || bad "predict"
+
+# ---- 4. the same batches on any rank count, thread count, and after --resume ---------------
+cfg smooth tanh "optimizer = sgd" "learning_rate = 0.05" "epochs = 3"
+steps=(--model smooth.cfg --data set --epochs 3 --max-steps 16 --verbose 0 --no-tensorboard)
+for np in 1 2 3; do
+  mpi $np "${steps[@]}" --out aug-np$np >aug$np.log 2>&1 || { bad "augmented run on $np ranks"; tail -3 aug$np.log; }
+done
+same "random-resized crops: 1 vs 2 ranks" aug-np1/weights.safetensors aug-np2/weights.safetensors 1e-5
+same "random-resized crops: 1 vs 3 ranks (32 = 11 + 11 + 10)" aug-np1/weights.safetensors aug-np3/weights.safetensors 1e-5
+mpi 2 "${steps[@]}" --loader-threads 1 --out lt1 >/dev/null 2>&1 && mpi 2 "${steps[@]}" --loader-threads 2 --out lt2 >/dev/null 2>&1
+same "1 and 2 loader threads: identical" lt1/weights.safetensors lt2/weights.safetensors 0
+mpi 2 --model smooth.cfg --data set --epochs 3 --max-steps 9 --verbose 0 --no-tensorboard --out res >/dev/null 2>&1 \
+  && mpi 2 "${steps[@]}" --resume --out res >/dev/null 2>&1 || bad "stopped and resumed run"
+same "stopped at step 9 (mid-epoch 2) and resumed = straight" res/weights.safetensors lt1/weights.safetensors 0
+
+# ---- 5. bad input ----------------------------------------------------------------------
+mkdir -p badtree/a badtree/b
+cp train/class_01/000.jpg train/class_01/001.jpg badtree/a/
+cp train/class_02/002.png badtree/b/
+head -c 2500 train/class_02/000.jpg >badtree/b/cut.jpg
+echo "not a picture" >badtree/b/notes.txt
+expect_fail "a truncated JPEG stops the conversion, named, with --skip-bad offered" \
+  "badtree/b/cut.jpg: truncated JPEG .*; remove or replace the file, or pass --skip-bad" \
+  "$MGT_BIN" convert badtree b1 --size 32 --threads 1
+rm badtree/b/cut.jpg
+expect_fail "a file that is no image" "badtree/b/notes.txt: not a JPEG or PNG image \(it starts with 'not a picture.'\); remove" \
+  "$MGT_BIN" convert badtree b2 --size 32
+head -c 2500 train/class_02/000.jpg >badtree/b/cut.jpg
+out=$("$MGT_BIN" convert badtree b3 --size 32 --skip-bad --verbose 2 2>&1)
+[ $? -eq 0 ] && grep -q "skipped 2 unreadable files, listed in b3/train_skipped.txt" <<<"$out" \
+  && grep -q "^badtree/b/cut.jpg: truncated JPEG" b3/train_skipped.txt && grep -q "^badtree/b/notes.txt: not a JPEG" b3/train_skipped.txt \
+  && "$PY" "$DATA_PY" stored b3 train badtree 32 >/dev/null \
+  && ok "--skip-bad leaves out and lists both, and stores the 3 others" || { bad "--skip-bad"; echo "$out" | tail -4; }
+rm badtree/b/cut.jpg badtree/b/notes.txt
+printf 'GIF89a\x01\x00\x01\x00' >badtree/b/x.gif
+expect_fail "another format is named" "badtree/b/x.gif: a GIF image: mgtrain reads JPEG and PNG; convert it first" \
+  "$MGT_BIN" convert badtree b4 --size 32
+rm badtree/b/x.gif
+mkdir badtree/empty
+expect_fail "an empty class folder" "badtree/empty: a class folder with no files; add its images or remove the folder" \
+  "$MGT_BIN" convert badtree b5 --size 32
+rmdir badtree/empty
+mkdir flat && cp train/class_01/000.jpg flat/
+expect_fail "no class folders" "flat has no class folders: it must hold one folder per class" "$MGT_BIN" convert flat b6
+expect_fail "SRC missing" "nothere: No such file or directory; give the folder of class folders" "$MGT_BIN" convert nothere b7
+expect_fail "SRC a file" "flat/000.jpg is not a folder" "$MGT_BIN" convert flat/000.jpg b8
+touch afile
+expect_fail "DST a file" "afile exists and is not a folder" "$MGT_BIN" convert train afile
+expect_fail "--size too small" "\-\-size 4: expected a whole number of at least 8" "$MGT_BIN" convert train b9 --size 4
+expect_fail "convert without DST" "usage: mgtrain convert SRC DST" "$MGT_BIN" convert train
+expect_fail "convert under mpirun" "mgtrain convert runs as one process" mpi 2 convert train b10
+mkdir -p other/zebra && cp train/class_01/000.jpg other/zebra/
+expect_fail "a test class not among the training classes" "other/zebra: class 'zebra' is not in set/classes.txt" \
+  "$MGT_BIN" convert other set --split test --size 48
+expect_fail "a split of another size" "set holds images stored at 48 x 48; convert with --size 48" \
+  "$MGT_BIN" convert test set --split test --size 64
+# Training refuses what does not fit the set, and writes nothing.
+sed 's/^shape = 32,32,3/shape = 32,32,1/; /^mean/d; /^std/d' learn.cfg >grey.cfg
+expect_fail "a 1-channel model" "set holds RGB images \(3 channels\) but the model's \[input\] shape has 1" "$MGT_BIN" --model grey.cfg --data set --out o1
+sed 's/^units = 10/units = 5/' learn.cfg >five.cfg
+expect_fail "fewer outputs than classes" "set holds 10 classes \(classes.txt\) but the model's last layer has 5 outputs; give it 10 units" "$MGT_BIN" --model five.cfg --data set --out o2
+{ grep -v augment_ learn.cfg; echo "augment_crop = 4"; } >padcrop.cfg
+expect_fail "augment_crop on an image set" "augment_crop \(pad and crop at the input's size\) is for data stored at the input's size; set is an image set: use augment_resized_crop" "$MGT_BIN" --model padcrop.cfg --data set --out o3
+expect_fail "--val-split on an image set" "\-\-val-split takes the last images of the training split, which in an image set are those of the last classes only" "$MGT_BIN" --model learn.cfg --data set --val-split 0.2 --out o4
+expect_fail "random-resized crops on synthetic data" "augment_resized_crop crops and resizes images stored larger than the input" "$MGT_BIN" --model learn.cfg --data synthetic --out o5
+sed 's/^mean = .*/mean = 0.5, 0.5/' learn.cfg >twomeans.cfg
+expect_fail "two means for three channels" "\[input\] mean and std give 2 and 3 values" "$MGT_BIN" --model twomeans.cfg --data set --out o6
+sed '/^std/d' learn.cfg >nostd.cfg
+expect_fail "mean without std" "\[input\] has mean but no std; normalisation needs both" "$MGT_BIN" --model nostd.cfg --data set --out o7
+cp -r set noval && rm noval/test-*
+"$PY" -c "
+import json; m = json.load(open('noval/images.json')); del m['splits']['test']; json.dump(m, open('noval/images.json', 'w'))"
+expect_fail "no test split" "noval has no test split; convert one into it: mgtrain convert TEST_TREE noval --split test --size 48" "$MGT_BIN" --model learn.cfg --data noval --out o8
+"$MGT_BIN" --model learn.cfg --data noval --no-validation --max-steps 2 --verbose 0 --out o9 >o9.log 2>&1 \
+  && [ -f o9/weights.safetensors ] && ok "no test split: trains with --no-validation" || { bad "--no-validation without a test split"; tail -3 o9.log; }
+head -c 5000 set/train-00004_x.npy >cut && cp -r set damaged && mv cut damaged/train-00004_x.npy
+expect_fail "a damaged shard" "damaged/train-00004_x.npy: truncated" "$MGT_BIN" --model learn.cfg --data damaged --out o10
+# (b1, b2 and b4 stopped at a file during the conversion: they keep what they finished)
+left=$(ls -d o1 o2 o3 o4 o5 o6 o7 o8 o10 b5 b6 b7 b8 b9 b10 2>/dev/null)
+[ -z "$left" ] && ok "refused starts wrote no output folder" || bad "left behind: $left"
+finish

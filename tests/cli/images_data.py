@@ -1,0 +1,268 @@
+"""images_data.py: image trees for tests/cli/images.sh, and Pillow references for what mgtrain
+convert stores and what an image set's transforms give.
+
+  images_data.py tree DIR CLASSES PER_CLASS SEED [--odd]
+      a learnable tree: DIR/<class>/NNN.{jpg,png}; class k's images show a disc of hue k/CLASSES
+      on a noisy background of random size and aspect (landscape, portrait, square, smaller and
+      larger than 256). --odd adds the unusual encodings Pillow reads: greyscale JPEG and PNG,
+      CMYK JPEG, progressive JPEG, palette, 16-bit, grey+alpha, RGBA and interlaced PNG.
+  images_data.py stored DST SPLIT SRC SIZE
+      every file of SRC in torchvision's order, decoded and converted to RGB by Pillow, resized
+      by torchvision's Resize(SIZE) rule (short side SIZE, long side int(SIZE * long / short)) with
+      Image.BILINEAR, centre-cropped (CenterCrop's rounding) to SIZE: the shards of DST's SPLIT
+      must hold exactly these bytes, and the labels the classes' sorted positions.
+  images_data.py crops DST SPLIT DUMP
+      DUMP (a folder of tests/tools/mgt_images_dump) holds rows of DST's SPLIT, the crops mgtrain
+      drew for them, and what its transform made of them. Checks: (1) the crop and flip of each row against an
+      independent reimplementation of torchvision's RandomResizedCrop.get_params fed by the same
+      counter-based draws (util.h's SplitMix64 construction, redone here in Python integers);
+      (2) each crop resized with Pillow (Image.crop then Image.resize BILINEAR, flipped with
+      ImageOps.mirror) equals mgtrain's bytes exactly; (3) the evaluation transform (Resize to
+      floor(input / center_crop), CenterCrop) likewise; (4) the normalised values equal
+      (x / 255 - mean) / std computed in float32 as torchvision's ToTensor and Normalize do.
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageOps
+
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def key3(a, b, c):
+    return mix64(mix64(mix64(a) ^ b) ^ c)
+
+
+def rand64(key, counter):
+    return mix64(key ^ mix64(counter))
+
+
+CROP_PURPOSE = 0x5252435250  # images.c's "RRCRP"
+
+
+def get_params(h, w, scale, ratio, seed, epoch, row):
+    """torchvision.transforms.RandomResizedCrop.get_params, its uniforms from the draws."""
+    key = key3(seed, CROP_PURPOSE, epoch)
+    base = row * 64
+    flip = rand64(key, base + 40) >> 63
+    area = h * w
+    lr = (math.log(ratio[0]), math.log(ratio[1]))
+    for t in range(10):
+        d = base + 4 * t
+        u1 = (rand64(key, d) >> 11) / 2.0 ** 53
+        u2 = (rand64(key, d + 1) >> 11) / 2.0 ** 53
+        target = area * (scale[0] + (scale[1] - scale[0]) * u1)
+        aspect = math.exp(lr[0] + (lr[1] - lr[0]) * u2)
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            top = (rand64(key, d + 2) * (h - ch + 1)) >> 64
+            left = (rand64(key, d + 3) * (w - cw + 1)) >> 64
+            return top, left, ch, cw, flip
+    in_ratio = w / h
+    if in_ratio < min(ratio):
+        cw, ch = w, int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        ch, cw = h, int(round(h * max(ratio)))
+    else:
+        cw, ch = w, h
+    return (h - ch) // 2, (w - cw) // 2, ch, cw, flip
+
+
+def make_tree(root, classes, per_class, seed, odd):
+    rng = np.random.default_rng(seed)
+    sizes = [(320, 240), (240, 320), (300, 300), (180, 120), (97, 143), (512, 384), (64, 400)]
+    for k in range(classes):
+        d = os.path.join(root, f"class_{k:02d}")
+        os.makedirs(d, exist_ok=True)
+        hue = k / classes
+        for i in range(per_class):
+            w, h = sizes[int(rng.integers(len(sizes)))]
+            bg = rng.integers(0, 256, (h, w, 3), dtype=np.uint8) // 2 + 64
+            img = Image.fromarray(bg, "RGB")
+            rgb = tuple(int(255 * c) for c in hsv(hue))
+            r = min(w, h) * (0.3 + 0.15 * rng.random())
+            cx, cy = w * (0.35 + 0.3 * rng.random()), h * (0.35 + 0.3 * rng.random())
+            ImageDraw.Draw(img).ellipse([cx - r, cy - r, cx + r, cy + r], fill=rgb)
+            name = os.path.join(d, f"{i:03d}")
+            if i % 3 == 2:
+                img.save(name + ".png")
+            else:
+                img.save(name + ".jpg", quality=int(rng.integers(70, 96)))
+    if not odd:
+        return
+    d = os.path.join(root, "class_00")
+    base = Image.open(os.path.join(d, "000.jpg")).convert("RGB")
+    base.convert("L").save(os.path.join(d, "odd_grey.jpg"))
+    base.convert("L").save(os.path.join(d, "odd_grey.png"))
+    base.convert("CMYK").save(os.path.join(d, "odd_cmyk.jpg"))
+    base.save(os.path.join(d, "odd_progressive.jpg"), progressive=True)
+    base.convert("P", palette=Image.ADAPTIVE, colors=64).save(os.path.join(d, "odd_palette.png"))
+    base.convert("LA").save(os.path.join(d, "odd_greyalpha.png"))
+    base.convert("RGBA").save(os.path.join(d, "odd_rgba.png"))
+    base.save(os.path.join(d, "odd_interlaced.png"), interlace=1)
+    a16 = (np.asarray(base).astype(np.uint16) * 257 + 128)
+    Image.fromarray(a16[:, :, 0], "I;16").save(os.path.join(d, "odd_grey16.png"))
+    # a sub-folder, in torchvision's order after the folder's own files
+    os.makedirs(os.path.join(d, "sub"), exist_ok=True)
+    base.resize((150, 200)).save(os.path.join(d, "sub", "nested.jpg"))
+
+
+def hsv(h):
+    i = int(h * 6) % 6
+    f = h * 6 - int(h * 6)
+    return [(1, f, 0), (1 - f, 1, 0), (0, 1, f), (0, 1 - f, 1), (f, 0, 1), (1, 0, 1 - f)][i]
+
+
+def files_of(src):
+    """torchvision's ImageFolder order (make_dataset): classes sorted, os.walk roots sorted,
+    file names sorted; names starting with '.' left out as mgtrain does."""
+    classes = sorted(e.name for e in os.scandir(src) if e.is_dir() and not e.name.startswith("."))
+    out = []
+    for k, c in enumerate(classes):
+        for root, dirs, names in sorted(os.walk(os.path.join(src, c), followlinks=True)):
+            dirs[:] = [x for x in dirs if not x.startswith(".")]
+            if any(p.startswith(".") for p in os.path.relpath(root, src).split(os.sep)):
+                continue
+            for n in sorted(names):
+                if not n.startswith("."):
+                    out.append((os.path.join(root, n), k))
+    return classes, out
+
+
+def resize_short(img, size):
+    """torchvision's Resize(size) on a PIL image, then CenterCrop(size)."""
+    w, h = img.size
+    if w <= h:
+        nw, nh = size, int(size * h / w)
+    else:
+        nw, nh = int(size * w / h), size
+    img = img.resize((nw, nh), Image.BILINEAR)
+    top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
+    return img.crop((left, top, left + size, top + size))
+
+
+def pil_rgb(path):
+    img = Image.open(path)
+    if img.mode in ("I;16", "I") and img.format == "PNG":  # 16-bit grey: mgtrain keeps the
+        img = Image.fromarray((np.asarray(img) >> 8).astype(np.uint8), "L")  # high byte
+    return img.convert("RGB")
+
+
+def check_stored(dst, split, src, size):
+    man = json.load(open(os.path.join(dst, "images.json")))
+    shards = man["splits"][split]["shards"]
+    x = np.concatenate([np.load(os.path.join(dst, s["name"] + "_x.npy")) for s in shards])
+    y = np.concatenate([np.load(os.path.join(dst, s["name"] + "_y.npy")) for s in shards])
+    classes, files = files_of(src)
+    listed = open(os.path.join(dst, "classes.txt")).read().split("\n")[:-1]
+    ok = listed == classes
+    print(("ok" if ok else "FAIL") + f": classes.txt lists the {len(classes)} sorted folders")
+    skipped = set()
+    sk = os.path.join(dst, split + "_skipped.txt")
+    if os.path.exists(sk):
+        skipped = {line.split(": ")[0] for line in open(sk)}
+    kept = [(p, k) for p, k in files if p not in skipped]
+    if len(kept) != len(x):
+        print(f"FAIL: {len(x)} stored images, {len(kept)} files kept")
+        return 1
+    bad = 0
+    for i, (p, k) in enumerate(kept):
+        ref = np.asarray(resize_short(pil_rgb(p), size))
+        if ref.shape != x[i].shape or not np.array_equal(ref, x[i]) or y[i] != k:
+            diff = np.abs(ref.astype(int) - x[i].astype(int)).max() if ref.shape == x[i].shape else -1
+            print(f"FAIL: {p}: stored image differs from Pillow's (max |diff| {diff}), "
+                  f"label {y[i]} vs {k}")
+            bad += 1
+    print(("ok" if bad == 0 and ok else "FAIL") +
+          f": {len(kept)} stored images equal Pillow's decode + Resize({size}) + "
+          f"CenterCrop({size}) byte for byte, labels the folders' positions")
+    return 0 if bad == 0 and ok else 1
+
+
+def stored_images(dst, split):
+    man = json.load(open(os.path.join(dst, "images.json")))
+    shards = man["splits"][split]["shards"]
+    return np.concatenate([np.load(os.path.join(dst, s["name"] + "_x.npy"), mmap_mode="r")
+                           for s in shards])
+
+
+def check_crops(dst, split, dump):
+    meta = json.load(open(os.path.join(dump, "meta.json")))
+    rows = np.load(os.path.join(dump, "rows.npy"))
+    x, xn = np.load(os.path.join(dump, "x.npy")), np.load(os.path.join(dump, "norm.npy"))
+    crops = np.load(os.path.join(dump, "crops.npy"))
+    stored = stored_images(dst, split)
+    seed, epoch, train = meta["seed"], meta["epoch"], meta["train"]
+    scale, ratio = tuple(meta["scale"]), tuple(meta["ratio"])
+    mean = np.array(meta["mean"], np.float32)
+    std = np.array(meta["std"], np.float32)
+    h, w = x.shape[1], x.shape[2]
+    s = stored.shape[1]
+    fails = 0
+    for i, r in enumerate(rows):
+        img = Image.fromarray(np.asarray(stored[r]))
+        if train:
+            want = get_params(s, s, scale, ratio, seed, epoch, int(r))
+            got = tuple(int(v) for v in crops[i])
+            if got != want:
+                print(f"FAIL: row {r}: crop {got}, reference {want}")
+                fails += 1
+                continue
+            top, left, ch, cw, flip = want
+            ref = img.crop((left, top, left + cw, top + ch)).resize((w, h), Image.BILINEAR)
+            if flip:
+                ref = ImageOps.mirror(ref)
+        else:
+            side = max(math.floor(max(h, w) / meta["center_crop"] + 1e-9), max(h, w))
+            ref = img.resize((side, side), Image.BILINEAR)
+            top, left = int(round((side - h) / 2.0)), int(round((side - w) / 2.0))
+            ref = ref.crop((left, top, left + w, top + h))
+        ref = np.asarray(ref)
+        # ToTensor: bytes / 255 in float32; Normalize: (t - mean) / std in float32
+        t = ref.astype(np.float32) / np.float32(255)
+        if not np.array_equal(t, x[i]):
+            diff = np.abs(np.rint(x[i] * 255).astype(int) - ref.astype(int))
+            print(f"FAIL: row {r}: bytes differ from Pillow's in {int((diff > 0).sum())} values "
+                  f"(max {int(diff.max())})")
+            fails += 1
+            continue
+        tn = (t - mean) / std
+        if not np.array_equal(tn.astype(np.float32), xn[i]):
+            print(f"FAIL: row {r}: normalised values differ (max "
+                  f"{float(np.abs(tn - xn[i]).max()):.3g})")
+            fails += 1
+    what = "random-resized crop and flip" if train else "evaluation resize and centre crop"
+    flips = int(crops[:, 4].sum()) if train else 0
+    print(("ok" if fails == 0 else "FAIL") + f": {what} of {len(rows)} rows ({flips} flipped) "
+          f"equal the reference (torchvision's get_params from the same draws, Pillow's crop and "
+          f"resize, ToTensor and Normalize in float32)")
+    return 1 if fails else 0
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "tree":
+        make_tree(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+                  "--odd" in sys.argv)
+        return 0
+    if cmd == "stored":
+        return check_stored(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    if cmd == "crops":
+        return check_crops(sys.argv[2], sys.argv[3], sys.argv[4])
+    print("unknown command", cmd)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
