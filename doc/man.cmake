@@ -22,7 +22,7 @@ set(include "[NAME]\nmgtrain \\- data-parallel neural-network training, one MPI 
 string(APPEND include "[SYNOPSIS]\n.B mpirun -np\n.I N\n.B mgtrain\n[\\fICOMMAND\\fR] [\\fIFLAGS\\fR]\n"
        ".br\n.B mgtrain\n[\\fICOMMAND\\fR] [\\fIFLAGS\\fR]\n")
 string(APPEND include "[OTHER COMMANDS]\n")
-foreach(cmd eval predict summary plot)
+foreach(cmd eval predict summary plot convert)
   execute_process(COMMAND ${MGTRAIN} ${cmd} --help OUTPUT_VARIABLE help RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "man.cmake: ${MGTRAIN} ${cmd} --help failed (${rc})")

@@ -84,9 +84,9 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
     }
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     s->threads = o->threads;
-    check_transforms(s, m, train, o->val_split);
     if (train) {
         load_split(s, &s->train, m, 0, o->synthetic_samples);
+        check_transforms(s, m, 1, o->val_split); /* the data is there: is it what they take? */
         if (o->val_split > 0) {
             /* Keras' validation_split: the LAST fraction of the training data, before shuffling. */
             const int64_t n = s->train.n, nv = (int64_t)((double)n * o->val_split);
@@ -106,6 +106,8 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
             mgt_die_all("--split %s: unknown; use train or test", eval_split);
         load_split(s, &s->test, m, !eval_split || !strcmp(eval_split, "test"),
                    o->synthetic_samples);
+        if (!train)
+            check_transforms(s, m, 0, 0);
         s->have_test = 1;
         if (train) {
             s->val = s->test;

@@ -934,8 +934,22 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
         return mgt_errf(err, "--split %s: use train or test", o->split);
     tree t;
     int rc = list_tree(&t, o->src, err);
+    struct stat sb;
+    const int existed = stat(o->dst, &sb) == 0;
     if (rc == 0)
         rc = make_dir(o->dst, err);
+    char rs[PATH_MAX], rd[PATH_MAX];
+    if (rc == 0 && realpath(o->src, rs) && realpath(o->dst, rd)) {
+        const size_t n = strlen(rs);
+        if (!strncmp(rs, rd, n) && (rd[n] == 0 || rd[n] == '/')) {
+            rc = mgt_errf(err,
+                          "%s is %s %s: it would be read as a class folder; give a DST outside "
+                          "the image folder",
+                          o->dst, rd[n] ? "inside" : "the same folder as", o->src);
+            if (!existed)
+                rmdir(o->dst);
+        }
+    }
     if (rc < 0) {
         tree_free(&t);
         return -1;

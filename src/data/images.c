@@ -303,21 +303,35 @@ int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split,
     return 0;
 }
 
-void mgt_images_threads(mgt_dataset *ds, int threads) {
-    if (ds->images)
-        ds->images->threads = threads < 1 ? 1 : threads;
-}
-
-void mgt_images_free(mgt_images *im) {
-    if (!im)
-        return;
+/* The pool and the threads' scratch memory, given back (made again at the next gather). */
+static void drop_threads(mgt_images *im) {
     mgt_pool_destroy(im->pool);
+    im->pool = NULL;
     for (int i = 0; im->scr && i < im->threads; i++) {
         free(im->scr[i].stored);
         free(im->scr[i].out);
         mgt_resample_work_free(&im->scr[i].rw);
     }
     free(im->scr);
+    im->scr = NULL;
+}
+
+void mgt_images_threads(mgt_dataset *ds, int threads) {
+    mgt_images *im = ds->images;
+    if (!im)
+        return;
+    threads = threads < 1 ? 1 : threads;
+    pthread_mutex_lock(&im->mu);
+    if (threads != im->threads)
+        drop_threads(im);
+    im->threads = threads;
+    pthread_mutex_unlock(&im->mu);
+}
+
+void mgt_images_free(mgt_images *im) {
+    if (!im)
+        return;
+    drop_threads(im);
     for (int k = 0; im->fd && k < im->nshards; k++)
         if (im->fd[k] >= 0)
             close(im->fd[k]);

@@ -45,8 +45,8 @@ int mgt_images_has_split(const char *dir, const char *split);
 int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split, int h, int w,
                             int c, int classes, const mgt_input_tf *tf, mgt_err *err);
 
-/* The threads that transform a batch (the caller's included; 1: the caller alone). Set before
- * the first gather. */
+/* The threads that transform a batch (the caller's included; 1: the caller alone). Not while
+ * a gather runs: the pool is made again for a new count at the next gather. */
 void mgt_images_threads(mgt_dataset *ds, int threads);
 
 /* Rows rows[0..n) of the image set ds into x (n inputs, bytes / 255, not normalised) and their

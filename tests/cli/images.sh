@@ -181,6 +181,9 @@ expect_fail "SRC missing" "nothere: No such file or directory; give the folder o
 expect_fail "SRC a file" "flat/000.jpg is not a folder" "$MGT_BIN" convert flat/000.jpg b8
 touch afile
 expect_fail "DST a file" "afile exists and is not a folder" "$MGT_BIN" convert train afile
+expect_fail "DST inside SRC" "badtree/out is inside badtree: it would be read as a class folder" \
+  "$MGT_BIN" convert badtree badtree/out
+[ ! -e badtree/out ] && ok "the refused DST inside SRC is not left there" || bad "badtree/out left behind"
 expect_fail "--size too small" "\-\-size 4: expected a whole number of at least 8" "$MGT_BIN" convert train b9 --size 4
 expect_fail "convert without DST" "usage: mgtrain convert SRC DST" "$MGT_BIN" convert train
 expect_fail "convert under mpirun" "mgtrain convert runs as one process" mpi 2 convert train b10
