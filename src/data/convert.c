@@ -394,11 +394,17 @@ static int convert_one(worker *w, const src_file *f, int size, uint8_t *out, mgt
     if (read_file(w, f, &len, err) < 0 || mgt_decode(w->file, len, &w->img, err) < 0)
         return -1;
     const int iw = w->img.w, ih = w->img.h;
+    /* torchvision's long side, int(size * long / short): at most 2^24 (an aspect ratio of
+     * 65536:1 at 256), so it is an int */
+    const double lng = (double)size * (iw <= ih ? ih : iw) / (iw <= ih ? iw : ih);
+    if (lng > (double)(1 << 24))
+        return mgt_errf(err, "a %d x %d image, too narrow to resize to a %d-pixel short side", iw,
+                        ih, size);
     int rw = size, rh = size;
     if (iw <= ih)
-        rh = (int)((double)size * ih / iw);
+        rh = (int)lng;
     else
-        rw = (int)((double)size * iw / ih);
+        rw = (int)lng;
     const int x0 = (int)nearbyint((rw - size) / 2.0), y0 = (int)nearbyint((rh - size) / 2.0);
     if (mgt_resample_u8(w->img.px, iw, ih, (size_t)iw * 3, 3, rw, rh, x0, y0, size, size, out,
                         &w->rw) < 0)
