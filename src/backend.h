@@ -277,5 +277,10 @@ struct mgt_ops {
 /* The CPU reference backend; threads = OpenBLAS threads for this rank (0: leave as is). */
 int mgt_cpu_backend_init(mgt_backend *be, int threads);
 void mgt_backend_destroy(mgt_backend *be);
+/* Where OpenBLAS runs a kernel older than this CPU can take (it falls back to its SSE3 Prescott
+ * kernel on CPU models it does not know, 5 times slower than its AVX-512 one), a short notice
+ * naming the kernel and the OPENBLAS_CORETYPE that fits, into buf (n bytes), and 1; else 0 and
+ * an empty buf. The start-up block adds it to the rank's line. */
+int mgt_cpu_blas_notice(char *buf, size_t n);
 
 #endif

@@ -168,7 +168,10 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
     } else {
         mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
     }
-    snprintf(p->desc, sizeof p->desc, "cpu (%d BLAS thread%s)", cores, cores == 1 ? "" : "s");
+    char note[128];
+    mgt_cpu_blas_notice(note, sizeof note);
+    snprintf(p->desc, sizeof p->desc, "cpu (%d BLAS thread%s)%s%s", cores, cores == 1 ? "" : "s",
+             *note ? "; " : "", note);
 }
 
 void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_run *run) {
