@@ -209,6 +209,19 @@ for _name, _m in GRAPH_MODELS.items():
     MODELS[_name] = _m
 
 
+def read_idx(path):
+    """An IDX file (gzipped or not) as a numpy array: the peers' Fashion-MNIST reader (numpy is
+    imported here, so that benchlib itself needs the standard library only)."""
+    import gzip
+    import struct
+    import numpy as np
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
 def die(msg):
     print(f"{Path(sys.argv[0]).name}: {msg}", file=sys.stderr)
     sys.exit(2)
@@ -719,21 +732,24 @@ def trained_line(out):
 
 
 def run_mgtrain(sess, mgtrain, np, args, warmup, batch, bind="none", cores_per_rank=None,
-                env=None):
+                env=None, prefix=()):
     """Runs mgtrain (global batch `batch`, 60,000 training samples) with a timeline in a scratch
     folder; returns the timing of the steps after `warmup`, measured on rank 0 as the sum of each
     step's span (data loading to the end of the update), so epoch-end evaluation and checkpoints
-    are not counted, and samples/s = their samples / that time."""
+    are not counted, and samples/s = their samples / that time. prefix: what runs mpirun (e.g.
+    chrt -f N); test_acc: the accuracy of the run's final test, where it printed one."""
     with tempfile.TemporaryDirectory(prefix="mgt-bench-") as tmp:
         tl = Path(tmp) / "timeline.json"
         argv = [mgtrain, *args, "--batch-size", batch, "--verbose", "0", "--out",
                 Path(tmp) / "out", "--timeline", tl]
-        _, out, _ = sess.run(mpirun(np, argv, bind, cores_per_rank),
+        _, out, _ = sess.run([*prefix, *mpirun(np, argv, bind, cores_per_rank)],
                              env={**mpi_env(), **(env or {})}, peak_rss=True)
         r = timed_steps(timeline_steps(tl), warmup, batch)
     r["peak_rss_mib"] = sess.peak_rss_mib
     r["samples_per_s"] = r["samples"] / r["seconds"]
     r["trained_line"] = trained_line(out)
+    m = re.search(r"^Test loss: [\d.]+ - test acc: ([\d.]+)", out, re.M)
+    r["test_acc"] = float(m.group(1)) if m else None
     m = re.search(r"Peak GPU memory: ([\d.]+) MiB", out)
     r["peak_gpu_mem_mb"] = float(m.group(1)) if m else None
     r["load_avg"] = os.getloadavg()[0]

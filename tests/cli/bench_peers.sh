@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# labels: cli
+# timeout: 300
+# The benchmark's peers without their frameworks' releases (those bench/peer installs from PyPI
+# when it runs; a benchmark is not a test): their logic, with whatever torch the machine has
+# (Debian's python3-torch under /usr/bin/python3, which tests/run installs).
+#
+# 1. bench/torch_peer.py builds each seed model with mgtrain summary's trainable parameters
+#    (--count-params), and trains a few steps through either batch path (tensor indexing, the
+#    DataLoader with a DistributedSampler, on 1 and 2 processes), each JSON line naming its path,
+#    its parameters and the steps it ran.
+# 2. Arguments the peers refuse, in one line each: a global batch that does not split over the
+#    processes, the DataLoader on a graph model, and Keras on more than one process (refused
+#    before TensorFlow is imported, so this runs without it).
+# 3. bench/peer refuses what it cannot measure before it builds or installs anything: an unknown
+#    framework, Keras on a GPU, mgtrain left out, a real-time priority out of range.
+# 4. bench/peer --replot of a run written before there were several frameworks: its one peer
+#    reads as PyTorch with tensor indexing, and the markdown is written again, every side's row
+#    and the ratio in it.
+source "$(dirname "$0")/lib.bash"
+PY=/usr/bin/python3
+if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
+  echo "SKIPPED: no torch for $PY (apt-get install python3-torch python3-numpy)"
+  exit 77
+fi
+B=$MGT_SRC/bench
+
+# 1. parameter counts and both batch paths
+for m in mlp convnet; do
+  want=$("$MGT_BIN" summary --model "$MGT_SRC/examples/$m.cfg" | sed -n 's/^Trainable params: *\([0-9,]*\).*/\1/p' | tr -d ,)
+  got=$("$PY" "$B/torch_peer.py" --model "$m" --count-params | "$PY" -c "import json,sys; print(json.load(sys.stdin)['params'])")
+  [ -n "$want" ] && [ "$got" = "$want" ] && ok "torch_peer $m: $got trainable parameters, as mgtrain summary" ||
+    bad "torch_peer $m: $got trainable parameters, mgtrain summary '$want'"
+done
+port=$((30000 + $$ % 20000))
+for run in "index 1" "loader 1" "loader 2"; do
+  set -- $run
+  port=$((port + 1))
+  out=$(timeout 120 "$PY" "$B/torch_peer.py" --model mlp --batches "$1" --world "$2" --batch-size 64 \
+        --max-steps 3 --warmup 1 --data synthetic --port $port 2>&1)
+  if "$PY" -c "
+import json, sys
+j = json.loads([l for l in sys.argv[1].splitlines() if l.startswith('{')][-1])
+ok = j['batches'] == '$1' and j['world'] == $2 and j['steps'] == 3 and j['params'] == 269322 \
+     and j['samples_per_s'] > 0
+sys.exit(0 if ok else 1)" "$out"; then
+    ok "torch_peer --batches $1 on $2 process(es): 3 steps, its path and parameters in its JSON"
+  else bad "torch_peer --batches $1 --world $2:"; tail -5 <<<"$out"; fi
+done
+
+# 2. what the peers refuse
+expect_fail "torch_peer: a batch that does not split over the processes" "--batch-size 255 does not split evenly over --world 2" \
+  "$PY" "$B/torch_peer.py" --world 2 --batch-size 255 --count-params
+expect_fail "torch_peer: the DataLoader on a graph model" "--batches loader: --model resnet50 draws its images per step" \
+  "$PY" "$B/torch_peer.py" --model resnet50 --batches loader --count-params
+expect_fail "keras_peer: more than one process" "--world 2: MirroredStrategy on a CPU has one replica" \
+  "$PY" "$B/keras_peer.py" --world 2
+
+# 3. what bench/peer refuses, before any build or install
+expect_fail "bench/peer: an unknown framework" "unknown name.*'jax'.*choose from mgtrain, torch, keras" \
+  "$PY" "$B/peer" --frameworks mgtrain,jax --no-build --build-dir nowhere
+expect_fail "bench/peer: Keras on a GPU" "the Keras peer runs on a CPU only" \
+  "$PY" "$B/peer" --device gpu --frameworks mgtrain,keras --no-build --build-dir nowhere
+expect_fail "bench/peer: mgtrain left out" "mgtrain must be one of them" \
+  "$PY" "$B/peer" --frameworks torch,keras --no-build --build-dir nowhere
+expect_fail "bench/peer: a real-time priority out of range" "--rt-priority 120: give 1-99" \
+  "$PY" "$B/peer" --rt-priority 120 --no-build --build-dir nowhere
+[ ! -e nowhere ] && ok "bench/peer made nothing for the arguments it refused" || bad "bench/peer made nowhere/"
+
+# 4. --replot of a single-peer run (a run's JSON and its log, as bench/peer writes them)
+old=$MGT_SRC/bench/results/cpu-peer-epyc
+if [ -f "$old.json" ]; then
+  mkdir replot && cp "$old.json" replot/ && cp "$old.log" replot/ 2>/dev/null
+  out=$("$PY" "$B/peer" --replot replot/cpu-peer-epyc.json 2>&1); rc=$?
+  md=replot/cpu-peer-epyc.md
+  if [ $rc -eq 0 ] && grep -q "PyTorch DDP, tensor indexing" "$md" && grep -q "| mlp | 1 | 256 | \*\*60,234\*\* | PyTorch DDP, tensor indexing | 16,703 | \*\*3.61x\*\*" "$md"; then
+    ok "--replot of a single-peer run: its peer is PyTorch with tensor indexing, the 3.61x ratio as it was"
+  else bad "--replot of $old.json (exit $rc):"; tail -5 <<<"$out"; grep "^| mlp" "$md" | head -3; fi
+else
+  bad "$old.json is missing: the replot check needs a run written before there were several frameworks"
+fi
+finish
