@@ -2,8 +2,8 @@
  *
  * The input is an argument list: the bytes split at NUL characters (at most 64 arguments) after
  * the program name. Whatever the list, the parser returns: a command to run, a help text (which
- * then prints), the version, a plot, or an error message. A command to run has its path flags
- * within MGT_CLI_MAX_PATH and its numbers in their ranges. */
+ * then prints), the version, a plot, or an error message. A command to run (convert included)
+ * has its path flags and operands within MGT_CLI_MAX_PATH and its numbers in their ranges. */
 #include <string.h>
 
 #include "cli.h"
@@ -50,11 +50,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     case MGT_CLI_RUN: {
         const mgt_options *o = &c.o;
-        const char *cmds[] = {"train", "eval", "predict", "summary"};
+        const char *cmds[] = {"train", "eval", "predict", "summary", "convert"};
         int known = 0;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             known |= !strcmp(o->command, cmds[i]);
         FUZZ_CHECK(known, "command %s", o->command);
+        if (!strcmp(o->command, "convert")) {
+            FUZZ_CHECK(o->convert_src && o->convert_dst, "convert without SRC and DST");
+            check_path(o->convert_src);
+            check_path(o->convert_dst);
+        }
         const char *paths[] = {o->model,    o->data,    o->out,   o->init_weights,
                                o->timeline, o->weights, o->output};
         for (int i = 0; i < 7; i++)
