@@ -67,7 +67,7 @@ static void *watch(void *arg) {
                     "if steps are legitimately this slow)\n",
                     d->rank, atomic_load(&d->what), d->timeout);
             fflush(stderr);
-            _exit(124);
+            mgt_runtime_exit_now(124);
         }
     }
     return NULL;

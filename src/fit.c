@@ -38,14 +38,14 @@
  * --log-every (metrics.h); end_epoch hands a whole epoch's validation to the monitor (monitor.h:
  * best weights, early stopping, the plateau schedule's cuts), whose state the checkpoint keeps.
  *
- * Stopping on a signal (runtime.h: SIGTERM, SIGUSR1, SIGINT) may reach one rank, some or all, at
- * any moment. A rank that has caught one writes a 1 into a third metric sum (SUM_STOP) before the
- * step's first bucket leaves, so when the sums are next read (every step on the CPU, every 20 on a
- * GPU) every rank sees the same count at the same step, and all stop after that step: no rank is
- * left waiting in a collective, and no extra collective runs per step. They then agree on which
- * signal it was, save a checkpoint at the next step's position, and training returns with
- * res->stop_signal set (the trainer exits 128 + its number). A request that comes during an
- * epoch's end is settled there, where a checkpoint has just been saved. */
+ * Stopping on a signal (runtime.h: SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGINT) may reach one rank,
+ * some or all, at any moment. A rank that has caught one writes a 1 into a third metric sum
+ * (SUM_STOP) before the step's first bucket leaves, so when the sums are next read (every step on
+ * the CPU, every 20 on a GPU) every rank sees the same count at the same step, and all stop after
+ * that step: no rank is left waiting in a collective, and no extra collective runs per step. They
+ * then agree on which signal it was, save a checkpoint at the next step's position, and training
+ * returns with res->stop_signal set (the trainer exits 128 + its number). A request that comes
+ * during an epoch's end is settled there, where a checkpoint has just been saved. */
 #include "fit.h"
 
 #include <math.h>
@@ -303,12 +303,15 @@ static void stopped(fit *f, int sig) {
     if (f->env->comm->rank == 0) {
         if (f->mt.bar_open)
             printf("\n");
-        /* The epoch the last step belonged to, 1-based, as the epoch lines count. */
+        /* The epoch the last step belonged to, 1-based, as the epoch lines count. After SIGPIPE
+         * stdout has no reader: the message goes where it can be read. */
         const int64_t epoch = pos->step_in_epoch > 0 ? pos->epoch + 1 : pos->epoch;
-        printf("interrupted at epoch %lld step %lld (%s): checkpoint saved; resume with "
-               "--resume\n",
-               (long long)epoch, (long long)pos->step, mgt_signal_name(sig));
-        fflush(stdout);
+        FILE *to = sig == SIGPIPE ? stderr : stdout;
+        fprintf(to,
+                "interrupted at epoch %lld step %lld (%s): checkpoint saved; resume with "
+                "--resume\n",
+                (long long)epoch, (long long)pos->step, mgt_signal_name(sig));
+        fflush(to);
     }
     int done = 1;
     mgt_bcast(f->env->comm, &done, sizeof done, 0, "stop");

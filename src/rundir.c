@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime.h"
 #include "tensor_io.h"
 
 /* run.json is small; anything larger is not ours. */
@@ -149,6 +150,7 @@ static int write_owner(mgt_rundir *d, int fd, const char *host, const char *path
                         path, strerror(e));
     }
     d->lock_fd = fd;
+    mgt_runtime_hold_lock(path); /* an ending that skips mgt_rundir_unlock still removes it */
     return 0;
 }
 
@@ -261,6 +263,7 @@ void mgt_rundir_unlock(mgt_rundir *d) {
         return;
     char path[600];
     snprintf(path, sizeof path, "%s/%s", d->dir, MGT_RUN_LOCK);
+    mgt_runtime_hold_lock(NULL);
     unlink(path); /* while still holding it: whoever opens it next finds it gone */
     close(d->lock_fd);
     d->lock_fd = -1;

@@ -7,11 +7,13 @@
  *
  *  - One job at a time. Rank 0 holds OUT/mgtrain.lock while it writes there: the file names the
  *    owner (host, pid, start time, Slurm job id) and the owner holds an flock on it, which the
- *    kernel drops when the process dies however it dies. A second job is refused, naming the
- *    owner. A lock no live process holds (its job was killed) is taken over with a notice when it
- *    names a process of this host, or this same Slurm job (requeued: Slurm never runs a job id
- *    twice at once); one of another host and job cannot be checked from here, and the message
- *    says how to remove it.
+ *    kernel drops when the process dies however it dies. The file itself is removed on every
+ *    ending mgtrain controls: a finished or stopped run, an error (runtime.h: mgt_die and
+ *    mgt_die_all remove it), a second Ctrl-C, the communication watchdog. A second job is
+ *    refused, naming the owner. A lock no live process holds (its job was killed) is taken over
+ * with a notice when it names a process of this host, or this same Slurm job (requeued: Slurm never
+ * runs a job id twice at once); one of another host and job cannot be checked from here, and the
+ * message says how to remove it.
  *  - A new run never replaces another run's files: a folder that holds a run (its weights or a
  *    checkpoint) is refused unless the run is resumed (--resume) or replaced (--overwrite, which
  *    removes the old run's files first), and the message names a free folder.

@@ -34,6 +34,11 @@ static void warn_foreign_launcher(void) {
 
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
     memset(rt, 0, sizeof *rt);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    rt->xfsz_ignored = sigaction(SIGXFSZ, &ign, &rt->xfsz_saved) == 0;
     /* Before MPI_Init: a singleton's MPI_Init sets these variables itself. A program using
      * libmgt may have started MPI already: then it is used, and left to that program to end. */
     int started = 0;
@@ -74,6 +79,9 @@ void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv) {
 }
 
 void mgt_runtime_finalize(mgt_runtime *rt) {
+    if (rt->xfsz_ignored)
+        sigaction(SIGXFSZ, &rt->xfsz_saved, NULL);
+    rt->xfsz_ignored = 0;
     if (!rt->mpi)
         return;
     MPI_Comm_free(&rt->node_comm);
@@ -93,19 +101,46 @@ int mgt_runtime_cores(const mgt_runtime *rt) {
     return mine < 1 ? 1 : mine;
 }
 
-const int mgt_stop_signals[MGT_STOP_SIGNALS] = {SIGTERM, SIGUSR1, SIGINT};
+const int mgt_stop_signals[MGT_STOP_SIGNALS] = {SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGINT};
 
-/* The one piece of process-wide mutable state in mgtrain: a signal handler can reach nothing
- * else (POSIX lets it store to a volatile sig_atomic_t and call a few functions such as write and
- * _exit). Set by the handler, read through mgt_stop_signal, cleared when stops are caught anew. */
+/* The process-wide mutable state of mgtrain, all here: a signal handler can reach nothing else
+ * (POSIX lets it store to a volatile sig_atomic_t and call a few functions such as write, unlink
+ * and _exit), and neither can mgt_die, which any module calls without a context.
+ *
+ * caught_stop: set by the handler, read through mgt_stop_signal, cleared when stops are caught
+ * anew. held_lock: the path of the run folder's lock this process holds, valid while lock_held
+ * is set (mgt_runtime_hold_lock). */
 static volatile sig_atomic_t caught_stop;
+static char held_lock[1024];
+static volatile sig_atomic_t lock_held;
+
+void mgt_runtime_hold_lock(const char *path) {
+    lock_held = 0;
+    if (path && strlen(path) < sizeof held_lock) {
+        memcpy(held_lock, path, strlen(path) + 1);
+        lock_held = 1;
+    }
+}
+
+/* Async-signal-safe: unlink only. */
+static void drop_held_lock(void) {
+    if (lock_held) {
+        lock_held = 0;
+        unlink(held_lock);
+    }
+}
+
+void mgt_runtime_exit_now(int status) {
+    drop_held_lock();
+    _exit(status);
+}
 
 static void on_stop(int sig) {
     if (caught_stop && sig == SIGINT) {
         static const char msg[] = "\nmgtrain: second Ctrl-C: stopping at once, without saving\n";
         ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)w;
-        _exit(128 + SIGINT);
+        mgt_runtime_exit_now(128 + SIGINT);
     }
     if (!caught_stop)
         caught_stop = sig;
@@ -147,6 +182,10 @@ const char *mgt_signal_name(int sig) {
     switch (sig) {
     case SIGTERM:
         return "SIGTERM";
+    case SIGHUP:
+        return "SIGHUP";
+    case SIGPIPE:
+        return "SIGPIPE";
     case SIGUSR1:
         return "SIGUSR1";
     case SIGINT:
@@ -201,6 +240,7 @@ void mgt_die(const char *fmt, ...) {
     describe(&f, fmt, ap);
     va_end(ap);
     vreport(NULL, f.rank, f.msg);
+    drop_held_lock();
     if (f.world > 1)
         MPI_Abort(MPI_COMM_WORLD, 1);
     if (mpi_live())
@@ -218,7 +258,7 @@ static void *grace_expired(void *arg) {
     }
     if (g->rank != 0)
         vreport(NULL, g->rank, g->msg);
-    _exit(2);
+    mgt_runtime_exit_now(2);
 }
 
 void mgt_die_all(const char *fmt, ...) {
@@ -230,6 +270,7 @@ void mgt_die_all(const char *fmt, ...) {
     if (f.rank == 0)
         vreport("mgtrain", f.rank, f.msg);
     fflush(stdout);
+    drop_held_lock();
     if (mpi_live()) {
         pthread_t t;
         /* Without the thread a missing rank would hang the job: fall back to ending it now. */

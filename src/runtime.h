@@ -12,10 +12,12 @@
 #include <signal.h>
 
 /* The signals that ask a training run to stop at a step boundary with a checkpoint: SIGTERM (kill,
- * Slurm's preemption and time limit, mpirun's own Ctrl-C handling), SIGUSR1 (Slurm's --signal
- * warning; mpirun forwards it to every rank as it is) and SIGINT (Ctrl-C). */
-enum { MGT_STOP_SIGNALS = 3 };
-/* SIGTERM, SIGUSR1, SIGINT: the most urgent first. */
+ * Slurm's preemption and time limit, mpirun's own Ctrl-C handling), SIGHUP (the terminal or the
+ * ssh session went away), SIGPIPE (stdout is a pipe whose reader ended, as with `| head`),
+ * SIGUSR1 (Slurm's --signal warning; mpirun forwards it to every rank as it is) and SIGINT
+ * (Ctrl-C). */
+enum { MGT_STOP_SIGNALS = 5 };
+/* SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGINT: the most urgent first. */
 extern const int mgt_stop_signals[MGT_STOP_SIGNALS];
 
 typedef struct mgt_runtime {
@@ -31,23 +33,31 @@ typedef struct mgt_runtime {
     /* While stop signals are caught (mgt_runtime_catch_stops): the dispositions they replaced. */
     int stops_caught;
     struct sigaction stop_saved[MGT_STOP_SIGNALS];
+    /* SIGXFSZ's, replaced for the runtime's life (mgt_runtime_init). */
+    int xfsz_ignored;
+    struct sigaction xfsz_saved;
 } mgt_runtime;
 
+/* Also ignores SIGXFSZ until mgt_runtime_finalize: a write past the file-size limit (ulimit -f)
+ * then fails with EFBIG, and the writer removes its temporary file and says so, instead of the
+ * signal killing the process in the middle of a file. */
 void mgt_runtime_init(mgt_runtime *rt, int *argc, char ***argv);
 void mgt_runtime_finalize(mgt_runtime *rt);
 
 /* Stop requests. While caught, a stop signal only records that it came: the training loop asks
  * mgt_stop_signal() at each step, the ranks agree on the stop through the step's all-reduce, save
  * a checkpoint and exit with 128 + the signal's number. A second SIGINT while a stop is pending
- * ends the process at once (exit 130), for a step that takes too long. Outside (start-up,
- * evaluation, prediction) the signals keep their default effect: there is nothing to save.
+ * ends the process at once (exit 130, the run folder's lock removed), for a step that takes too
+ * long. Training catches them from the moment it holds its run folder until it has let it go;
+ * outside (start-up, evaluation, prediction) the signals keep their default effect: there is
+ * nothing to save and no folder to leave clean.
  * mgt_runtime_release_stops restores what was there before (a program using libmgt may have
  * handlers of its own). */
 void mgt_runtime_catch_stops(mgt_runtime *rt);
 void mgt_runtime_release_stops(mgt_runtime *rt);
 /* The first stop signal caught on this rank since mgt_runtime_catch_stops, or 0. */
 int mgt_stop_signal(void);
-/* "SIGTERM", "SIGUSR1", "SIGINT" (or "a signal"), for messages. */
+/* "SIGTERM", "SIGHUP", "SIGPIPE", "SIGUSR1", "SIGINT" (or "a signal"), for messages. */
 const char *mgt_signal_name(int sig);
 
 /* Cores this rank may use for BLAS threads: its CPU affinity, shared with the other ranks of the
@@ -80,6 +90,14 @@ void mgt_die_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), nore
  * argument is ignored); when rank 0 passed a message, every rank ends through mgt_die_all with
  * it, otherwise the call returns everywhere. */
 void mgt_die_all_if_root(const char *root_msg);
+
+/* The run folder's lock file this process holds (rundir.c sets it, NULL when it lets go): the
+ * endings that never return to the trainer's clean-up (mgt_die, mgt_die_all, a second Ctrl-C,
+ * the communication watchdog) remove it on their way out, so that no exit mgtrain controls
+ * leaves it behind. */
+void mgt_runtime_hold_lock(const char *path);
+/* _exit(status), the held lock removed first: for a thread that must end the process at once. */
+void mgt_runtime_exit_now(int status) __attribute__((noreturn));
 
 /* Prints on rank 0 only. */
 void mgt_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -39,6 +40,20 @@
 
 static const char *errstr(int e) {
     return e ? strerror(e) : "I/O error";
+}
+
+/* "PATH: cannot write (REASON); WHAT TO DO". EFBIG is the process's file-size limit (SIGXFSZ is
+ * ignored, runtime.h), which a user sets and may not remember. */
+static int write_error(mgt_err *err, const char *path, int e) {
+    struct rlimit rl;
+    if (e == EFBIG && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return mgt_errf(err,
+                        "%s: cannot write (%s): this process may write files of at most %llu "
+                        "bytes (ulimit -f %llu); raise the limit",
+                        path, errstr(e), (unsigned long long)rl.rlim_cur,
+                        (unsigned long long)rl.rlim_cur / 1024);
+    return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", path,
+                    errstr(e));
 }
 
 /* ---- atomic file ------------------------------------------------------------------------ */
@@ -148,8 +163,7 @@ static int af_write(afile *a, const void *p, size_t len, mgt_err *err) {
     if (len && fwrite(p, 1, len, a->f) != len) {
         int e = errno;
         af_abort(a);
-        return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
-                        errstr(e));
+        return write_error(err, a->path, e);
     }
     return 0;
 }
@@ -160,16 +174,14 @@ static int af_commit(afile *a, mgt_err *err) {
     if (fflush(a->f) != 0 || fsync(fileno(a->f)) != 0) {
         int e = errno;
         af_abort(a);
-        return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
-                        errstr(e));
+        return write_error(err, a->path, e);
     }
     FILE *f = a->f;
     a->f = NULL;
     if (fclose(f) != 0) {
         int e = errno;
         unlink(a->tmp);
-        return mgt_errf(err, "%s: cannot write (%s); check free space and permissions", a->path,
-                        errstr(e));
+        return write_error(err, a->path, e);
     }
     if (rename(a->tmp, a->target) != 0) {
         int e = errno;

@@ -466,6 +466,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                                 B * (m->train.accum_steps > 1 ? m->train.accum_steps : 1),
                                 &e) < 0) /* every rank; a step takes B x K samples */
         mgt_die_all("%s", e.msg);
+    /* From here until the folder is let go a stop signal saves the work done (the loop stops at
+     * a step boundary) and ends with the folder clean: the default action would kill the
+     * process with the lock in place. */
+    mgt_runtime_catch_stops(rt);
     make_out_dir(s);
     prepare_out(s, pos.step);
     const mgt_place_run run = {.what = s->resumed ? "resuming" : "training",
@@ -516,15 +520,13 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         .log_every = o->log_every,
         .resumed = s->resumed};
     mgt_fit_result res;
-    /* From here on a stop signal saves the work done: the loop stops at a step boundary. */
-    mgt_runtime_catch_stops(rt);
     mgt_fit(&env, &fo, &pos, &res);
     char how[64];
     how_it_ended(how, sizeof how, s, &res, &pos);
     if (res.stop_signal) {
         end_segment(s, pos.step, how);
-        mgt_runtime_release_stops(rt);
         free_session(s);
+        mgt_runtime_release_stops(rt);
         return 128 + res.stop_signal;
     }
 
@@ -546,8 +548,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     mgt_replica_save_weights(&s->rep, s->out, pos.step);
     end_segment(s, pos.step, how);
     report_training(s, &res, test_loss, test_acc, test_top5, t_start);
-    mgt_runtime_release_stops(rt);
     free_session(s);
+    mgt_runtime_release_stops(rt);
     return 0;
 }
 
