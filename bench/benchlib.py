@@ -539,9 +539,13 @@ def version_text(name, code):
 
 def gpu_lib_versions(binary):
     """{name: {"version", "code", "path"}} of the GPU libraries `binary` resolves to (ldd, so
-    LD_LIBRARY_PATH counts), each asked for its version through ctypes."""
+    LD_LIBRARY_PATH counts), each asked for its version through ctypes. mgtrain opens its GPU
+    backend, libmgt_gpu.so beside it, at run time: that library's are counted with its own."""
     import ctypes
     paths = ldd_paths(binary)
+    plugin = Path(binary).parent / "libmgt_gpu.so"
+    if plugin.is_file():
+        paths.update(ldd_paths(plugin))
     found = {}
     for name, prefix, func, sig in GPU_LIBS:
         path = next((p for s, p in paths.items() if s.startswith(prefix) and p), None)

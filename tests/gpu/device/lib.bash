@@ -10,9 +10,11 @@
 # binaries in the build tree's layout (so bench/peer --build-dir works on it), debs/ the Open MPI
 # kit, data/fashion-mnist/ the four .gz files, manifest what the build was made from.
 DEV_DIR_DEFAULT=.device
-# The binaries the GPU check runs, relative to a build folder.
-DEV_BINARIES=(mgtrain tests/gpu/test_gpu_fallback tests/gpu/test_gpu_ops tests/gpu/test_gpu_train
-              tests/gpu/test_gpu_nccl bench/sgemm_rate bench/mgt_allreduce_bench)
+# The binaries the GPU check runs, relative to a build folder: libmgt_gpu.so, the GPU backend
+# mgtrain opens (it lies beside mgtrain, and building mgtrain builds it), with them.
+DEV_BINARIES=(mgtrain libmgt_gpu.so tests/gpu/test_gpu_fallback tests/gpu/test_gpu_ops
+              tests/gpu/test_gpu_train tests/gpu/test_gpu_nccl bench/sgemm_rate
+              bench/mgt_allreduce_bench)
 DEV_DATA_FILES=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz
                 t10k-labels-idx1-ubyte.gz)
 # The packages of the kit: Open MPI itself and what its core libraries, mpirun and the

@@ -60,7 +60,7 @@ while read -r soname path; do
   ln -sf "$path" "$T/sp/nvidia/$sub/lib/$soname"
   # cuDNN loads its sub-libraries from beside itself at run time
   [ "$sub" = cudnn ] && for f in "$(dirname "$path")"/libcudnn_*.so.9; do ln -sf "$f" "$T/sp/nvidia/cudnn/lib/"; done
-done < <(ldd "$MGT_BUILD/mgtrain" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }')
+done < <(ldd "$MGT_BUILD/libmgt_gpu.so" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }')
 ls -R "$T/sp"
 nccl_code=$(python3 "$MGT_SRC/bench/benchlib.py" gpu-libs "$MGT_BUILD/mgtrain" | awk '$1 == "NCCL" { print $3 }')
 route=$(dev_nccl_route "${nccl_code:-0}")
