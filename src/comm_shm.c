@@ -33,10 +33,12 @@
  * done counter moves (release), read after it is seen complete (acquire). */
 #include <limits.h>
 #include <linux/futex.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -136,8 +138,37 @@ static void check(int rc, const char *call) {
     }
 }
 
+/* Open MPI backs a shared window with a file in /dev/shm (its osc_sm_backing_directory, where
+ * that folder is writable), and a file system too small for it ends the job inside
+ * MPI_Win_allocate_shared with MPI_ERR_INTERN and no word of what to do. So the room is checked
+ * first, the same on every rank (rank 0 looks, and says): each rank's part on whole pages, a page
+ * more for each rank and one for the window's own state (a little more than Open MPI asks). A
+ * folder that cannot be looked at is left to MPI. Collective. */
+static int check_room(mgt_comm *c, size_t bytes, mgt_err *err) {
+    const double page = (double)sysconf(_SC_PAGESIZE);
+    double mine = (ceil((double)bytes / page) + 1) * page, need = 0, avail = -1;
+    MPI_Allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, c->mpi);
+    need += page;
+    const char *dir = getenv("OMPI_MCA_osc_sm_backing_directory");
+    if (!dir || !*dir)
+        dir = "/dev/shm";
+    struct statvfs v;
+    if (c->rank == 0 && access(dir, W_OK) == 0 && statvfs(dir, &v) == 0)
+        avail = (double)v.f_bavail * (double)v.f_frsize;
+    MPI_Bcast(&avail, 1, MPI_DOUBLE, 0, c->mpi);
+    if (avail < 0 || need <= avail)
+        return 0;
+    return mgt_errf(err,
+                    "--transport shm: the ranks need %.1f MiB of shared memory in %s, which has "
+                    "%.1f MiB free; use --transport mpi, or make %s larger (a container's "
+                    "--shm-size, or mount -o remount,size=... %s)",
+                    need / 1048576, dir, avail / 1048576, dir, dir);
+}
+
 /* A window of `bytes` per rank (collective), and every rank's part of it. */
 static int new_window(mgt_comm *c, size_t bytes, shm_win *w, mgt_err *err) {
+    if (check_room(c, bytes, err) < 0)
+        return -1;
     MPI_Info info;
     MPI_Info_create(&info);
     /* each rank's part on its own pages (near its core on a NUMA node) */

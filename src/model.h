@@ -321,6 +321,9 @@ struct mgt_model {
 /* Parses a model file (or, when text != NULL, that text under the name `path`). Every error names
  * file:line and the key. */
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err);
+/* The same for the len bytes at text, as read from a file: a NUL byte among them is an error
+ * (a C string would end there). */
+int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t len, mgt_err *err);
 /* --input-shape: replaces the [input] shape ("H,W,C") and builds the layers again, shapes and
  * parameters; errors name the flag's value or the layer that no longer fits. */
 int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err);

@@ -26,8 +26,7 @@ enum { SEC_NONE = 0, SEC_INPUT, SEC_LAYER, SEC_TRAIN };
 typedef struct pstate {
     mgt_model *m;
     const char *path;
-    FILE *f;
-    const char *text; /* or NULL */
+    const char *text, *end; /* what is left of the model file's bytes */
     int line;
     int kind;         /* SEC_* of the open section */
     int sec_line;
@@ -173,51 +172,51 @@ static void open_section(pstate *p, const char *s) {
     p->kind = SEC_LAYER;
 }
 
-/* The line reader inih calls: counts lines, notices headers, rejects continuation lines. */
+/* The line reader inih calls: counts lines, notices headers, rejects continuation lines. The
+ * text is the bytes [text, end): a NUL byte is reported as one (as a C string the line would end
+ * there, and the key on it would seem to be missing), a UTF-8 byte-order mark that an editor put
+ * before the first line is no part of it, and a UTF-16 file is named as such. */
 static char *reader(char *str, int num, void *stream) {
     pstate *p = stream;
-    char *r;
     if (p->failed)
         return NULL; /* the first error is the one reported: read no further */
-    if (p->text) {
-        if (!*p->text)
-            r = NULL;
-        else {
-            const char *nl = strchr(p->text, '\n');
-            size_t len = nl ? (size_t)(nl - p->text + 1) : strlen(p->text);
-            if (len > (size_t)num - 1)
-                len = (size_t)num - 1;
-            memcpy(str, p->text, len);
-            str[len] = 0;
-            p->text += len;
-            r = str;
-        }
-    } else {
-        r = fgets(str, num, p->f);
-    }
-    if (!r) {
+    if (p->text == p->end) {
         close_section(p);
         return NULL;
     }
+    const char *line = p->text;
+    const char *nl = memchr(line, '\n', (size_t)(p->end - line));
+    size_t len = nl ? (size_t)(nl - line + 1) : (size_t)(p->end - line);
+    p->text = line + len;
     p->line++;
-    size_t len = strlen(str);
-    if (len == (size_t)num - 1 && str[len - 1] != '\n') {
+    const unsigned char *u = (const unsigned char *)line;
+    if (p->line == 1 && len >= 2 &&
+        ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF))) {
+        fail(p, p->line,
+             "the file is UTF-16 text (it starts with a UTF-16 byte-order mark); save "
+             "it as UTF-8");
+        return NULL;
+    }
+    const char *nul = memchr(line, 0, len);
+    if (nul) {
+        fail(p, p->line,
+             "a NUL byte (character %zu of the line): a model file is plain text; save it as "
+             "UTF-8 text (UTF-16 files, binary files and damaged ones hold NUL bytes)",
+             (size_t)(nul - line) + 1);
+        return NULL;
+    }
+    if (p->line == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) {
+        line += 3;
+        len -= 3;
+    }
+    if (len - (nl ? 1 : 0) >= (size_t)num - 1) {
         fail(p, p->line, "line longer than %d characters; shorten it", num - 3);
-        /* Skip the rest of the long line so line numbers stay right. */
-        int ch;
-        if (p->text) {
-            while (*p->text && *p->text != '\n')
-                p->text++;
-            if (*p->text)
-                p->text++;
-        } else {
-            while ((ch = fgetc(p->f)) != EOF && ch != '\n') {
-            }
-        }
         str[0] = '\n';
         str[1] = 0;
         return str;
     }
+    memcpy(str, line, len);
+    str[len] = 0;
     const char *s = str;
     while (*s == ' ' || *s == '\t')
         s++;
@@ -592,45 +591,78 @@ static int model_name(mgt_model *m, const char *path, mgt_err *err) {
     return 0;
 }
 
-/* Opens a model file for reading: a regular file only (a pipe would block until someone wrote
- * to it, a device would never end). */
-static FILE *open_model(const char *path, mgt_err *err) {
+/* Reads a model file whole into *text (NUL-terminated; free it): a regular file only (a pipe
+ * would block until someone wrote to it, a device would never end). */
+static int read_model(const char *path, char **text, size_t *len, mgt_err *err) {
+    *text = NULL;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0) {
-        mgt_errf(err,
-                 "cannot open model file %s: %s; pass --model with a model file such as "
-                 "examples/mlp.cfg",
-                 path, strerror(errno));
-        return NULL;
-    }
+    if (fd < 0)
+        return mgt_errf(err,
+                        "cannot open model file %s: %s; pass --model with a model file such as "
+                        "examples/mlp.cfg",
+                        path, strerror(errno));
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        mgt_errf(err,
-                 "model file %s is not a regular file (a folder, pipe or device); pass "
-                 "--model with a model file such as examples/mlp.cfg",
-                 path);
         close(fd);
-        return NULL;
+        return mgt_errf(err,
+                        "model file %s is not a regular file (a folder, pipe or device); pass "
+                        "--model with a model file such as examples/mlp.cfg",
+                        path);
     }
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        mgt_errf(err, "cannot open model file %s: %s", path, strerror(errno));
-        close(fd);
+    size_t cap = (size_t)sb.st_size + 1, n = 0;
+    char *t = malloc(cap + 1);
+    for (ssize_t r = 1; t && r > 0;) {
+        if (n == cap) {
+            char *bigger = realloc(t, 2 * cap + 1);
+            if (!bigger) {
+                free(t);
+                t = NULL;
+                break;
+            }
+            t = bigger;
+            cap *= 2;
+        }
+        r = read(fd, t + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            r = 1;
+        else if (r < 0) {
+            int e = errno;
+            free(t);
+            close(fd);
+            return mgt_errf(err, "cannot read model file %s: %s", path, strerror(e));
+        } else
+            n += (size_t)r;
     }
-    return f;
+    close(fd);
+    if (!t)
+        return mgt_errf(err, "out of memory reading model file %s", path);
+    t[n] = 0;
+    *text = t;
+    *len = n;
+    return 0;
 }
 
 int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err) {
+    if (text)
+        return mgt_model_parse_len(m, path, text, strlen(text), err);
+    char *file = NULL;
+    size_t len = 0;
+    memset(m, 0, sizeof *m);
+    if (model_name(m, path, err) < 0 || read_model(path, &file, &len, err) < 0)
+        return -1;
+    int rc = mgt_model_parse_len(m, path, file, len, err);
+    free(file);
+    return rc;
+}
+
+int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t len,
+                        mgt_err *err) {
     memset(m, 0, sizeof *m);
     mgt_train_defaults(&m->train);
     if (model_name(m, path, err) < 0)
         return -1;
-    pstate p = {.m = m, .path = path, .text = text, .err = err};
-    if (!text && !(p.f = open_model(path, err)))
-        return -1;
+    pstate p = {.m = m, .path = path, .text = text, .end = text + len, .err = err};
     int rc = ini_parse_stream(reader, &p, handler, &p);
-    if (p.f)
-        fclose(p.f);
     if (p.failed)
         goto bad;
     if (rc != 0) {

@@ -116,7 +116,7 @@ static void load_model(session *s) {
         if (mgt_read_text_file(s->model_file, "model file", MODEL_FILE_MAX, &s->model_text,
                                &s->model_len, &e) < 0)
             mgt_die_all("%s; pass --model with a model file such as examples/mlp.cfg", e.msg);
-        rc = mgt_model_parse(&s->m, s->model_file, s->model_text, &e);
+        rc = mgt_model_parse_len(&s->m, s->model_file, s->model_text, s->model_len, &e);
     } else {
         rc = mgt_model_parse(&s->m, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
                              MGT_DEFAULT_MODEL_TEXT, &e);
@@ -145,12 +145,13 @@ static void load_model(session *s) {
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
 }
 
-/* m->share for the transport's shared memory (collective: every rank asks alike). */
+/* m->share for the transport's shared memory (collective: every rank asks alike, and a refusal,
+ * such as too little room in /dev/shm, is the same on every rank). */
 static void *share_arena(void *ctx, size_t bytes) {
     mgt_err e;
     void *p = mgt_comm_share(ctx, bytes, &e);
     if (!p)
-        mgt_die("%s", e.msg);
+        mgt_die_all("%s", e.msg);
     return p;
 }
 

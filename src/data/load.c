@@ -2,7 +2,10 @@
  *
  * A folder with images.json is an image set (images.h), one with train_x.npy or test_x.npy a
  * .npy folder, any other an IDX folder: the names do not overlap, so a folder is never read half
- * in one format and half in the other. IDX images have one channel, so a model with more
+ * in one format and half in the other. A folder that holds files of two formats is refused,
+ * naming one of each: which set the user meant cannot be told (the same samples exported twice,
+ * or two different data sets), and reading either one without a word could train on the wrong
+ * data. IDX images have one channel, so a model with more
  * channels is refused here, before any file is read. */
 #include <errno.h>
 #include <stdio.h>
@@ -34,6 +37,45 @@ static int idx_images_exist(const char *dir, const char *prefix) {
     return exists(p);
 }
 
+/* An IDX file of DIR (images or labels, either split, plain or gzip) into p: 1 if there is one. */
+static int idx_file_in(const char *dir, char *p, size_t n) {
+    static const char *const stems[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
+        for (int gz = 0; gz < 2; gz++) {
+            snprintf(p, n, "%s/%s%s", dir, stems[i], gz ? ".gz" : "");
+            if (exists(p))
+                return 1;
+        }
+    return 0;
+}
+
+/* A folder with files of two formats (an image set, .npy, IDX): -1 with one file of each of the
+ * first two named. */
+static int check_one_format(const char *dir, mgt_err *err) {
+    char file[3][600];
+    const char *name[3];
+    int n = 0;
+    if (mgt_images_dir(dir)) {
+        snprintf(file[n], sizeof file[n], "%s/%s", dir, MGT_IMAGES_MANIFEST);
+        name[n++] = "an image set";
+    }
+    if (mgt_dataset_dir_is_npy(dir)) {
+        if (mgt_npy_split_path(file[n], sizeof file[n], dir, "train", 'x') || !exists(file[n]))
+            mgt_npy_split_path(file[n], sizeof file[n], dir, "test", 'x');
+        name[n++] = ".npy";
+    }
+    if (idx_file_in(dir, file[n], sizeof file[n]))
+        name[n++] = "IDX";
+    if (n < 2)
+        return 0;
+    return mgt_errf(err,
+                    "%s holds data in two formats, %s (%s) and %s (%s), and mgtrain cannot tell "
+                    "which is meant; move one of them into a folder of its own and pass that "
+                    "folder to --data",
+                    dir, name[0], file[0], name[1], file[1]);
+}
+
 int mgt_dataset_has_split(const char *dir, int test) {
     char p[600];
     if (mgt_images_dir(dir))
@@ -46,6 +88,10 @@ int mgt_dataset_has_split(const char *dir, int test) {
 /* The folder's own format, without the input transform. */
 static int load_format(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
                        const mgt_input_tf *tf, mgt_err *err) {
+    if (check_one_format(dir, err) < 0) {
+        memset(ds, 0, sizeof *ds);
+        return -1;
+    }
     if (mgt_images_dir(dir))
         return mgt_dataset_load_images(ds, dir, test ? "test" : "train", h, w, c, classes, tf, err);
     if (mgt_dataset_dir_is_npy(dir))

@@ -80,6 +80,18 @@ cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 10" "[train]" "op
 expect_fail "missing loss" "m.cfg:6: \[train\] is missing the required key 'loss'" "$MGT_BIN" --model m.cfg "${base[@]}"
 cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8" "garbage line"
 expect_fail "unparsable line" "m.cfg:10: cannot read this line" "$MGT_BIN" --model m.cfg "${base[@]}"
+# A UTF-8 byte-order mark (Windows editors write one) is no part of the first line; a NUL byte is
+# named where it is (it used to end the line there and report the key after it as missing); a
+# UTF-16 file is named as such.
+{ printf '\xef\xbb\xbf'; grep -v '^[#;]' "$MGT_SRC/examples/mlp.cfg" | grep .; } >bom.cfg
+out=$("$MGT_BIN" summary --model bom.cfg 2>&1) && grep -q "Total params: 269,322" <<<"$out" \
+  && ok "a model file starting with a UTF-8 byte-order mark is read as without it" || { bad "UTF-8 BOM"; echo "$out" | head -5; }
+sed 's/^loss = \(.*\)/loss = \1\x00 trailing/' "$MGT_SRC/examples/mlp.cfg" >nul.cfg
+line=$(grep -an '^loss' nul.cfg | cut -d: -f1)
+one_line "a NUL byte in a line" "^mgtrain: nul.cfg:$line: a NUL byte \(character [0-9]+ of the line\): a model file is plain text" \
+  "$MGT_BIN" summary --model nul.cfg
+printf '[input]\nshape = 28,28,1\n' | iconv -f UTF-8 -t UTF-16 >utf16.cfg
+one_line "a UTF-16 model file" "^mgtrain: utf16.cfg:1: the file is UTF-16 text .*save it as UTF-8" "$MGT_BIN" summary --model utf16.cfg
 
 # Two [dense] in a row and an empty [flatten] are separate layers (libinih alone merges them).
 cfg "[input]" "shape = 4,4,1" "[flatten]" "[dense]" "units = 8" "[dense]" "units = 3" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
@@ -147,6 +159,12 @@ mkdir -p fifo && cp d/t10k-* d/train-labels-idx1-ubyte fifo/ && mkfifo fifo/trai
 one_line "a pipe as a data file" "^mgtrain: fifo/train-images-idx3-ubyte is not a regular file" \
   timeout 60 "$MGT_BIN" --data fifo --batch-size 10 --verbose 0
 one_line "a pipe as the model file" "^mgtrain: model file m.fifo is not a regular file" timeout 60 "$MGT_BIN" --model m.fifo --data synthetic
+# A folder with both .npy and IDX files: which is meant cannot be told; refused, naming both.
+mkdir -p both && cp d/train-* d/t10k-* both/ && touch both/train_x.npy both/train_y.npy
+one_line "a data folder with .npy and IDX files" \
+  "^mgtrain: both holds data in two formats, .npy \(both/train_x.npy\) and IDX \(both/train-images-idx3-ubyte[.gz]*\).*move one of them into a folder of its own" \
+  "$MGT_BIN" --data both --batch-size 10 --verbose 0 --out both-run
+[ ! -e both-run ] && ok "... and nothing was started" || bad "a run folder was made for an ambiguous data folder"
 
 # Weights that belong to another model; checkpoints are never overwritten by a failed start.
 "$MGT_BIN" --data synthetic --max-steps 3 --batch-size 16 --out mlp --verbose 0 >/dev/null 2>&1 || bad "mlp run"

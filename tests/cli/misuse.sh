@@ -3,8 +3,9 @@
 # timeout: 600
 # What a user coming from other tools runs into: torchrun's WORLD_SIZE/RANK without MPI (a
 # warning naming the launcher), --device gpu on a machine without NVIDIA's driver (said so),
-# --precision bf16 on the CPU backend (refused), and
-# weights that overflow (eval and predict refuse a non-finite result instead of printing it).
+# --precision bf16 on the CPU backend (refused),
+# weights that overflow (eval and predict refuse a non-finite result instead of printing it), and
+# --transport shm with too little room in /dev/shm (as in a container's default 64 MB).
 source "$(dirname "$0")/lib.bash"
 N="--data synthetic --synthetic-samples 2000 --verbose 0"
 
@@ -57,4 +58,21 @@ expect_fail "eval with weights that overflow" "eval: the loss is (NaN|infinite) 
 expect_fail "predict with weights that overflow" "predict: output [0-9]+ of sample [0-9]+ is (NaN|infinite).*nothing was written to p.npy" \
   "$MGT_BIN" predict --weights huge.safetensors --data synthetic --output p.npy
 [ ! -e p.npy ] && ok "... and no p.npy" || bad "p.npy written"
+
+# 4. --transport shm with too little /dev/shm: said before MPI_Win_allocate_shared would end the
+# job with MPI_ERR_INTERN. A private 1 MB /dev/shm (a mount namespace of its own; Open MPI's TCP
+# transport, which needs none of it, between the ranks).
+if unshare -m true 2>/dev/null; then
+  out=$(unshare -m sh -c 'mount -t tmpfs -o size=1M tmpfs /dev/shm && exec "$@"' sh env OMPI_MCA_btl=self,tcp \
+    timeout 120 mpirun -q --oversubscribe --bind-to none -np 2 "$MGT_BIN" $N --max-steps 2 --transport shm --out shm 2>&1); rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] &&
+     grep -qE "^mgtrain: --transport shm: the ranks need [0-9.]+ MiB of shared memory in /dev/shm, which has [0-9.]+ MiB free; use --transport mpi, or make /dev/shm larger" <<<"$out"; then
+    ok "--transport shm with a 1 MB /dev/shm: one line, exit 2"
+  else
+    bad "--transport shm with a 1 MB /dev/shm: exit $rc"; echo "$out" | tail -12
+  fi
+  [ ! -e shm/checkpoint.safetensors ] && ok "... and nothing was trained" || bad "a run was trained"
+else
+  echo "note: unshare -m is not permitted here (not root?); the /dev/shm check does not run"
+fi
 finish
