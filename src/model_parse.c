@@ -463,6 +463,51 @@ static int resolve_inputs(pstate *p, mgt_layer *l) {
 }
 
 /* Shapes and parameters from the input shape on, layer by layer (again after --input-shape). */
+/* A tensor of the model and the layer that declared it, for the check below. */
+typedef struct owned_name {
+    const char *name;
+    const mgt_layer *layer;
+} owned_name;
+
+static int cmp_owned(const void *a, const void *b) {
+    const owned_name *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->layer->index - y->layer->index;
+}
+
+/* Every tensor name once: a weights file or checkpoint names each tensor, and a layer named so
+ * that one of its tensors takes another layer's name (name = s.depthwise beside a separable
+ * convolution s) could be trained but never saved. Found here, with the model, so that summary
+ * says it and no step runs first. Sorted, for models of thousands of layers. */
+static int check_tensor_names(const mgt_model *m, const char *path, mgt_err *err) {
+    const int n = m->nparams + m->nbuffers;
+    owned_name *t = malloc(sizeof *t * (size_t)(n ? n : 1));
+    if (!t)
+        return mgt_errf(err, "out of host memory checking the model's tensor names");
+    int k = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        for (int j = 0; j < 4; j++)
+            if (l->param[j] >= 0)
+                t[k++] = (owned_name){m->params[l->param[j]].name, l};
+        for (int j = 0; j < 2; j++)
+            if (l->buffer[j] >= 0)
+                t[k++] = (owned_name){m->buffers[l->buffer[j]].name, l};
+    }
+    qsort(t, (size_t)k, sizeof *t, cmp_owned);
+    int rc = 0;
+    for (int i = 1; i < k && !rc; i++)
+        if (!strcmp(t[i - 1].name, t[i].name))
+            rc = mgt_errf(err,
+                          "%s:%d: [%s] %s: its tensor '%s' has the name of a tensor of layer %s "
+                          "(line %d): a weights file names each tensor once; rename one of the "
+                          "two layers",
+                          path, t[i].layer->line, t[i].layer->type->name, t[i].layer->name,
+                          t[i].name, t[i - 1].layer->name, t[i - 1].layer->line);
+    free(t);
+    return rc;
+}
+
 static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
     mgt_err e;
     m->nparams = m->nbuffers = 0;
@@ -502,7 +547,7 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
                             "or [dense])",
                             path, m->layers[i].line, m->layers[i].name);
     m->classes = last->out.c;
-    return 0;
+    return check_tensor_names(m, path, err);
 }
 
 /* Shapes, parameters and whole-model checks, after the file has been read. */

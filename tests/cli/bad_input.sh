@@ -93,6 +93,17 @@ one_line "a NUL byte in a line" "^mgtrain: nul.cfg:$line: a NUL byte \(character
 printf '[input]\nshape = 28,28,1\n' | iconv -f UTF-8 -t UTF-16 >utf16.cfg
 one_line "a UTF-16 model file" "^mgtrain: utf16.cfg:1: the file is UTF-16 text .*save it as UTF-8" "$MGT_BIN" summary --model utf16.cfg
 
+# A layer named so that its tensor takes another layer's tensor's name (s.depthwise.weight of the
+# separable convolution s): found with the model, by summary too, before any step.
+cfg "[input]" "shape = 8,8,2" "[separable_conv2d]" "name = s" "filters = 4" "kernel = 3" "[depthwise_conv2d]" \
+  "name = s.depthwise" "kernel = 3" "[flatten]" "[dense]" "units = 3" "[train]" "optimizer = sgd" \
+  "loss = sparse_categorical_crossentropy" "batch_size = 8"
+one_line "tensor names that collide, summary" \
+  "^mgtrain: m.cfg:7: \[depthwise_conv2d\] s.depthwise: its tensor 's.depthwise.weight' has the name of a tensor of layer s \(line 3\).*rename one of the two layers" \
+  "$MGT_BIN" summary --model m.cfg
+one_line "tensor names that collide, train" "^mgtrain: m.cfg:7: .*'s.depthwise.weight'" "$MGT_BIN" --model m.cfg "${base[@]}" --out collide
+[ ! -e collide ] && ok "... and nothing was trained" || bad "a run started with colliding tensor names"
+
 # Two [dense] in a row and an empty [flatten] are separate layers (libinih alone merges them).
 cfg "[input]" "shape = 4,4,1" "[flatten]" "[dense]" "units = 8" "[dense]" "units = 3" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
 out=$("$MGT_BIN" summary --model m.cfg 2>&1)
