@@ -67,8 +67,9 @@ static const flag flags[] = {
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
     {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank "
                                      "count); --resume auto: resume if there is one, else start"},
-    {"overwrite", NULL, C_TRAIN, "off (refused)", "train into a folder that holds another run, "
-                                                  "removing its files first"},
+    {"overwrite", NULL, C_TRAIN | C_PREDICT, "off (refused)",
+     "train into a folder that holds another run, removing its files first; replace an "
+     "existing --timeline or --output file"},
     {"keep-checkpoints", "K", C_TRAIN, "1", "keep the last K checkpoints (the older ones as "
                                             "OUT/checkpoint-<step>.safetensors)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},

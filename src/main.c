@@ -9,18 +9,48 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "default_model.h"
+#include "model.h"
+#include "outputs.h"
 #include "plot.h"
+#include "rundir.h"
 #include "runtime.h"
-#include "tensor_io.h"
 #include "trainer.h"
 #include "version.h"
 
-/* Rank 0 writes the outputs, so rank 0 checks them before any work; a wrong one would
- * otherwise be found only when the run ends. NULL if all is well, else the message in err. */
+/* Rank 0 writes the outputs, so rank 0 checks them before any work (outputs.h): a wrong one
+ * would otherwise be found only when the run ends, or replace what the run reads. NULL if all
+ * is well, else the message in err. */
 static const char *check_outputs(const mgt_options *o, mgt_err *err) {
-    if (o->timeline && mgt_output_check(o->timeline, "--timeline", err) < 0)
-        return err->msg;
-    if (o->output && mgt_output_check(o->output, "--output", err) < 0)
+    mgt_outputs_plan p = {.overwrite = o->overwrite};
+    if (o->timeline)
+        p.out[p.nout++] = (mgt_output){o->timeline, "--timeline", mgt_timeline_is_ours};
+    if (o->output)
+        p.out[p.nout++] = (mgt_output){o->output, "--output", NULL};
+    char run_model[600], run_weights[600], name[64], out[600], copy[80];
+    mgt_err ignored; /* a --run folder that names no model: the command says so */
+    if (o->run &&
+        mgt_rundir_find(o->run, run_model, run_weights, sizeof run_model, &ignored) == 0) {
+        p.reads[p.nreads] = run_model, p.read_what[p.nreads++] = "the model copy of --run";
+        p.reads[p.nreads] = run_weights, p.read_what[p.nreads++] = "the weights of --run";
+    }
+    const char *const reads[3] = {o->model, o->weights, o->init_weights};
+    const char *const what[3] = {"the model file (--model)", "the weights (--weights)",
+                                 "the initial weights (--init-weights)"};
+    for (int i = 0; i < 3; i++)
+        if (reads[i])
+            p.reads[p.nreads] = reads[i], p.read_what[p.nreads++] = what[i];
+    if (!o->data || strcmp(o->data, "synthetic"))
+        p.data_dir = o->data ? o->data : MGT_DEFAULT_DATA;
+    /* Training's own folder: --out, or runs/<model> (trainer.c), with the model's copy. */
+    if (!strcmp(o->command, "train") &&
+        mgt_model_name_of(o->model ? o->model : MGT_DEFAULT_MODEL_NAME, name, sizeof name) == 0) {
+        snprintf(out, sizeof out, "runs/%s", name);
+        snprintf(copy, sizeof copy, "%s.cfg", name);
+        p.run_dir = o->out ? o->out : out;
+        p.model_copy = copy;
+    }
+    if (mgt_outputs_check(&p, err) < 0)
         return err->msg;
     struct stat sb;
     if (o->out && stat(o->out, &sb) == 0 && !S_ISDIR(sb.st_mode)) {

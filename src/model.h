@@ -324,6 +324,9 @@ int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *e
 /* The same for the len bytes at text, as read from a file: a NUL byte among them is an error
  * (a C string would end there). */
 int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t len, mgt_err *err);
+/* The model's name that a model file's path gives (its file name without the extension), into
+ * name[n]; -1 when it is empty or does not fit. */
+int mgt_model_name_of(const char *path, char *name, size_t n);
 /* --input-shape: replaces the [input] shape ("H,W,C") and builds the layers again, shapes and
  * parameters; errors name the flag's value or the layer that no longer fits. */
 int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err);

@@ -613,25 +613,31 @@ int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err) {
     return build_layers(m, m->path, err);
 }
 
-/* The model's name (the file name without its extension) and path, which must fit their
- * buffers whole: the name makes the default output folder runs/<name>. */
-static int model_name(mgt_model *m, const char *path, mgt_err *err) {
+int mgt_model_name_of(const char *path, char *name, size_t n) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
     const char *dot = strrchr(b, '.');
     size_t len = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+    if (len == 0 || len >= n)
+        return -1;
+    memcpy(name, b, len);
+    name[len] = 0;
+    return 0;
+}
+
+/* The model's name (the file name without its extension) and path, which must fit their
+ * buffers whole: the name makes the default output folder runs/<name>. */
+static int model_name(mgt_model *m, const char *path, mgt_err *err) {
     if (strlen(path) >= sizeof m->path)
         return mgt_errf(err,
                         "model file %.40s...: the path has %zu characters, more than the "
                         "%zu supported; use a shorter path",
                         path, strlen(path), sizeof m->path - 1);
-    if (len == 0 || len >= sizeof m->name)
+    if (mgt_model_name_of(path, m->name, sizeof m->name) < 0)
         return mgt_errf(err,
                         "model file %s: its name gives the model's name, which must have 1 "
                         "to %zu characters; rename the file",
                         path, sizeof m->name - 1);
-    memcpy(m->name, b, len);
-    m->name[len] = 0;
     snprintf(m->path, sizeof m->path, "%s", path);
     return 0;
 }

@@ -269,7 +269,8 @@ static int write_trace(const char *path, const mgt_span *spans, const int64_t *c
     if (!s)
         return mgt_errf(err, "out of memory writing the timeline");
     len +=
-        (size_t)snprintf(s + len, cap - len, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+        (size_t)snprintf(s + len, cap - len,
+                         MGT_TIMELINE_HEAD ", \"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int r = 0; r < world; r++)
         len += (size_t)snprintf(s + len, cap - len,
                                 "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "

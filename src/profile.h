@@ -26,6 +26,10 @@
 #include "tb.h"
 #include "util.h"
 
+/* How a timeline begins: a Chrome trace's "otherData" naming its writer, so that a later run
+ * knows a file at its --timeline path as one mgtrain wrote (outputs.h), which it may replace. */
+#define MGT_TIMELINE_HEAD "{\"otherData\": {\"generator\": \"mgtrain\"}"
+
 enum { MGT_PH_DATA = 0, MGT_PH_FORWARD, MGT_PH_BACKWARD, MGT_PH_ALLREDUCE, MGT_PH_UPDATE,
        MGT_PH_COUNT };
 

@@ -284,6 +284,9 @@ static int is_numbered_checkpoint(const char *name) {
 static const char *const run_files[] = {"weights.safetensors", "checkpoint.safetensors",
                                         "best.safetensors"};
 enum { NRUN_FILES = sizeof run_files / sizeof run_files[0] };
+/* The run's other files, which --overwrite removes with them. */
+static const char *const run_logs[] = {"metrics.jsonl", "metrics.csv", "curves.png"};
+enum { NRUN_LOGS = sizeof run_logs / sizeof run_logs[0] };
 
 /* run.json of dir, parsed (NULL if missing or unreadable). */
 static cJSON *read_info(const char *dir) {
@@ -341,8 +344,37 @@ int mgt_rundir_holds_run(const char *dir, mgt_err *err) {
     return 1;
 }
 
+int mgt_rundir_is_run(const char *dir) {
+    static const char *const markers[] = {MGT_RUN_INFO, MGT_RUN_LOCK, "weights.safetensors",
+                                          "checkpoint.safetensors"};
+    char path[900];
+    for (size_t i = 0; i < sizeof markers / sizeof markers[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, markers[i]);
+        if (access(path, F_OK) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int mgt_rundir_keeps(const char *dir, const char *name, const char *model_copy) {
+    for (int i = 0; i < NRUN_FILES; i++)
+        if (!strcmp(name, run_files[i]))
+            return 1;
+    for (int i = 0; i < NRUN_LOGS; i++)
+        if (!strcmp(name, run_logs[i]))
+            return 1;
+    if (!strcmp(name, MGT_RUN_INFO) || !strcmp(name, MGT_RUN_LOCK) || is_numbered_checkpoint(name))
+        return 1;
+    if (model_copy)
+        return !strcmp(name, model_copy);
+    cJSON *info = read_info(dir);
+    const char *copy = json_str(info, "model_copy");
+    const int kept = copy && !strcmp(name, copy);
+    cJSON_Delete(info);
+    return kept;
+}
+
 int mgt_rundir_clear(mgt_rundir *d, mgt_err *err) {
-    static const char *const others[] = {"metrics.jsonl", "metrics.csv", "curves.png"};
     char path[900];
     /* The old run's model copy, as its run.json names it (a plain name ending in .cfg). */
     cJSON *info = read_info(d->dir);
@@ -353,8 +385,8 @@ int mgt_rundir_clear(mgt_rundir *d, mgt_err *err) {
         unlink(path);
     }
     cJSON_Delete(info);
-    const char *const *lists[2] = {run_files, others};
-    const int counts[2] = {NRUN_FILES, sizeof others / sizeof others[0]};
+    const char *const *lists[2] = {run_files, run_logs};
+    const int counts[2] = {NRUN_FILES, NRUN_LOGS};
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < counts[k]; i++) {
             snprintf(path, sizeof path, "%s/%s", d->dir, lists[k][i]);

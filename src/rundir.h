@@ -57,6 +57,13 @@ void mgt_rundir_unlock(mgt_rundir *d);
  * run is, and --resume, --overwrite or a free folder), 0 if not. */
 int mgt_rundir_holds_run(const char *dir, mgt_err *err);
 
+/* 1 if dir holds a run, or is being written by one: run.json, the lock, weights or a checkpoint. */
+int mgt_rundir_is_run(const char *dir);
+/* 1 if `name` in the run folder dir is a file mgtrain keeps there (listed at the top; its model
+ * copy is model_copy, or, when NULL, the one dir's run.json names). The files of tb/ are kept
+ * too: the caller asks about the folder above. */
+int mgt_rundir_keeps(const char *dir, const char *name, const char *model_copy);
+
 /* --overwrite: removes the files of the run in the folder (as listed at the top; tb/ is kept,
  * TensorBoard shows only the new run from its first step). Needs the lock. */
 int mgt_rundir_clear(mgt_rundir *d, mgt_err *err);

@@ -79,6 +79,9 @@ int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, i
 int mgt_dataset_has_split(const char *dir, int test);
 /* 1 if DIR holds .npy data (train_x.npy or test_x.npy). */
 int mgt_dataset_dir_is_npy(const char *dir);
+/* The i-th name a data file of DIR may have (IDX, plain and .gz, then .npy), as DIR/NAME into
+ * p[n] (empty when it does not fit); -1 past the last. */
+int mgt_dataset_file(const char *dir, int i, char *p, size_t n);
 
 /* 1 for generated (synthetic) data: no samples in memory. */
 static inline int mgt_dataset_is_synthetic(const mgt_dataset *ds) {

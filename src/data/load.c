@@ -37,16 +37,30 @@ static int idx_images_exist(const char *dir, const char *prefix) {
     return exists(p);
 }
 
+/* The IDX files' names, each plain or gzip (".gz"). */
+static const char *const idx_stems[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+enum { NIDX = sizeof idx_stems / sizeof idx_stems[0] };
+
+int mgt_dataset_file(const char *dir, int i, char *p, size_t n) {
+    static const char *const splits[] = {"train", "test"};
+    if (i < 0 || i >= 2 * NIDX + 4)
+        return -1;
+    if (i < 2 * NIDX) {
+        snprintf(p, n, "%s/%s%s", dir, idx_stems[i / 2], i % 2 ? ".gz" : "");
+        return 0;
+    }
+    i -= 2 * NIDX;
+    if (mgt_npy_split_path(p, n, dir, splits[i / 2], i % 2 ? 'y' : 'x'))
+        p[0] = 0; /* too long to be a file */
+    return 0;
+}
+
 /* An IDX file of DIR (images or labels, either split, plain or gzip) into p: 1 if there is one. */
 static int idx_file_in(const char *dir, char *p, size_t n) {
-    static const char *const stems[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
-    for (size_t i = 0; i < sizeof stems / sizeof stems[0]; i++)
-        for (int gz = 0; gz < 2; gz++) {
-            snprintf(p, n, "%s/%s%s", dir, stems[i], gz ? ".gz" : "");
-            if (exists(p))
-                return 1;
-        }
+    for (int i = 0; i < 2 * NIDX; i++)
+        if (!mgt_dataset_file(dir, i, p, n) && p[0] && exists(p))
+            return 1;
     return 0;
 }
 
