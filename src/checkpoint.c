@@ -369,6 +369,29 @@ int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt
     return rc;
 }
 
+int mgt_ckpt_model_of(const char *dir, char *name, size_t n, uint64_t *hash, mgt_err *err) {
+    char path[600];
+    file_path(path, sizeof path, dir, "checkpoint.safetensors");
+    if (access(path, F_OK) != 0)
+        return 0;
+    mgt_safetensors st;
+    if (mgt_safetensors_read(path, &st, err) < 0)
+        return -1;
+    const char *fmt = mgt_safetensors_meta(&st, KEY_FORMAT);
+    const char *model = mgt_safetensors_meta(&st, KEY_MODEL);
+    const char *h = mgt_safetensors_meta(&st, KEY_MODEL_HASH);
+    int rc = 1;
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) || !model)
+        rc = mgt_errf(err, "%s is not an mgtrain checkpoint (format %s)", path,
+                      fmt ? fmt : "missing");
+    else {
+        snprintf(name, n, "%s", model);
+        *hash = h ? strtoull(h, NULL, 16) : 0;
+    }
+    mgt_safetensors_free(&st);
+    return rc;
+}
+
 int mgt_ckpt_check_position(const mgt_ckpt_pos *pos, const char *dir, int64_t samples,
                             int64_t batch, mgt_err *err) {
     const int64_t steps = mgt_shard_steps(samples, batch);

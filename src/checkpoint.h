@@ -65,6 +65,11 @@ int mgt_ckpt_check_position(const mgt_ckpt_pos *pos, const char *dir, int64_t sa
  * shape), saved in checkpoints. */
 uint64_t mgt_ckpt_model_hash(const mgt_model *m);
 
+/* The model DIR/checkpoint.safetensors was saved for: its name into name[n] and its structure's
+ * hash (0 when the checkpoint predates the hash). 1 when read, 0 when there is no checkpoint,
+ * -1 with err when it cannot be read or is no checkpoint. */
+int mgt_ckpt_model_of(const char *dir, char *name, size_t n, uint64_t *hash, mgt_err *err);
+
 /* Sends root's position to every rank (collective). */
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root);
 

@@ -11,6 +11,7 @@
 #include "trainer.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,7 +455,16 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     mgt_ckpt_pos pos;
     const mgt_replica_source src = {.weights = s->resumed ? NULL : o->init_weights,
                                     .resume_dir = s->resumed ? s->out : NULL};
+    const uint64_t seed = m->train.seed;
     mgt_replica_start(&s->rep, &src, &pos);
+    /* A resumed run keeps the checkpoint's seed; one asked for by name that differs would be
+     * ignored without a word (every rank has both). */
+    if (s->resumed && o->seed && seed != pos.seed)
+        mgt_die_all("--seed %s: the run in %s was started with seed %" PRIu64 " (its checkpoint "
+                    "says so), and a resumed run keeps it: it keys the shuffling, dropout and "
+                    "augmentation of the steps to come; resume with --seed %" PRIu64
+                    " or without --seed, or train seed %s as a new run into another --out",
+                    o->seed, s->out, pos.seed, pos.seed, o->seed);
     mgt_err e;
     if (s->resumed && nothing_left(s, &pos)) {
         free_session(s);
@@ -568,6 +578,35 @@ static void find_run(session *s) {
     s->model_file = o->model ? o->model : s->run_model;
 }
 
+/* eval and predict --run without --model: the folder's model copy must be the model its
+ * checkpoint was trained with (an edited copy would load the weights if the shapes fit, and
+ * compute something else). Rank 0 reads the checkpoint; a mismatch ends every rank alike. */
+static void check_run_model(session *s) {
+    const mgt_options *o = s->o;
+    if (!o->run || o->model)
+        return;
+    char name[64] = "", msg[1400];
+    uint64_t hash = 0;
+    mgt_err e;
+    const char *failed = NULL;
+    if (s->rt->rank == 0) {
+        int rc = mgt_ckpt_model_of(o->run, name, sizeof name, &hash, &e);
+        if (rc < 0) {
+            failed = e.msg;
+        } else if (rc > 0 &&
+                   (strcmp(name, s->m.name) || (hash && hash != mgt_ckpt_model_hash(&s->m)))) {
+            snprintf(msg, sizeof msg,
+                     "--run %s: its model copy %s is not the model its checkpoint was trained "
+                     "with (%s%s); it was changed after training: pass --model with the model "
+                     "file the run trained",
+                     o->run, s->run_model, strcmp(name, s->m.name) ? "model " : "",
+                     strcmp(name, s->m.name) ? name : "other layers or sizes");
+            failed = msg;
+        }
+    }
+    mgt_die_all_if_root(failed);
+}
+
 static const char *weights_of(const session *s) {
     const mgt_options *o = s->o;
     return o->weights ? o->weights : o->run ? s->run_weights : NULL;
@@ -596,6 +635,7 @@ int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o) {
     session ss, *s = open_session(&ss, rt, o);
     find_run(s);
     load_model(s);
+    check_run_model(s);
     prepare_inference(s, "eval");
     const double t0 = mgt_now();
     const mgt_eval ev = {.m = &s->m, .st = &s->st, .comm = &s->pl.comm};
@@ -623,6 +663,7 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
     session ss, *s = open_session(&ss, rt, o);
     find_run(s);
     load_model(s);
+    check_run_model(s);
     if (!o->output)
         mgt_die_all("predict needs --output FILE.npy");
     prepare_inference(s, "predict");

@@ -64,6 +64,17 @@ b=$("$MGT_BIN" eval --model "$MGT_SRC/examples/smallconv.cfg" --weights conv/wei
   cmp -s p1.npy p2.npy && ok "predict --run conv: the same predictions" || bad "predict --run"
 expect_fail "eval --run on a folder that is no run" "--run work: no readable run.json there; pass the --out folder of a training run" \
   "$MGT_BIN" eval --run work --data synthetic
+# The folder's model copy is checked against the model its checkpoint was trained with: a copy
+# edited since (an activation changed: the weights still fit) is refused, by predict too.
+cp -r conv conv-edited && sed -i '0,/activation = relu/s//activation = tanh/' conv-edited/smallconv.cfg
+expect_fail "eval --run with an edited model copy" \
+  "--run conv-edited: its model copy conv-edited/smallconv.cfg is not the model its checkpoint was trained with \(other layers or sizes\).*pass --model" \
+  "$MGT_BIN" eval --run conv-edited --data synthetic
+expect_fail "predict --run with an edited model copy" "--run conv-edited: its model copy .* is not the model its checkpoint" \
+  "$MGT_BIN" predict --run conv-edited --data synthetic --output p3.npy
+[ ! -e p3.npy ] && ok "... and nothing was written" || bad "p3.npy written"
+"$MGT_BIN" eval --run conv-edited --model "$MGT_SRC/examples/smallconv.cfg" --data synthetic >edited-ok.log 2>&1 \
+  && ok "eval --run with --model: the model named" || { bad "eval --run --model"; cat edited-ok.log; }
 
 # 5. The lock: a second job into a folder a running job writes is refused, naming the first;
 # the first finishes with its own files.

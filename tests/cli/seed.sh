@@ -28,6 +28,16 @@ mpi 2 $N --max-steps 2 --out run --resume >b.log 2>&1 || { bad "resumed run"; ca
 expect_seed "the resumed run's run.json" "$(run_seed run/run.json)"
 expect_seed "the resumed run's checkpoint" "$(ckpt_seed run/checkpoint.safetensors)"
 
+# Resumed with another --seed: refused, naming both, before anything is written; with the same
+# --seed it goes on.
+sums=$(md5sum run/* 2>/dev/null)
+expect_fail "--resume with another --seed is refused, naming both" \
+  "--seed 5: the run in run was started with seed $S .*resume with --seed $S or without --seed" \
+  "$MGT_BIN" $N --seed 5 --max-steps 3 --out run --resume
+[ "$sums" = "$(md5sum run/* 2>/dev/null)" ] && ok "... and nothing in run changed" || bad "the refused resume changed run"
+mpi 2 $N --seed $S --max-steps 2 --out run --resume >d.log 2>&1 && grep -q "nothing left to train" d.log \
+  && ok "--resume with the same --seed is accepted" || { bad "--resume --seed $S"; cat d.log; }
+
 # The resumed step drew its batch from seed S: bit for bit the second step of a straight run.
 mpi 2 $N --seed $S --max-steps 2 --out straight >c.log 2>&1 || { bad "two straight steps"; cat c.log; }
 same "resumed step equals the straight run's" straight/weights.safetensors run/weights.safetensors 0
