@@ -64,8 +64,10 @@ hide() { # hide CMD...: CMD with the GPU libraries' folders hidden
   unshare -m bash -c 'for d in $HIDE; do mount -t tmpfs -o size=1M tmpfs "$d" || exit 99; done; exec "$@"' sh "$@"
 }
 export HIDE=$dirs
-hide ldd "$plugin" | grep -q "not found" && ok "hidden: ldd libmgt_gpu.so finds no $(hide ldd "$plugin" | grep -oE "($GPU_LIBS)[^ ]* => not found" | head -1)" \
-  || bad "the GPU libraries are still found with $dirs hidden"
+# (ldd's whole output first: grep -q ending the pipe early would fail it under pipefail.)
+hidden=$(hide ldd "$plugin" 2>&1)
+grep -q "not found" <<<"$hidden" && ok "hidden: ldd libmgt_gpu.so finds no $(grep -oE "($GPU_LIBS)[^ ]* => not found" <<<"$hidden" | head -1)" \
+  || { bad "the GPU libraries are still found with $dirs hidden"; echo "$hidden"; }
 trains "GPU libraries hidden: --device cpu" hcpu hide "$MGT_BIN" --device cpu
 trains "GPU libraries hidden: --device auto" hauto hide "$MGT_BIN"
 out=$(hide "$MGT_BIN" --device gpu "${R[@]}" --out hgpu 2>&1); rc=$?
