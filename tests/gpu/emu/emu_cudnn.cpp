@@ -520,15 +520,30 @@ struct Perf {
     cudnnMathType_t math;
 };
 
+/* Whether cuDNN's documentation says a tensor-op request on these half-width (bfloat16) data is
+ * granted: the Developer Guide's legacy API, "Tensor Core Operations", for algorithms other than
+ * *_WINOGRAD_NONFUSED: the number of input and output feature maps (C and K) a multiple of 8, and
+ * with an NHWC filter the data pointers aligned to 128 bits (which the heuristics cannot see:
+ * the compute calls take the pointers). Its automatic channel padding is for packed NCHW data
+ * only. Elsewhere cuDNN may use the tensor cores or not, as it chooses. */
+bool tensor_ops_documented(const Geom &g) {
+    return g.c % 8 == 0 && g.k % 8 == 0;
+}
+
 /* The math type an entry reports: FMA is honoured (float callers that disallow TF32 rely on
  * every entry being FMA); otherwise the tensor-core capable algorithms report a tensor-op type
- * and the rest the default math. */
-cudnnMathType_t entry_math(Dir d, int a, cudnnMathType_t desc) {
-    if (desc == CUDNN_FMA_MATH)
+ * and the rest the default math, except where cuDNN chooses (bfloat16 data outside the
+ * documented requirements, above): there, as cuDNN 9.19 did on an H100 for such shapes
+ * (bench/results/gpu-2026-11-26-h100), forward and backward-filter report the default math when
+ * the input channel count is not a multiple of 8, so that a caller meets both kinds of choice. */
+cudnnMathType_t entry_math(Dir d, int a, const Geom &g) {
+    if (g.math == CUDNN_FMA_MATH)
         return CUDNN_FMA_MATH;
-    if (tensor_capable(d, a))
-        return tensor_op_math(desc) ? desc : CUDNN_TENSOR_OP_MATH;
-    return CUDNN_DEFAULT_MATH;
+    if (!tensor_capable(d, a))
+        return CUDNN_DEFAULT_MATH;
+    if (g.bf16 && !tensor_ops_documented(g) && d != BWD_DATA && g.c % 8 != 0)
+        return CUDNN_DEFAULT_MATH;
+    return tensor_op_math(g.math) ? g.math : CUDNN_TENSOR_OP_MATH;
 }
 
 const int *rank_of(Dir d) {
@@ -557,7 +572,7 @@ std::vector<Perf> heuristics(Dir d, const Geom &g) {
         Perf p{};
         p.algo = a;
         p.determinism = deterministic(d, a) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
-        p.math = entry_math(d, a, g.math);
+        p.math = entry_math(d, a, g);
         if (a == stale) { /* ranked first, as if it ran (see stale_algo) */
             p.status = CUDNN_STATUS_SUCCESS;
             p.time = 0.01f;

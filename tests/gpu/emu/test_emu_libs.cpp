@@ -1142,6 +1142,51 @@ void test_conv_bf16(cudnnHandle_t h) {
     CHECK(ok == 1 && perf[0].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
           "bf16 NHWC forward: IMPLICIT_PRECOMP_GEMM alone (%d usable, first %d)", ok,
           (int)perf[0].algo);
+    /* The math type: cuDNN documents tensor-op math for half-width data only with C and K
+     * multiples of 8; for 6 -> 4 channels it chooses, and the emulation answers as cuDNN 9.19
+     * did on an H100: default math forward and backward-filter (C = 6), tensor-op math
+     * backward-data. */
+    CHECK(perf[0].mathType == CUDNN_DEFAULT_MATH, "bf16 6 -> 4 channels forward: math %d",
+          (int)perf[0].mathType);
+    {
+        cudnnConvolutionBwdDataAlgoPerf_t pd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        cudnnConvolutionBwdFilterAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        int nd = 0, nf = 0;
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, wd, yd, cd, xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
+        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, xd, yd, cd, wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nf, pf));
+        CHECK(pd[0].algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 &&
+                  pd[0].mathType == CUDNN_TENSOR_OP_MATH,
+              "bf16 6 -> 4 channels backward-data: algo %d math %d", (int)pd[0].algo,
+              (int)pd[0].mathType);
+        CHECK(pf[0].algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 &&
+                  pf[0].mathType == CUDNN_DEFAULT_MATH,
+              "bf16 6 -> 4 channels backward-filter: algo %d math %d", (int)pf[0].algo,
+              (int)pf[0].mathType);
+        /* 8 -> 16 channels meet the documented requirements: tensor-op math in every direction */
+        cudnnTensorDescriptor_t x8, y8;
+        cudnnFilterDescriptor_t w8;
+        DNN(cudnnCreateTensorDescriptor(&x8));
+        DNN(cudnnCreateTensorDescriptor(&y8));
+        DNN(cudnnCreateFilterDescriptor(&w8));
+        DNN(cudnnSetTensor4dDescriptor(x8, F, CUDNN_DATA_BFLOAT16, S.n, 8, S.h, S.w));
+        DNN(cudnnSetTensor4dDescriptor(y8, F, CUDNN_DATA_BFLOAT16, S.n, 16, S.oh(), S.ow()));
+        DNN(cudnnSetFilter4dDescriptor(w8, CUDNN_DATA_BFLOAT16, F, 16, 8, S.r, S.s));
+        DNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x8, w8, cd, y8,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+        DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, w8, y8, cd, x8, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nd, pd));
+        DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, x8, y8, cd, w8, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nf, pf));
+        CHECK(perf[0].mathType == CUDNN_TENSOR_OP_MATH && pd[0].mathType == CUDNN_TENSOR_OP_MATH &&
+                  pf[0].mathType == CUDNN_TENSOR_OP_MATH,
+              "bf16 8 -> 16 channels: tensor-op math in every direction (%d %d %d)",
+              (int)perf[0].mathType, (int)pd[0].mathType, (int)pf[0].mathType);
+        DNN(cudnnDestroyTensorDescriptor(x8));
+        DNN(cudnnDestroyTensorDescriptor(y8));
+        DNN(cudnnDestroyFilterDescriptor(w8));
+    }
     size_t b1 = 0, b2 = 0, b3 = 0;
     DNN(cudnnGetConvolutionForwardWorkspaceSize(
         h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &b1));
