@@ -3,7 +3,8 @@
 # tests/gpu/on-device (the GPU machine's half) share, and what tests/gpu/device/test_*.sh check
 # on their own: the carried folder's layout, the digest that ties a carried build to the sources
 # it was built from, the manifest, the library checks, the NCCL route for two ranks on one GPU,
-# and the figures read off mgtrain's output. Functions only; sourcing it runs nothing.
+# the kit's packages derived from the binaries, and the figures read off mgtrain's output.
+# Functions only; sourcing it runs nothing.
 
 # shellcheck disable=SC2034 # the settings below are read by the scripts that source this file
 # The carried folder (ignored by git, named in the list of folders sent along): build/ holds the
@@ -17,16 +18,27 @@ DEV_BINARIES=(mgtrain libmgt_gpu.so tests/gpu/test_gpu_fallback tests/gpu/test_g
               bench/mgt_allreduce_bench)
 DEV_DATA_FILES=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz
                 t10k-labels-idx1-ubyte.gz)
-# The packages of the kit: Open MPI itself and what its core libraries, mpirun and the
-# components in use (btl self/vader/tcp, pml ob1, pmix ext3x) link against, then mgtrain's own
-# Debian runtime libraries, and libudev and zlib for a machine that lacks its own (use-openmpi
-# uses them only there). Left out on purpose: UCX, libfabric, verbs, PSM and libnuma (only for
-# the components use-openmpi switches off) and libhwloc-plugins (optional). Expected on any
-# Ubuntu image: libc6 libgcc-s1 libstdc++6.
-DEV_DEBS=(openmpi-bin openmpi-common libopenmpi3 libpmix2 libmunge2 libhwloc15 libnl-3-200
-          libevent-core-2.1-7 libevent-pthreads-2.1-7
-          libopenblas0-pthread libgfortran5 libquadmath0 libinih1 libcjson1 libjpeg62-turbo
-          libpng16-16 libudev1 zlib1g)
+# The kit: Debian 12's Open MPI and every Debian library the carried programs need that the GPU
+# machine lacks, as .debs, derived from the binaries themselves (dev_kit_derive): ldd of every
+# carried program and of every file of every package taken, each library mapped to the package
+# that holds it here (dpkg -S), until nothing new turns up. Named by hand are only the roots,
+# what nothing links to: Open MPI's programs (mpirun) and its data (help texts, MCA defaults).
+DEV_DEB_ROOTS=(openmpi-bin openmpi-common)
+# What the GPU machine provides itself, and the kit therefore leaves out: Ubuntu 24.04's glibc,
+# GCC runtime, zlib, libudev and libcap (the first run's env.log shows each resolved from
+# /lib/x86_64-linux-gnu there), named by the Debian packages that hold them here; and the GPU
+# libraries, which come from PyTorch's wheels (site-packages/nvidia/*/lib) or the driver, named
+# by their sonames since no Debian package holds them.
+DEV_MACHINE_DEBS=(libc6 libgcc-s1 libstdc++6 zlib1g libudev1 libcap2)
+DEV_MACHINE_SONAMES=('libcuda.so.*' 'libcudart.so.*' 'libcublas.so.*' 'libcublasLt.so.*'
+                     'libcudnn*.so.*' 'libnccl.so.*' 'libnvidia-*.so.*' 'libnvrtc*.so.*')
+# Open MPI components of the transports the kit does not use (UCX, libfabric, verbs, PSM, PSM2:
+# one node talks over shared memory and TCP) and the libraries only they link: use-openmpi
+# deletes them from the unpacked kit, so that Open MPI cannot try to load them, and
+# dev_kit_derive neither follows nor carries what they need.
+DEV_OMPI_DROP=('mca_*_ucx.so' 'libmca_common_ucx.so*' 'mca_*_ofi.so' 'libmca_common_ofi.so*'
+               'mca_btl_openib.so' 'libmca_common_verbs.so*' 'mca_mtl_psm.so' 'mca_mtl_psm2.so'
+               'mca_btl_usnic.so' 'mca_btl_uct.so')
 # What can be sent to the GPU machine at most: the working tree and the carried folders together.
 DEV_CARRY_LIMIT=$((64 * 1024 * 1024))
 # NCCL_MULTI_RANK_GPU_ENABLE (several ranks of a communicator on one GPU, documented as
@@ -85,6 +97,176 @@ dev_glibc_needed() {
     for f in "$@"; do
         objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//'
     done | sort -t. -k1,1n -k2,2n -k3,3n | tail -n1
+}
+
+# ---- the kit, derived from the binaries -----------------------------------------------------
+
+# dev_is_elf FILE: whether FILE (through links) is an ELF object.
+dev_is_elf() {
+    [ -f "$1" ] && [ "$(od -An -tx1 -N4 "$1" 2>/dev/null | tr -d ' \n')" = 7f454c46 ]
+}
+
+# dev_machine_soname SONAME: whether the GPU machine provides this library by name.
+dev_machine_soname() {
+    local g
+    for g in "${DEV_MACHINE_SONAMES[@]}"; do
+        # shellcheck disable=SC2053 # a glob on purpose
+        [[ $1 == $g ]] && return 0
+    done
+    return 1
+}
+
+# dev_machine_deb PACKAGE: whether the GPU machine has this Debian package's libraries.
+dev_machine_deb() {
+    local d
+    for d in "${DEV_MACHINE_DEBS[@]}"; do [ "$d" = "$1" ] && return 0; done
+    return 1
+}
+
+# dev_kit_dropped FILE: whether use-openmpi deletes FILE from the unpacked kit (DEV_OMPI_DROP).
+dev_kit_dropped() {
+    local g base=${1##*/}
+    for g in "${DEV_OMPI_DROP[@]}"; do
+        # shellcheck disable=SC2053 # a glob on purpose
+        [[ $base == $g ]] && return 0
+    done
+    return 1
+}
+
+# dev_kit_libpath PREFIX: the library folders of a kit unpacked into PREFIX, as use-openmpi puts
+# them on LD_LIBRARY_PATH.
+dev_kit_libpath() {
+    local L=$1/usr/lib/x86_64-linux-gnu
+    echo "$L:$L/openblas-pthread:$1/lib/x86_64-linux-gnu"
+}
+
+# dev_needs FILE...: one line "FILE<tab>SONAME<tab>PATH" for every library ldd resolves for FILE
+# (PATH "not found" where it finds none); files that are not dynamic give nothing.
+dev_needs() {
+    local f
+    for f in "$@"; do
+        ldd "$f" 2>/dev/null | awk -v f="$f" '$2 == "=>" {
+            print f "\t" $1 "\t" ($3 == "not" ? "not found" : $3) }'
+    done
+}
+
+# dev_debs_lookup PATH...: finds the Debian package that holds each library path here, with one
+# dpkg -S for all (it reads the whole package database each time), trying each path as ldd
+# printed it and its target, each also with /usr added or removed (merged /usr). Answers are
+# remembered for dev_deb_of.
+declare -gA _DEV_DEB_OF=()
+dev_debs_lookup() {
+    local -A cand=()
+    local p o c out pkg path
+    for p in "$@"; do
+        [ -n "${_DEV_DEB_OF[$p]+x}" ] && continue
+        _DEV_DEB_OF[$p]=""
+        for o in "$p" "$(readlink -f "$p")"; do
+            for c in "$o" "${o#/usr}" "/usr$o"; do cand[$c]+="$p"$'\n'; done
+        done
+    done
+    [ ${#cand[@]} -gt 0 ] || return 0
+    while IFS= read -r out; do # "pkg[:arch][, pkg...]: path"
+        pkg=${out%%: /*} && pkg=${pkg%%,*} && pkg=${pkg%%:*} && path=${out#*: }
+        while IFS= read -r p; do
+            [ -n "$p" ] && [ -z "${_DEV_DEB_OF[$p]}" ] && _DEV_DEB_OF[$p]=$pkg
+        done <<<"${cand[$path]:-}"
+    done < <(dpkg -S "${!cand[@]}" 2>/dev/null | grep -v '^diversion')
+}
+
+# dev_deb_of PATH: that package; nothing when no package holds the file.
+dev_deb_of() {
+    dev_debs_lookup "$1"
+    echo "${_DEV_DEB_OF[$1]}"
+}
+
+# dev_kit_derive FILE...: the kit's packages for these carried programs: DEV_DEB_ROOTS and, until
+# nothing new turns up, the package of every library that the programs or any file of a package
+# taken need (ldd here: the packages must be installed here, as launch/install-deps does), less
+# what the GPU machine provides (DEV_MACHINE_DEBS, DEV_MACHINE_SONAMES) and the files
+# use-openmpi deletes (DEV_OMPI_DROP). Prints the packages, one a line, sorted. Status 1 when a
+# library cannot be placed (not found here, or held by no Debian package), each named on stderr
+# with the file that needs it.
+dev_kit_derive() {
+    local -A taken=()
+    local queue=() files=("$@") needs=() bad=0 f soname path pkg
+    for pkg in "${DEV_DEB_ROOTS[@]}"; do
+        if ! dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
+            echo "the kit's package $pkg is not installed here: run launch/install-deps $pkg" >&2
+            return 1
+        fi
+        taken[$pkg]=1 && queue+=("$pkg")
+    done
+    while :; do
+        mapfile -t needs < <(dev_needs "${files[@]}")
+        # shellcheck disable=SC2046 # one path a word
+        dev_debs_lookup $(printf '%s\n' "${needs[@]}" | cut -f3 | grep '^/' | sort -u)
+        while IFS=$'\t' read -r f soname path; do
+            [ -n "$f" ] || continue
+            dev_machine_soname "$soname" && continue
+            if [ "$path" = "not found" ]; then
+                echo "$f needs $soname, which is not found here either: install the Debian" \
+                    "package that holds it, so that the kit can take it along" >&2
+                bad=1 && continue
+            fi
+            pkg=$(dev_deb_of "$path")
+            if [ -z "$pkg" ]; then
+                echo "$f needs $soname ($path), which no Debian package holds: the kit cannot" \
+                    "take it along (link against a Debian library, or add it to the machine's" \
+                    "own in tests/gpu/device/lib.bash if the GPU machine has it)" >&2
+                bad=1 && continue
+            fi
+            dev_machine_deb "$pkg" && continue
+            [ -n "${taken[$pkg]+x}" ] || { taken[$pkg]=1 && queue+=("$pkg"); }
+        done < <(printf '%s\n' "${needs[@]}")
+        [ ${#queue[@]} -gt 0 ] || break
+        files=()
+        for pkg in "${queue[@]}"; do
+            while IFS= read -r f; do
+                [ -L "$f" ] || dev_kit_dropped "$f" || ! dev_is_elf "$f" || files+=("$f")
+            done < <(dpkg -L "$pkg" 2>/dev/null)
+        done
+        queue=()
+    done
+    [ $bad = 0 ] || return 1
+    printf '%s\n' "${!taken[@]}" | sort
+}
+
+# dev_kit_uncovered PREFIX FILE...: with the kit unpacked into PREFIX (use-openmpi's layout and
+# library path), one line "FILE: SONAME (PATH)" for every library that FILE or any ELF file of
+# the kit needs and that neither the kit holds nor the GPU machine provides: what would not load
+# there. Nothing when the kit covers it all.
+dev_kit_uncovered() {
+    local P=$1 f soname path pkg
+    shift
+    local files=("$@")
+    while IFS= read -r f; do dev_is_elf "$f" && files+=("$f"); done < <(find "$P" -type f | sort)
+    local needs=()
+    mapfile -t needs < <(LD_LIBRARY_PATH=$(dev_kit_libpath "$P") dev_needs "${files[@]}")
+    # shellcheck disable=SC2046 # one path a word
+    dev_debs_lookup $(printf '%s\n' "${needs[@]}" | cut -f3 | grep '^/' | grep -v "^$P/" | sort -u)
+    while IFS=$'\t' read -r f soname path; do
+        [ -n "$f" ] || continue
+        dev_machine_soname "$soname" && continue
+        case $path in "$P"/*) continue ;; esac
+        if [ "$path" != "not found" ]; then
+            pkg=$(dev_deb_of "$path")
+            [ -n "$pkg" ] && dev_machine_deb "$pkg" && continue
+        fi
+        echo "$f: $soname ($path)"
+    done < <(printf '%s\n' "${needs[@]}")
+}
+
+# dev_mpi_banners [FILE...]: the error text Open MPI and PMIx print, one line each: a component
+# they could not load ("...component_repository_open: unable to open ..."), an error log line,
+# and the title line of every framed help message (show_help's banners, between lines of
+# dashes: "PMIx was unable to find a usable compression library", "mpirun noticed that ...").
+# A run that passes prints none. Reads standard input without FILEs.
+# shellcheck disable=SC2120 # called with and without files
+dev_mpi_banners() {
+    awk '/^-+$/ && length($0) >= 60 { if (!inside) { inside = 1; title = 1 } else inside = 0; next }
+         title && NF { print "banner: " $0; title = 0; next }
+         /component_repository_open: unable to open|ORTE_ERROR_LOG|OPAL_ERROR|PMIX ERROR|PMIX_ERROR/ { print }' "$@"
 }
 
 # dev_version_ge A B: whether dotted version A >= B.
