@@ -25,7 +25,15 @@
  * blocks the host. The transport stream runs its collectives in order, so the watch polls the
  * last "done" recorded: while it is pending, every request before it is too, and the timeout
  * covers them all.
- * Counts are ELEMENTS (floats), as everywhere in comm.h. */
+ * Counts are ELEMENTS (floats), as everywhere in comm.h.
+ *
+ * Start-up failures are agreed on: after its init every rank shares its outcome (MPI), so that a
+ * communicator that fails on some rank is reported once, by rank 0, naming the rank and NCCL's
+ * own words, and every rank ends alike (mgt_comm_init_nccl returns MGT_NCCL_FAILED_ALL), rather
+ * than each printing its own line and aborting the others. A rank whose init waits on a peer
+ * that never comes gives up after the --comm-timeout, so the agreement never hangs.
+ *
+ * Several ranks on one GPU (mgt_nccl_share_gpu, for tests: --share-gpu) are below. */
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -279,6 +287,96 @@ static const mgt_comm_ops nccl_ops = {
     .destroy = nccl_destroy,
 };
 
+/* ---- several ranks on one GPU: a route for tests ----
+ * NCCL's user guide calls one device used by several ranks of a communicator unsupported, and
+ * the communicator's init refuses it ("Duplicate GPU detected"). NCCL 2.30 adds the documented,
+ * experimental NCCL_MULTI_RANK_GPU_ENABLE=1. Before it, a different NCCL_HOSTID per rank
+ * (undocumented; in 2.28 it replaces the host hash) makes the ranks count as separate hosts,
+ * which then talk over the network transport: sockets, over the loopback interface when the job
+ * is on one node. NCCL reads both at its first init, so this runs before any communicator is
+ * made; a variable already set is left as it is (and said so). */
+int mgt_nccl_share_gpu(int rank, int nodes, char *route, size_t n) {
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess)
+        v = 0;
+    char ver[32];
+    if (v > 0)
+        snprintf(ver, sizeof ver, "%d.%d.%d", v / 10000, v % 10000 / 100, v % 100);
+    else
+        snprintf(ver, sizeof ver, "(version unknown)");
+    if (v >= 23000) {
+        const int set = getenv("NCCL_MULTI_RANK_GPU_ENABLE") != NULL;
+        if (!set)
+            setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1);
+        snprintf(route, n, "NCCL %s: NCCL_MULTI_RANK_GPU_ENABLE=%s%s", ver,
+                 getenv("NCCL_MULTI_RANK_GPU_ENABLE"), set ? " (as set)" : "");
+        return v;
+    }
+    char id[48];
+    snprintf(id, sizeof id, "mgt-share-gpu-rank-%d", rank);
+    const int set = getenv("NCCL_HOSTID") != NULL;
+    if (!set)
+        setenv("NCCL_HOSTID", id, 1);
+    if (nodes == 1 && !getenv("NCCL_SOCKET_IFNAME"))
+        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    const char *ifname = getenv("NCCL_SOCKET_IFNAME");
+    snprintf(route, n,
+             "NCCL %s, before 2.30's NCCL_MULTI_RANK_GPU_ENABLE: a host id per rank "
+             "(NCCL_HOSTID%s), sockets%s%s",
+             ver, set ? " as set" : "", ifname ? " over " : "", ifname ? ifname : "");
+    return v;
+}
+
+/* NCCL's last error text on one line (it may hold several). */
+static void last_error(ncclComm_t comm, char *out, size_t n) {
+    const char *l = ncclGetLastError(comm);
+    snprintf(out, n, "%s", l ? l : "");
+    for (char *p = out; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    size_t len = strlen(out);
+    while (len > 0 && out[len - 1] == ' ')
+        out[--len] = 0;
+}
+
+/* Every rank's start-up outcome (ok, or why not), shared over MPI; returns 0 when all are ok,
+ * else MGT_NCCL_FAILED_ALL with one message naming the first rank that failed and how many did. */
+static int agree(mgt_comm *c, MPI_Comm mpi, int ok, const char *why, mgt_err *err) {
+    struct outcome {
+        int ok;
+        char why[500];
+    } mine, *all = malloc(sizeof mine * (size_t)c->world);
+    if (!all)
+        mgt_die("out of host memory for the NCCL start-up of %d ranks", c->world);
+    memset(&mine, 0, sizeof mine);
+    mine.ok = ok;
+    snprintf(mine.why, sizeof mine.why, "%s", why ? why : "");
+    mgt_comm_enter(c, "NCCL start-up (every rank's outcome)");
+    int mr = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, mpi);
+    mgt_comm_leave(c);
+    if (mr != MPI_SUCCESS) {
+        free(all);
+        return mgt_errf(err, "MPI_Allgather of the NCCL start-up outcomes failed (MPI error %d)",
+                        mr);
+    }
+    int first = -1, failed = 0;
+    for (int r = 0; r < c->world; r++)
+        if (!all[r].ok) {
+            failed++;
+            if (first < 0)
+                first = r;
+        }
+    if (failed) {
+        char more[48] = "";
+        if (failed > 1)
+            snprintf(more, sizeof more, " (and on %d more)", failed - 1);
+        mgt_errf(err, "NCCL start-up failed on rank %d of %d%s: %s", first, c->world, more,
+                 all[first].why);
+    }
+    free(all);
+    return failed ? MGT_NCCL_FAILED_ALL : 0;
+}
+
 int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s, mgt_err *err) {
     mgt_comm_init_common(c, mpi, timeout_s);
     c->ops = &nccl_ops;
@@ -320,9 +418,10 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
     mgt_comm_leave(c);
     if (mr != MPI_SUCCESS)
         return mgt_errf(err, "MPI_Bcast of the NCCL unique id failed (MPI error %d)", mr);
-    if (!boot.ok)
-        return mgt_errf(err, "ncclGetUniqueId failed on rank 0: %s (NCCL_DEBUG=WARN tells more)",
-                        boot.why);
+    if (!boot.ok) { /* every rank has the same news */
+        mgt_errf(err, "NCCL start-up failed: ncclGetUniqueId on rank 0: %s", boot.why);
+        return MGT_NCCL_FAILED_ALL;
+    }
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -331,22 +430,32 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
     if (r == ncclInProgress)
         r = wait_comm(s->comm, timeout_s);
     mgt_comm_leave(c);
+    char why[500] = "";
     if (r == ncclInProgress) {
+        snprintf(why, sizeof why,
+                 "ncclCommInitRankConfig on GPU %d did not complete within %.0f s: another rank "
+                 "did not join (NCCL_DEBUG=WARN tells more)",
+                 im->device, timeout_s);
+    } else if (r != ncclSuccess) {
+        char last[300] = "";
+        if (s->comm)
+            last_error(s->comm, last, sizeof last);
+        snprintf(why, sizeof why,
+                 "ncclCommInitRankConfig on GPU %d: %s%s%s (several ranks on one GPU need "
+                 "--share-gpu, a route for tests; otherwise a network problem?)",
+                 im->device, ncclGetErrorString(r), last[0] ? ": " : "", last);
+    }
+    if (r != ncclSuccess && s->comm) {
         ncclCommAbort(s->comm);
         s->comm = NULL;
-        return mgt_errf(err,
-                        "NCCL start-up on GPU %d did not complete within %.0f s: another "
-                        "rank did not join (see its messages; NCCL_DEBUG=WARN tells more)",
-                        im->device, timeout_s);
     }
-    if (r != ncclSuccess) {
-        if (s->comm)
+    const int rc = agree(c, mpi, r == ncclSuccess, why, err);
+    if (rc < 0) {
+        if (s->comm) {
             ncclCommAbort(s->comm);
-        s->comm = NULL;
-        return mgt_errf(err,
-                        "ncclCommInitRankConfig (rank %d of %d, GPU %d) failed: %s (two "
-                        "ranks on one GPU, or a network problem? NCCL_DEBUG=WARN tells more)",
-                        c->rank, c->world, im->device, ncclGetErrorString(r));
+            s->comm = NULL;
+        }
+        return rc;
     }
     im->watch = nccl_watch;
     im->watch_ctx = c;

@@ -81,6 +81,10 @@ static const flag flags[] = {
     {"device", "cpu|gpu|auto", C_TRAIN | C_EVAL | C_PREDICT, "auto", "compute backend"},
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},
+    {"share-gpu", NULL, C_TRAIN, "off (one rank per GPU)",
+     "FOR TESTS ONLY: let ranks share GPUs (local rank i -> GPU i mod their count) through "
+     "NCCL's route for it (NCCL_MULTI_RANK_GPU_ENABLE from 2.30, else a host id per rank and "
+     "sockets); slower than one rank per GPU, to check multi-rank training on fewer GPUs"},
     {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
     {"precision", "fp32|bf16", C_TRAIN | C_EVAL | C_PREDICT, "fp32",
      "GPUs: bf16 = mixed precision: dense layers and convolutions on bfloat16 inputs with fp32 "
@@ -400,6 +404,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     }
     else if (!strcmp(n, "device")) o->device = v;
     else if (!strcmp(n, "gpus")) o->gpus = v;
+    else if (!strcmp(n, "share-gpu")) o->share_gpu = 1;
     else if (!strcmp(n, "tf32")) o->tf32 = 1;
     else if (!strcmp(n, "precision")) {
         if (strcmp(v, "fp32") && strcmp(v, "bf16"))

@@ -31,8 +31,16 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err);
  * torch.cuda.max_memory_allocated counts. */
 size_t mgt_gpu_peak_bytes(const mgt_backend *be);
 /* The NCCL transport for device buffers, bootstrapped over `mpi` (rank 0's unique id broadcast
- * with MPI_Bcast). Host-side collectives (broadcast, gathers, metric sums) stay on MPI. */
+ * with MPI_Bcast). Host-side collectives (broadcast, gathers, metric sums) stay on MPI. Returns
+ * 0, -1 on an error of this rank alone, or MGT_NCCL_FAILED_ALL when the communicator failed to
+ * start and every rank knows it (the message, the same on every rank, names the rank). */
+enum { MGT_NCCL_FAILED_ALL = -2 };
 int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s, mgt_err *err);
+/* For tests only (--share-gpu): lets several ranks of one communicator use the same GPU, by
+ * NCCL's route for it (NCCL_MULTI_RANK_GPU_ENABLE from NCCL 2.30, else a host id per rank and
+ * sockets; nccl_comm.c). Call before any NCCL communicator exists; `nodes`: the job's node
+ * count. Writes the route into `route` and returns the NCCL version code (0: unknown). */
+int mgt_nccl_share_gpu(int rank, int nodes, char *route, size_t n);
 #endif
 
 #endif

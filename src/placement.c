@@ -57,6 +57,9 @@ static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, const int *i
             mgt_die_all("--gpus %s: device %d does not exist on %s: %d GPUs are visible "
                         "(numbered 0 to %d)",
                         o->gpus, ids[i], rt->host, ngpu, ngpu - 1);
+    /* --share-gpu (tests only): local rank i takes GPU i modulo those it may use */
+    if (o->share_gpu)
+        return nids ? ids[rt->local_rank % nids] : rt->local_rank % ngpu;
     int have = nids ? nids : ngpu;
     int dev = nids ? ids[rt->local_rank] : rt->local_rank;
     /* A launcher that binds one GPU to each task (Slurm's --gpus-per-task=1) shows every rank
@@ -80,7 +83,8 @@ static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, const int *i
     if (rt->local_size > have) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
         mgt_die("rank %d on node %s: %d ranks on this node but only %d GPUs %s "
-                "(CUDA_VISIBLE_DEVICES=%s); start fewer ranks or list more GPUs",
+                "(CUDA_VISIBLE_DEVICES=%s); start fewer ranks or list more GPUs (tests may share "
+                "GPUs: --share-gpu)",
                 rt->rank, rt->host, rt->local_size, have,
                 nids ? "are listed in --gpus" : "are visible", vis ? vis : "unset");
     }
@@ -106,7 +110,19 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
         if (mgt_comm_init_mpi_staged(&p->comm, MPI_COMM_WORLD, &p->be, o->comm_timeout, &e) < 0)
             mgt_die("%s", e.msg);
     } else if (!strcmp(tr, "nccl") || (!strcmp(tr, "auto") && rt->world > 1)) {
-        if (mgt_comm_init_nccl(&p->comm, MPI_COMM_WORLD, &p->be, o->comm_timeout, &e) < 0)
+        if (o->share_gpu) {
+            char route[256];
+            mgt_nccl_share_gpu(rt->rank, rt->nodes, route, sizeof route);
+            if (rt->rank == 0)
+                fprintf(stderr,
+                        "notice: --share-gpu (for tests): ranks share GPUs, up to %d on "
+                        "one; %s\n",
+                        rt->max_local_size, route);
+        }
+        const int rc = mgt_comm_init_nccl(&p->comm, MPI_COMM_WORLD, &p->be, o->comm_timeout, &e);
+        if (rc == MGT_NCCL_FAILED_ALL)
+            mgt_die_all("%s", e.msg);
+        if (rc < 0)
             mgt_die("%s", e.msg);
         p->comm.always = !strcmp(tr, "nccl");
     } else {

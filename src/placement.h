@@ -2,7 +2,8 @@
  *
  * Owns the choice of the compute backend (--device cpu|gpu|auto: the GPU when one is usable),
  * of this rank's GPU (local rank i takes visible GPU i, or the i-th id of --gpus; a launcher that
- * shows each rank its own single GPU is recognised), and of the gradient transport (--transport:
+ * shows each rank its own single GPU is recognised; for tests, --share-gpu lets ranks share GPUs
+ * over NCCL's route for that), and of the gradient transport (--transport:
  * NCCL between GPUs when there is more than one rank, MPI otherwise; "shm": shared memory between
  * CPU ranks all on one node; "mpi" on GPUs stages through host memory; "nccl" and "shm" run even
  * for one rank). Every impossible request is refused before any
@@ -27,6 +28,7 @@ typedef struct mgt_place_opts {
                             * OpenBLAS's results depend on its thread count) */
     int deterministic;     /* GPU: convolution algorithms that depend on the shape alone and are
                             * deterministic (--reproducible) */
+    int share_gpu;         /* tests only: several ranks may share a GPU (--share-gpu) */
 } mgt_place_opts;
 
 typedef struct mgt_placement {

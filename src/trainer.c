@@ -169,7 +169,8 @@ static void set_up(session *s) {
                                .bf16 = o->bf16,
                                .comm_timeout = o->comm_timeout,
                                .one_thread = train && m->train.reproducible,
-                               .deterministic = train && m->train.reproducible};
+                               .deterministic = train && m->train.reproducible,
+                               .share_gpu = o->share_gpu};
     mgt_place_init(&s->pl, s->rt, &po);
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;

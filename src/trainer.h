@@ -39,6 +39,7 @@ typedef struct mgt_options {
     int64_t debug_check;   /* compare weight checksums across ranks every K steps (0: off) */
     const char *device;    /* cpu, gpu, auto */
     const char *gpus;      /* "0,2,3": local rank i uses the i-th listed device (NULL: device i) */
+    int share_gpu;         /* tests only: several ranks may share a GPU */
     int tf32;              /* let cuDNN / cuBLAS use TF32 */
     int bf16;              /* --precision bf16 (GPU): bfloat16 GEMM and convolution inputs */
     const char *conv_algo; /* auto, direct, winograd for every conv2d layer (NULL: the file's) */

@@ -10,7 +10,9 @@
  *     NCCL_HOSTID is not in NCCL's documentation: in 2.28 it replaces the host hash, so the ranks
  *     count as separate nodes (and, on a real GPU, talk over sockets); NCCL's user guide calls
  *     one device used by several ranks of a communicator unsupported, and 2.30 adds the
- *     documented, experimental NCCL_MULTI_RANK_GPU_ENABLE=1. The emulator follows 2.28.
+ *     documented, experimental NCCL_MULTI_RANK_GPU_ENABLE=1. The emulator follows 2.28 (the
+ *     version ncclGetVersion answers, the headers'); with MGT_EMU_NCCL_VERSION=23000 (or later)
+ *     it answers that and follows 2.30, accepting NCCL_MULTI_RANK_GPU_ENABLE=1.
  * The communicator must span MPI_COMM_WORLD (the only way the trainer uses it). Buffers are staged
  * through host memory, because MPI progresses requests inside any MPI call, when device memory is
  * closed to the host. */
@@ -60,6 +62,18 @@ struct ncclComm {
 
 namespace {
 
+/* The NCCL version emulated (see the top). */
+int emu_version() {
+    const char *v = getenv("MGT_EMU_NCCL_VERSION");
+    return v && *v ? atoi(v) : NCCL_VERSION_CODE;
+}
+
+/* Whether several ranks of a communicator may use one GPU: 2.30's documented route. */
+bool multi_rank_gpu() {
+    const char *e = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    return emu_version() >= 23000 && e && !strcmp(e, "1");
+}
+
 int mpi_done(MPI_Request *r) {
     int flag = 0;
     MPI_Test(r, &flag, MPI_STATUS_IGNORE);
@@ -79,7 +93,7 @@ ncclResult_t advance(ncclComm *c) {
     if (c->stage == 1 && mpi_done(&c->req)) {
         c->stage = 2;
         c->state = ncclSuccess;
-        for (int i = 0; i < c->nranks; i++)
+        for (int i = 0; i < c->nranks && !multi_rank_gpu(); i++)
             if (i != c->rank && c->all[(size_t)i].device == c->me.device &&
                 !strcmp(c->all[(size_t)i].host, c->me.host)) {
                 snprintf(c->last, sizeof c->last,
@@ -144,6 +158,13 @@ const char *ncclGetErrorString(ncclResult_t r) {
     default:
         return "unknown result code";
     }
+}
+
+ncclResult_t ncclGetVersion(int *version) {
+    if (!version)
+        return ncclInvalidArgument;
+    *version = emu_version();
+    return ncclSuccess;
 }
 
 const char *ncclGetLastError(ncclComm_t comm) {
