@@ -199,11 +199,12 @@ section_kill() {
   fi
 }
 
-# A GPU, or nothing: one step of the flags the sections use (mgtrain checks them before it looks
-# for a GPU), which on a machine without one ends the script as SKIPPED (on-device's dry run).
-probe=$(share 2 --share-gpu --model "${MODELS[0]}" --data synthetic --synthetic-samples 64 \
-  --batch-size 32 --max-steps 1 "${PIPE[@]}" --debug-check 1 --log-every 1 \
-  --comm-timeout "$CT" --verbose 2 --no-validation --out "$T/probe" 2>&1)
+# A GPU, or nothing: one step on one rank with the flags the sections use (mgtrain checks them
+# before it looks for a GPU), which on a machine without one ends the script as SKIPPED
+# (on-device's dry run).
+probe=$("$MGT_BIN" train --device gpu --share-gpu --model "${MODELS[0]}" --data synthetic \
+  --synthetic-samples 64 --batch-size 32 --max-steps 1 "${PIPE[@]}" --debug-check 1 \
+  --log-every 1 --comm-timeout "$CT" --verbose 2 --no-validation --out "$T/probe" 2>&1)
 if grep -q "no usable GPU" <<<"$probe"; then
   echo "SKIPPED: no usable GPU ($(grep -m1 "no usable GPU" <<<"$probe"))"
   exit 77

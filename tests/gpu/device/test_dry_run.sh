@@ -95,6 +95,11 @@ for p in mlp_bf16_synthetic convnet_bf16_synthetic convnet_bf16_fashion_2epochs 
   convnet_reproducible_twice; do
   row "$S" "$p" SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
 done
+# the parts of several ranks sharing the GPU (tests/gpu/share_gpu.sh, whose first run checks the
+# flags every section uses)
+for p in share_pipeline share_repro share_refuse share_kill share_compare; do
+  row "$S" "$p" SKIPPED "dry run: SKIPPED: no usable GPU \(mgtrain: --device gpu: no usable GPU"
+done
 row "$S" gpu-peer SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
 row "$S" gpu-peer-tf32 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
 row "$S" gpu-peer-bf16 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
@@ -102,8 +107,23 @@ row "$S" gpu-peer-bf16 SKIPPED "stopped where a GPU is needed: peer: no Python w
 nbf16=$(sed -n '/^# \(mlp\|convnet\)_bf16_\|^# gpu-peer-bf16$/{n;p}' "$S" | grep -c -- ' --precision bf16')
 [ "$nbf16" -eq 4 ] && ok "the 3 bf16 training runs and the bf16 peer run with --precision bf16" \
   || bad "$nbf16 of 4 bf16 commands carry --precision bf16"
-grep -q "^- verdict: 3 PASS, 0 FAIL, \(20\|21\) SKIPPED of 2[34] parts (finished)" "$S" \
+grep -q "^- verdict: 3 PASS, 0 FAIL, \(26\|27\) SKIPPED of \(29\|30\) parts (finished)" "$S" \
   && ok "verdict line: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
+# The order and the shares: the correctness parts first, the speed parts (peer) last.
+last_correct=$(grep -nE '^\| (convnet_reproducible_twice|share_compare) \|' "$S" | tail -n1 | cut -d: -f1)
+first_peer=$(grep -n '^| gpu-peer |' "$S" | cut -d: -f1)
+[ -n "$last_correct" ] && [ -n "$first_peer" ] && [ "$last_correct" -lt "$first_peer" ] \
+  && ok "the correctness parts run before the speed parts" || bad "part order: $(grep -c '^| ' "$S") rows"
+# What comes back from the GPU machine: at most 8 files, none above 16 MiB, no folders; ready to
+# be committed as it is: no path of the checkout or of the work folder in any of it.
+nfiles=$(find "$T/out" -type f | wc -l)
+big=$(find "$T/out" -type f -size +16M | wc -l)
+dirs=$(find "$T/out" -mindepth 1 -type d | wc -l)
+[ "$nfiles" -le 8 ] && [ "$big" -eq 0 ] && [ "$dirs" -eq 0 ] \
+  && ok "$nfiles files come back, none above 16 MiB, no folders: $(find "$T/out" -type f -printf "%f " )" \
+  || bad "the output: $nfiles files, $big above 16 MiB, $dirs folders"
+grep -q "^- files: summary.md, logs.tar.gz; kept in the repository as they are, in bench/results/gpu-[0-9]\{4\}-[0-9][0-9]-[0-9][0-9]-gpu/$" "$S" \
+  && ok "the summary names the folder under bench/results/: $(grep '^- files' "$S")" || bad "files line: $(grep '^- files' "$S")"
 for lib in "cu13/lib/libcudart.so.13" "cudnn/lib/libcudnn.so.9" "nccl/lib/libnccl.so.2"; do
   grep -q "^- libraries: .*($T/sp/nvidia/$lib)" "$S" && ok "found $lib in the site-packages tree" \
     || bad "not found in $T/sp: $lib ($(grep '^- libraries' "$S"))"
@@ -114,6 +134,10 @@ grep -q "^- build: .*; matches these sources" "$S" && ok "the build matches thes
   || bad "build line: $(grep '^- build' "$S")"
 
 mkdir -p "$T/x" && tar -xzf "$T/out/logs.tar.gz" -C "$T/x" || bad "logs.tar.gz does not unpack"
+named=$(grep -rlF -e "$MGT_SRC" -e "/tmp/mgt-on-device." "$T/out/summary.md" "$T/x" 2>/dev/null)
+[ -z "$named" ] && grep -q "<checkout>" "$T/x/env.log" \
+  && ok "no file names the checkout's path or the work folder (<checkout>, <logs> instead)" \
+  || bad "paths of this machine in: $named"
 n=0
 while read -r part; do
   [ -s "$T/x/$part.log" ] || n=$((n + 1))

@@ -4,7 +4,8 @@
 # library, and the other parts still run), and an MPI job that hangs and leaves a process behind
 # that escaped its process group (the part times out within the budget, the process is ended by
 # the part's token, the parts after it are reported as not started once the budget is spent, and
-# the summary and tarball are still written).
+# the summary and tarball are still written); and an mpirun that succeeds but prints PMIx's error
+# text (the part fails).
 source "$MGT_SRC/tests/cli/lib.bash"
 source "$MGT_SRC/tests/gpu/device/lib.bash"
 source "$MGT_SRC/tests/gpu/device/testlib.bash"
@@ -50,7 +51,7 @@ S=$T/out2/summary.md
 [ $rc -eq 1 ] && [ $dt -le 75 ] && ok "a hanging mpirun: exit 1 after $dt s of a 60 s budget" \
   || bad "a hanging mpirun: exit $rc after $dt s"
 row "$S" nccl_1rank FAIL "timed out after [0-9]+ s"
-row "$S" 'nccl_2ranks_one_gpu_[a-z]*' SKIPPED "not started: the 60 s budget is spent"
+row "$S" 'nccl_2ranks_one_gpu_[a-z]*' SKIPPED "not started: the correctness parts' share of the 60 s budget is spent"
 pid=$(cat orphan.pid 2>/dev/null)
 if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
   ok "the process that escaped the part's process group was ended (pid $pid)"
@@ -63,4 +64,19 @@ grep -q "^# on-device: ending processes the part left behind: $pid" <<<"$partlog
   && ok "the part's log names the process it ended" || bad "nccl_1rank.log does not name pid $pid"
 grep -q "^- verdict: 1 PASS, 1 FAIL, 1 SKIPPED of 3 parts (finished)" "$S" \
   && ok "the summary is complete: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
+
+# 3. An mpirun that works but prints PMIx's error text (as the kit's did on the first GPU
+#    machine): the part fails, naming the text.
+mkdir -p talks
+cat >talks/mpirun <<'EOF'
+#!/usr/bin/env bash
+if [ "${1:-}" = --version ]; then echo "mpirun (Open MPI) 0 (talks)"; exit 0; fi
+echo "[vm:01234] pmix_mca_base_component_repository_open: unable to open /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_pcompress_zlib: " >&2
+echo "    dlopen error: undefined symbol: pmix_output_info" >&2
+exit 0
+EOF
+chmod +x talks/mpirun
+out=$(PATH="$T/talks:$PATH" "$OD" --dry-run --only nccl --budget 60 --from "$T/kit" --out "$T/out3" 2>&1)
+echo "$out" | tail -n 4
+row "$T/out3/summary.md" nccl_1rank FAIL "Open MPI or PMIx error text in a passing part: \[vm:01234\] pmix_mca_base_component_repository_open: unable to open"
 finish

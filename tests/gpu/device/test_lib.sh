@@ -2,8 +2,9 @@
 # device_lib: the pieces of the GPU check that decide things, each against real input: the NCCL
 # route for two ranks on one GPU by version code, version arithmetic, ldd's missing libraries
 # (a program whose library was removed), the figures read off a real mgtrain --profile run, the
-# source digest that ties a carried build to its sources; and shellcheck over every script of
-# the check (installed through launch/install-deps when missing).
+# source digest that ties a carried build to its sources, the detector of Open MPI's and PMIx's
+# error text; and shellcheck over every script of the check (installed through
+# launch/install-deps when missing).
 source "$MGT_SRC/tests/cli/lib.bash"
 source "$MGT_SRC/tests/gpu/device/lib.bash"
 source "$MGT_SRC/tests/gpu/device/testlib.bash"
@@ -64,6 +65,25 @@ is "a failed test program" "$(dev_check_figures fails.log)" \
 printf 'ok: a\nFAIL: b went wrong\nok: c\n' >script.log
 is "a test script" "$(dev_check_figures script.log)" "2 ok, 1 failed; first failure: FAIL: b went wrong"
 
+# 3b. Open MPI's and PMIx's error text, as the first GPU run printed it (each mpirun), is found;
+#     NCCL's INFO lines about symbols, mgtrain's own output and a clean run are not.
+cat >banners.log <<'EOF'
+[vm:03375] pmix_mca_base_component_repository_open: unable to open /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_pcompress_zlib: 
+    dlopen error: /usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/pmix_mca_pcompress_zlib.so: undefined symbol: pmix_output_info
+    Perhaps a missing symbol, or compiled for a different version of pmix? (ignored)
+--------------------------------------------------------------------------
+PMIx was unable to find a usable compression library
+on the system. We will therefore be unable to compress
+large data streams.
+--------------------------------------------------------------------------
+vm:3398:3419 [0] NCCL INFO dlvsym failed on mlx5dv_reg_dmabuf_mr - /lib/x86_64-linux-gnu/libmlx5.so: undefined symbol: mlx5dv_reg_dmabuf_mr, version MLX5_1.25 version MLX5_1.25
+test_gpu_nccl: 7 checks passed
+EOF
+is "the first GPU run's PMIx error text" "$(dev_mpi_banners banners.log | cut -c1-60 | paste -sd'|')" \
+  "[vm:03375] pmix_mca_base_component_repository_open: unable t|banner: PMIx was unable to find a usable compression library"
+is "a clean run (NCCL INFO and mgtrain's own lines)" "$(sed -n '9,10p' banners.log | dev_mpi_banners)" ""
+is "mgtrain's output on the CPU" "$(dev_mpi_banners run.log)" ""
+
 # 4. The digest: the same over a copy of the sources, different after a change to one, the same
 #    after a change to a file that is not built (a script).
 mkdir -p copy/tests
@@ -82,9 +102,10 @@ d1=$(dev_digest copy)
 #    is an if-then-else because ok always succeeds: SC2015 is left out for them).
 command -v shellcheck >/dev/null || "$MGT_SRC/launch/install-deps" shellcheck >/dev/null
 if out=$(cd "$MGT_SRC" && shellcheck -x tests/gpu/on-device tests/gpu/prepare-device \
-         tests/gpu/device/lib.bash tests/gpu/device/use-openmpi 2>&1 &&
-         shellcheck -x -e SC2015 tests/gpu/device/test_*.sh tests/gpu/device/testlib.bash 2>&1); then
-  ok "shellcheck: on-device, prepare-device, lib.bash, use-openmpi and the tests are clean"
+         tests/gpu/device/lib.bash tests/gpu/device/use-openmpi tests/gpu/device/parts/*.bash 2>&1 &&
+         shellcheck -x -e SC2015 tests/gpu/device/test_*.sh tests/gpu/device/testlib.bash \
+           tests/gpu/share_gpu.sh 2>&1); then
+  ok "shellcheck: on-device, its parts, prepare-device, lib.bash, use-openmpi, share_gpu.sh and the tests are clean"
 else
   bad "shellcheck:"
   echo "$out"
