@@ -4,8 +4,10 @@
 # on emulated GPUs in CI (tests/gpu/emu: MGT_BIN = mgtrain_emu, small models) and on a real GPU
 # (tests/gpu/on-device: the seed ConvNet and examples/resnet_small.cfg).
 #
-#   share_gpu.sh SECTION...      pipeline, compare, repro, refuse, kill (default: all five)
+#   share_gpu.sh SECTION...      route, pipeline, compare, repro, refuse, kill (default: all)
 #
+#   route     2 ranks of the built-in MLP: the start-up notice names the route this NCCL takes
+#             (NCCL_MULTI_RANK_GPU_ENABLE=1 from 2.30, else NCCL_HOSTID and sockets over lo)
 #   pipeline  2 and 3 ranks of each model in MGT_SHARE_MODELS, with gradient buckets reduced
 #             while backward runs, 2 micro-batches per step and ZeRO-1: the start-up block shows
 #             the ranks on the one GPU over NCCL with that pipeline, --debug-check 1 compares
@@ -15,8 +17,7 @@
 #             RMSprop, 8 steps on 1, 2 and 3 ranks with the same pipeline: the weights within 1e-5
 #             (the per-step agreement of the gradient sums, 2 u sqrt(K) <= 1.3e-5 for K = 96 x
 #             26 x 26 addends, scaled by RMSprop's bounded step of about lr = 1e-3, over 8 steps,
-#             as tests/gpu/emu/emu_cli.sh argues for 1 against 2 GPUs); and the route the
-#             start-up notice names for this NCCL version
+#             as tests/gpu/emu/emu_cli.sh argues for 1 against 2 GPUs)
 #   repro     --reproducible: MGT_SHARE_REPRO_MODEL (its BatchNorm synchronised, as the mode
 #             needs) on 1, 2 and 3 ranks gives the same bytes; a run stopped on 2 ranks and
 #             resumed on 3 gives the uninterrupted run's bytes
@@ -41,7 +42,7 @@ SAMPLES=${MGT_SHARE_SAMPLES:-4096}
 BATCH=${MGT_SHARE_BATCH:-128}
 CT=${MGT_SHARE_COMM_TIMEOUT:-20}
 SECTIONS=("$@")
-[ ${#SECTIONS[@]} -gt 0 ] || SECTIONS=(pipeline compare repro refuse kill)
+[ ${#SECTIONS[@]} -gt 0 ] || SECTIONS=(route pipeline compare repro refuse kill)
 export OPENBLAS_NUM_THREADS=1 # ranks share this machine's cores
 
 share() { # share NP ARGS...: mgtrain train on NP ranks of this machine, on the GPU
@@ -101,9 +102,13 @@ section_compare() {
     same "smooth, 8 RMSprop steps with buckets, 2 micro-batches and ZeRO-1: $np ranks on one GPU against 1" \
       "$T/c$np/weights.safetensors" "$T/c1/weights.safetensors" 1e-5
   done
-  # The route this NCCL takes, as the notice says.
+}
+
+section_route() {
   local notice
-  notice=$(grep -m1 '^notice: --share-gpu' "$T/c2.log")
+  share 2 --share-gpu "${FAULT_RUN[@]}" --max-steps 2 --out "$T/route" >"$T/route.log" 2>&1 \
+    || bad "the built-in MLP on 2 ranks: $(tail -3 "$T/route.log")"
+  notice=$(grep -m1 '^notice: --share-gpu' "$T/route.log")
   if grep -qE "NCCL 2\.(2[0-9]|1[0-9])\.[0-9]+, before 2\.30's NCCL_MULTI_RANK_GPU_ENABLE: a host id per rank \(NCCL_HOSTID\), sockets over lo$|NCCL (2\.[3-9][0-9]|[3-9])\.[0-9.]+: NCCL_MULTI_RANK_GPU_ENABLE=1$" <<<"$notice"; then
     ok "the route for this NCCL: ${notice#*; }"
   else
@@ -211,8 +216,8 @@ if grep -q "no usable GPU" <<<"$probe"; then
 fi
 for s in "${SECTIONS[@]}"; do
   case $s in
-    pipeline | compare | repro | refuse | kill) echo "== $s" && "section_$s" ;;
-    *) bad "unknown section '$s' (pipeline, compare, repro, refuse, kill)" ;;
+    route | pipeline | compare | repro | refuse | kill) echo "== $s" && "section_$s" ;;
+    *) bad "unknown section '$s' (route, pipeline, compare, repro, refuse, kill)" ;;
   esac
 done
 finish

@@ -97,7 +97,7 @@ for p in mlp_bf16_synthetic convnet_bf16_synthetic convnet_bf16_fashion_2epochs 
 done
 # the parts of several ranks sharing the GPU (tests/gpu/share_gpu.sh, whose first run checks the
 # flags every section uses)
-for p in share_pipeline share_repro share_refuse share_kill share_compare; do
+for p in share_route share_pipeline share_repro share_refuse share_kill share_compare; do
   row "$S" "$p" SKIPPED "dry run: SKIPPED: no usable GPU \(mgtrain: --device gpu: no usable GPU"
 done
 row "$S" gpu-peer SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
@@ -107,7 +107,7 @@ row "$S" gpu-peer-bf16 SKIPPED "stopped where a GPU is needed: peer: no Python w
 nbf16=$(sed -n '/^# \(mlp\|convnet\)_bf16_\|^# gpu-peer-bf16$/{n;p}' "$S" | grep -c -- ' --precision bf16')
 [ "$nbf16" -eq 4 ] && ok "the 3 bf16 training runs and the bf16 peer run with --precision bf16" \
   || bad "$nbf16 of 4 bf16 commands carry --precision bf16"
-grep -q "^- verdict: 3 PASS, 0 FAIL, \(26\|27\) SKIPPED of \(29\|30\) parts (finished)" "$S" \
+grep -q "^- verdict: 3 PASS, 0 FAIL, \(27\|28\) SKIPPED of \(30\|31\) parts (finished)" "$S" \
   && ok "verdict line: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
 # The order and the shares: the correctness parts first, the speed parts (peer) last.
 last_correct=$(grep -nE '^\| (convnet_reproducible_twice|share_compare) \|' "$S" | tail -n1 | cut -d: -f1)
