@@ -61,6 +61,7 @@ static const mgt_gpu_api api = {
     .comm_init_nccl = mgt_comm_init_nccl,
     .comm_init_mpi_staged = mgt_comm_init_mpi_staged,
     .version_text = mgt_gpu_version,
+    .nccl_share_gpu = mgt_nccl_share_gpu,
 };
 
 const mgt_gpu_api *mgt_gpu_plugin(const mgt_gpu_host *host) {

@@ -140,6 +140,15 @@ int mgt_comm_init_mpi_staged(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double 
              : mgt_errf(err, "%s", load_failure);
 }
 
+int mgt_nccl_share_gpu(int rank, int nodes, char *route, size_t n) {
+    const mgt_gpu_api *a = backend();
+    if (a)
+        return a->nccl_share_gpu(rank, nodes, route, n);
+    if (n)
+        snprintf(route, n, "%s", load_failure);
+    return 0;
+}
+
 void mgt_gpu_version(char *buf, size_t n) {
     const mgt_gpu_api *a = backend();
     if (a)

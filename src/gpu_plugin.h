@@ -39,7 +39,8 @@ typedef struct mgt_gpu_host {
     void (*comm_owned)(const mgt_comm *c, int r, size_t lo, size_t count, size_t *a, size_t *b);
 } mgt_gpu_host;
 
-/* What the backend gives: gpu.h's functions, mgt_comm_init_mpi_staged and mgt_gpu_version. */
+/* What the backend gives: gpu.h's functions (mgt_nccl_share_gpu among them),
+ * mgt_comm_init_mpi_staged and mgt_gpu_version. */
 typedef struct mgt_gpu_api {
     size_t size;         /* sizeof(mgt_gpu_api) and version: a backend of another build is */
     const char *version; /* refused rather than called through a table of another shape */
@@ -52,6 +53,7 @@ typedef struct mgt_gpu_api {
     int (*comm_init_mpi_staged)(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeout_s,
                                 mgt_err *err);
     void (*version_text)(char *buf, size_t n);
+    int (*nccl_share_gpu)(int rank, int nodes, char *route, size_t n);
 } mgt_gpu_api;
 
 typedef const mgt_gpu_api *(*mgt_gpu_plugin_fn)(const mgt_gpu_host *host);
