@@ -89,17 +89,15 @@ static inline int mgt_dataset_is_synthetic(const mgt_dataset *ds) {
 }
 
 /* n samples of shape (h, w, c) with labels in [0, classes); split_salt tells the train and test
- * splits apart. Pixels are uniform in [0,1); the label is a function of the pixels (the class
- * whose fixed random template is closest), so a model can learn it. */
+ * splits apart. Each sample's label is drawn first and its values are that class's fixed random
+ * template plus noise, in (0, 1) (synthetic_def.h), so a model can learn the label. */
 void mgt_dataset_synthetic(mgt_dataset *ds, int64_t n, int h, int w, int c, int classes,
                            uint64_t seed, uint64_t split_salt);
 
-/* The two streams a synthetic dataset's values come from (util.h's mgt_rand64 keys): value j of
- * generated sample i is byte j % 8 of mgt_rand64(pixel_key, i * ceil(elems / 8) + j / 8), mapped
- * to (byte + 0.5) / 256, and class c's template is row c of template_key alike; the label is the
- * class whose template, centred as 2 * byte - 255, has the largest integer dot product with the
- * sample centred alike (ties to the lowest class). A backend that generates batches itself
- * (backend.h: synthetic) follows this definition. */
+/* The two keys a synthetic dataset is made from (util.h's mgt_rand64 keys): the split's noise
+ * stream (its label stream derives from it) and the class templates' stream, shared by the
+ * splits. synthetic_def.h says how sample i comes from them; a backend that generates batches
+ * itself (backend.h: synthetic) follows it. */
 void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key, uint64_t *template_key);
 
 /* Copies samples idx[0..count) into x (count*h*w*c floats, NHWC: bytes scaled to [0,1], float32

@@ -496,7 +496,7 @@ static void test_synthetic(tally *t) {
         printf("synthetic gather of 256 x 784: %.3f ms\n", ms);
     }
 
-    /* Odd sizes: several element chunks, class blocks and sample blocks; batch == singles. */
+    /* Odd sizes: partial last draws, many classes; a batch gives what single samples do. */
     {
         static const int shapes[][5] = {/* h, w, c, classes, count */
                                         {5, 5, 3, 17, 40},
@@ -521,8 +521,8 @@ static void test_synthetic(tally *t) {
             }
             CHECK(t, same);
             CHECK(t, inr);
-            if (k > 16) /* labels from the second class block do occur */
-                CHECK(t, maxl >= 16);
+            if (cntn >= 3 * k) /* the labels spread over the classes */
+                CHECK(t, maxl >= k / 2);
         }
     }
 
