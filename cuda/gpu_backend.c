@@ -65,6 +65,10 @@ void mgt_gpu_describe(int device, char *buf, size_t n) {
 /* ---- waiting --------------------------------------------------------------------------------- */
 
 void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev) {
+    if (im->capturing) { /* no wait can be recorded: the capture fails, the ops run again */
+        im->capture_broken = "a wait for the device";
+        return;
+    }
     const double t0 = mgt_now();
     for (int polls = 0;; polls++) {
         cudaError_t e = cudaEventQuery(ev);
@@ -127,6 +131,14 @@ static void account(mgt_gpu_impl *im, size_t add, size_t sub) {
     if (im->mem_now > im->mem_peak)
         im->mem_peak = im->mem_now;
     im->mem_now -= sub;
+}
+
+size_t mgt_gpu_workspace_bytes(const mgt_backend *be) {
+    return be && be->impl ? ((const mgt_gpu_impl *)be->impl)->ws_bytes : 0;
+}
+
+size_t mgt_gpu_dwconv_workspace(const mgt_conv_shape *s) {
+    return mgt_gpu_dwconv_scratch(NULL, s); /* a pure function of the shape */
 }
 
 size_t mgt_gpu_peak_bytes(const mgt_backend *be) {
@@ -253,17 +265,104 @@ static void gpu_time_mark(mgt_backend *be, int set, int point) {
     GPU_CHECK(CUDA, cudaEventRecord(im->timing[set][point], im->stream));
 }
 
-static void gpu_time_read(mgt_backend *be, int set, int npoints, double *sec) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    if (npoints <= 0)
+/* sec[i] = seconds from ev[0] to ev[i], i < n, once ev[n - 1] has run (waited for). */
+static void read_events(mgt_gpu_impl *im, const cudaEvent_t *ev, int n, double *sec) {
+    if (n <= 0)
         return;
-    mgt_gpu_wait_event(im, im->timing[set][npoints - 1]);
+    mgt_gpu_wait_event(im, ev[n - 1]);
     sec[0] = 0;
-    for (int i = 1; i < npoints; i++) {
+    for (int i = 1; i < n; i++) {
         float ms = 0;
-        GPU_CHECK(CUDA, cudaEventElapsedTime(&ms, im->timing[set][0], im->timing[set][i]));
+        GPU_CHECK(CUDA, cudaEventElapsedTime(&ms, ev[0], ev[i]));
         sec[i] = 1e-3 * (double)ms;
     }
+}
+
+static void gpu_time_read(mgt_backend *be, int set, int npoints, double *sec) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    read_events(im, im->timing[set], npoints, sec);
+}
+
+/* ---- marks (--profile-layers) ---- */
+
+static int gpu_marks_reserve(mgt_backend *be, int n) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (n <= im->nmarks)
+        return 0;
+    for (int k = 0; k < MGT_MARK_SETS; k++) { /* room first: then nothing can fail half-way */
+        cudaEvent_t *ev = realloc(im->marks[k], sizeof *ev * (size_t)n);
+        if (!ev)
+            return -1;
+        im->marks[k] = ev;
+    }
+    for (int k = 0; k < MGT_MARK_SETS; k++)
+        for (int i = im->nmarks; i < n; i++)
+            GPU_CHECK(CUDA, cudaEventCreate(&im->marks[k][i]));
+    im->nmarks = n;
+    return 0;
+}
+
+static void gpu_mark(mgt_backend *be, int set, int i) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    GPU_CHECK(CUDA, cudaEventRecord(im->marks[set][i], im->stream));
+}
+
+static void gpu_marks_read(mgt_backend *be, int set, int n, double *sec) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    read_events(im, im->marks[set], n, sec);
+}
+
+/* ---- replay: CUDA graphs captured from the compute stream ---- */
+
+static void gpu_drop(mgt_backend *be, int g) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (im->graph[g])
+        GPU_CHECK(CUDA, cudaGraphExecDestroy((cudaGraphExec_t)im->graph[g]));
+    im->graph[g] = NULL;
+}
+
+/* Capture mode "thread local": the loader's thread may go on calling CUDA meanwhile. */
+static int gpu_capture_begin(mgt_backend *be) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (im->capturing ||
+        cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    im->capturing = 1;
+    im->capture_broken = NULL;
+    return 0;
+}
+
+static int gpu_capture_end(mgt_backend *be, int g) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (!im->capturing)
+        return -1;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(im->stream, &graph);
+    im->capturing = 0;
+    cudaGraphExec_t exec = NULL;
+    if (e == cudaSuccess && !im->capture_broken)
+        e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph)
+        (void)cudaGraphDestroy(graph);
+    if (e != cudaSuccess || im->capture_broken) {
+        (void)cudaGetLastError();
+        if (exec)
+            (void)cudaGraphExecDestroy(exec);
+        return -1;
+    }
+    gpu_drop(be, g);
+    im->graph[g] = exec;
+    return 0;
+}
+
+static int gpu_replay(mgt_backend *be, int g) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (!im->graph[g])
+        return -1;
+    GPU_CHECK(CUDA, cudaGraphLaunch((cudaGraphExec_t)im->graph[g], im->stream));
+    return 0;
 }
 
 /* Grows the workspace to `bytes` (never shrinks; the content is not kept). The stream is drained
@@ -272,8 +371,18 @@ static void gpu_time_read(mgt_backend *be, int set, int npoints, double *sec) {
 static int grow_workspace(mgt_gpu_impl *im, size_t bytes) {
     if (bytes <= im->ws_bytes)
         return 0;
+    if (im->capturing) { /* no allocation can be recorded: the capture fails, as above */
+        im->capture_broken = "the workspace's growth";
+        return 0;
+    }
     size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
     drain(im);
+    /* the graphs hold the old workspace's addresses: they go with it (replay says so) */
+    for (int g = 0; g < MGT_GRAPHS; g++)
+        if (im->graph[g]) {
+            GPU_CHECK(CUDA, cudaGraphExecDestroy((cudaGraphExec_t)im->graph[g]));
+            im->graph[g] = NULL;
+        }
     void *p = NULL;
     if (cudaMalloc(&p, rounded) != cudaSuccess) {
         /* perhaps only without the old buffer beside it */
@@ -335,6 +444,14 @@ static void gpu_destroy(mgt_backend *be) {
         if (im->copy_stream)
             (void)cudaStreamSynchronize(im->copy_stream);
         mgt_gpu_conv_cache_free(im);
+        for (int g = 0; g < MGT_GRAPHS; g++)
+            if (im->graph[g])
+                (void)cudaGraphExecDestroy((cudaGraphExec_t)im->graph[g]);
+        for (int k = 0; k < MGT_MARK_SETS; k++) {
+            for (int i = 0; i < im->nmarks; i++)
+                (void)cudaEventDestroy(im->marks[k][i]);
+            free(im->marks[k]);
+        }
         if (im->cudnn)
             (void)cudnnDestroy((cudnnHandle_t)im->cudnn);
         if (im->cublas)
@@ -388,11 +505,19 @@ static const mgt_ops gpu_ops = {
     .stage_wait = gpu_stage_wait,
     .time_mark = gpu_time_mark,
     .time_read = gpu_time_read,
+    .marks_reserve = gpu_marks_reserve,
+    .mark = gpu_mark,
+    .marks_read = gpu_marks_read,
+    .capture_begin = gpu_capture_begin,
+    .capture_end = gpu_capture_end,
+    .replay = gpu_replay,
+    .drop = gpu_drop,
     .synthetic = mgt_gpu_synthetic,
     .gather_u8 = mgt_gpu_gather_u8,
     .reserve = gpu_reserve,
     .destroy = gpu_destroy,
     .describe = gpu_describe,
+    .describe_conv = mgt_gpu_conv_describe_shape,
     .dense_fwd = mgt_gpu_dense_fwd,
     .dense_bwd = mgt_gpu_dense_bwd,
     .conv2d_scratch = mgt_gpu_conv2d_scratch,

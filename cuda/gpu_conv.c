@@ -1,11 +1,14 @@
 /* gpu_conv.c: 2-D convolution on cuDNN's descriptor ("classic") API, NHWC float activations.
  *
- * Layout. Activations stay NHWC, as everywhere in mgtrain: no transposes of x, y, dx or dy. The
- * filter is given to cuDNN in NHWC ("KRSC", [oc][kh][kw][c]) too, the format cuDNN pairs with
- * NHWC activations (as PyTorch's channels_last does); the OIHW weights are transposed into the
- * workspace before each call and dW transposed back after (a few KB to MB, next to the
- * convolution itself). When c == 1 or kh*kw == 1 the two layouts are the same bytes and nothing
- * is transposed.
+ * Layouts. Activations stay NHWC, as everywhere in mgtrain. The filter is given to cuDNN in NHWC
+ * ("KRSC", [oc][kh][kw][c]) too, the format cuDNN pairs with NHWC activations (as PyTorch's
+ * channels_last does); the OIHW weights are transposed into the workspace before each call and
+ * dW transposed back after (a few KB to MB, next to the convolution itself). When c == 1 or
+ * kh*kw == 1 the two layouts are the same bytes and nothing is transposed. Plain float (no TF32,
+ * no bf16, not --reproducible) may also run NCHW, where cuDNN has far more algorithms (Winograd,
+ * FFT, ...): the activations are then copied to NCHW in the workspace and the output back (the
+ * bias added after), and the filter is the weights' own OIHW. Which layout a direction runs is
+ * measured, the copies' time included (below).
  *
  * Padding. cuDNN pads symmetrically (pad_top = pad_bottom). Keras' "same" is asymmetric when the
  * total padding is odd (even kernels, stride 2 on even sizes: the extra row/column at the
@@ -21,20 +24,28 @@
  * CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 on Ampere and later) and entries that need
  * tensor-op math are left out; --conv-algo direct leaves out FFT and Winograd (their transforms
  * round on their own: not a plain fp32 dot product), --conv-algo winograd puts Winograd first
- * and says so where none runs for the layout (NHWC float has none). Then, in order:
- * deterministic algorithms whose workspace fits, any that fits, the rest by workspace (which
- * then grows, once). NHWC float filters have few algorithms, and the _v7 heuristics can rank
- * first one whose kernel then refuses the shape at execution (NOT_SUPPORTED), so the candidates
- * are tried in that order until one runs; the one that ran is final. --profile prints the log
- * (mgt_gpu_conv_describe): algorithm, math type, workspace, determinism, and what was refused.
+ * and says so where none runs. Then, in order: deterministic algorithms whose workspace fits,
+ * any that fits, the rest by workspace (which then grows, once). Under --reproducible that list,
+ * deterministic algorithms only, is the choice: it depends on the shape alone. Otherwise, at the
+ * same first call, cuDNN measures every algorithm it has for the shape on the call's own operands
+ * and the reserved workspace (cudnnFind*AlgorithmEx, as PyTorch's cudnn.benchmark), in NHWC and,
+ * for plain float, in NCHW (the copies' time added), and the candidates become what ran, fastest
+ * first (measure()): any algorithm, deterministic or not. --algo-cache FILE keeps these choices
+ * per GPU model, cuDNN version, data type and shape, for the next run (mgt_gpu_algo_cache).
+ * The _v7 heuristics can rank first an algorithm whose kernel then refuses the shape at
+ * execution (NOT_SUPPORTED), and a cached choice may no longer run, so the candidates are tried
+ * in order until one runs; the one that ran is final. --profile prints the log
+ * (mgt_gpu_conv_describe): algorithm, math type, layout, workspace, how it was chosen, its
+ * determinism and measured time, and what was refused.
  *
  * Workspace. conv2d_scratch() has no backend (it is a pure function of the shape, called while
  * the model is built), so it cannot ask cuDNN. It returns the exact bytes of the transposed
  * filters and the padded input, plus an allowance for cuDNN's own workspace: the size of the
  * im2col matrix (the most any GEMM-like algorithm needs), clamped to [16 MiB, 256 MiB]. reserve()
  * allocates that once; the algorithm choice is then limited to what fits, so the step loop does
- * not allocate. Only if reserve() was never called with enough (a test calling the op directly)
- * does the first call grow the workspace itself.
+ * not allocate. Only if reserve() was never called with enough (a test calling the op directly),
+ * or a shape's first call needs room for bfloat16 or NCHW copies, does that first call grow the
+ * workspace itself.
  *
  * --precision bf16. The descriptors are bfloat16 with float compute (cuDNN's
  * PSEUDO_BFLOAT16_CONFIG: x, w and y bfloat16, accumulation in float, each output rounded once to
@@ -58,14 +69,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu.h"
 #include "gpu_internal.h"
 #include "runtime.h"
+#include "tensor_io.h"
 
 /* The three directions a plan chooses an algorithm for. */
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2, NDIRS };
 
-/* One heuristics entry kept as a candidate: its math type as it will run, its workspace, and the
- * status of its call if cuDNN refused it at execution. */
+/* One candidate algorithm: its math type as it will run, its workspace, the status of its call
+ * if cuDNN refused it at execution, its layout, and the time measured for it. */
 typedef struct conv_cand {
     int algo;
     cudnnStatus_t status;
@@ -73,6 +86,9 @@ typedef struct conv_cand {
     cudnnMathType_t math;
     size_t ws;
     int refused;
+    int nchw;   /* runs on NCHW copies of the activations (float only: see "Layouts" above) */
+    float ms;   /* measured (cudnnFind*AlgorithmEx, with the NCHW copies), or < 0: not measured */
+    int cached; /* taken from the --algo-cache file (measured by an earlier run) */
 } conv_cand;
 
 typedef struct conv_plan {
@@ -94,6 +110,14 @@ typedef struct conv_plan {
     int ncand[NDIRS];
     int cur[NDIRS];
     int ran[NDIRS];
+    /* Measured choice (not --reproducible): whether the candidates are measured ones (by
+     * cudnnFind*AlgorithmEx, or from the --algo-cache file); with plain float (no TF32, no
+     * bf16) NCHW descriptors too (the filter's NCHW is the weights' own OIHW), and room in the
+     * workspace for NCHW copies of x (or dx) and y (or dy). */
+    int measured[NDIRS];
+    int nchw_ok;
+    cudnnTensorDescriptor_t xdn, ydn;
+    cudnnFilterDescriptor_t wdn;
 } conv_plan;
 
 static const char *const dir_name[] = {
@@ -104,9 +128,26 @@ static const char *const want_name[] = {
 _Static_assert(sizeof want_name / sizeof want_name[0] == MGT_CONV_WINOGRAD + 1,
                "one name per --conv-algo value");
 
+/* A measured choice, as the --algo-cache file keeps it: on which GPU and cuDNN, for which data
+ * type and shape (key), in which direction, what ran, and how fast. */
+typedef struct algo_entry {
+    char key[320];
+    int dir, algo, nchw;
+    cudnnMathType_t math;
+    float ms;
+} algo_entry;
+
 struct mgt_gpu_conv_cache {
     conv_plan *plans;
     int n, cap;
+    /* --algo-cache: the file, its entries (with this run's measurements), and whether this run
+     * added any; this GPU's name and cuDNN's version, for the keys. */
+    char *path;
+    algo_entry *known;
+    int nknown, known_cap, added;
+    char gpu[128];
+    size_t cudnn;
+    cudaEvent_t ev[4]; /* timing the NCHW copies while measuring (made at first use) */
 };
 
 /* ---- geometry and workspace layout (pure functions of the shape) ---- */
@@ -136,13 +177,14 @@ static int conv_transposes(const mgt_conv_shape *s) {
 typedef struct ws_layout {
     size_t w_t, dw_t, pad; /* byte offsets */
     size_t xb, yb, wb;     /* bfloat16 x or dx, y or dy, W or dW (bf16 only) */
+    size_t xn, yn;         /* NCHW x or dx, y or dy (nchw only) */
     size_t algo;
 } ws_layout;
 
 /* [transposed W][transposed dW][padded x / padded dx], with bf16 then [x or dx][y or dy]
- * [W or dW] in bfloat16 (x and dx padded when the input is), then [cuDNN's workspace]; returns
- * the bytes before cuDNN's part. */
-static size_t conv_layout(const mgt_conv_shape *s, int bf16, ws_layout *l) {
+ * [W or dW] in bfloat16 (x and dx padded when the input is), with nchw then [x or dx][y or dy]
+ * in NCHW float, then [cuDNN's workspace]; returns the bytes before cuDNN's part. */
+static size_t conv_layout(const mgt_conv_shape *s, int bf16, int nchw, ws_layout *l) {
     int padded, hp, wp;
     conv_geometry(s, &padded, &hp, &wp);
     const size_t wcount = (size_t)s->oc * conv_k(s);
@@ -157,7 +199,9 @@ static size_t conv_layout(const mgt_conv_shape *s, int bf16, ws_layout *l) {
     l->xb = l->pad + pbytes;
     l->yb = l->xb + (bf16 ? align256(xcount * 2) : 0);
     l->wb = l->yb + (bf16 ? align256(ycount * 2) : 0);
-    l->algo = l->wb + (bf16 ? align256(wcount * 2) : 0);
+    l->xn = l->wb + (bf16 ? align256(wcount * 2) : 0);
+    l->yn = l->xn + (nchw ? align256(xcount * 4) : 0);
+    l->algo = l->yn + (nchw ? align256(ycount * 4) : 0);
     return l->algo;
 }
 
@@ -166,7 +210,7 @@ static size_t scratch_bytes(const mgt_conv_shape *s, int bf16) {
     if (s->n <= 0 || s->oc <= 0 || conv_k(s) == 0 || s->oh <= 0 || s->ow <= 0)
         return 0;
     ws_layout l;
-    const size_t fixed = conv_layout(s, bf16, &l);
+    const size_t fixed = conv_layout(s, bf16, 0, &l);
     size_t allowance = (size_t)s->n * (size_t)s->oh * (size_t)s->ow * conv_k(s) * 4;
     const size_t lo = (size_t)16 << 20, hi = (size_t)256 << 20;
     allowance = allowance < lo ? lo : allowance > hi ? hi : allowance;
@@ -174,9 +218,18 @@ static size_t scratch_bytes(const mgt_conv_shape *s, int bf16) {
 }
 
 /* conv2d_scratch has no backend: the float layout (a bf16 backend grows the workspace by the
- * bfloat16 copies at a shape's first call). */
+ * bfloat16 copies at a shape's first call, a float one that may run NCHW by its NCHW copies). */
 size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s) {
     return scratch_bytes(s, 0);
+}
+
+size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math) {
+    if (s->n <= 0 || s->oc <= 0 || conv_k(s) == 0 || s->oh <= 0 || s->ow <= 0)
+        return 0;
+    const int bf16 = (math & MGT_GPU_BF16) != 0;
+    const int nchw = !bf16 && !(math & (MGT_GPU_TF32 | MGT_GPU_DETERMINISTIC));
+    ws_layout l;
+    return scratch_bytes(s, bf16) + conv_layout(s, bf16, nchw, &l) - conv_layout(s, bf16, 0, &l);
 }
 
 /* ---- plans ---- */
@@ -194,6 +247,12 @@ static void plan_destroy(conv_plan *p) {
         cudnnDestroyTensorDescriptor(p->ydf);
     if (p->wdf)
         cudnnDestroyFilterDescriptor(p->wdf);
+    if (p->xdn)
+        cudnnDestroyTensorDescriptor(p->xdn);
+    if (p->ydn)
+        cudnnDestroyTensorDescriptor(p->ydn);
+    if (p->wdn)
+        cudnnDestroyFilterDescriptor(p->wdn);
     for (int d = 0; d < NDIRS; d++) {
         if (p->cd[d])
             cudnnDestroyConvolutionDescriptor(p->cd[d]);
@@ -201,13 +260,22 @@ static void plan_destroy(conv_plan *p) {
     }
 }
 
+static void cache_save(struct mgt_gpu_conv_cache *c);
+
 void mgt_gpu_conv_cache_free(mgt_gpu_impl *im) {
     struct mgt_gpu_conv_cache *c = im->conv;
     if (!c)
         return;
+    if (c->path && c->added && mgt_gpu_rank() == 0)
+        cache_save(c);
     for (int i = 0; i < c->n; i++)
         plan_destroy(&c->plans[i]);
+    for (int k = 0; k < 4; k++)
+        if (c->ev[k])
+            (void)cudaEventDestroy(c->ev[k]);
     free(c->plans);
+    free(c->known);
+    free(c->path);
     free(c);
     im->conv = NULL;
 }
@@ -254,6 +322,18 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
         GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(*wd, dt, CUDNN_TENSOR_NHWC, s->oc, s->c, s->kh,
                                                     s->kw));
     }
+    p->nchw_ok = !im->bf16 && !im->tf32 && !im->deterministic;
+    if (p->nchw_ok) {
+        GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->xdn));
+        GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(&p->ydn));
+        GPU_CHECK(CUDNN, cudnnCreateFilterDescriptor(&p->wdn));
+        GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->xdn, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                    s->n, s->c, xh, xw));
+        GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(p->ydn, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                    s->n, s->oc, s->oh, s->ow));
+        GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(p->wdn, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                    s->oc, s->c, s->kh, s->kw));
+    }
     for (int d = 0; d < NDIRS; d++) {
         GPU_CHECK(CUDNN, cudnnCreateConvolutionDescriptor(&p->cd[d]));
         GPU_CHECK(CUDNN,
@@ -286,6 +366,21 @@ static cudnnTensorDescriptor_t ydesc(const conv_plan *p, int dir) {
 }
 static cudnnFilterDescriptor_t wdesc(const conv_plan *p, int dir) {
     return p->f32[dir] ? p->wdf : p->wd;
+}
+/* The same for layout nchw (1: the NCHW descriptors, float). */
+static cudnnTensorDescriptor_t xdesc_l(const conv_plan *p, int dir, int nchw) {
+    return nchw ? p->xdn : xdesc(p, dir);
+}
+static cudnnTensorDescriptor_t ydesc_l(const conv_plan *p, int dir, int nchw) {
+    return nchw ? p->ydn : ydesc(p, dir);
+}
+static cudnnFilterDescriptor_t wdesc_l(const conv_plan *p, int dir, int nchw) {
+    return nchw ? p->wdn : wdesc(p, dir);
+}
+
+/* The workspace layout of plan p (the NCHW copies' room where the plan may run NCHW). */
+static size_t plan_layout(const mgt_gpu_impl *im, const conv_plan *p, ws_layout *l) {
+    return conv_layout(&p->s, im->bf16, p->nchw_ok, l);
 }
 
 /* ---- algorithm choice ---- */
@@ -348,7 +443,7 @@ static int is_fft(int dir, int algo) {
     for (int i = 0; i < got; i++)                                                                  \
         out[i] = (conv_cand) {                                                                     \
             (int)(r)[i].algo, (r)[i].status, (r)[i].determinism == CUDNN_DETERMINISTIC,            \
-                (r)[i].mathType, 0, 0                                                              \
+                (r)[i].mathType, (r)[i].memory, 0, 0, (r)[i].time, 0                               \
         }
 
 /* cuDNN's heuristics (cudnnGet*Algorithm_v7, which runs nothing), as many entries as the
@@ -397,19 +492,19 @@ static int heuristics(mgt_gpu_impl *im, conv_plan *p, int dir, conv_cand **out_p
 }
 #undef CANDS
 
-static cudnnStatus_t algo_ws(mgt_gpu_impl *im, conv_plan *p, int dir, int algo, size_t *bytes) {
+static cudnnStatus_t algo_ws(mgt_gpu_impl *im, conv_plan *p, int dir, int algo, int nchw,
+                             size_t *bytes) {
     cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
+    cudnnTensorDescriptor_t xd = xdesc_l(p, dir, nchw), yd = ydesc_l(p, dir, nchw);
+    cudnnFilterDescriptor_t wd = wdesc_l(p, dir, nchw);
     if (dir == DIR_FWD)
-        return cudnnGetConvolutionForwardWorkspaceSize(h, xdesc(p, dir), wdesc(p, dir), p->cd[dir],
-                                                       ydesc(p, dir),
+        return cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, p->cd[dir], yd,
                                                        (cudnnConvolutionFwdAlgo_t)algo, bytes);
     if (dir == DIR_BWD_DATA)
         return cudnnGetConvolutionBackwardDataWorkspaceSize(
-            h, wdesc(p, dir), ydesc(p, dir), p->cd[dir], xdesc(p, dir),
-            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+            h, wd, yd, p->cd[dir], xd, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, xdesc(p, dir), ydesc(p, dir), p->cd[dir], wdesc(p, dir),
-        (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+        h, xd, yd, p->cd[dir], wd, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
 }
 
 static int tensor_op(cudnnMathType_t m) {
@@ -458,16 +553,90 @@ static void to_float(conv_plan *p, int dir) {
     free(p->cand[dir]);
     p->cand[dir] = NULL;
     p->chosen[dir] = 0;
+    p->measured[dir] = 0;
     p->f32[dir] = 1;
+}
+
+/* ---- measured choice, and the --algo-cache file ---- */
+
+/* The data type a direction runs in, for keys and the log. */
+static const char *dtype_name(const mgt_gpu_impl *im, const conv_plan *p, int dir) {
+    return lowp(im, p, dir) ? "bf16" : im->tf32 ? "tf32" : "fp32";
+}
+
+/* A plan's key in the file: GPU, cuDNN, data type and shape (the direction is a field). */
+static void entry_key(const mgt_gpu_impl *im, const conv_plan *p, int dir, char *key, size_t n) {
+    const mgt_conv_shape *s = &p->s;
+    snprintf(key, n, "%s\tcuDNN %zu\t%s\tn=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d pad=%d,%d algo=%s",
+             im->conv->gpu, im->conv->cudnn, dtype_name(im, p, dir), s->n, s->h, s->w, s->c, s->oh,
+             s->ow, s->oc, s->kh, s->kw, s->stride, s->pad_top, s->pad_left,
+             want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0]);
+}
+
+static algo_entry *find_entry(const mgt_gpu_impl *im, const char *key, int dir) {
+    struct mgt_gpu_conv_cache *c = im->conv;
+    for (int i = 0; c && i < c->nknown; i++)
+        if (c->known[i].dir == dir && !strcmp(c->known[i].key, key))
+            return &c->known[i];
+    return NULL;
+}
+
+static algo_entry *add_entry(mgt_gpu_impl *im, const char *key, int dir) {
+    struct mgt_gpu_conv_cache *c = im->conv;
+    algo_entry *e = find_entry(im, key, dir);
+    if (e)
+        return e;
+    if (c->nknown == c->known_cap) {
+        const int cap = c->known_cap ? 2 * c->known_cap : 64;
+        algo_entry *nk = realloc(c->known, sizeof *nk * (size_t)cap);
+        if (!nk)
+            mgt_die("out of host memory for the convolution algorithm cache");
+        c->known = nk;
+        c->known_cap = cap;
+    }
+    e = &c->known[c->nknown++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->dir = dir;
+    return e;
+}
+
+/* The cache's choice for a direction, as the first candidate before the heuristics' (which
+ * stay behind it, in case it no longer runs); returns whether there was one. */
+static int from_cache(mgt_gpu_impl *im, conv_plan *p, int dir) {
+    char key[320];
+    entry_key(im, p, dir, key, sizeof key);
+    const algo_entry *e = find_entry(im, key, dir);
+    if (!e || (e->nchw && !p->nchw_ok))
+        return 0;
+    /* cuDNN documents as non-deterministic backward-data ALGO_0 and backward-filter ALGO_0 and
+     * ALGO_3 (their atomic sums) */
+    const int det = !((dir == DIR_BWD_DATA && e->algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0) ||
+                      (dir == DIR_BWD_FILTER && (e->algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+                                                 e->algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3)));
+    conv_cand c = {e->algo, CUDNN_STATUS_SUCCESS, det, e->math, 0, 0, e->nchw, e->ms, 1};
+    if (cudnnSetConvolutionMathType(p->cd[dir], c.math) != CUDNN_STATUS_SUCCESS ||
+        algo_ws(im, p, dir, c.algo, c.nchw, &c.ws) != CUDNN_STATUS_SUCCESS)
+        return 0;
+    conv_cand *all = malloc(sizeof *all * (size_t)(p->ncand[dir] + 1));
+    if (!all)
+        mgt_die("out of host memory for the convolution algorithm list");
+    all[0] = c;
+    memcpy(all + 1, p->cand[dir], sizeof *all * (size_t)p->ncand[dir]);
+    free(p->cand[dir]);
+    p->cand[dir] = all;
+    p->ncand[dir]++;
+    return 1;
 }
 
 static void choose(mgt_backend *be, conv_plan *p, int dir) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
     ws_layout l;
-    const size_t fixed = conv_layout(s, im->bf16, &l);
+    const size_t fixed = plan_layout(im, p, &l);
     if (im->ws_bytes < fixed) /* never reserved for this shape: size it now, once */
-        mgt_gpu_workspace(be, scratch_bytes(s, im->bf16));
+        mgt_gpu_workspace(be,
+                          scratch_bytes(s, im->bf16) + (fixed - conv_layout(s, im->bf16, 0, &l)));
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
     /* tensor ops: TF32 for float data with --tf32, the bfloat16 path's own math with bf16 */
     const int bf = lowp(im, p, dir), tensor_ok = im->tf32 || bf;
@@ -485,7 +654,7 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
             continue;
         c[i].math = tensor_ok ? c[i].math : CUDNN_FMA_MATH;
         if (cudnnSetConvolutionMathType(p->cd[dir], c[i].math) != CUDNN_STATUS_SUCCESS ||
-            algo_ws(im, p, dir, c[i].algo, &c[i].ws) != CUDNN_STATUS_SUCCESS)
+            algo_ws(im, p, dir, c[i].algo, 0, &c[i].ws) != CUDNN_STATUS_SUCCESS)
             continue;
         c[kept++] = c[i];
     }
@@ -520,16 +689,21 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
                 im->tf32 ? "TF32 allowed" : "FMA math",
                 s->algo == MGT_CONV_DIRECT ? ", --conv-algo direct: no FFT or Winograd" : "");
     }
+    for (int i = 0; i < kept; i++)
+        c[i].ms = -1; /* the heuristics' times are estimates */
     p->cand[dir] = c;
     p->ncand[dir] = kept;
     p->cur[dir] = 0;
     p->chosen[dir] = 1;
+    /* outside --reproducible the candidates are measured at the first call, unless a cache
+     * file has this shape's choice */
+    p->measured[dir] = im->deterministic || from_cache(im, p, dir);
 }
 
 /* The workspace for plan p in direction dir (candidates made on first use), with the current
  * candidate's math type set on the descriptor. */
 static char *plan_ws(mgt_backend *be, conv_plan *p, int dir, ws_layout *l) {
-    const size_t fixed = conv_layout(&p->s, mgt_gpu_impl_of(be)->bf16, l);
+    const size_t fixed = plan_layout(mgt_gpu_impl_of(be), p, l);
     if (!p->chosen[dir])
         choose(be, p, dir);
     const conv_cand *c = &p->cand[dir][p->cur[dir]];
@@ -557,10 +731,10 @@ static int conv_ran(const mgt_gpu_impl *im, conv_plan *p, int dir, cudnnStatus_t
         const mgt_conv_shape *s = &p->s;
         const int algo = cur_algo(p, dir);
         if (!p->ran[dir] && s->algo == MGT_CONV_WINOGRAD && !is_winograd(dir, algo))
-            mgt_log0("notice: cuDNN runs no Winograd %s algorithm for the NHWC float convolution "
-                     "%dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %d (cuDNN's Winograd needs NCHW "
-                     "float, stride 1 and a 3x3 or 5x5 kernel); --conv-algo winograd uses %s "
-                     "there\n",
+            mgt_log0("notice: cuDNN runs no Winograd %s algorithm for the convolution %dx%dx%d "
+                     "-> %dx%dx%d, kernel %dx%d, stride %d in this run's layouts and arithmetic "
+                     "(cuDNN's Winograd needs NCHW float, which plain FP32 runs may use, stride 1 "
+                     "and a 3x3 or 5x5 kernel); --conv-algo winograd uses %s there\n",
                      dir_name[dir], s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
                      algo_name(dir, algo));
         p->ran[dir] = 1;
@@ -598,10 +772,14 @@ size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
                 continue;
             const conv_cand *c = &p->cand[d][p->cur[d]];
             PUT("cuDNN conv n=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d --conv-algo %s, %s: %s, %s, "
-                "workspace %zu bytes, %s%s%s",
+                "%s, workspace %zu bytes, %s, %s%s%s",
                 s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
                 want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0], dir_name[d],
-                algo_name(d, c->algo), math_name(c->math), c->ws,
+                algo_name(d, c->algo), math_name(c->math), c->nchw ? "NCHW" : "NHWC", c->ws,
+                !p->measured[d] || im->deterministic ? "by cuDNN's heuristics"
+                : c->cached                          ? "from the --algo-cache file"
+                : c->ms < 0                          ? "cuDNN's heuristics (nothing measured ran)"
+                                                     : "measured",
                 c->deterministic ? "deterministic" : "non-deterministic",
                 lowp(im, p, d) ? ", bfloat16 data"
                 : im->bf16     ? ", float data (cuDNN ran no bfloat16 algorithm)"
@@ -610,11 +788,176 @@ size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
             for (int j = 0; j < p->cur[d]; j++)
                 PUT("%s%s refused (cuDNN status %d)", j ? ", " : "; before it ",
                     algo_name(d, p->cand[d][j].algo), p->cand[d][j].refused);
+            if (p->measured[d] && !im->deterministic && c->ms >= 0)
+                PUT("; %.4f ms", (double)c->ms);
             PUT("\n");
         }
     }
 #undef PUT
     return len;
+}
+
+size_t mgt_gpu_conv_describe_shape(mgt_backend *be, const mgt_conv_shape *s, char *buf, size_t n) {
+    static const char *const dir_short[] = {"fwd", "bwd-data", "bwd-filter"};
+    const mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const struct mgt_gpu_conv_cache *cc = im->conv;
+    size_t len = 0;
+    if (n > 0)
+        buf[0] = '\0';
+    for (int i = 0; cc && i < cc->n; i++) {
+        const conv_plan *p = &cc->plans[i];
+        if (!same_shape(&p->s, s))
+            continue;
+        for (int d = 0; d < NDIRS; d++) {
+            if (!p->chosen[d])
+                continue;
+            const conv_cand *c = &p->cand[d][p->cur[d]];
+            const int k =
+                snprintf(len < n ? buf + len : NULL, len < n ? n - len : 0, "%s%s %s%s%s",
+                         len ? ", " : "", dir_short[d], algo_name(d, c->algo),
+                         tensor_op(c->math) ? " (tensor cores)" : "", c->nchw ? " NCHW" : "");
+            len += k > 0 ? (size_t)k : 0;
+        }
+        break;
+    }
+    return len;
+}
+
+/* ---- the --algo-cache file ----
+ * Text, one measured choice a line, tab-separated: GPU name, "cuDNN <version>", data type
+ * (fp32, tf32, bf16), shape, direction, algorithm, math type, layout (NHWC, NCHW), and the time
+ * measured in ms; '#' starts a comment. A line is used only by a run on the same GPU model and
+ * cuDNN version with the same data type and shape; lines for others are kept. Rank 0 writes the
+ * file at the end of a run that measured something new, whole or not at all. */
+
+static int field_index(const char *const *names, int n, const char *v) {
+    for (int i = 0; i < n; i++)
+        if (names[i] && !strcmp(names[i], v))
+            return i;
+    return -1;
+}
+
+static const char *const math_names[] = {[CUDNN_DEFAULT_MATH] = "DEFAULT_MATH",
+                                         [CUDNN_TENSOR_OP_MATH] = "TENSOR_OP_MATH",
+                                         [CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION] =
+                                             "TENSOR_OP_MATH_ALLOW_CONVERSION",
+                                         [CUDNN_FMA_MATH] = "FMA_MATH"};
+
+/* One line (without its newline) into an entry; -1 with what is wrong in err. */
+static int cache_parse(char *line, algo_entry *e, mgt_err *err) {
+    char *f[9];
+    int nf = 0;
+    for (char *q = line; nf < 9; nf++) {
+        f[nf] = q;
+        char *tab = strchr(q, '\t');
+        if (!tab) {
+            nf++;
+            break;
+        }
+        *tab = '\0';
+        q = tab + 1;
+    }
+    if (nf != 9)
+        return mgt_errf(err, "%d tab-separated fields where 9 are written", nf);
+    const int dir = field_index(dir_name, NDIRS, f[4]);
+    if (dir < 0)
+        return mgt_errf(err, "unknown direction '%.40s'", f[4]);
+    const char *const *names = dir == DIR_FWD        ? fwd_names
+                               : dir == DIR_BWD_DATA ? bwd_data_names
+                                                     : bwd_filter_names;
+    const int nalgo = dir == DIR_FWD        ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                      : dir == DIR_BWD_DATA ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                            : CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    const int algo = field_index(names, nalgo, f[5]);
+    const int math = field_index(math_names, (int)(sizeof math_names / sizeof *math_names), f[6]);
+    const int nchw = !strcmp(f[7], "NCHW") ? 1 : !strcmp(f[7], "NHWC") ? 0 : -1;
+    char *end;
+    const double ms = strtod(f[8], &end);
+    if (algo < 0 || math < 0 || nchw < 0 || end == f[8] || *end)
+        return mgt_errf(err,
+                        "unknown algorithm, math type, layout or time ('%.40s', '%.40s', "
+                        "'%.10s', '%.20s')",
+                        f[5], f[6], f[7], f[8]);
+    const int k = snprintf(e->key, sizeof e->key, "%s\t%s\t%s\t%s", f[0], f[1], f[2], f[3]);
+    if (k < 0 || (size_t)k >= sizeof e->key)
+        return mgt_errf(err, "a key longer than %zu bytes", sizeof e->key - 1);
+    e->dir = dir;
+    e->algo = algo;
+    e->math = (cudnnMathType_t)math;
+    e->nchw = nchw;
+    e->ms = (float)ms;
+    return 0;
+}
+
+int mgt_gpu_algo_cache(mgt_backend *be, const char *path, mgt_err *err) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (!im->conv && !(im->conv = calloc(1, sizeof *im->conv)))
+        return mgt_errf(err, "out of host memory for the convolution plans");
+    struct mgt_gpu_conv_cache *c = im->conv;
+    struct cudaDeviceProp prop;
+    GPU_CHECK(CUDA, cudaGetDeviceProperties(&prop, im->device));
+    snprintf(c->gpu, sizeof c->gpu, "%.127s", prop.name);
+    for (char *q = c->gpu; *q; q++) /* a name is one field */
+        if (*q == '\t' || *q == '\n')
+            *q = ' ';
+    c->cudnn = cudnnGetVersion();
+    free(c->path);
+    if (!(c->path = strdup(path)))
+        return mgt_errf(err, "out of host memory");
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return 0; /* written at the end of this run */
+    char line[1024];
+    int lineno = 0;
+    while (fgets(line, sizeof line, fp)) {
+        lineno++;
+        const size_t len = strlen(line);
+        if (len && line[len - 1] == '\n')
+            line[len - 1] = '\0';
+        else if (!feof(fp)) {
+            fclose(fp);
+            return mgt_errf(err,
+                            "--algo-cache %s: line %d is longer than %zu bytes: not a file "
+                            "mgtrain wrote; delete it, or name another file",
+                            path, lineno, sizeof line - 2);
+        }
+        if (!line[0] || line[0] == '#')
+            continue;
+        algo_entry e;
+        mgt_err why;
+        if (cache_parse(line, &e, &why) < 0) {
+            fclose(fp);
+            return mgt_errf(err,
+                            "--algo-cache %s: line %d: %s: not a file mgtrain wrote; "
+                            "delete it, or name another file",
+                            path, lineno, why.msg);
+        }
+        *add_entry(im, e.key, e.dir) = e;
+    }
+    fclose(fp);
+    return 0;
+}
+
+static void cache_save(struct mgt_gpu_conv_cache *c) {
+    size_t cap = 256 + (size_t)c->nknown * 512, len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return;
+    len += (size_t)snprintf(text, cap,
+                            "# mgtrain --algo-cache: convolution algorithms measured by cuDNN "
+                            "(cudnnFind*AlgorithmEx)\n# gpu\tcudnn\tdtype\tshape\tdirection"
+                            "\talgorithm\tmath\tlayout\tms\n");
+    for (int i = 0; i < c->nknown && len < cap; i++) {
+        const algo_entry *e = &c->known[i];
+        len += (size_t)snprintf(text + len, cap - len, "%s\t%s\t%s\t%s\t%s\t%.4f\n", e->key,
+                                dir_name[e->dir], algo_name(e->dir, e->algo), math_name(e->math),
+                                e->nchw ? "NCHW" : "NHWC", (double)e->ms);
+    }
+    mgt_err err;
+    if (len >= cap || mgt_atomic_write(c->path, text, len, &err) < 0)
+        fprintf(stderr, "warning: the measured convolution algorithms were not saved to %s: %s\n",
+                c->path, len >= cap ? "too many entries" : err.msg);
+    free(text);
 }
 
 /* ---- ops ---- */
@@ -624,6 +967,390 @@ static size_t bf16_x_count(const conv_plan *p) {
     const mgt_conv_shape *s = &p->s;
     return (size_t)s->n * (size_t)(p->padded ? p->hp : s->h) * (size_t)(p->padded ? p->wp : s->w) *
            (size_t)s->c;
+}
+
+/* What a convolution op was given, and dy's bfloat16 copy once one of the two backward passes
+ * has made it (the other reuses it, unless the workspace moved in between). */
+typedef struct conv_io {
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *dw;
+    const char *dyb;
+} conv_io;
+
+/* A measurement in progress (cudnnFind*AlgorithmEx over one layout): what it found, and the
+ * time of the NCHW copies around the call (timed with the cache's events). */
+typedef struct conv_find {
+    conv_cand *c;
+    int n, max;
+    size_t avail; /* workspace given to cuDNN */
+    double copies_ms;
+} conv_find;
+
+/* The workspace while measuring: the fixed part, and what is left of the reserve for cuDNN. */
+static char *find_ws(mgt_backend *be, conv_plan *p, ws_layout *l, size_t *avail) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const size_t fixed = plan_layout(im, p, l);
+    char *ws = mgt_gpu_workspace(be, fixed);
+    *avail = im->ws_bytes - fixed;
+    return ws;
+}
+
+/* Event k of the copies' timing, on the compute stream (made at first use). */
+static void copies_mark(mgt_gpu_impl *im, int k) {
+    cudaEvent_t *ev = im->conv->ev;
+    if (!ev[k])
+        GPU_CHECK(CUDA, cudaEventCreate(&ev[k]));
+    GPU_CHECK(CUDA, cudaEventRecord(ev[k], im->stream));
+}
+
+/* Milliseconds between copies marks 0 and 1 plus those between 2 and 3 (waiting for 3). */
+static double copies_ms(mgt_gpu_impl *im) {
+    cudaEvent_t *ev = im->conv->ev;
+    mgt_gpu_wait_event(im, ev[3]);
+    float a = 0, b = 0;
+    GPU_CHECK(CUDA, cudaEventElapsedTime(&a, ev[0], ev[1]));
+    GPU_CHECK(CUDA, cudaEventElapsedTime(&b, ev[2], ev[3]));
+    return (double)a + (double)b;
+}
+
+/* The three directions' Find results differ in type only: keep the fields we use. */
+#define FOUND(r)                                                                                   \
+    for (int i = 0; i < got && f->n < f->max; i++)                                                 \
+        f->c[f->n++] = (conv_cand) {                                                               \
+            (int)(r)[i].algo, (r)[i].status, (r)[i].determinism == CUDNN_DETERMINISTIC,            \
+                (r)[i].mathType, (r)[i].memory, 0, nchw, (r)[i].time, 0                            \
+        }
+
+/* cudnnFind*AlgorithmEx in direction dir on prepared operands (in1, in2, out in the order of
+ * the direction's compute call), layout nchw; appends what it found to f. */
+static cudnnStatus_t find_call(mgt_gpu_impl *im, conv_plan *p, int dir, int nchw, const void *in1,
+                               const void *in2, void *out, char *ws, conv_find *f) {
+    cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
+    cudnnTensorDescriptor_t xd = xdesc_l(p, dir, nchw), yd = ydesc_l(p, dir, nchw);
+    cudnnFilterDescriptor_t wd = wdesc_l(p, dir, nchw);
+    enum { MAXALG = 16 };
+    union {
+        cudnnConvolutionFwdAlgoPerf_t fwd[MAXALG];
+        cudnnConvolutionBwdDataAlgoPerf_t data[MAXALG];
+        cudnnConvolutionBwdFilterAlgoPerf_t filter[MAXALG];
+    } r;
+    int got = 0;
+    cudnnStatus_t st;
+    if (dir == DIR_FWD) {
+        st = cudnnFindConvolutionForwardAlgorithmEx(h, xd, in1, wd, in2, p->cd[dir], yd, out,
+                                                    MAXALG, &got, r.fwd, ws, f->avail);
+        if (st == CUDNN_STATUS_SUCCESS)
+            FOUND(r.fwd);
+    } else if (dir == DIR_BWD_DATA) {
+        st = cudnnFindConvolutionBackwardDataAlgorithmEx(h, wd, in1, yd, in2, p->cd[dir], xd, out,
+                                                         MAXALG, &got, r.data, ws, f->avail);
+        if (st == CUDNN_STATUS_SUCCESS)
+            FOUND(r.data);
+    } else {
+        st = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, xd, in1, yd, in2, p->cd[dir], wd, out,
+                                                           MAXALG, &got, r.filter, ws, f->avail);
+        if (st == CUDNN_STATUS_SUCCESS)
+            FOUND(r.filter);
+    }
+    return st;
+}
+#undef FOUND
+
+/* Forward in layout nchw: with the current candidate, or (f) measuring every algorithm. The
+ * operands are prepared as the layout and data type need them: the filter transposed to KRSC
+ * (NHWC) or taken as OIHW (NCHW), the input padded explicitly where cuDNN cannot pad, copied to
+ * NCHW or rounded to bfloat16; the output widened or copied back, with the bias. */
+static cudnnStatus_t run_fwd(mgt_backend *be, conv_plan *p, conv_io *io, int nchw, conv_find *f) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const mgt_conv_shape *s = &p->s;
+    cudaStream_t st = im->stream;
+    const size_t rows = (size_t)s->n * s->oh * s->ow;
+    ws_layout l;
+    char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_FWD, &l);
+    const float *wk = io->w, *xin = io->x;
+    if (!nchw && p->transpose) { /* per filter: [c][kh*kw] -> [kh*kw][c] */
+        mgt_k_transpose(st, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
+                        (float *)(ws + l.w_t));
+        wk = (const float *)(ws + l.w_t);
+    }
+    if (p->padded) {
+        mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, io->x,
+                       (float *)(ws + l.pad));
+        xin = (const float *)(ws + l.pad);
+    }
+    const void *xa = xin, *wa = wk;
+    void *ya = io->y;
+    float beta = 0.0f;
+    const int bf = !nchw && lowp(im, p, DIR_FWD);
+    if (nchw) { /* x to NCHW; y comes out NCHW */
+        if (f)
+            copies_mark(im, 0);
+        mgt_k_transpose(st, (size_t)s->n, bf16_x_count(p) / s->n / s->c, (size_t)s->c, xin,
+                        (float *)(ws + l.xn));
+        if (f)
+            copies_mark(im, 1);
+        xa = ws + l.xn;
+        ya = ws + l.yn;
+    } else if (bf) { /* bfloat16 copies; the bias is added as y is widened */
+        mgt_k_to_bf16(st, (size_t)s->oc * conv_k(s), wk, (uint16_t *)(ws + l.wb));
+        mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
+        xa = ws + l.xb;
+        wa = ws + l.wb;
+        ya = ws + l.yb;
+    } else if (io->b && !f) { /* the bias first, the convolution adds onto it (as the CPU does) */
+        mgt_k_fill_rows(st, rows, s->oc, io->b, io->y);
+        beta = 1.0f;
+    }
+    const float one = 1.0f;
+    cudnnStatus_t cs =
+        f ? find_call(im, p, DIR_FWD, nchw, xa, wa, ya, ws + l.algo, f)
+          : cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, xdesc_l(p, DIR_FWD, nchw), xa,
+                                    wdesc_l(p, DIR_FWD, nchw), wa, p->cd[DIR_FWD],
+                                    (cudnnConvolutionFwdAlgo_t)cur_algo(p, DIR_FWD), ws + l.algo,
+                                    cur_ws(p, DIR_FWD), &beta, ydesc_l(p, DIR_FWD, nchw), ya);
+    if (cs != CUDNN_STATUS_SUCCESS)
+        return cs;
+    if (bf) {
+        mgt_k_from_bf16(st, rows, s->oc, (const uint16_t *)ya, io->b, io->y);
+    } else if (nchw) { /* [n][oc][oh*ow] -> [n][oh*ow][oc], then the bias */
+        if (f)
+            copies_mark(im, 2);
+        mgt_k_transpose(st, (size_t)s->n, (size_t)s->oc, (size_t)s->oh * s->ow,
+                        (const float *)(ws + l.yn), io->y);
+        if (io->b)
+            mgt_k_add_rows(st, rows, s->oc, io->b, io->y);
+        if (f) {
+            copies_mark(im, 3);
+            f->copies_ms = copies_ms(im);
+        }
+    }
+    return cs;
+}
+
+/* dy's bfloat16 copy at yb, made once for both backward passes unless the workspace moved in
+ * between; a measurement's copy is not counted on (the passes then make their own). */
+static void dy_bf16(cudaStream_t st, conv_io *io, char *yb, size_t count, int measuring) {
+    if (io->dyb != yb)
+        mgt_k_to_bf16(st, count, io->dy, (uint16_t *)yb);
+    io->dyb = measuring ? NULL : yb;
+}
+
+/* Backward-filter in layout nchw (as run_fwd): dW from x and dy. NCHW's filter is OIHW, the
+ * weights' own layout: dW is written in place, with no transpose back. */
+static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, int nchw,
+                                    conv_find *f) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const mgt_conv_shape *s = &p->s;
+    cudaStream_t st = im->stream;
+    const size_t rows = (size_t)s->n * s->oh * s->ow, K = conv_k(s);
+    const int oc = s->oc;
+    ws_layout l;
+    char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_BWD_FILTER, &l);
+    const float *xin = io->x;
+    if (p->padded) {
+        mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, io->x,
+                       (float *)(ws + l.pad));
+        xin = (const float *)(ws + l.pad);
+    }
+    float *dwk = !nchw && p->transpose ? (float *)(ws + l.dw_t) : io->dw;
+    const void *xa = xin, *dya = io->dy;
+    void *dwa = dwk;
+    const int bf = !nchw && lowp(im, p, DIR_BWD_FILTER);
+    if (nchw) {
+        if (f)
+            copies_mark(im, 0);
+        mgt_k_transpose(st, (size_t)s->n, bf16_x_count(p) / s->n / s->c, (size_t)s->c, xin,
+                        (float *)(ws + l.xn));
+        mgt_k_transpose(st, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
+                        (float *)(ws + l.yn));
+        if (f) {
+            copies_mark(im, 1);
+            copies_mark(im, 2);
+            copies_mark(im, 3);
+            f->copies_ms = copies_ms(im);
+        }
+        xa = ws + l.xn;
+        dya = ws + l.yn;
+    } else if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
+        mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
+        dy_bf16(st, io, ws + l.yb, rows * (size_t)oc, f != NULL);
+        xa = ws + l.xb;
+        dya = ws + l.yb;
+        dwa = ws + l.wb;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t cs =
+        f ? find_call(im, p, DIR_BWD_FILTER, nchw, xa, dya, dwa, ws + l.algo, f)
+          : cudnnConvolutionBackwardFilter(
+                (cudnnHandle_t)im->cudnn, &one, xdesc_l(p, DIR_BWD_FILTER, nchw), xa,
+                ydesc_l(p, DIR_BWD_FILTER, nchw), dya, p->cd[DIR_BWD_FILTER],
+                (cudnnConvolutionBwdFilterAlgo_t)cur_algo(p, DIR_BWD_FILTER), ws + l.algo,
+                cur_ws(p, DIR_BWD_FILTER), &zero, wdesc_l(p, DIR_BWD_FILTER, nchw), dwa);
+    if (cs != CUDNN_STATUS_SUCCESS)
+        return cs;
+    if (bf)
+        mgt_k_from_bf16(st, (size_t)oc * K, 1, (const uint16_t *)dwa, NULL, dwk);
+    if (!nchw && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
+        mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, io->dw);
+    return cs;
+}
+
+/* Backward-data in layout nchw (as run_fwd): dx from dy and W, cropped out of the padded
+ * gradient where the input was padded explicitly. */
+static cudnnStatus_t run_bwd_data(mgt_backend *be, conv_plan *p, conv_io *io, int nchw,
+                                  conv_find *f) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const mgt_conv_shape *s = &p->s;
+    cudaStream_t st = im->stream;
+    const size_t rows = (size_t)s->n * s->oh * s->ow, K = conv_k(s);
+    const int oc = s->oc;
+    ws_layout l;
+    char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_BWD_DATA, &l);
+    const float *wk = io->w;
+    if (!nchw && p->transpose) {
+        mgt_k_transpose(st, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
+                        (float *)(ws + l.w_t));
+        wk = (const float *)(ws + l.w_t);
+    }
+    /* the padded gradient reuses the padded input's place: dW is done with it */
+    float *dxo = p->padded ? (float *)(ws + l.pad) : io->dx;
+    const void *wa = wk, *dya = io->dy;
+    void *dxa = dxo;
+    const int bf = !nchw && lowp(im, p, DIR_BWD_DATA);
+    if (nchw) {
+        if (f)
+            copies_mark(im, 0);
+        mgt_k_transpose(st, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
+                        (float *)(ws + l.yn));
+        if (f)
+            copies_mark(im, 1);
+        dya = ws + l.yn;
+        dxa = ws + l.xn;
+    } else if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
+        mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
+        dy_bf16(st, io, ws + l.yb, rows * (size_t)oc, f != NULL);
+        wa = ws + l.wb;
+        dya = ws + l.yb;
+        dxa = ws + l.xb;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t cs =
+        f ? find_call(im, p, DIR_BWD_DATA, nchw, wa, dya, dxa, ws + l.algo, f)
+          : cudnnConvolutionBackwardData(
+                (cudnnHandle_t)im->cudnn, &one, wdesc_l(p, DIR_BWD_DATA, nchw), wa,
+                ydesc_l(p, DIR_BWD_DATA, nchw), dya, p->cd[DIR_BWD_DATA],
+                (cudnnConvolutionBwdDataAlgo_t)cur_algo(p, DIR_BWD_DATA), ws + l.algo,
+                cur_ws(p, DIR_BWD_DATA), &zero, xdesc_l(p, DIR_BWD_DATA, nchw), dxa);
+    if (cs != CUDNN_STATUS_SUCCESS)
+        return cs;
+    if (bf) {
+        mgt_k_from_bf16(st, bf16_x_count(p), 1, (const uint16_t *)dxa, NULL, dxo);
+    } else if (nchw) { /* [n][c][h*w] -> [n][h*w][c] */
+        if (f)
+            copies_mark(im, 2);
+        mgt_k_transpose(st, (size_t)s->n, (size_t)s->c, bf16_x_count(p) / s->n / s->c,
+                        (const float *)(ws + l.xn), dxo);
+        if (f) {
+            copies_mark(im, 3);
+            f->copies_ms = copies_ms(im);
+        }
+    }
+    if (p->padded)
+        mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, dxo,
+                        io->dx);
+    return cs;
+}
+
+typedef cudnnStatus_t (*run_fn)(mgt_backend *, conv_plan *, conv_io *, int, conv_find *);
+static const run_fn run_dir[NDIRS] = {run_fwd, run_bwd_data, run_bwd_filter};
+static const char *const call_name[NDIRS] = {
+    "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
+
+/* Order of measured candidates: --conv-algo winograd's first, then the fastest. */
+static int before(const conv_cand *a, const conv_cand *b, int dir, mgt_conv_algo want) {
+    const int wa = want == MGT_CONV_WINOGRAD && is_winograd(dir, a->algo);
+    const int wb = want == MGT_CONV_WINOGRAD && is_winograd(dir, b->algo);
+    return wa != wb ? wa > wb : a->ms < b->ms;
+}
+
+/* The first call in direction dir outside --reproducible: every algorithm cuDNN has for the
+ * shape is run on this call's operands and timed (cudnnFind*AlgorithmEx: cuDNN's own
+ * measurement, as PyTorch's cudnn.benchmark does), in NHWC and, for plain float, in NCHW with
+ * the time of the copies to and from NCHW added; the candidates become those that ran, fastest
+ * first, less what the run excludes (tensor-op math without --tf32, FFT and Winograd under
+ * --conv-algo direct). Nothing queued may still run meanwhile (cuDNN waits for the device
+ * while it measures): the queue is drained first, by polling. If nothing usable was found,
+ * the heuristics' order stands. */
+static void measure(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    const mgt_conv_shape *s = &p->s;
+    enum { MAXALL = 32 };
+    conv_cand found[MAXALL];
+    int n = 0;
+    be->ops->sync(be);
+    const int bf = lowp(im, p, dir), tensor_ok = im->tf32 || bf;
+    for (int nchw = 0; nchw <= p->nchw_ok; nchw++) {
+        GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], tensor_ok ? CUDNN_TENSOR_OP_MATH
+                                                                           : CUDNN_FMA_MATH));
+        conv_cand got[MAXALL / 2];
+        conv_find f = {got, 0, MAXALL / 2, 0, 0};
+        if (run_dir[dir](be, p, io, nchw, &f) != CUDNN_STATUS_SUCCESS)
+            continue; /* this layout has nothing for the shape */
+        for (int i = 0; i < f.n; i++) {
+            conv_cand c = got[i];
+            if (c.status != CUDNN_STATUS_SUCCESS || c.ms < 0 || c.ws > f.avail ||
+                (!tensor_ok && tensor_op(c.math)))
+                continue;
+            if (s->algo == MGT_CONV_DIRECT && (is_winograd(dir, c.algo) || is_fft(dir, c.algo)))
+                continue;
+            c.ms += (float)f.copies_ms;
+            found[n++] = c;
+        }
+    }
+    be->ops->sync(be);
+    p->measured[dir] = 1;
+    if (n == 0)
+        return;
+    for (int i = 1; i < n; i++) { /* insertion sort: a handful of entries */
+        const conv_cand v = found[i];
+        int j = i;
+        for (; j > 0 && before(&v, &found[j - 1], dir, s->algo); j--)
+            found[j] = found[j - 1];
+        found[j] = v;
+    }
+    conv_cand *c = malloc(sizeof *c * (size_t)n);
+    if (!c)
+        mgt_die("out of host memory for the convolution algorithm list");
+    memcpy(c, found, sizeof *c * (size_t)n);
+    free(p->cand[dir]);
+    p->cand[dir] = c;
+    p->ncand[dir] = n;
+    p->cur[dir] = 0;
+    if (im->conv->path) { /* into the cache file's entries, saved at the end */
+        char key[320];
+        entry_key(im, p, dir, key, sizeof key);
+        algo_entry *e = add_entry(im, key, dir);
+        e->algo = c[0].algo;
+        e->math = c[0].math;
+        e->nchw = c[0].nchw;
+        e->ms = c[0].ms;
+        im->conv->added = 1;
+    }
+}
+
+/* Direction dir of plan p: candidates made and measured at the first call, then the current
+ * candidate run, the next tried while cuDNN refuses one at its first use (conv_ran). */
+static void run(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    cudnnStatus_t cs;
+    do {
+        if (!p->chosen[dir])
+            choose(be, p, dir);
+        if (!p->measured[dir])
+            measure(be, p, dir, io);
+        const int nchw = p->cand[dir][p->cur[dir]].nchw;
+        cs = run_dir[dir](be, p, io, nchw, NULL);
+    } while (conv_ran(im, p, dir, cs, call_name[dir], __LINE__));
 }
 
 void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
@@ -640,44 +1367,8 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                       cudaMemsetAsync(y, 0, rows * (size_t)s->oc * sizeof(float), im->stream));
         return;
     }
-    conv_plan *p = plan_for(im, s);
-    const float one = 1.0f;
-    cudnnStatus_t st;
-    do { /* again with the next candidate while cuDNN refuses one at its first use */
-        ws_layout l;
-        char *ws = plan_ws(be, p, DIR_FWD, &l);
-        const float *wk = w, *xin = x;
-        if (p->transpose) { /* per filter: [c][kh*kw] -> [kh*kw][c] */
-            mgt_k_transpose(im->stream, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, w,
-                            (float *)(ws + l.w_t));
-            wk = (const float *)(ws + l.w_t);
-        }
-        if (p->padded) {
-            mgt_k_pad_nhwc(im->stream, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top,
-                           s->pad_left, x, (float *)(ws + l.pad));
-            xin = (const float *)(ws + l.pad);
-        }
-        const void *xa = xin, *wa = wk;
-        void *ya = y;
-        float beta = 0.0f;
-        const int bf = lowp(im, p, DIR_FWD); /* as chosen for this try */
-        if (bf) { /* bfloat16 copies; the bias is added as y is widened */
-            mgt_k_to_bf16(im->stream, (size_t)s->oc * conv_k(s), wk, (uint16_t *)(ws + l.wb));
-            mgt_k_to_bf16(im->stream, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
-            xa = ws + l.xb;
-            wa = ws + l.wb;
-            ya = ws + l.yb;
-        } else if (b) { /* the bias first, the convolution adds onto it (as the CPU backend does) */
-            mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
-            beta = 1.0f;
-        }
-        st = cudnnConvolutionForward((cudnnHandle_t)im->cudnn, &one, xdesc(p, DIR_FWD), xa,
-                                     wdesc(p, DIR_FWD), wa, p->cd[DIR_FWD],
-                                     (cudnnConvolutionFwdAlgo_t)cur_algo(p, DIR_FWD), ws + l.algo,
-                                     cur_ws(p, DIR_FWD), &beta, ydesc(p, DIR_FWD), ya);
-        if (st == CUDNN_STATUS_SUCCESS && bf)
-            mgt_k_from_bf16(im->stream, rows, s->oc, (const uint16_t *)ya, b, y);
-    } while (conv_ran(im, p, DIR_FWD, st, "cudnnConvolutionForward", __LINE__));
+    conv_io io = {.x = x, .w = w, .b = b, .y = y};
+    run(be, plan_for(im, s), DIR_FWD, &io);
 }
 
 void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
@@ -697,75 +1388,9 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
             GPU_CHECK(CUDA, cudaMemsetAsync(dx, 0, x_count * sizeof(float), st));
         return;
     }
-    cudnnHandle_t h = (cudnnHandle_t)im->cudnn;
-    conv_plan *p = plan_for(im, s);
-    const char *dyb = NULL; /* where dy's bfloat16 copy was made (the passes share it) */
-    const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t cs;
+    conv_io io = {.x = x, .w = w, .dy = dy, .dx = dx, .dw = dw};
     if (dw)
-        do {
-            ws_layout l;
-            char *ws = plan_ws(be, p, DIR_BWD_FILTER, &l);
-            const float *xin = x;
-            if (p->padded) {
-                mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, x,
-                               (float *)(ws + l.pad));
-                xin = (const float *)(ws + l.pad);
-            }
-            float *dwk = p->transpose ? (float *)(ws + l.dw_t) : dw;
-            const void *xa = xin, *dya = dy;
-            void *dwa = dwk;
-            const int bf = lowp(im, p, DIR_BWD_FILTER);
-            if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
-                mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
-                if (dyb != ws + l.yb) /* once for both passes, unless the workspace moved */
-                    mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
-                dyb = ws + l.yb;
-                xa = ws + l.xb;
-                dya = ws + l.yb;
-                dwa = ws + l.wb;
-            }
-            cs = cudnnConvolutionBackwardFilter(
-                h, &one, xdesc(p, DIR_BWD_FILTER), xa, ydesc(p, DIR_BWD_FILTER), dya,
-                p->cd[DIR_BWD_FILTER], (cudnnConvolutionBwdFilterAlgo_t)cur_algo(p, DIR_BWD_FILTER),
-                ws + l.algo, cur_ws(p, DIR_BWD_FILTER), &zero, wdesc(p, DIR_BWD_FILTER), dwa);
-            if (cs == CUDNN_STATUS_SUCCESS && bf)
-                mgt_k_from_bf16(st, (size_t)oc * K, 1, (const uint16_t *)dwa, NULL, dwk);
-            if (cs == CUDNN_STATUS_SUCCESS && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
-                mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, dw);
-        } while (conv_ran(im, p, DIR_BWD_FILTER, cs, "cudnnConvolutionBackwardFilter", __LINE__));
+        run(be, plan_for(im, s), DIR_BWD_FILTER, &io);
     if (dx)
-        do {
-            ws_layout l;
-            char *ws = plan_ws(be, p, DIR_BWD_DATA, &l);
-            const float *wk = w;
-            if (p->transpose) {
-                mgt_k_transpose(st, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, w,
-                                (float *)(ws + l.w_t));
-                wk = (const float *)(ws + l.w_t);
-            }
-            /* the padded gradient reuses the padded input's place: dW is done with it */
-            float *dxo = p->padded ? (float *)(ws + l.pad) : dx;
-            const void *wa = wk, *dya = dy;
-            void *dxa = dxo;
-            const int bf = lowp(im, p, DIR_BWD_DATA);
-            if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
-                mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
-                if (dyb != ws + l.yb) /* once for both passes, unless the workspace moved */
-                    mgt_k_to_bf16(st, rows * (size_t)oc, dy, (uint16_t *)(ws + l.yb));
-                dyb = ws + l.yb;
-                wa = ws + l.wb;
-                dya = ws + l.yb;
-                dxa = ws + l.xb;
-            }
-            cs = cudnnConvolutionBackwardData(
-                h, &one, wdesc(p, DIR_BWD_DATA), wa, ydesc(p, DIR_BWD_DATA), dya,
-                p->cd[DIR_BWD_DATA], (cudnnConvolutionBwdDataAlgo_t)cur_algo(p, DIR_BWD_DATA),
-                ws + l.algo, cur_ws(p, DIR_BWD_DATA), &zero, xdesc(p, DIR_BWD_DATA), dxa);
-            if (cs == CUDNN_STATUS_SUCCESS && bf)
-                mgt_k_from_bf16(st, bf16_x_count(p), 1, (const uint16_t *)dxa, NULL, dxo);
-            if (cs == CUDNN_STATUS_SUCCESS && p->padded)
-                mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left,
-                                dxo, dx);
-        } while (conv_ran(im, p, DIR_BWD_DATA, cs, "cudnnConvolutionBackwardData", __LINE__));
+        run(be, plan_for(im, s), DIR_BWD_DATA, &io);
 }

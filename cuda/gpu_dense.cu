@@ -27,6 +27,13 @@ __global__ void k_fill_rows(size_t total, int cols, const float *__restrict__ b,
     }
 }
 
+__global__ void k_add_rows(size_t total, int cols, const float *__restrict__ b,
+                           float *__restrict__ y) {
+    GRID_STRIDE(i, total) {
+        y[i] += b[i % (size_t)cols];
+    }
+}
+
 size_t align256(size_t b) {
     return (b + 255) & ~(size_t)255;
 }
@@ -71,6 +78,13 @@ void mgt_k_fill_rows(cudaStream_t st, size_t rows, int cols, const float *b, flo
     if (!total)
         return;
     MGT_LAUNCH(k_fill_rows, blocks_for(total), kThreads, st, total, cols, b, y);
+}
+
+void mgt_k_add_rows(cudaStream_t st, size_t rows, int cols, const float *b, float *y) {
+    const size_t total = rows * (size_t)(cols > 0 ? cols : 0);
+    if (!total)
+        return;
+    MGT_LAUNCH(k_add_rows, blocks_for(total), kThreads, st, total, cols, b, y);
 }
 
 void mgt_gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,

@@ -95,6 +95,16 @@ typedef struct mgt_gpu_impl {
     int nalloc, alloc_cap;
     /* Timing points (time_mark / time_read). */
     cudaEvent_t timing[MGT_TIME_SETS][MGT_TIME_POINTS];
+    /* Marks (marks_reserve / mark / marks_read): per set, nmarks timing events. */
+    cudaEvent_t *marks[MGT_MARK_SETS];
+    int nmarks;
+    /* Replay (capture_begin / capture_end / replay): the graphs made (cudaGraphExec_t), and a
+     * capture under way on the compute stream; while one is, the host must not wait for the
+     * device, and a wait asked for (a bug: the step's passes never read back) is noted in
+     * capture_broken instead, which makes capture_end fail. */
+    void *graph[MGT_GRAPHS];
+    int capturing;
+    const char *capture_broken;
 } mgt_gpu_impl;
 
 static inline mgt_gpu_impl *mgt_gpu_impl_of(mgt_backend *be) {

@@ -60,7 +60,7 @@ typedef struct mgt_pad_shape {
 
 typedef struct mgt_ops mgt_ops;
 
-enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16 };
+enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16, MGT_MARK_SETS = 2, MGT_GRAPHS = 4 };
 
 /* A backend instance: the table plus its private state (BLAS threads, scratch, handles). */
 typedef struct mgt_backend {
@@ -107,10 +107,31 @@ struct mgt_ops {
      * point i. Up to MGT_TIME_SETS sets of MGT_TIME_POINTS points. */
     void (*time_mark)(mgt_backend *be, int set, int point);
     void (*time_read)(mgt_backend *be, int set, int npoints, double *sec);
+    /* Device marks for --profile-layers (optional; NULL where the host's clock times the ops):
+     * marks_reserve(n) makes room for n marks in each of MGT_MARK_SETS sets, outside the step
+     * loop (-1: no memory); mark(set, i) queues mark i of a set; marks_read(set, n, sec) waits
+     * until mark n - 1 of the set has run and gives sec[i], the seconds from mark 0 to mark i. */
+    int (*marks_reserve)(mgt_backend *be, int n);
+    void (*mark)(mgt_backend *be, int set, int i);
+    void (*marks_read)(mgt_backend *be, int set, int n, double *sec);
+
+    /* Replay (optional; NULL where launching an op costs nothing to speak of, as on the CPU).
+     * The ops queued between capture_begin() and capture_end(g) do not run: they are recorded
+     * as graph g (0 <= g < MGT_GRAPHS), which replay(g) then queues at once, as often as asked:
+     * the same ops on the same memory with the same arguments. capture_end returns -1, and
+     * keeps nothing, when something in between could not be recorded (a wait for the device,
+     * an allocation); the ops then have to be issued again the ordinary way. capture_begin
+     * returns -1 when recording cannot start. The backend drops its graphs when memory they use
+     * moves (its workspace grows for a new shape): replay(g) then returns -1 and queues
+     * nothing. drop(g) frees graph g (if any). */
+    int (*capture_begin)(mgt_backend *be);
+    int (*capture_end)(mgt_backend *be, int g);
+    int (*replay)(mgt_backend *be, int g);
+    void (*drop)(mgt_backend *be, int g);
 
     /* Synthetic samples generated in backend memory (optional): for generated sample indices
      * first + ids[i] (ids: backend memory), the values x[i], labels[i] and, if targets is not
-     * NULL, one-hot targets[i], exactly as dataset.h defines them (mgt_dataset_synthetic_keys).
+     * NULL, one-hot targets[i], exactly as data/synthetic_def.h defines them (mgt_dataset_synthetic_keys).
      * elems = values per sample. */
     void (*synthetic)(mgt_backend *be, int n, int64_t elems, int classes, uint64_t pixel_key,
                       uint64_t template_key, int64_t first, const int64_t *ids, float *x,
@@ -133,6 +154,10 @@ struct mgt_ops {
      * say). Writes at most n bytes, NUL-terminated when n > 0, and returns the length of the
      * whole text (snprintf's rule). */
     size_t (*describe)(mgt_backend *be, char *buf, size_t n);
+    /* The algorithms the backend runs a convolution of shape s with, briefly, for a layer's row
+     * of --profile-layers ("fwd IMPLICIT_PRECOMP_GEMM, bwd-data ALGO_1, ..."): snprintf's rule;
+     * optional (NULL, or 0 written: nothing to say). */
+    size_t (*describe_conv)(mgt_backend *be, const mgt_conv_shape *s, char *buf, size_t n);
 
     /* Dense: y[n][out] = x[n][in] * W^T + b (b may be NULL). */
     void (*dense_fwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,

@@ -73,6 +73,12 @@ static const flag flags[] = {
     {"keep-checkpoints", "K", C_TRAIN, "1", "keep the last K checkpoints (the older ones as "
                                             "OUT/checkpoint-<step>.safetensors)"},
     {"profile", NULL, C_TRAIN, "off", "print per-rank mean/p95 ms of each step phase"},
+    {"profile-layers", NULL, C_TRAIN, "off",
+     "--profile, and on a GPU a table per layer and direction: device time, cuDNN algorithm, "
+     "achieved GB/s and TFLOP/s against the layer's bytes and FLOPs"},
+    {"floor", NULL, C_SUMMARY, "off",
+     "each layer's FLOPs and bytes, and the least time they take on an H100 (with --precision "
+     "and --tf32)"},
     {"no-tensorboard", NULL, C_TRAIN, "off (written)",
      "write no TensorBoard event files to OUT/tb"},
     {"timeline", "FILE", C_TRAIN, "none", "write a Chrome-trace JSON of every step phase"},
@@ -85,13 +91,19 @@ static const flag flags[] = {
      "FOR TESTS ONLY: let ranks share GPUs (local rank i -> GPU i mod their count) through "
      "NCCL's route for it (NCCL_MULTI_RANK_GPU_ENABLE from 2.30, else a host id per rank and "
      "sockets); slower than one rank per GPU, to check multi-rank training on fewer GPUs"},
-    {"tf32", NULL, C_TRAIN | C_EVAL | C_PREDICT, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
-    {"precision", "fp32|bf16", C_TRAIN | C_EVAL | C_PREDICT, "fp32",
+    {"tf32", NULL, C_ALL, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
+    {"precision", "fp32|bf16", C_ALL, "fp32",
      "GPUs: bf16 = mixed precision: dense layers and convolutions on bfloat16 inputs with fp32 "
      "accumulation; weights, optimizer state and the other ops stay fp32"},
     {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
      "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
      "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
+    {"algo-cache", "FILE", C_TRAIN | C_EVAL | C_PREDICT, "none (measured each run)",
+     "GPUs: take the convolution algorithms an earlier run measured on this GPU and cuDNN from "
+     "FILE, and save this run's choices there"},
+    {"cuda-graph", "on|off", C_TRAIN, "on",
+     "GPUs: once warm, replay each step's forward and backward as CUDA graphs (off: launch every "
+     "op each step)"},
     {"input-shape", "H,W,C", C_ALL, "[input] shape",
      "build the model for inputs of this shape, e.g. 224,224,3 (every layer's shape follows)"},
     {"transport", "auto|nccl|mpi|shm", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
@@ -164,8 +176,8 @@ static const char *key_of_flag(const char *name) {
 }
 
 /* Flags whose value is a path: never empty, never longer than MGT_CLI_MAX_PATH. */
-static const char *const path_flags[] = {"model",    "data",    "out",    "init-weights",
-                                         "timeline", "weights", "output", "run"};
+static const char *const path_flags[] = {"model",   "data",   "out", "init-weights", "timeline",
+                                         "weights", "output", "run", "algo-cache"};
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 
 static const char *const commands[] = {"train", "eval",    "predict", "summary",
@@ -395,6 +407,14 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "keep-checkpoints")) rc = need_i64(n, v, 1, &o->keep_checkpoints, err);
     else if (!strcmp(n, "run")) o->run = v;
     else if (!strcmp(n, "profile")) o->profile = 1;
+    else if (!strcmp(n, "profile-layers")) o->profile = o->profile_layers = 1;
+    else if (!strcmp(n, "floor")) o->floor = 1;
+    else if (!strcmp(n, "algo-cache")) o->algo_cache = v;
+    else if (!strcmp(n, "cuda-graph")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            rc = mgt_errf(err, "--cuda-graph %.80s: use on or off", v);
+        o->cuda_graph = !strcmp(v, "on");
+    }
     else if (!strcmp(n, "no-tensorboard")) o->no_tensorboard = 1;
     else if (!strcmp(n, "timeline")) o->timeline = v;
     else if (!strcmp(n, "verbose")) {

@@ -57,6 +57,7 @@
 #include "evaluate.h"
 #include "metrics.h"
 #include "monitor.h"
+#include "passes.h"
 #include "profile.h"
 #include "repro.h"
 #include "runtime.h"
@@ -75,6 +76,7 @@ typedef struct fit {
     mgt_repro *repro;    /* --reproducible's chunks and exact sums instead (NULL: off) */
     int dump;            /* MGT_DUMP_GRADIENTS is set (on rank 0, which tells every rank) */
     mgt_profile prof;
+    mgt_passes passes; /* how forward and backward are issued (eager, marked, replayed) */
     mgt_metrics mt;
     /* Metric sums since the last read, in backend memory; read every read_every steps. */
     float *acc;
@@ -156,6 +158,7 @@ static void stop_vote(fit *f) {
 static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
     const mgt_fit_env *env = f->env;
     mgt_model *m = env->m;
+    const double t_data = mgt_now();
     const mgt_batch *bt = mgt_stage_next(env->st);
     if (bt->step != micro)
         mgt_die("data loader delivered batch %lld for batch %lld; please report this",
@@ -173,18 +176,19 @@ static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
                   .seed = m->train.seed,
                   .comm = env->comm,
                   .repro = f->repro};
+    mgt_profile_data_host(&f->prof, mgt_now() - t_data);
     if (!f->repro)
         mgt_reducer_listen(&f->red, k, of, &s);
     mgt_profile_phase(&f->prof, MGT_PH_DATA);
     if (f->repro)
         mgt_repro_forward(m, &s);
     else
-        mgt_model_forward(m, &s);
+        mgt_passes_forward(&f->passes, &s);
     mgt_profile_phase(&f->prof, MGT_PH_FORWARD);
     if (f->repro) {
         mgt_repro_backward(m, &s, k == 0);
     } else {
-        mgt_model_loss_backward(m, &s, 1);
+        mgt_passes_backward(&f->passes, &s);
         mgt_reducer_backward_done(&f->red);
     }
     mgt_stage_done(env->st); /* every op that reads the batch is issued */
@@ -489,6 +493,11 @@ static void keep_history(fit *f) {
         fprintf(stderr, "%s\n", notice);
 }
 
+/* The stager's data marks, into the profile (profile.h). */
+static void stage_mark(void *ctx, int what) {
+    mgt_profile_mark(ctx, what ? MGT_MARK_DATA_MAKE : MGT_MARK_DATA_WAIT);
+}
+
 /* The step's pipeline (reducer.h) and its line in the start-up block (rank 0). */
 static void start_pipeline(fit *f) {
     const mgt_fit_env *env = f->env;
@@ -543,6 +552,23 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0 ||
         mgt_profile_reserve_requests(&f->prof, 3 * f->accum + 4 * f->red.nb + 4, &e) < 0)
         mgt_die("%s", e.msg);
+    if (mgt_profile_marks_init(&f->prof, env->m, o->profile_layers, o->precision, &e) < 0)
+        mgt_die("%s", e.msg);
+    if (env->st->source != MGT_STAGE_HOST) {
+        env->st->mark = stage_mark;
+        env->st->mark_ctx = &f->prof;
+        mgt_profile_marks_source(&f->prof, env->st->source == MGT_STAGE_DEVICE_SYNTH
+                                               ? "synthetic generation"
+                                               : "gathered from the set kept on the device");
+    } else if (env->st->staged) {
+        env->st->mark = stage_mark;
+        env->st->mark_ctx = &f->prof;
+    }
+    const mgt_passes_opts po = {.graphs = o->cuda_graph,
+                                .comm_inside = mgt_comm_requests_on(env->comm),
+                                .accum = f->accum,
+                                .reproducible = f->repro != NULL};
+    mgt_passes_init(&f->passes, env->m, be, &f->prof, &po);
     mgt_profile_sync(&f->prof, env->comm);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
                      o->launched, m->classes);
@@ -577,6 +603,12 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     }
     if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
         mgt_die("%s", e.msg);
+    if (o->profile && env->comm->rank == 0) {
+        mgt_passes_report(&f->passes);
+        fflush(stdout);
+    }
+    env->st->mark = NULL;
+    mgt_passes_free(&f->passes);
     /* Restored best weights were validated at another step: the caller tests them afresh. */
     if (mgt_monitor_finish(&f->mon, &pos->mon))
         res->val_step = -1;

@@ -36,16 +36,19 @@ typedef struct mgt_fit_env {
 } mgt_fit_env;
 
 typedef struct mgt_fit_opts {
-    int64_t max_steps;    /* stop after this many optimizer steps in all (0: no limit) */
-    int64_t save_every;   /* also checkpoint every N steps (0: at epoch ends only) */
-    int64_t debug_check;  /* compare weight checksums across ranks every K steps (0: never) */
-    int verbose;          /* rank 0's display: metrics.h (-1: by the terminal) */
-    int launched;         /* started by mpirun/srun (metrics.h) */
-    int profile;          /* print per-phase times */
-    int no_tensorboard;   /* no event files in OUT/tb */
-    int64_t log_every;    /* per-step rows every N global steps (0: none; metrics.h) */
-    const char *timeline; /* Chrome-trace file of every phase, or NULL */
-    int resumed;          /* from a checkpoint: the metrics files keep their history */
+    int64_t max_steps;     /* stop after this many optimizer steps in all (0: no limit) */
+    int64_t save_every;    /* also checkpoint every N steps (0: at epoch ends only) */
+    int64_t debug_check;   /* compare weight checksums across ranks every K steps (0: never) */
+    int verbose;           /* rank 0's display: metrics.h (-1: by the terminal) */
+    int launched;          /* started by mpirun/srun (metrics.h) */
+    int profile;           /* print per-phase times */
+    int profile_layers;    /* and (device marks) per layer and direction */
+    const char *precision; /* "fp32", "tf32" or "bf16": the floors the layer table compares to */
+    int cuda_graph;        /* replay forward and backward as CUDA graphs where they apply */
+    int no_tensorboard;    /* no event files in OUT/tb */
+    int64_t log_every;     /* per-step rows every N global steps (0: none; metrics.h) */
+    const char *timeline;  /* Chrome-trace file of every phase, or NULL */
+    int resumed;           /* from a checkpoint: the metrics files keep their history */
     /* The step's pipeline (reducer.h): bucket cap in MiB (0: one all-reduce after backward),
      * ZeRO-1, and how the CPU transport's requests progress. Accumulation is the model's
      * [train] accum_steps. */

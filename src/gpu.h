@@ -30,6 +30,20 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err);
  * workspaces), the CUDA context and the libraries' handles excluded, as PyTorch's
  * torch.cuda.max_memory_allocated counts. */
 size_t mgt_gpu_peak_bytes(const mgt_backend *be);
+/* --algo-cache FILE: each convolution shape's algorithm per direction is taken from FILE where
+ * an earlier run on the same GPU model and cuDNN version measured it, and measured otherwise;
+ * at the end rank 0 writes FILE again with what this run measured (atomically). -1 with the
+ * reason when FILE exists but is not such a file. */
+int mgt_gpu_algo_cache(mgt_backend *be, const char *path, mgt_err *err);
+/* The convolution workspace a shape comes to hold with `math` (as mgt_gpu_backend_init takes
+ * it): the copies the convolution makes (transposed filters, padded input, bfloat16 or NCHW
+ * copies) and the allowance for cuDNN's own workspace. The backend holds the largest of its
+ * layers' (for `mgtrain summary`'s memory estimate). */
+size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math);
+/* The same for a depthwise convolution's filter gradient (its partial sums). */
+size_t mgt_gpu_dwconv_workspace(const mgt_conv_shape *s);
+/* The workspace the backend holds now. */
+size_t mgt_gpu_workspace_bytes(const mgt_backend *be);
 /* The NCCL transport for device buffers, bootstrapped over `mpi` (rank 0's unique id broadcast
  * with MPI_Bcast). Host-side collectives (broadcast, gathers, metric sums) stay on MPI. Returns
  * 0, -1 on an error of this rank alone, or MGT_NCCL_FAILED_ALL when the communicator failed to

@@ -104,6 +104,8 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
                      (o->deterministic ? MGT_GPU_DETERMINISTIC : 0);
     if (mgt_gpu_backend_init(&p->be, dev, math, &e) < 0)
         mgt_die("%s", e.msg);
+    if (o->algo_cache && mgt_gpu_algo_cache(&p->be, o->algo_cache, &e) < 0)
+        mgt_die_all("%s", e.msg); /* the same file on every rank */
     /* NCCL for more than one rank (a world of one has nothing to reduce), unless the transport
      * is named: then it runs even for one rank, so that its cost can be timed. */
     if (!strcmp(tr, "mpi") && rt->world > 1) {
@@ -167,6 +169,9 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
                     "--precision out or run on a GPU");
     if (o->tf32 && rt->rank == 0)
         fprintf(stderr, "notice: --tf32 has no effect on the CPU backend\n");
+    if (o->algo_cache && rt->rank == 0)
+        fprintf(stderr, "notice: --algo-cache has no effect on the CPU backend (it keeps cuDNN's "
+                        "measured convolution algorithms)\n");
     if (!strcmp(tr, "nccl"))
         mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
     int cores = o->one_thread ? 1 : mgt_runtime_cores(rt);

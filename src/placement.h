@@ -18,17 +18,18 @@
 #include "runtime.h"
 
 typedef struct mgt_place_opts {
-    const char *device;    /* cpu, gpu, auto */
-    const char *gpus;      /* "0,2,3": the device of each local rank; NULL: local rank i -> i */
-    const char *transport; /* auto, nccl, mpi, shm; NULL: auto */
-    int tf32;              /* let cuDNN and cuBLAS use TF32 */
-    int bf16;              /* --precision bf16: bfloat16 GEMM and convolution inputs (GPU only) */
-    double comm_timeout;   /* seconds a collective may wait before the job ends */
-    int one_thread;        /* CPU: one BLAS thread per rank, whatever its cores (--reproducible:
-                            * OpenBLAS's results depend on its thread count) */
-    int deterministic;     /* GPU: convolution algorithms that depend on the shape alone and are
-                            * deterministic (--reproducible) */
-    int share_gpu;         /* tests only: several ranks may share a GPU (--share-gpu) */
+    const char *device;     /* cpu, gpu, auto */
+    const char *gpus;       /* "0,2,3": the device of each local rank; NULL: local rank i -> i */
+    const char *transport;  /* auto, nccl, mpi, shm; NULL: auto */
+    int tf32;               /* let cuDNN and cuBLAS use TF32 */
+    int bf16;               /* --precision bf16: bfloat16 GEMM and convolution inputs (GPU only) */
+    const char *algo_cache; /* GPU: --algo-cache FILE (NULL: none) */
+    double comm_timeout;    /* seconds a collective may wait before the job ends */
+    int one_thread;         /* CPU: one BLAS thread per rank, whatever its cores (--reproducible:
+                             * OpenBLAS's results depend on its thread count) */
+    int deterministic;      /* GPU: convolution algorithms that depend on the shape alone and are
+                             * deterministic (--reproducible) */
+    int share_gpu;          /* tests only: several ranks may share a GPU (--share-gpu) */
 } mgt_place_opts;
 
 typedef struct mgt_placement {

@@ -105,9 +105,20 @@ static void collect(mgt_profile *p, int k) {
     p->set_step[k] = -1;
 }
 
+void mgt_profile_data_host(mgt_profile *p, double seconds) {
+    if (p->on)
+        p->cur_data_host += seconds;
+}
+
 void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
     if (!p->on)
         return;
+    if (p->first_step >= 0 && step > p->first_step + 4) { /* past the warm-up, as marks do */
+        p->data_host += p->cur_data_host;
+        p->data_host_steps++;
+    }
+    p->cur_data_host = 0;
+    mgt_profile_marks_step(p, step);
     p->step = step;
     if (p->first_step < 0)
         p->first_step = step;
@@ -391,6 +402,11 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
                        s[ST_STEP] > 0 ? 100.0 * x / s[ST_STEP] : 0.0, r + 1 < world ? "," : "\n");
             }
         }
+        if (p->device && p->data_host_steps > 0) /* (with host timing it is the data phase) */
+            printf("data phase on the host (rank 0, ms per step over %lld steps): %.3f waiting for "
+                   "the loader and issuing the batch\n",
+                   (long long)p->data_host_steps, 1e3 * p->data_host / (double)p->data_host_steps);
+        mgt_profile_marks_report(p);
         print_choices(p->be);
         fflush(stdout);
     }
@@ -423,6 +439,7 @@ int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, m
 }
 
 void mgt_profile_free(mgt_profile *p) {
+    mgt_profile_marks_free(p);
     free(p->spans);
     free(p->inflight);
     for (int i = 0; i < MGT_PH_COUNT; i++)

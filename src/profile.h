@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "model.h"
 #include "tb.h"
 #include "util.h"
 
@@ -41,6 +42,8 @@ typedef struct mgt_span {
     int32_t coll;   /* a request's kind (comm.h's mgt_coll) */
     int64_t bytes;  /* a request's size */
 } mgt_span;
+
+typedef struct mgt_layer_prof mgt_layer_prof; /* profile_layers.c */
 
 typedef struct mgt_profile {
     int on;            /* --profile or --timeline */
@@ -66,6 +69,11 @@ typedef struct mgt_profile {
     int64_t step;
     int64_t first_step; /* the first step profiled (-1: none yet) */
     mgt_tb *tb;        /* rank 0, when set: the report's means also go there as scalars */
+    mgt_layer_prof *lp; /* device marks (profile_layers.c), or NULL */
+    /* The data phase's host part: the seconds the host spent getting each step's batches
+     * (waiting for the loader, issuing the copies or the device's making of them). */
+    double data_host, cur_data_host;
+    int64_t data_host_steps;
 } mgt_profile;
 
 /* be: the backend whose queued work each phase includes. */
@@ -92,5 +100,31 @@ void mgt_profile_gap(mgt_profile *p);
  * scalar profile/<phase>_ms, and of the whole step as profile/step_ms, at the last step. */
 int mgt_profile_report(mgt_profile *p, mgt_comm *c, const char *timeline_path, mgt_err *err);
 void mgt_profile_free(mgt_profile *p);
+/* The host's part of the data phase (seconds), for the current step. */
+void mgt_profile_data_host(mgt_profile *p, double seconds);
+
+/* Device marks (profile_layers.c), on a backend with marks: with the profile on, the data
+ * phase's parts; with layers (--profile-layers), each layer's passes too, and a table per
+ * layer and direction in the report (precision "fp32", "tf32" or "bf16" for its floors). A
+ * mark ends an interval of the step's device timeline that counts to `slot`: */
+enum {
+    MGT_MARK_DATA_WAIT = 0, /* the device waited for the batch's copy */
+    MGT_MARK_DATA_MAKE,     /* it made the batch (synthetic generation, gather) */
+    MGT_MARK_LOSS,          /* the loss */
+    MGT_MARK_GAP_FWD,       /* idle before a layer's forward: marked at the layer's start */
+    MGT_MARK_GAP_BWD,       /* idle before a layer's backward */
+    MGT_MARK_LAYERS         /* layer i's forward: MGT_MARK_LAYERS + i; backward: + L + i */
+};
+int mgt_profile_marks_init(mgt_profile *p, const mgt_model *m, int layers, const char *precision,
+                           mgt_err *err);
+/* What makes the batches on the device ("synthetic generation", "gather"; NULL: the host). */
+void mgt_profile_marks_source(mgt_profile *p, const char *make_what);
+void mgt_profile_mark(mgt_profile *p, int slot);
+/* Whether every layer is marked (--profile-layers on a backend with marks). */
+int mgt_profile_layers_on(const mgt_profile *p);
+/* (profile.c's) the step's first mark; the tables; freeing. */
+void mgt_profile_marks_step(mgt_profile *p, int64_t step);
+void mgt_profile_marks_report(mgt_profile *p);
+void mgt_profile_marks_free(mgt_profile *p);
 
 #endif

@@ -57,6 +57,10 @@ typedef struct mgt_stage {
     uint64_t synth_keys[2]; /* device synthetic: the pixel and template keys */
     mgt_loader *loader;
     int slot; /* the set of the batch being staged */
+    /* Called (when set) as a batch goes in: mark(ctx, 0) once the compute queue waits for its
+     * copy, mark(ctx, 1) once the device has made it (profile.h's data marks). */
+    void (*mark)(void *ctx, int what);
+    void *mark_ctx;
 } mgt_stage;
 
 /* Input memory for batches of up to m->max_batch samples (after mgt_model_alloc). */

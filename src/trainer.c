@@ -27,6 +27,7 @@
 #include "fault.h"
 #include "fit.h"
 #include "gpu.h"
+#include "layer_cost.h"
 #include "model.h"
 #include "optim.h"
 #include "placement.h"
@@ -49,6 +50,7 @@ void mgt_options_defaults(mgt_options *o) {
     o->keep_checkpoints = 1;
     o->bucket_mb = -1;
     o->convert_size = 256;
+    o->cuda_graph = 1;
 }
 
 /* A model file larger than this is not one (the largest legitimate ones are a few kB). */
@@ -167,6 +169,7 @@ static void set_up(session *s) {
                                .transport = o->transport,
                                .tf32 = o->tf32,
                                .bf16 = o->bf16,
+                               .algo_cache = o->algo_cache,
                                .comm_timeout = o->comm_timeout,
                                .one_thread = train && m->train.reproducible,
                                .deterministic = train && m->train.reproducible,
@@ -428,8 +431,11 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
 #ifdef MGT_HAVE_CUDA
     if (!strcmp(s->pl.be.ops->name, "gpu"))
         printf("Peak GPU memory: %.1f MiB on rank 0 (mgtrain's own allocations, the CUDA "
-               "context excluded)\n",
-               (double)mgt_gpu_peak_bytes(&s->pl.be) / 1048576.0);
+               "context excluded), of which activations %.1f MiB (the memory plan) and the "
+               "convolution workspace %.1f MiB\n",
+               (double)mgt_gpu_peak_bytes(&s->pl.be) / 1048576.0,
+               (double)s->m.plan.arena / 1048576.0,
+               (double)mgt_gpu_workspace_bytes(&s->pl.be) / 1048576.0);
 #endif
     fflush(stdout);
 }
@@ -523,6 +529,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         .verbose = o->verbose,
         .launched = rt->launched,
         .profile = o->profile,
+        .profile_layers = o->profile_layers,
+        .precision = o->bf16   ? "bf16"
+                     : o->tf32 ? "tf32"
+                               : "fp32",
+        .cuda_graph = o->cuda_graph,
         .no_tensorboard = o->no_tensorboard,
         .timeline = o->timeline,
         .bucket_mb = o->bucket_mb >= 0 ? o->bucket_mb : mgt_bucket_mb_default(s->pl.be.ops),
@@ -703,8 +714,18 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
 int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
     session ss, *s = open_session(&ss, rt, o);
     load_model(s);
-    if (rt->rank == 0)
+    if (rt->rank == 0) {
         mgt_model_summary(&s->m, stdout);
+        const int64_t lb = s->m.train.batch_size;
+        mgt_memory_print(&s->m, lb < INT32_MAX ? (int)lb : INT32_MAX, o->bf16, o->tf32, stdout);
+        if (o->floor) { /* the batch of one GPU: the whole global batch on one rank */
+            const char *prec = o->bf16 ? "bf16" : o->tf32 ? "tf32" : "fp32";
+            const int64_t b = s->m.train.batch_size;
+            printf("\n");
+            mgt_floor_table(&s->m, b < INT32_MAX ? (int)b : INT32_MAX, o->bf16 ? 2 : 4,
+                            mgt_rates_h100(prec), stdout);
+        }
+    }
     mgt_model_free(&s->m);
     free(s->model_text);
     return 0;

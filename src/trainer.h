@@ -32,6 +32,10 @@ typedef struct mgt_options {
     int64_t keep_checkpoints; /* the last K checkpoints are kept (1: checkpoint.safetensors) */
     const char *run;          /* eval, predict: a run folder, for its model copy and weights */
     int profile;
+    int profile_layers;  /* --profile-layers: also the per-layer device table (GPU) */
+    int floor;           /* summary --floor: each layer's FLOPs, bytes and floor on an H100 */
+    const char *algo_cache; /* GPU: the convolution algorithms' file (NULL: none) */
+    int cuda_graph;      /* GPU: replay forward and backward as CUDA graphs (default 1) */
     int no_tensorboard;  /* no event files in OUT/tb */
     const char *timeline;
     int verbose;           /* -1: auto */

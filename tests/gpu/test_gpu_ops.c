@@ -235,12 +235,15 @@ static char *choices(mgt_backend *g) {
 }
 
 /* The algorithm log for shape s after one forward and one backward call: a line per direction
- * that names an algorithm that ran, deterministic (the choice prefers one, and the workspace was
- * reserved), no FFT or Winograd under --conv-algo direct, and, on the emulator, the refused
- * candidate where its cuDNN ranks one that then declines the shape (NHWC float with an odd
- * channel count above one, or every shape under MGT_EMU_CUDNN_STALE=all: emu_cudnn.cpp). A real GPU
- * may or may not refuse one; the results, checked by the caller, show that whichever ran computed
- * the right thing. */
+ * that names an algorithm that ran, and no FFT or Winograd under --conv-algo direct. A
+ * --reproducible backend (MGT_GPU_DETERMINISTIC) takes cuDNN's heuristics: a deterministic
+ * algorithm and, on the emulator, the refused candidate where its cuDNN ranks one that then
+ * declines the shape (NHWC float with an odd channel count above one, or every shape under
+ * MGT_EMU_CUDNN_STALE=all: emu_cudnn.cpp). Any other backend measures (cudnnFind*AlgorithmEx):
+ * the algorithm is a measured one, and nothing is refused at execution (what cuDNN's Find ran
+ * runs); on the emulator made to time one layout faster (MGT_EMU_CUDNN_FASTEST), a float
+ * convolution runs in that layout. A real GPU may or may not refuse one; the results, checked
+ * by the caller, show that whichever ran computed the right thing. */
 /* MGT_EMU_CUDNN_BF16=off on the emulator: cuDNN runs no bfloat16 convolution, and a bf16
  * backend's convolutions fall back to float data. */
 static int emu_bf16_off(void) {
@@ -286,14 +289,15 @@ static void check_bf16_math(const char *line, const char *algo, const mgt_conv_s
     }
 }
 
-static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
+static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16, int measured) {
     static const char *const dirs[] = {"forward", "backward-data", "backward-filter"};
     static const char *const wants[] = {"auto", "direct", "winograd"};
     const char *log = choices(g);
     const int emulated = getenv("MGT_EMU_GPUS") != NULL;
     CHECK(!bf16 || strstr(log, "GPU arithmetic: bf16 mixed precision") != NULL,
           "the arithmetic line says bf16: %.200s", log);
-    const char *stale = getenv("MGT_EMU_CUDNN_STALE");
+    const char *stale = getenv("MGT_EMU_CUDNN_STALE"), *fastest = getenv("MGT_EMU_CUDNN_FASTEST");
+    const int float_data = !bf16 || emu_bf16_off();
     /* the emulator's stale entries: every convolution with MGT_EMU_CUDNN_STALE=all, none with
      * =none, else float ones with an odd channel count above one */
     const int expect_refused = stale && !strcmp(stale, "all") ? 1
@@ -316,7 +320,16 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
         snprintf(line, sizeof line, "%.*s", len, at);
         printf("    %s\n", line);
         CHECK(!strstr(line, "not run yet"), "%s: the algorithm ran", line);
-        CHECK(strstr(line, ", deterministic") != NULL, "%s: a deterministic algorithm", line);
+        if (measured)
+            CHECK(strstr(line, ", measured, ") != NULL, "%s: a measured algorithm", line);
+        else
+            CHECK(strstr(line, ", by cuDNN's heuristics, deterministic") != NULL,
+                  "%s: a deterministic algorithm by cuDNN's heuristics", line);
+        if (emulated && measured && fastest && float_data)
+            CHECK(strstr(line, !strcmp(fastest, "nchw") ? ", NCHW, " : ", NHWC, ") != NULL,
+                  "%s: the layout the emulated cuDNN times faster (%s)", line, fastest);
+        if (!float_data)
+            CHECK(strstr(line, ", NHWC, ") != NULL, "%s: bfloat16 stays NHWC", line);
         if (bf16 && !emu_bf16_off())
             check_bf16_math(line, line + strlen(key), s, d, emulated);
         else
@@ -328,7 +341,8 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
             CHECK(!strstr(line + strlen(key), "FFT") && !strstr(line + strlen(key), "WINOGRAD"),
                   "%s: --conv-algo direct runs no FFT or Winograd algorithm", line);
         /* the emulator's stale backward entries are Winograd ones, which direct leaves out */
-        const int refused = expect_refused && !(s->algo == MGT_CONV_DIRECT && d > 0);
+        const int refused =
+            !measured && expect_refused && !(s->algo == MGT_CONV_DIRECT && d > 0);
         if (emulated)
             CHECK(!strstr(line, " refused (cuDNN status 300") == !refused,
                   "%s: on the emulator, %s", line,
@@ -341,7 +355,7 @@ static void check_choice(mgt_backend *g, const mgt_conv_shape *s, int bf16) {
  * inputs rounded to bfloat16 (the bias unrounded; db sums the float dy) with expect_bf16's
  * bound, the sums' k doubled (see the top); where the emulated cuDNN runs no bfloat16
  * convolution (emu_bf16_off), against the float bound, as the backend then computes in float. */
-static void test_conv(pair *p, const conv_case *k, int bf16_backend) {
+static void test_conv(pair *p, const conv_case *k, int bf16_backend, int measured) {
     mgt_backend *g = &p->gpu;
     const int bf16 = bf16_backend && !emu_bf16_off();
     mgt_conv_shape s =
@@ -387,7 +401,7 @@ static void test_conv(pair *p, const conv_case *k, int bf16_backend) {
     EXPECT("conv_bwd dx", CONV_DX, gdx, nx, dx, dxa, taps * s.oc + taps);
     EXPECT("conv_bwd dW", CONV_DW, gdw, nw, dw, dwa, rows + 1);
     expect_bound("conv_bwd db", g, gdb, db, dba, (size_t)s.oc, rows);
-    check_choice(g, &s, bf16_backend);
+    check_choice(g, &s, bf16_backend, measured);
 
     float *gdw2 = dnan(g, nw);
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, NULL, gdw2, NULL);
@@ -1229,7 +1243,7 @@ int main(void) {
         {2, 8, 8, 4, 6, 3, 3, 1, 1, 0, MGT_CONV_WINOGRAD},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
-        test_conv(&p, &convs[i], 0);
+        test_conv(&p, &convs[i], 0, 1);
 
     test_pool(&p, 3, 8, 8, 5, 2, 2, 0);
     test_pool(&p, 2, 7, 7, 3, 3, 2, 0); /* overlapping windows */
@@ -1307,7 +1321,7 @@ int main(void) {
         {4, 6, 6, 8, 16, 3, 3, 1, 1, 0, MGT_CONV_AUTO},     /* the least tensor-op shape */
     };
     for (size_t i = 0; i < sizeof bconvs / sizeof bconvs[0]; i++)
-        test_conv(&p, &bconvs[i], 1);
+        test_conv(&p, &bconvs[i], 1, 1);
     if (!emu_bf16_off()) {
         printf("bf16 convolutions: %d directions where cuDNN documents tensor-op math (checked); "
                "%d where it chooses: %d tensor-op, %d default math\n",
@@ -1320,6 +1334,12 @@ int main(void) {
                   "on the emulator: 6 documented directions and both kinds of choice (%d, %d, %d)",
                   bf16_required, bf16_chose_tensor, bf16_chose_default);
     }
+    pair_free(&p);
+
+    /* --reproducible: cuDNN's deterministic heuristics, tried in order until one runs */
+    pair_init(&p, MGT_GPU_DETERMINISTIC);
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++)
+        test_conv(&p, &convs[i], 0, 0);
     pair_free(&p);
     return finish("test_gpu_ops");
 }

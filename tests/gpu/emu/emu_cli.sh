@@ -66,10 +66,11 @@ out=$(emu 1 1 train --model "$T/smooth.cfg" "${run[@]}" --transport nccl --profi
 grep -q "transport nccl" <<<"$out" && grep -q "^Profile" <<<"$out" \
   && ok "--transport nccl on one rank, with the device-timed profile" \
   || bad "--transport nccl, one rank: $(tail -5 <<<"$out")"
-# The profile's algorithm log: each convolution direction's cuDNN algorithm, math type,
-# workspace and determinism (deterministic: the choice prefers it, and the workspace was reserved):
-# five lines, as the first convolution's input needs no gradient (no backward-data).
-n_algo=$(grep -cE "^cuDNN conv n=[0-9]+ [0-9x]+ -> [0-9x]+ k=3x3 s=[12] --conv-algo direct, (forward|backward-data|backward-filter): [A-Z_0-9]+, FMA_MATH, workspace [0-9]+ bytes, deterministic$" <<<"$out")
+# The profile's algorithm log: each convolution direction's cuDNN algorithm, math type, layout,
+# workspace, how it was chosen (measured: cuDNN's Find, on the emulator's timing model),
+# determinism and measured time: five lines, as the first convolution's input needs no gradient
+# (no backward-data).
+n_algo=$(grep -cE "^cuDNN conv n=[0-9]+ [0-9x]+ -> [0-9x]+ k=3x3 s=[12] --conv-algo direct, (forward|backward-data|backward-filter): [A-Z_0-9]+, FMA_MATH, N(HW|CH)C, workspace [0-9]+ bytes, measured, (non-)?deterministic; [0-9.]+ ms$" <<<"$out")
 [ "$n_algo" -eq 5 ] && ok "--profile logs the cuDNN algorithm of both convolutions in each direction" \
   || bad "--profile's algorithm log has $n_algo of 5 lines: $(grep -E "^(GPU|cuDNN)" <<<"$out")"
 same "one rank with the NCCL all-reduce against without" "$T/g1n/weights.safetensors" \
@@ -129,9 +130,9 @@ near_fp32 "--precision bf16" "$T/bf" "$out"
 # 16) does not, and there the emulated cuDNN chooses default math forward and backward-filter
 # (emu_cudnn.cpp), as cuDNN 9.19 did on an H100.
 grep -q "^GPU arithmetic: bf16 mixed precision: dense layers and convolutions on bfloat16 inputs with fp32 accumulation" <<<"$out" \
-  && [ "$(grep -cE "^cuDNN conv .*: [A-Z_0-9]+, (TENSOR_OP|DEFAULT)_MATH, workspace [0-9]+ bytes, deterministic, bfloat16 data$" <<<"$out")" -eq 5 ] \
-  && [ "$(grep -cE "^cuDNN conv n=[0-9]+ 14x14x16 -> 14x14x32 .*: [A-Z_0-9]+, TENSOR_OP_MATH, .*, bfloat16 data$" <<<"$out")" -eq 3 ] \
-  && [ "$(grep -cE "^cuDNN conv n=[0-9]+ 28x28x1 -> 28x28x16 .*: [A-Z_0-9]+, DEFAULT_MATH, .*, bfloat16 data$" <<<"$out")" -eq 2 ] \
+  && [ "$(grep -cE "^cuDNN conv .*: [A-Z_0-9]+, (TENSOR_OP|DEFAULT)_MATH, NHWC, workspace [0-9]+ bytes, measured, deterministic, bfloat16 data; [0-9.]+ ms$" <<<"$out")" -eq 5 ] \
+  && [ "$(grep -cE "^cuDNN conv n=[0-9]+ 14x14x16 -> 14x14x32 .*: [A-Z_0-9]+, TENSOR_OP_MATH, .*, bfloat16 data; [0-9.]+ ms$" <<<"$out")" -eq 3 ] \
+  && [ "$(grep -cE "^cuDNN conv n=[0-9]+ 28x28x1 -> 28x28x16 .*: [A-Z_0-9]+, DEFAULT_MATH, .*, bfloat16 data; [0-9.]+ ms$" <<<"$out")" -eq 2 ] \
   && ok "--profile names bf16 arithmetic and each convolution's bfloat16 algorithm and math (tensor-op where cuDNN documents it)" \
   || bad "--precision bf16 profile: $(grep -E "^(GPU|cuDNN)" <<<"$out")"
 MGT_EMU_STATS="$T/stats_bf24" emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \

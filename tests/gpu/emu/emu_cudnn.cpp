@@ -1144,19 +1144,10 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
 
 namespace {
 
+/* The first `requested` entries of list into a direction's perf results (their types differ in
+ * the algorithm's enum only). */
 template <typename P>
-cudnnStatus_t fill_perf(const char *fn, Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
-                        const cudnnFilterStruct *w, const cudnnConvolutionStruct *cd,
-                        const cudnnTensorStruct *y, int requested, int *returned, P *perf) {
-    if (requested <= 0 || !returned || !perf)
-        return err(CUDNN_STATUS_BAD_PARAM,
-                   "%s: requestedAlgoCount %d must be positive and the outputs non-NULL", fn,
-                   requested);
-    Geom g;
-    cudnnStatus_t st = geometry(fn, d, false, handle, x, w, cd, y, &g);
-    if (st != CUDNN_STATUS_SUCCESS)
-        return st;
-    const std::vector<Perf> list = heuristics(d, g);
+void put_perf(const std::vector<Perf> &list, int requested, int *returned, P *perf) {
     const int cnt = std::min(requested, (int)list.size());
     for (int i = 0; i < cnt; i++) {
         P p;
@@ -1170,6 +1161,21 @@ cudnnStatus_t fill_perf(const char *fn, Dir d, cudnnHandle_t handle, const cudnn
         perf[i] = p;
     }
     *returned = cnt;
+}
+
+template <typename P>
+cudnnStatus_t fill_perf(const char *fn, Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
+                        const cudnnFilterStruct *w, const cudnnConvolutionStruct *cd,
+                        const cudnnTensorStruct *y, int requested, int *returned, P *perf) {
+    if (requested <= 0 || !returned || !perf)
+        return err(CUDNN_STATUS_BAD_PARAM,
+                   "%s: requestedAlgoCount %d must be positive and the outputs non-NULL", fn,
+                   requested);
+    Geom g;
+    cudnnStatus_t st = geometry(fn, d, false, handle, x, w, cd, y, &g);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
+    put_perf(heuristics(d, g), requested, returned, perf);
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -1196,6 +1202,120 @@ cudnnStatus_t workspace(const char *fn, Dir d, cudnnHandle_t handle, const cudnn
     if (st != CUDNN_STATUS_SUCCESS)
         return st;
     *size = ws_bytes(d, algo, g.math, g);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* ---- Find: every algorithm run on the caller's buffers and timed ----
+ * cudnnFind*AlgorithmEx runs each algorithm the descriptors allow on the given data and
+ * workspace and returns them fastest first. The emulation computes the output once (every
+ * algorithm gives the same result here) and reports, for each algorithm that runs, the time of
+ * a model of an H100-class GPU: the products at a rate per algorithm and layout (tensor-core
+ * math far above the rest; Winograd and FFT above the implicit GEMMs for the shapes they take;
+ * NCHW float above NHWC float, whose kernels are few), plus a launch. The ordering is what the
+ * caller's choice is tested against; MGT_EMU_CUDNN_FASTEST=nchw (or nhwc) makes that layout's
+ * algorithms a million times faster than the other's (the NCHW copies, timed by the caller on
+ * this host, cost far less than that), so that a caller choosing between layouts by
+ * measurement can be made to take either. An algorithm the shape or layout does not
+ * allow (a stale heuristics entry included: Find runs it, and it refuses) and one needing more
+ * workspace than given are listed after the rest with a failure status and time -1. */
+double model_ms(Dir d, int a, const Geom &g) {
+    const double flops = 2.0 * g.n * g.k * g.c * g.r * g.s * g.oh * g.ow;
+    const bool nchw = g.nchw_x && g.nchw_y && g.nchw_w;
+    double tflops;
+    switch (kind(d, a)) {
+    case K_PRECOMP:
+        tflops = tensor_op_math(g.math) || g.bf16 ? 300 : nchw ? 20 : 12;
+        break;
+    case K_GEMM:
+        tflops = d != FWD && (tensor_op_math(g.math) || g.bf16) ? 250 : nchw ? 15 : 10;
+        break;
+    case K_IMPLICIT:
+        tflops = 8;
+        break;
+    case K_ATOMIC:
+        tflops = 18;
+        break;
+    case K_WINO:
+        tflops = 45;
+        break;
+    case K_WINO_NF:
+        tflops = 35;
+        break;
+    case K_FFT:
+    case K_FFT_TILING:
+        tflops = g.r * g.s >= 25 ? 40 : 10;
+        break;
+    default:
+        tflops = 1;
+    }
+    double ms = 0.004 + flops / (tflops * 1e12) * 1e3;
+    const char *fast = std::getenv("MGT_EMU_CUDNN_FASTEST");
+    if (fast && ((!std::strcmp(fast, "nchw") && !nchw) || (!std::strcmp(fast, "nhwc") && nchw)))
+        ms *= 1e6; /* far beyond the copies' cost, which is measured on this host */
+    return ms;
+}
+
+template <typename P>
+cudnnStatus_t find_ex(Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
+                      const cudnnFilterStruct *w, const cudnnConvolutionStruct *cd,
+                      const cudnnTensorStruct *y, const void *in1, const void *in2, void *out,
+                      int requested, int *returned, P *perf, void *ws, size_t ws_size) {
+    static const char *const names[3] = {"cudnnFindConvolutionForwardAlgorithmEx",
+                                         "cudnnFindConvolutionBackwardDataAlgorithmEx",
+                                         "cudnnFindConvolutionBackwardFilterAlgorithmEx"};
+    const char *fn = names[d];
+    const Direction &dir = directions[d];
+    if (requested <= 0 || !returned || !perf || !in1 || !in2 || !out)
+        return err(CUDNN_STATUS_BAD_PARAM,
+                   "%s: requestedAlgoCount %d must be positive and the pointers non-NULL", fn,
+                   requested);
+    Geom g;
+    cudnnStatus_t st = geometry(fn, d, true, handle, x, w, cd, y, &g);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
+    const size_t es = g.bf16 ? 2 : 4;
+    check_memory(fn, {in1, dir.elems[0](g) * es, dir.names[0]},
+                 {in2, dir.elems[1](g) * es, dir.names[1]},
+                 {out, dir.elems[2](g) * es, dir.names[2]}, ws, ws_size);
+    std::vector<Perf> ok, bad;
+    const int *rank = rank_of(d);
+    for (int i = 0; i < algo_count(d); i++) {
+        const int a = rank[i];
+        Perf p{};
+        p.algo = a;
+        p.determinism = deterministic(d, a) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
+        p.math = entry_math(d, a, g.math);
+        p.memory = ws_bytes(d, a, p.math, g);
+        if (unsupported(d, a, g)) {
+            p.status = CUDNN_STATUS_NOT_SUPPORTED;
+            p.time = -1.0f;
+            p.memory = 0;
+            bad.push_back(p);
+        } else if (p.memory > ws_size) {
+            p.status = CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT;
+            p.time = -1.0f;
+            bad.push_back(p);
+        } else {
+            p.status = CUDNN_STATUS_SUCCESS;
+            p.time = (float)model_ms(d, a, g);
+            ok.push_back(p);
+        }
+    }
+    std::stable_sort(ok.begin(), ok.end(),
+                     [](const Perf &u, const Perf &v) { return u.time < v.time; });
+    ok.insert(ok.end(), bad.begin(), bad.end());
+    put_perf(ok, requested, returned, perf);
+    /* the algorithms ran on the caller's data: the output is written, the workspace used */
+    const void *p1 = in1, *p2 = in2;
+    void *po = out;
+    const auto run = dir.run;
+    emu::enqueue(
+        handle->stream,
+        [=]() {
+            scribble(ws, ws_size);
+            run(g, p1, p2, po, 1.0f, 0.0f);
+        },
+        fn);
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -1309,6 +1429,45 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *a
                                              const cudnnFilterDescriptor_t dwDesc, void *dw) {
     return convolve(BWD_FILTER, handle, xDesc, dwDesc, convDesc, dyDesc, (int)algo, alpha, beta,
                     x, dy, dw, workSpace, workSpaceSizeInBytes);
+}
+
+/* ---- Find (see find_ex) ---- */
+
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc,
+    const cudnnTensorDescriptor_t yDesc, void *y, const int requestedAlgoCount,
+    int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults, void *workSpace,
+    size_t workSpaceSizeInBytes) {
+    return find_ex(FWD, handle, xDesc, wDesc, convDesc, yDesc, x, w, y, requestedAlgoCount,
+                   returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc, const void *w,
+    const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t dxDesc, void *dx,
+    const int requestedAlgoCount, int *returnedAlgoCount,
+    cudnnConvolutionBwdDataAlgoPerf_t *perfResults, void *workSpace, size_t workSpaceSizeInBytes) {
+    return find_ex(BWD_DATA, handle, dxDesc, wDesc, convDesc, dyDesc, w, dy, dx,
+                   requestedAlgoCount, returnedAlgoCount, perfResults, workSpace,
+                   workSpaceSizeInBytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnFilterDescriptor_t dwDesc, void *dw,
+    const int requestedAlgoCount, int *returnedAlgoCount,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perfResults, void *workSpace,
+    size_t workSpaceSizeInBytes) {
+    return find_ex(BWD_FILTER, handle, xDesc, dwDesc, convDesc, dyDesc, x, dy, dw,
+                   requestedAlgoCount, returnedAlgoCount, perfResults, workSpace,
+                   workSpaceSizeInBytes);
+}
+
+size_t cudnnGetVersion(void) {
+    return CUDNN_VERSION;
 }
 
 } // extern "C"

@@ -12,7 +12,19 @@
  *                    test can check that a longer run makes no more of them.
  *   MGT_EMU_READS    a file to which the process appends, at exit, how many copies from the
  *                    device to the host it made ("D2H N"): the host's reads, each a wait for
- *                    the device, so a test can count them.
+ *                    the device, so a test can count them; and how many graphs it launched
+ *                    ("graphs N"), and how many ops those launches queued ("graph ops N").
+ *   MGT_EMU_CAPTURE  "invalidate": every stream capture ends invalidated, as when something
+ *                    in it could not be captured (a test of the fallback).
+ *
+ * Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture) records what is queued on the
+ * capturing stream instead of queueing it; cudaGraphInstantiate keeps the recording and
+ * cudaGraphLaunch queues it again, op by op, each with the arguments it had when captured, as a
+ * graph replays its nodes. What a real capture refuses, this one refuses and invalidates the
+ * capture for, from the capturing thread (cudaStreamCaptureModeThreadLocal and Global): a host
+ * wait for the capturing stream or the device, a query of an event recorded in the capture,
+ * cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost, a synchronous copy, a copy from or to
+ * pageable host memory, and a wait on an event recorded outside the capture.
  *
  * All state is behind one mutex: the API is callable from any thread, as CUDA's is. */
 #include <errno.h>
@@ -32,6 +44,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emu.h"
@@ -42,16 +55,28 @@ struct EmuOp {
     const char *what;
 };
 
+struct CUgraph_st {
+    std::vector<EmuOp> ops;
+    bool invalid = false;
+    const char *why = NULL; /* what invalidated it */
+};
+
+struct CUgraphExec_st {
+    std::vector<EmuOp> ops;
+};
+
 struct CUstream_st {
     std::deque<EmuOp> q;
     unsigned flags = 0;
+    CUgraph_st *cap = NULL; /* the capture under way on this stream */
 };
 
 struct CUevent_st {
     unsigned flags = 0;
-    uint64_t recorded = 0;  /* generation of the last record */
-    uint64_t completed = 0; /* generation that has run */
-    double when = 0;        /* host time at which it ran */
+    uint64_t recorded = 0;       /* generation of the last record */
+    uint64_t completed = 0;      /* generation that has run */
+    double when = 0;             /* host time at which it ran */
+    CUgraph_st *captured = NULL; /* last recorded into this capture (not a real record) */
 };
 
 namespace {
@@ -61,6 +86,7 @@ cudaError_t last_error = cudaSuccess;
 
 struct Stats {
     long malloc_calls = 0, free_calls = 0, host_allocs = 0, d2h_copies = 0;
+    long graph_launches = 0, graph_ops = 0;
     ~Stats() {
         const char *path = getenv("MGT_EMU_STATS");
         FILE *f = path && *path ? fopen(path, "a") : NULL;
@@ -72,7 +98,8 @@ struct Stats {
         path = getenv("MGT_EMU_READS");
         f = path && *path ? fopen(path, "a") : NULL;
         if (f) {
-            fprintf(f, "D2H %ld\n", d2h_copies);
+            fprintf(f, "D2H %ld\ngraphs %ld\ngraph ops %ld\n", d2h_copies, graph_launches,
+                    graph_ops);
             fclose(f);
         }
     }
@@ -247,6 +274,28 @@ bool all_drained() {
     return true;
 }
 
+/* ---- stream capture ---- */
+
+std::thread::id capture_thread;
+int captures = 0; /* streams capturing now */
+
+/* Whether the calling thread is capturing (the modes this emulation has are thread-local in
+ * effect: only the capturing thread's calls are checked). */
+bool capturing_here() {
+    return captures > 0 && std::this_thread::get_id() == capture_thread;
+}
+
+/* A call the capture cannot hold: every capture of this thread is invalidated, and the call
+ * fails with `e` (as CUDA's do). */
+cudaError_t refuse_in_capture(const char *what, cudaError_t e) {
+    for (CUstream_st *s : streams)
+        if (s->cap && !s->cap->invalid) {
+            s->cap->invalid = true;
+            s->cap->why = what;
+        }
+    return err(e);
+}
+
 /* Waits (running work) until done() holds. */
 template <class F> void wait_until(F done) {
     while (!done())
@@ -264,14 +313,23 @@ void enqueue(cudaStream_t s, std::function<void()> op, const char *what) {
     std::lock_guard<std::recursive_mutex> lk(mu);
     if (!known_stream(s))
         fail("work (%s) queued on a stream that does not exist (destroyed?)", what);
-    stream_of(s)->q.push_back(EmuOp{std::move(op), nullptr, what});
+    CUstream_st *st = stream_of(s);
+    if (st->cap) /* recorded, not run */
+        st->cap->ops.push_back(EmuOp{std::move(op), nullptr, what});
+    else
+        st->q.push_back(EmuOp{std::move(op), nullptr, what});
 }
 
 void enqueue_gate(cudaStream_t s, std::function<bool()> ready, const char *what) {
     std::lock_guard<std::recursive_mutex> lk(mu);
     if (!known_stream(s))
         fail("work (%s) queued on a stream that does not exist (destroyed?)", what);
-    stream_of(s)->q.push_back(EmuOp{nullptr, std::move(ready), what});
+    CUstream_st *st = stream_of(s);
+    if (st->cap) { /* a gate cannot be recorded (the runtime's own waits are checked before) */
+        refuse_in_capture(what, cudaErrorStreamCaptureUnsupported);
+        return;
+    }
+    st->q.push_back(EmuOp{nullptr, std::move(ready), what});
 }
 
 void set_last_error(cudaError_t e) {
@@ -370,6 +428,14 @@ const char *cudaGetErrorName(cudaError_t e) {
         return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalAddress:
         return "cudaErrorIllegalAddress";
+    case cudaErrorIllegalState:
+        return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+        return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+        return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureIsolation:
+        return "cudaErrorStreamCaptureIsolation";
     default:
         return "cudaErrorUnknown";
     }
@@ -395,6 +461,14 @@ const char *cudaGetErrorString(cudaError_t e) {
         return "invalid resource handle";
     case cudaErrorIllegalAddress:
         return "an illegal memory access was encountered";
+    case cudaErrorIllegalState:
+        return "the resource is not in a valid state to perform the requested operation";
+    case cudaErrorStreamCaptureUnsupported:
+        return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+        return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureIsolation:
+        return "dependency created on uncaptured work in another stream";
     default:
         return "unknown error";
     }
@@ -461,6 +535,10 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     LOCK;
     if (!p)
         return err(cudaErrorInvalidValue);
+    if (capturing_here()) {
+        *p = NULL;
+        return refuse_in_capture("cudaMalloc", cudaErrorStreamCaptureUnsupported);
+    }
     *p = NULL;
     stats.malloc_calls++;
     if (bytes == 0)
@@ -473,6 +551,8 @@ cudaError_t cudaFree(void *p) {
     LOCK;
     if (!p)
         return cudaSuccess;
+    if (capturing_here())
+        return refuse_in_capture("cudaFree", cudaErrorStreamCaptureUnsupported);
     stats.free_calls++;
     const auto *a = find_live(p);
     if (!a || base + a->first != (char *)p)
@@ -507,6 +587,8 @@ cudaError_t cudaFree(void *p) {
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned int flags) {
     (void)flags;
     LOCK;
+    if (capturing_here())
+        return refuse_in_capture("cudaHostAlloc", cudaErrorStreamCaptureUnsupported);
     stats.host_allocs++;
     *p = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (!*p)
@@ -523,6 +605,8 @@ cudaError_t cudaFreeHost(void *p) {
     LOCK;
     if (!p)
         return cudaSuccess;
+    if (capturing_here())
+        return refuse_in_capture("cudaFreeHost", cudaErrorStreamCaptureUnsupported);
     auto it = pinned.find(p);
     if (it == pinned.end())
         return err(cudaErrorInvalidValue);
@@ -558,6 +642,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
     if (!known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
+    if (stream_of(s)->cap || capturing_here())
+        return refuse_in_capture("cudaStreamSynchronize", cudaErrorStreamCaptureUnsupported);
     CUstream_st *st = stream_of(s);
     wait_until([st] { return drained(st); });
     return cudaSuccess;
@@ -567,12 +653,16 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
     LOCK;
     if (!known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
+    if (stream_of(s)->cap)
+        return refuse_in_capture("cudaStreamQuery", cudaErrorStreamCaptureUnsupported);
     emu::progress();
     return drained(stream_of(s)) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
     LOCK;
+    if (capturing_here())
+        return refuse_in_capture("cudaDeviceSynchronize", cudaErrorStreamCaptureUnsupported);
     wait_until(all_drained);
     return cudaSuccess;
 }
@@ -612,6 +702,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     LOCK;
     if (!e || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
+    if (stream_of(s)->cap) { /* a point of the capture's order, not a record that runs */
+        e->captured = stream_of(s)->cap;
+        return cudaSuccess;
+    }
+    e->captured = NULL;
     uint64_t gen = ++e->recorded;
     emu::enqueue(
         s,
@@ -627,6 +722,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     LOCK;
     if (!e)
         return err(cudaErrorInvalidResourceHandle);
+    if (e->captured)
+        return refuse_in_capture("cudaEventQuery", cudaErrorStreamCaptureUnsupported);
     emu::progress();
     return e->completed >= e->recorded ? cudaSuccess : cudaErrorNotReady;
 }
@@ -635,6 +732,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     LOCK;
     if (!e)
         return err(cudaErrorInvalidResourceHandle);
+    if (e->captured)
+        return refuse_in_capture("cudaEventSynchronize", cudaErrorStreamCaptureUnsupported);
     wait_until([e] { return e->completed >= e->recorded; });
     return cudaSuccess;
 }
@@ -642,7 +741,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     LOCK;
     if (!a || !b || (a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming) ||
-        !a->recorded || !b->recorded)
+        !a->recorded || !b->recorded || a->captured || b->captured)
         return err(cudaErrorInvalidResourceHandle);
     emu::progress();
     if (a->completed < a->recorded || b->completed < b->recorded)
@@ -656,6 +755,15 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     LOCK;
     if (!e || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
+    CUstream_st *st = stream_of(s);
+    if (st->cap && e->captured == st->cap)
+        return cudaSuccess; /* the capture's own order: already implied on one stream */
+    if (st->cap) /* an outside event: the capture would depend on work it does not hold */
+        return refuse_in_capture("cudaStreamWaitEvent on an event recorded outside the capture",
+                                 cudaErrorStreamCaptureIsolation);
+    if (e->captured) /* another stream joining the capture: not emulated */
+        return refuse_in_capture("cudaStreamWaitEvent on a captured event from another stream",
+                                 cudaErrorStreamCaptureUnsupported);
     uint64_t gen = e->recorded; /* the record most recent at this call */
     emu::enqueue_gate(
         s, [e, gen] { return e->completed >= gen; }, "stream wait event");
@@ -684,6 +792,11 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
                       want_dd && !dd ? dst : src, n);
         return err(cudaErrorInvalidValue);
     }
+    if (stream_of(s)->cap && (sync || (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) ||
+                              (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n))))
+        return refuse_in_capture("a copy the capture cannot hold (pageable host memory, or "
+                                 "synchronous)",
+                                 cudaErrorStreamCaptureUnsupported);
     if (kind == cudaMemcpyDeviceToHost)
         stats.d2h_copies++;
     if (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) {
@@ -711,6 +824,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
     LOCK;
+    if (capturing_here())
+        return refuse_in_capture("cudaMemcpy", cudaErrorStreamCaptureUnsupported);
     wait_until(all_drained); /* the legacy stream waits for all blocking work */
     return copy_async(dst, src, n, kind, NULL, true);
 }
@@ -730,9 +845,97 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
 
 cudaError_t cudaMemset(void *p, int value, size_t n) {
     LOCK;
+    if (capturing_here())
+        return refuse_in_capture("cudaMemset", cudaErrorStreamCaptureUnsupported);
     cudaError_t e = cudaMemsetAsync(p, value, n, NULL);
     wait_until(all_drained);
     return e;
+}
+
+/* ---- stream capture and graphs ---- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+    (void)mode;
+    LOCK;
+    if (!s || !known_stream(s))
+        return err(s ? cudaErrorInvalidResourceHandle : cudaErrorStreamCaptureUnsupported);
+    if (s->cap || (captures > 0 && std::this_thread::get_id() != capture_thread))
+        return err(cudaErrorIllegalState);
+    s->cap = new CUgraph_st;
+    capture_thread = std::this_thread::get_id();
+    captures++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
+    LOCK;
+    if (!known_stream(s))
+        return err(cudaErrorInvalidResourceHandle);
+    CUstream_st *st = stream_of(s);
+    *status = !st->cap           ? cudaStreamCaptureStatusNone
+              : st->cap->invalid ? cudaStreamCaptureStatusInvalidated
+                                 : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+    LOCK;
+    if (!s || !known_stream(s) || !s->cap)
+        return err(cudaErrorIllegalState);
+    CUgraph_st *g = s->cap;
+    s->cap = NULL;
+    captures--;
+    const char *force = getenv("MGT_EMU_CAPTURE");
+    if (force && !strcmp(force, "invalidate"))
+        g->invalid = true;
+    if (g->invalid) {
+        delete g;
+        *graph = NULL;
+        return err(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+    (void)flags;
+    LOCK;
+    if (!exec || !graph)
+        return err(cudaErrorInvalidValue);
+    *exec = new CUgraphExec_st;
+    (*exec)->ops = graph->ops;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    LOCK;
+    if (!graph)
+        return err(cudaErrorInvalidValue);
+    delete graph;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    LOCK;
+    if (!exec || !known_stream(s))
+        return err(cudaErrorInvalidResourceHandle);
+    if (stream_of(s)->cap)
+        return refuse_in_capture("cudaGraphLaunch", cudaErrorStreamCaptureUnsupported);
+    stats.graph_launches++;
+    for (const EmuOp &op : exec->ops) {
+        stream_of(s)->q.push_back(op);
+        stats.graph_ops++;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    LOCK;
+    if (!exec)
+        return err(cudaErrorInvalidValue);
+    delete exec;
+    return cudaSuccess;
 }
 
 } // extern "C"

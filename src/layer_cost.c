@@ -1,0 +1,317 @@
+/* layer_cost.c: each layer type's FLOPs and bytes (layer_cost.h), in one place. */
+#include "layer_cost.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "optim.h"
+#include "runtime.h"
+
+/* H100 SXM 80 GB: HBM3 3.35 TB/s on the datasheet, about 3.0 reached by large copies; dense
+ * tensor-core rates from the datasheet (TF32 495, BF16 990 TFLOP/s: half the "with sparsity"
+ * figures); float32 cores: 51 TFLOP/s, what a large SGEMM reached on one without TF32
+ * (gpu-runs/2026-11-26-h100; the datasheet's 67 counts the boost clock). */
+static const mgt_rates h100[] = {
+    {"H100 SXM, FP32 (no TF32)", 3.0e12, 51e12, 51e12},
+    {"H100 SXM, TF32 tensor cores", 3.0e12, 495e12, 51e12},
+    {"H100 SXM, BF16 tensor cores", 3.0e12, 990e12, 51e12},
+};
+
+const mgt_rates *mgt_rates_h100(const char *precision) {
+    static const char *const names[] = {"fp32", "tf32", "bf16"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(precision, names[i]))
+            return &h100[i];
+    return NULL;
+}
+
+/* Whether each layer's output gradient is needed (model.c's rule: it or a layer above it has
+ * parameters), into ng[0 .. m->nlayers); -1 when out of memory. */
+static int *needs_grad(const mgt_model *m) {
+    int *ng = malloc(sizeof *ng * (size_t)(m->nlayers > 0 ? m->nlayers : 1));
+    for (int i = 0; ng && i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        ng[i] = l->param[0] >= 0;
+        for (int k = 0; k < l->ninputs; k++)
+            if (l->inputs[k] >= 0 && ng[l->inputs[k]])
+                ng[i] = 1;
+    }
+    return ng;
+}
+
+/* Whether input slot k of layer j adds its gradient to one a later consumer wrote (model.c:
+ * set_accumulate, which runs only when the model is allocated). */
+static int accumulates(const mgt_model *m, int j, int k) {
+    const mgt_layer *l = &m->layers[j];
+    const int i = l->inputs[k];
+    if (i < 0)
+        return 0;
+    for (int q = 0; q < k; q++)
+        if (l->inputs[q] == i)
+            return 1;
+    for (int q = j + 1; q < m->nlayers; q++)
+        for (int r = 0; r < m->layers[q].ninputs; r++)
+            if (m->layers[q].inputs[r] == i)
+                return 1;
+    return 0;
+}
+
+static double elems(mgt_shape s) {
+    return (double)s.h * s.w * s.c;
+}
+
+void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *fwd, mgt_cost *bwd) {
+    const mgt_layer *l = &m->layers[i];
+    const char *t = l->type->name;
+    const double e = act_bytes, nn = n > 0 ? n : 0;
+    const double X = nn * elems(l->in), Y = nn * elems(l->out);
+    double P = 0; /* its parameters' values (their range in the arena holds alignment too) */
+    for (int j = 0; j < 4; j++)
+        if (l->param[j] >= 0)
+            P += (double)m->params[l->param[j]].count;
+    memset(fwd, 0, sizeof *fwd);
+    memset(bwd, 0, sizeof *bwd);
+    /* Backward: does it run, and which input gradients does it make. */
+    int *ng = needs_grad(m);
+    if (!ng)
+        mgt_die("out of host memory for the costs of %d layers", m->nlayers);
+    const int runs = ng[i];
+    double dx = 0, dx_acc = 0; /* input values whose gradient is written, and re-read to add */
+    for (int k = 0; k < l->ninputs; k++) {
+        const int j = l->inputs[k];
+        if (j < 0 || !ng[j])
+            continue;
+        const double v = nn * elems(mgt_layer_input_shape(m, l, k));
+        dx += v;
+        dx_acc += accumulates(m, i, k) ? v : 0;
+    }
+    double xin = 0; /* every input's values */
+    for (int k = 0; k < l->ninputs; k++)
+        xin += nn * elems(mgt_layer_input_shape(m, l, k));
+    /* The layer's own activation: fused into forward; backward reads y (or its sign) once. */
+    const int act = l->act != MGT_ACT_NONE && !l->fused_act;
+    fwd->flops = act ? Y : 0;
+
+    double mac = 0, mac_mma = 0; /* multiply-adds per pass, and those on the matrix unit */
+    if (!strcmp(t, "conv2d")) {
+        const mgt_conv_shape s =
+            mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, l->cfg.filters, l->cfg.kernel,
+                                l->cfg.kernel_w, l->cfg.stride, l->cfg.same);
+        mac_mma = (double)s.n * s.oh * s.ow * s.oc * s.kh * s.kw * s.c;
+    } else if (!strcmp(t, "dense")) {
+        mac_mma = nn * elems(l->in) * l->cfg.units;
+    } else if (!strcmp(t, "depthwise_conv2d") || !strcmp(t, "separable_conv2d")) {
+        const mgt_conv_shape d =
+            mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, l->in.c, l->cfg.kernel,
+                                l->cfg.kernel_w, l->cfg.stride, l->cfg.same);
+        mac = (double)d.n * d.oh * d.ow * d.c * d.kh * d.kw;
+        if (t[0] == 's') /* the pointwise 1x1 after it: a product on the matrix unit */
+            mac_mma = (double)d.n * d.oh * d.ow * d.c * l->cfg.filters;
+    }
+    if (mac || mac_mma) { /* the products: y = x * W (+ b) */
+        fwd->flops += 2 * (mac + mac_mma) + (l->cfg.bias ? Y : 0);
+        fwd->mma = 2 * mac_mma;
+        fwd->bytes = e * (X + Y) + 4 * P;
+        /* dW (and db) from x and dy; dx from dy and W where needed */
+        bwd->flops = 2 * (mac + mac_mma) * (dx > 0 ? 2 : 1) + (l->cfg.bias ? Y : 0);
+        bwd->mma = 2 * mac_mma * (dx > 0 ? 2 : 1);
+        bwd->bytes = e * (Y + X + dx + dx_acc) + 4 * 2 * P;
+    } else if (!strcmp(t, "batchnorm")) {
+        /* statistics and the normalisation: x read, y written; backward x and dy read, dx
+         * written (its two channel sums need x and dy too: counted once) */
+        fwd->flops += 6 * X;
+        fwd->bytes = e * (X + Y) + 4 * 4 * (double)l->in.c;
+        bwd->flops = 10 * X;
+        bwd->bytes = e * (X + Y + dx + dx_acc) + 4 * 4 * (double)l->in.c;
+    } else if (!strcmp(t, "add")) {
+        fwd->flops += (double)(l->ninputs - 1) * Y;
+        fwd->bytes = e * (xin + Y);
+        /* the gradient of a sum is dy itself: shared, nothing moves (adds into an existing
+         * gradient still read and write it) */
+        bwd->flops = dx_acc;
+        bwd->bytes = e * 2 * dx_acc;
+    } else if (!strcmp(t, "concat")) {
+        fwd->bytes = e * (xin + Y);
+        bwd->bytes = e * (dx + dx + dx_acc);
+        bwd->flops = dx_acc;
+    } else if (!strcmp(t, "maxpool") || !strcmp(t, "avgpool")) {
+        const int k = l->cfg.kernel;
+        fwd->flops += Y * k * k;
+        fwd->bytes = e * (X + Y) + (t[0] == 'm' ? 4 * Y : 0); /* maxpool: the argmax kept */
+        bwd->flops = Y * k * k;
+        bwd->bytes = e * (Y + dx + dx_acc) + (t[0] == 'm' ? 4 * Y : 0);
+    } else if (!strcmp(t, "global_avgpool")) {
+        fwd->flops += X;
+        fwd->bytes = e * (X + Y);
+        bwd->flops = dx;
+        bwd->bytes = e * (Y + dx + dx_acc);
+    } else { /* element-wise or a copy: activation, dropout, flatten, zeropad */
+        fwd->flops += !strcmp(t, "activation") || !strcmp(t, "dropout") ? X : 0;
+        fwd->bytes = e * (X + Y);
+        bwd->flops = !strcmp(t, "activation") || !strcmp(t, "dropout") ? Y : 0;
+        /* an activation layer reads its y (or x) with dy */
+        bwd->bytes = e * (Y + dx + dx_acc) + (!strcmp(t, "activation") ? e * Y : 0);
+    }
+    if (act) { /* backward of the fused activation: y read once more with dy */
+        bwd->flops += Y;
+        bwd->bytes += e * Y;
+    }
+    if (!runs)
+        memset(bwd, 0, sizeof *bwd);
+    free(ng);
+}
+
+mgt_cost mgt_loss_cost(const mgt_model *m, int n) {
+    const double v = (double)(n > 0 ? n : 0) * m->classes;
+    return (mgt_cost){.flops = 8 * v, .mma = 0, .bytes = 4 * 2 * v};
+}
+
+/* The optimizer's state arenas with the model's settings (optim.h). */
+static int opt_slots(const mgt_model *m) {
+    const mgt_optimizer *o = mgt_optimizer_of(m->train.optimizer);
+    int slots = 0;
+    if (o)
+        for (int k = 0; k < MGT_OPT_MAX_SLOTS && o->slot_names[k]; k++)
+            slots++;
+    if (o && o->slots)
+        slots = o->slots(&m->train.opt);
+    return slots;
+}
+
+mgt_cost mgt_update_cost(const mgt_model *m) {
+    const int slots = opt_slots(m);
+    const double P = (double)m->param_count;
+    return (mgt_cost){.flops = 4 * P * (1 + slots), .mma = 0, .bytes = 4 * P * (3 + 2 * slots)};
+}
+
+double mgt_cost_floor(const mgt_cost *c, const mgt_rates *r, int *mem_bound) {
+    const double t_mem = c->bytes / r->bw;
+    const double t_math = c->mma / r->mma + (c->flops - c->mma) / r->fp32;
+    if (mem_bound)
+        *mem_bound = t_mem >= t_math;
+    return t_mem > t_math ? t_mem : t_math;
+}
+
+/* One row: GFLOP, MB, floor ms and its bound for a pass (a dash where it does not run). */
+static void row_cells(const mgt_cost *c, const mgt_rates *r, FILE *f, double *sum) {
+    if (c->flops == 0 && c->bytes == 0) {
+        fprintf(f, " - | - | - |");
+        return;
+    }
+    int mem;
+    const double t = mgt_cost_floor(c, r, &mem);
+    *sum += t;
+    fprintf(f, " %.3f | %.1f | %.4f %s |", c->flops / 1e9, c->bytes / 1e6, 1e3 * t,
+            mem ? "mem" : "math");
+}
+
+void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *r, FILE *f) {
+    fprintf(f,
+            "Floor of one training step of %s at a batch of %d on %s (%.1f TB/s, %.0f TFLOP/s "
+            "matrix, %.0f TFLOP/s float32 cores), activations %d bytes a value. Each pass's floor "
+            "is max(bytes / bandwidth, FLOPs / rate); \"mem\" or \"math\" says which.\n\n",
+            m->name, n, r->name, r->bw / 1e12, r->mma / 1e12, r->fp32 / 1e12, act_bytes);
+    fprintf(f, "| # | layer | type | output | fwd GFLOP | fwd MB | fwd floor ms | bwd GFLOP | "
+               "bwd MB | bwd floor ms |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|\n");
+    double tf = 0, tb = 0;
+    mgt_cost sf = {0}, sb = {0};
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        mgt_cost cf, cb;
+        mgt_layer_cost(m, i, n, act_bytes, &cf, &cb);
+        fprintf(f, "| %d | %s | %s | %dx%dx%d |", i, l->name, l->type->name, l->out.h, l->out.w,
+                l->out.c);
+        row_cells(&cf, r, f, &tf);
+        row_cells(&cb, r, f, &tb);
+        fprintf(f, "\n");
+        sf.flops += cf.flops, sf.mma += cf.mma, sf.bytes += cf.bytes;
+        sb.flops += cb.flops, sb.mma += cb.mma, sb.bytes += cb.bytes;
+    }
+    const mgt_cost loss = mgt_loss_cost(m, n), up = mgt_update_cost(m);
+    double tl = 0, tu = 0;
+    fprintf(f, "| | loss | softmax + cross-entropy | |");
+    row_cells(&loss, r, f, &tl);
+    fprintf(f, " | | |\n| | update | %s | |", mgt_opt_name(m->train.optimizer));
+    row_cells(&up, r, f, &tu);
+    fprintf(f, " | | |\n");
+    fprintf(f, "| | **all layers** | | | %.1f | %.0f | **%.3f** | %.1f | %.0f | **%.3f** |\n\n",
+            sf.flops / 1e9, sf.bytes / 1e6, 1e3 * tf, sb.flops / 1e9, sb.bytes / 1e6, 1e3 * tb);
+    const double step = tf + tb + tl + tu;
+    fprintf(f,
+            "Step floor: %.3f ms (forward %.3f, backward %.3f, loss %.4f, update %.3f): at most "
+            "%.0f images/s. The whole step's FLOPs over the matrix rate alone: %.3f ms; its bytes "
+            "over the bandwidth alone: %.3f ms.\n",
+            1e3 * step, 1e3 * tf, 1e3 * tb, 1e3 * tl, 1e3 * tu, step > 0 ? n / step : 0.0,
+            1e3 * (sf.mma + sb.mma) / r->mma,
+            1e3 * (sf.bytes + sb.bytes + loss.bytes + up.bytes) / r->bw);
+}
+
+int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, mgt_mem_estimate *e) {
+    memset(e, 0, sizeof *e);
+#ifdef MGT_HAVE_CUDA
+    const int math = (bf16 ? MGT_GPU_BF16 : 0) | (tf32 ? MGT_GPU_TF32 : 0);
+    mgt_plan p;
+    mgt_err err;
+    if (mgt_model_plan(m, n, !m->no_memory_sharing, &p, &err) < 0)
+        return -1;
+    e->act = (double)p.arena;
+    mgt_plan_free(&p);
+    const int slots = opt_slots(m);
+    const double P = (double)m->param_count, nn = n > 0 ? n : 0, k = m->classes;
+    e->params = 4 * (P * (2 + slots + (m->train.accum_steps > 1)) + (double)m->buffer_count);
+    for (int i = 0; i < m->nlayers; i++) /* batch normalisation's mean and 1/std */
+        if (!strcmp(m->layers[i].type->name, "batchnorm"))
+            e->params += 4 * 4 * (double)m->layers[i].in.c;
+    e->batch = nn * (4 * (double)mgt_shape_elems(m->input) + 4 + 8 * k + 2 * 8);
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        const char *t = l->type->name;
+        size_t w = 0;
+        if (!strcmp(t, "conv2d")) {
+            mgt_conv_shape s =
+                mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, l->cfg.filters, l->cfg.kernel,
+                                    l->cfg.kernel_w, l->cfg.stride, l->cfg.same);
+            w = mgt_gpu_conv_workspace(&s, math);
+        } else if (!strcmp(t, "depthwise_conv2d") || !strcmp(t, "separable_conv2d")) {
+            const mgt_conv_shape d =
+                mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, l->in.c, l->cfg.kernel,
+                                    l->cfg.kernel_w, l->cfg.stride, l->cfg.same);
+            w = mgt_gpu_dwconv_workspace(&d);
+            if (t[0] == 's') {
+                const mgt_conv_shape pw =
+                    mgt_conv2d_geometry(n, d.oh, d.ow, d.c, l->cfg.filters, 1, 1, 1, 0);
+                const size_t c = mgt_gpu_conv_workspace(&pw, math);
+                w = c > w ? c : w;
+            }
+        }
+        e->workspace = (double)w > e->workspace ? (double)w : e->workspace;
+    }
+    e->other = (double)(32 << 20) + 2.0 * 8 * 65536; /* cuBLAS's, and the partial sums */
+    e->total = e->act + e->params + e->batch + e->workspace + e->other;
+    return 0;
+#else
+    (void)m, (void)n, (void)bf16, (void)tf32;
+    return -1;
+#endif
+}
+
+void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, FILE *f) {
+    mgt_mem_estimate e;
+    if (mgt_memory_estimate(m, n, bf16, tf32, &e) < 0)
+        return;
+    const double mib = 1048576.0, h100 = 80.0 * 1e9;
+    fprintf(f,
+            "GPU memory of one rank training a batch of %d (%s; mgtrain's own allocations): "
+            "%.1f MiB = activations %.1f (the memory plan) + weights, gradients and optimizer "
+            "state %.1f + batch %.1f + convolution workspace %.1f + other %.1f; %s an 80 GB H100 "
+            "(%.0f%% of it)\n",
+            n,
+            bf16   ? "bf16"
+            : tf32 ? "tf32"
+                   : "fp32",
+            e.total / mib, e.act / mib, e.params / mib, e.batch / mib, e.workspace / mib,
+            e.other / mib, e.total < 0.97 * h100 ? "fits" : "does NOT fit", 100.0 * e.total / h100);
+}

@@ -1,0 +1,140 @@
+/* test_layer_cost.c: each layer's FLOPs and bytes (src/layer_cost.c), against counts written out
+ * here by hand for a small graph, and the floors and the memory estimate built on them.
+ *
+ * The graph has a first convolution (no input gradient: its input is the model's), a strided
+ * "same" convolution, a batch norm, a separable convolution, a residual sum whose input has two
+ * consumers (the gradient summed once), a max pool, global average pooling and a dense layer.
+ * Every count is recomputed from the layer's own geometry with the rules layer_cost.h states,
+ * so a change of rule, or of a layer's geometry, fails here. */
+#include <math.h>
+#include <string.h>
+
+#include "layer_cost.h"
+#include "model.h"
+#include "tally.h"
+
+static const char *text =
+    "[input]\nshape = 8,8,3\n"
+    "[conv2d]\nname = c1\nfilters = 4\nkernel = 3\npadding = same\nactivation = relu\n"
+    "[conv2d]\nname = c2\nfilters = 6\nkernel = 2\nstride = 2\npadding = same\n"
+    "[batchnorm]\nname = bn\n"
+    "[separable_conv2d]\nname = s1\nfilters = 6\nkernel = 3\npadding = same\nactivation = relu\n"
+    "[add]\nname = r\ninputs = s1, bn\n"
+    "[maxpool]\nname = p\nsize = 2\n"
+    "[global_avgpool]\nname = g\n"
+    "[dense]\nname = out\nunits = 5\n"
+    "[train]\noptimizer = adam\nloss = sparse_categorical_crossentropy\nbatch_size = 4\n";
+
+enum { N = 4 };
+
+/* Relative agreement to double rounding (the counts are sums of a few exact products). */
+static int near(double a, double b) {
+    return fabs(a - b) <= 1e-12 * (fabs(b) > 1 ? fabs(b) : 1);
+}
+
+static mgt_cost fwd_of(const mgt_model *m, int i, int e) {
+    mgt_cost f, b;
+    mgt_layer_cost(m, i, N, e, &f, &b);
+    return f;
+}
+
+static mgt_cost bwd_of(const mgt_model *m, int i, int e) {
+    mgt_cost f, b;
+    mgt_layer_cost(m, i, N, e, &f, &b);
+    return b;
+}
+
+int main(void) {
+    tally t = {0, 0};
+    mgt_model m;
+    mgt_err e;
+    if (mgt_model_parse(&m, "cost.cfg", text, &e) < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    /* c1: 8x8x3 -> 8x8x4, 3x3; bias and relu; no input gradient */
+    {
+        const double mac = (double)N * 8 * 8 * 4 * 3 * 3 * 3, Y = N * 8 * 8 * 4, X = N * 8 * 8 * 3;
+        const double P = 4 * 3 * 3 * 3 + 4;
+        const mgt_cost f = fwd_of(&m, 0, 4), b = bwd_of(&m, 0, 4);
+        CHECK(&t, near(f.mma, 2 * mac) && near(f.flops, 2 * mac + Y + Y));
+        CHECK(&t, near(f.bytes, 4 * (X + Y) + 4 * P));
+        /* backward: dW only (2 mac), db (Y), relu' (Y); reads dy, x, y; writes dW, db */
+        CHECK(&t, near(b.mma, 2 * mac) && near(b.flops, 2 * mac + Y + Y));
+        CHECK(&t, near(b.bytes, 4 * (Y + X) + 8 * P + 4 * Y));
+        const mgt_cost h = fwd_of(&m, 0, 2); /* bf16 activations: half their bytes */
+        CHECK(&t, near(h.bytes, 2 * (X + Y) + 4 * P));
+    }
+    /* c2: 8x8x4 -> 4x4x6, 2x2 stride 2; its input gradient is needed (c1 has weights) */
+    {
+        const double mac = (double)N * 4 * 4 * 6 * 2 * 2 * 4, Y = N * 4 * 4 * 6, X = N * 8 * 8 * 4;
+        const double P = 6 * 4 * 2 * 2 + 6;
+        const mgt_cost b = bwd_of(&m, 1, 4);
+        CHECK(&t, near(b.mma, 4 * mac) && near(b.flops, 4 * mac + Y));
+        CHECK(&t, near(b.bytes, 4 * (Y + X + X) + 8 * P));
+    }
+    /* bn: 4x4x6 read and written; its output feeds s1 and r: the add's gradient is the sum's */
+    {
+        const double X = N * 4 * 4 * 6;
+        const mgt_cost f = fwd_of(&m, 2, 4), b = bwd_of(&m, 2, 4);
+        CHECK(&t, near(f.bytes, 4 * 2 * X + 4 * 4 * 6));
+        CHECK(&t, near(b.bytes, 4 * 3 * X + 4 * 4 * 6));
+    }
+    /* s1: depthwise 3x3 on 6 channels (ordinary cores) then pointwise 6 -> 6 (matrix unit) */
+    {
+        const double dmac = (double)N * 4 * 4 * 6 * 3 * 3, pmac = (double)N * 4 * 4 * 6 * 6;
+        const double Y = N * 4 * 4 * 6;
+        const mgt_cost f = fwd_of(&m, 3, 4);
+        CHECK(&t, near(f.mma, 2 * pmac) && near(f.flops, 2 * (dmac + pmac) + Y + Y));
+        /* its input (bn's output) has a second consumer, the add, which runs backward first:
+         * s1 adds its share into the gradient the add wrote, reading it once more */
+        const mgt_cost b = bwd_of(&m, 3, 4);
+        const double P = 6 * 9 + 6 * 6 + 6;
+        CHECK(&t, near(b.bytes, 4 * (Y + Y + Y + Y) + 8 * P + 4 * Y));
+    }
+    /* r: the sum's gradient is dy itself: nothing moves */
+    {
+        const mgt_cost b = bwd_of(&m, 4, 4);
+        CHECK(&t, b.bytes == 0 && b.flops == 0);
+    }
+    /* dense: 6 -> 5 */
+    {
+        const mgt_cost f = fwd_of(&m, 7, 4);
+        CHECK(&t, near(f.mma, 2.0 * N * 6 * 5));
+    }
+    /* floors: bytes or FLOPs, whichever takes longer */
+    {
+        const mgt_rates *r = mgt_rates_h100("bf16");
+        CHECK(&t, r && mgt_rates_h100("tf32") && mgt_rates_h100("fp32") && !mgt_rates_h100("x"));
+        const mgt_cost big_math = {.flops = 1e12, .mma = 1e12, .bytes = 1e6};
+        const mgt_cost big_mem = {.flops = 1e6, .mma = 0, .bytes = 3e9};
+        int mem = -1;
+        CHECK(&t, near(mgt_cost_floor(&big_math, r, &mem), 1e12 / 990e12) && mem == 0);
+        CHECK(&t, near(mgt_cost_floor(&big_mem, r, &mem), 3e9 / 3.0e12) && mem == 1);
+    }
+    /* the update: Adam reads w, g, m, v and writes w, m, v */
+    {
+        const mgt_cost u = mgt_update_cost(&m);
+        CHECK(&t, near(u.bytes, 4.0 * 7 * (double)m.param_count));
+    }
+    /* the memory estimate: its parts add up, and its arena is the plan's */
+    {
+        mgt_mem_estimate me;
+        if (mgt_memory_estimate(&m, N, 0, 0, &me) == 0) {
+            mgt_plan p;
+            CHECK(&t, mgt_model_plan(&m, N, 1, &p, &e) == 0);
+            CHECK(&t, me.act == (double)p.arena && me.workspace > 0);
+            CHECK(&t, near(me.total, me.act + me.params + me.batch + me.workspace + me.other));
+            CHECK(&t, near(me.params, 4.0 * (4 * (double)m.param_count + (double)m.buffer_count) +
+                                          4.0 * 4 * 6));
+            mgt_plan_free(&p);
+        } else {
+            printf("memory estimate: no GPU backend in this build, not checked\n");
+        }
+    }
+    mgt_model_free(&m);
+    printf("test_layer_cost: %d checks passed%s\n", t.pass, t.fail ? "" : "");
+    if (t.fail)
+        fprintf(stderr, "test_layer_cost: %d checks FAILED\n", t.fail);
+    return t.fail ? 1 : 0;
+}
