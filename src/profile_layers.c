@@ -43,6 +43,10 @@ struct mgt_layer_prof {
 int mgt_profile_marks_init(mgt_profile *p, const mgt_model *m, int layers, const char *precision,
                            mgt_err *err) {
     mgt_backend *be = p->be;
+    if (p->on && layers && (!p->device || !be->ops->marks_reserve))
+        mgt_log0("notice: --profile-layers times layers on a GPU; on the %s backend it is "
+                 "--profile (bench/layer_times gives a CPU step's layers)\n",
+                 be ? be->ops->name : "this");
     if (!p->on || !p->device || !be->ops->marks_reserve)
         return 0;
     mgt_layer_prof *lp = calloc(1, sizeof *lp);
