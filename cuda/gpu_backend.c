@@ -133,6 +133,11 @@ static void account(mgt_gpu_impl *im, size_t add, size_t sub) {
     im->mem_now -= sub;
 }
 
+/* Linked in (the GPU tests, the emulated build): at hand. In libmgt_gpu.so, gpu_load.c answers. */
+int mgt_gpu_loadable(void) {
+    return 1;
+}
+
 size_t mgt_gpu_workspace_bytes(const mgt_backend *be) {
     return be && be->impl ? ((const mgt_gpu_impl *)be->impl)->ws_bytes : 0;
 }

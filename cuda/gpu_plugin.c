@@ -1,7 +1,7 @@
 /* gpu_plugin.c: the entry point of libmgt_gpu.so, the GPU backend as a library of its own
  * (src/gpu_plugin.h), and the functions of the core it borrows.
  *
- * The backend's files call mgt_die, mgt_log0 and comm.c's common part as anywhere else in
+ * The backend's files call mgt_die, mgt_log0, mgt_atomic_write and comm.c's common part as anywhere else in
  * mgtrain; in the library these forward to the core that loaded it, so that a device fault ends
  * the job exactly as any other failure does (the run folder's lock removed first, runtime.h) and
  * a transport's watchdog is the core's. Only mgt_gpu_plugin is exported (gpu_plugin.map): nothing
@@ -12,6 +12,7 @@
 #include "gpu.h"
 #include "gpu_plugin.h"
 #include "runtime.h"
+#include "tensor_io.h"
 #include "version.h"
 
 /* Set once, by the loader, before any other function of the library runs. */
@@ -33,6 +34,10 @@ void mgt_log0(const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     core->log0(msg);
+}
+
+int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err) {
+    return core->atomic_write(path, data, len, err);
 }
 
 void mgt_comm_init_common(mgt_comm *c, MPI_Comm mpi, double timeout_s) {
@@ -62,6 +67,10 @@ static const mgt_gpu_api api = {
     .comm_init_mpi_staged = mgt_comm_init_mpi_staged,
     .version_text = mgt_gpu_version,
     .nccl_share_gpu = mgt_nccl_share_gpu,
+    .algo_cache = mgt_gpu_algo_cache,
+    .conv_workspace = mgt_gpu_conv_workspace,
+    .dwconv_workspace = mgt_gpu_dwconv_workspace,
+    .workspace_bytes = mgt_gpu_workspace_bytes,
 };
 
 const mgt_gpu_api *mgt_gpu_plugin(const mgt_gpu_host *host) {

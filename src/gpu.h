@@ -13,6 +13,9 @@
 #include "util.h"
 
 #ifdef MGT_HAVE_CUDA
+/* 1 when the GPU backend's code is at hand (its library loads, or it is linked in); 0 when it
+ * cannot be loaded here (then the functions below report that, or count nothing). */
+int mgt_gpu_loadable(void);
 /* Visible CUDA devices (after CUDA_VISIBLE_DEVICES), or -1 with the reason in why. */
 int mgt_gpu_count(char *why, size_t n);
 /* "NVIDIA H100 80GB HBM3, PCI 0000:18:00.0, 79 GiB" for messages and the start-up block. */

@@ -24,6 +24,7 @@
 #include "gpu.h"
 #include "gpu_plugin.h"
 #include "runtime.h"
+#include "tensor_io.h"
 #include "version.h"
 
 /* Process-wide, written once under pthread_once: a library is loaded into the process, not into
@@ -46,7 +47,8 @@ static const mgt_gpu_host host = {.die = host_die,
                                   .comm_init_common = mgt_comm_init_common,
                                   .comm_enter = mgt_comm_enter,
                                   .comm_leave = mgt_comm_leave,
-                                  .comm_owned = mgt_comm_owned};
+                                  .comm_owned = mgt_comm_owned,
+                                  .atomic_write = mgt_atomic_write};
 
 static void load(void);
 
@@ -138,6 +140,30 @@ int mgt_comm_init_mpi_staged(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double 
     const mgt_gpu_api *a = backend();
     return a ? a->comm_init_mpi_staged(c, mpi, be, timeout_s, err)
              : mgt_errf(err, "%s", load_failure);
+}
+
+int mgt_gpu_loadable(void) {
+    return backend() != NULL;
+}
+
+int mgt_gpu_algo_cache(mgt_backend *be, const char *path, mgt_err *err) {
+    const mgt_gpu_api *a = backend();
+    return a ? a->algo_cache(be, path, err) : mgt_errf(err, "%s", load_failure);
+}
+
+size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math) {
+    const mgt_gpu_api *a = backend();
+    return a ? a->conv_workspace(s, math) : 0;
+}
+
+size_t mgt_gpu_dwconv_workspace(const mgt_conv_shape *s) {
+    const mgt_gpu_api *a = backend();
+    return a ? a->dwconv_workspace(s) : 0;
+}
+
+size_t mgt_gpu_workspace_bytes(const mgt_backend *be) {
+    const mgt_gpu_api *a = backend();
+    return a ? a->workspace_bytes(be) : 0;
 }
 
 int mgt_nccl_share_gpu(int rank, int nodes, char *route, size_t n) {

@@ -11,8 +11,8 @@
  *
  * The backend names one entry point, mgt_gpu_plugin; everything else in it is local. The core
  * lends it the functions whose effect must be the core's own: ending the job (which removes the
- * run folder's lock, runtime.h), rank 0's log, and the transports' common part (comm.c: its
- * watchdog thread ends the job the same way). What else it uses of the core (util.c) has no
+ * run folder's lock, runtime.h), rank 0's log, replacing a file whole, and the transports'
+ * common part (comm.c: its watchdog thread ends the job the same way). What else it uses of the core (util.c) has no
  * state and is compiled into it. */
 #ifndef MGT_GPU_PLUGIN_H
 #define MGT_GPU_PLUGIN_H
@@ -37,6 +37,8 @@ typedef struct mgt_gpu_host {
     void (*comm_enter)(mgt_comm *c, const char *what);
     void (*comm_leave)(mgt_comm *c);
     void (*comm_owned)(const mgt_comm *c, int r, size_t lo, size_t count, size_t *a, size_t *b);
+    /* tensor_io.h's mgt_atomic_write (--algo-cache's file), whose temporaries the core sweeps */
+    int (*atomic_write)(const char *path, const void *data, size_t len, mgt_err *err);
 } mgt_gpu_host;
 
 /* What the backend gives: gpu.h's functions (mgt_nccl_share_gpu among them),
@@ -54,6 +56,10 @@ typedef struct mgt_gpu_api {
                                 mgt_err *err);
     void (*version_text)(char *buf, size_t n);
     int (*nccl_share_gpu)(int rank, int nodes, char *route, size_t n);
+    int (*algo_cache)(mgt_backend *be, const char *path, mgt_err *err);
+    size_t (*conv_workspace)(const mgt_conv_shape *s, int math);
+    size_t (*dwconv_workspace)(const mgt_conv_shape *s);
+    size_t (*workspace_bytes)(const mgt_backend *be);
 } mgt_gpu_api;
 
 typedef const mgt_gpu_api *(*mgt_gpu_plugin_fn)(const mgt_gpu_host *host);

@@ -253,6 +253,8 @@ int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, mgt_mem_e
     memset(e, 0, sizeof *e);
 #ifdef MGT_HAVE_CUDA
     const int math = (bf16 ? MGT_GPU_BF16 : 0) | (tf32 ? MGT_GPU_TF32 : 0);
+    if (!mgt_gpu_loadable()) /* the workspace is the backend's to say */
+        return -1;
     mgt_plan p;
     mgt_err err;
     if (mgt_model_plan(m, n, !m->no_memory_sharing, &p, &err) < 0)

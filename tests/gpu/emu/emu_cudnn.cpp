@@ -1284,7 +1284,7 @@ cudnnStatus_t find_ex(Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
         Perf p{};
         p.algo = a;
         p.determinism = deterministic(d, a) ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
-        p.math = entry_math(d, a, g.math);
+        p.math = entry_math(d, a, g);
         p.memory = ws_bytes(d, a, p.math, g);
         if (unsupported(d, a, g)) {
             p.status = CUDNN_STATUS_NOT_SUPPORTED;
