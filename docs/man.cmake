@@ -4,29 +4,25 @@
 # help2man turns `mgtrain --help` (the commands and every flag of train, with defaults) into the
 # page, so the page cannot disagree with the binary. The other commands' flags come from their
 # own --help, added verbatim as a section through help2man's --include file, with the output
-# files and the launch scripts.
+# files and the launch scripts. docs/cli.md is made from the same text (cli.cmake).
+cmake_minimum_required(VERSION 3.24)
 foreach(v HELP2MAN MGTRAIN VERSION OUT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "man.cmake: -D${v}=... is required")
   endif()
 endforeach()
 
-# mgtrain --help must run as a plain process: not as a rank (a build inside a Slurm step or an
-# mpirun would look like one), and without a sanitizer build's leak report failing the call.
-foreach(v SLURM_STEP_ID OMPI_COMM_WORLD_SIZE PMIX_RANK PMI_RANK)
-  unset(ENV{${v}})
-endforeach()
-set(ENV{ASAN_OPTIONS} "detect_leaks=0")
+include(${CMAKE_CURRENT_LIST_DIR}/help.cmake)
 
 set(include "[NAME]\nmgtrain \\- data-parallel neural-network training, one MPI rank per device\n")
 string(APPEND include "[SYNOPSIS]\n.B mpirun -np\n.I N\n.B mgtrain\n[\\fICOMMAND\\fR] [\\fIFLAGS\\fR]\n"
        ".br\n.B mgtrain\n[\\fICOMMAND\\fR] [\\fIFLAGS\\fR]\n")
 string(APPEND include "[OTHER COMMANDS]\n")
-foreach(cmd eval predict summary plot convert)
-  execute_process(COMMAND ${MGTRAIN} ${cmd} --help OUTPUT_VARIABLE help RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "man.cmake: ${MGTRAIN} ${cmd} --help failed (${rc})")
-  endif()
+# Every command `mgtrain --help` lists but train, whose flags are that help's own.
+mgt_help_commands(commands summaries)
+list(REMOVE_ITEM commands train)
+foreach(cmd IN LISTS commands)
+  mgt_help(help ${cmd})
   # Verbatim: backslashes doubled, and a line starting with . or ' is not taken for a request.
   string(REPLACE "\\" "\\\\" help "${help}")
   string(REGEX REPLACE "(^|\n)([.'])" "\\1\\\\&\\2" help "${help}")
@@ -54,7 +50,7 @@ the run's settings
 .B mgtrun
 (starts mpirun with one rank per GPU),
 .B mgtrain.sbatch
-(the Slurm template, in share/mgtrain), and the README in share/doc/mgtrain.
+(the Slurm template, in share/mgtrain), and the README and docs/ in share/doc/mgtrain.
 ]=])
 file(WRITE ${OUT}.h2m "${include}")
 execute_process(
