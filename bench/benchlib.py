@@ -108,9 +108,9 @@ def model_layers(cfg):
 
 
 def graph_flops(cfg, input_shape=None):
-    """Walks a model file's graph (README: Graphs) from `input_shape` ("H,W,C"; default its
-    [input] shape) and counts the multiply-adds of one sample's forward pass in every
-    convolution and dense layer:
+    """Walks a model file's graph (docs/model-files.md, Graphs) from `input_shape` ("H,W,C";
+    default its [input] shape) and counts the multiply-adds of one sample's forward pass in
+    every convolution and dense layer:
       conv2d             H_out * W_out * kh * kw * C_in * filters
       depthwise_conv2d   H_out * W_out * kh * kw * C
       separable_conv2d   the depthwise part, then a pointwise H_out * W_out * C_in * filters

@@ -80,7 +80,7 @@ int mgt_bucket_plan(const mgt_model *m, const mgt_ops *ops, double first_mb, dou
  * own (at 1 MiB the first bucket would wait for three of them). bench/overlap, 2 ranks on a
  * 2-core AMD EPYC (bench/results/cpu-overlap-epyc.md), exposed share of the step, median of 9
  * runs: MLP 14.8% one-shot, 12.4% at 0.25 MiB, 17.2% at 1 MiB (single runs spread from 1% to
- * 23% in every variant: see the README); seed ConvNet 1.9%, 0.8%, 0.8%. */
+ * 23% in every variant: see docs/benchmarks.md); seed ConvNet 1.9%, 0.8%, 0.8%. */
 double mgt_bucket_mb_default(const mgt_ops *ops) {
     return strcmp(ops->name, "cpu") ? 25.0 : 0.25;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # labels: mpi
 # timeout: 900
-# What the rank count does and does not change, stated as the README states it.
+# What the rank count does and does not change, stated as docs/exactness.md states it.
 #
 # 1. One step: the summed gradients (MGT_DUMP_GRADIENTS) of 1, 2, 3 and 4 ranks from the same
 #    weights agree within float32 rounding of a sum, 2 u sqrt(K) of each tensor's largest element

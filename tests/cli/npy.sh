@@ -2,7 +2,7 @@
 # labels: mpi
 # timeout: 900
 # .npy datasets and augmentation end to end, with files written by numpy itself:
-#  1. the README's example writes a folder that mgtrain trains on;
+#  1. the example of docs/data.md writes a folder that mgtrain trains on;
 #  2. a 3-channel set (uint8 x, int64 / uint8 (N, 1) labels) trains the same weights on 1 and 2
 #     ranks, and its float32 copy (x / 255 computed in float32) the same weights as the bytes;
 #  3. with augment_flip and augment_crop, 1, 2 and 3 ranks (a batch of 32 that 3 does not divide)
@@ -27,10 +27,10 @@ PY=/usr/bin/python3
 /usr/bin/python3 -c "import numpy" 2>/dev/null || PY=python3
 "$PY" -c "import numpy" 2>/dev/null || { echo "SKIPPED: no python3 with numpy (tests/run installs python3-numpy)"; exit 77; }
 
-# 1. The README's example, verbatim.
-awk '/^```python$/{p=1; next} /^```$/{p=0} p' "$MGT_SRC/README.md" >example.py
-[ "$(wc -l <example.py)" -eq 5 ] && ok "the README's example is 5 lines" || bad "README example: $(wc -l <example.py) lines"
-"$PY" example.py || bad "README example failed"
+# 1. The example of docs/data.md, verbatim.
+awk '/^```python$/{p=1; next} /^```$/{p=0} p' "$MGT_SRC/docs/data.md" >example.py
+[ "$(wc -l <example.py)" -eq 5 ] && ok "the example of docs/data.md is 5 lines" || bad "docs/data.md's example: $(wc -l <example.py) lines"
+"$PY" example.py || bad "docs/data.md's example failed"
 cat >readme.cfg <<'CFG'
 [input]
 shape = 32,32,3
@@ -49,7 +49,7 @@ batch_size = 100
 CFG
 out=$(mpi 2 --model readme.cfg --data mydata --verbose 2 --out readme 2>&1)
 grep -q "^Test loss: .* - test acc: " <<<"$out" && [ -f readme/weights.safetensors ] \
-  && ok "README example's folder trains on 2 ranks" || { bad "README example training"; echo "$out" | tail -5; }
+  && ok "the example's folder trains on 2 ranks" || { bad "training on the example's folder"; echo "$out" | tail -5; }
 
 # 2. A learnable 3-channel set (npy_data.py), as bytes and as float32 = bytes / 255.
 data=(12 10 512 128 5)

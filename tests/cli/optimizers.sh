@@ -2,8 +2,8 @@
 # labels: cli
 # timeout: 300
 # The optimizer table (src/optim.c) is the one list of optimizers: the --help text names them,
-# the README's [train] row lists the same names, and every one of them trains, saves its state
-# under its own name and resumes from it.
+# the [train] row of docs/model-files.md lists the same names, and every one of them trains,
+# saves its state under its own name and resumes from it.
 source "$(dirname "$0")/lib.bash"
 N="--data synthetic --synthetic-samples 256 --batch-size 32 --verbose 0"
 
@@ -12,8 +12,8 @@ line=$("$MGT_BIN" --help | grep -- "--optimizer NAME")
 names=$(sed -E 's/.*--optimizer NAME +//; s/ \(default.*//; s/,//g; s/ or / /' <<<"$line")
 [ -n "$names" ] && ok "--help names the optimizers: $names" || bad "no optimizer list in: $line"
 readme="**\`optimizer\`** ($(tr ' ' '\n' <<<"$names" | paste -sd'|' - | sed 's/|/\\|/g'))"
-grep -qF -- "$readme" "$MGT_SRC/README.md" && ok "the README lists the same: $readme" \
-  || bad "the README's [train] row does not read $readme"
+grep -qF -- "$readme" "$MGT_SRC/docs/model-files.md" && ok "docs/model-files.md lists the same: $readme" \
+  || bad "the [train] row of docs/model-files.md does not read $readme"
 
 for o in $names; do
   "$MGT_BIN" $N --optimizer "$o" --max-steps 2 --out "$o" >"$o.log" 2>&1 \
