@@ -17,8 +17,8 @@
 #          so MPI and mgtrain count it as a node of its own;
 #   mount  its own /tmp and /dev/shm (as on separate machines: Open MPI's session folders and
 #          shared-memory segments, and Slurm's PMIx folders, are per node) and an /etc/hosts
-#          naming every node. The test folder, like a shared home, is visible at the same path
-#          everywhere;
+#          naming every node. The test folder, the build folder and the source tree, like a
+#          shared home, are visible at the same paths everywhere, also where they are in /tmp;
 #   pid    its own process tree, so killing its init kills every process of the node at once,
 #          its orted and ranks included, as a node that goes down.
 # The head (host name "head", 10.213.0.1) is the login node: mpirun, sbatch and slurmctld run
@@ -42,22 +42,29 @@ declare -A NODE_PID NODE_INDEX
 # "ready", then sleeps for the cluster's lifetime, reaping the processes that end up its children
 # (the init of a PID namespace adopts its orphans).
 _cluster_init() {
-    local name=$1 dir=$2 lifetime=$3 share=$4
+    local name=$1 dir=$2 lifetime=$3 share=$4 path top bound=" "
+    shift 4 # the rest: the paths every node must see (_cluster_shared)
     set -e
     hostname "$name"
     mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm
     mkdir -p "$dir/tmp"
     chmod 1777 "$dir/tmp"
-    # The node's own /tmp hides the machine's, and with it the test folder when it lives in
-    # /tmp: bind the folder's top directory into the new /tmp first, so its path still works.
-    case "$share" in
-    /tmp/?*)
-        local top=${share#/tmp/}
-        top=${top%%/*}
-        mkdir -p "$dir/tmp/$top"
-        mount --bind "/tmp/$top" "$dir/tmp/$top"
-        ;;
-    esac
+    # The node's own /tmp hides the machine's, and with it whatever of the test lives in /tmp
+    # (the test folder, a build folder such as /tmp/build, even the source tree): bind the top
+    # entry of /tmp that holds each such path into the new /tmp first, so its path still works.
+    for path in "$share" "$@"; do
+        case "$path" in
+        /tmp/?*)
+            top=${path#/tmp/}
+            top=${top%%/*}
+            [[ $bound == *" $top "* ]] && continue
+            bound+="$top "
+            # (a node started again finds the mount points of its first start)
+            if [ -d "/tmp/$top" ]; then mkdir -p "$dir/tmp/$top"; else : >>"$dir/tmp/$top"; fi
+            mount --bind "/tmp/$top" "$dir/tmp/$top"
+            ;;
+        esac
+    done
     mount --rbind "$dir/tmp" /tmp
     mount --bind "$share/hosts" /etc/hosts
     # IPv4 only: IPv6 would add link-local chatter (router solicitations, MLD) to the links
@@ -70,16 +77,29 @@ _cluster_init() {
     wait $!
 }
 
+# _cluster_shared: the paths besides the test folder that the nodes run programs from: the
+# binaries under test and the tests' tools (the build folder) and the sources (the model files,
+# launch/, the test scripts); each as named, and where its links lead.
+_cluster_shared() {
+    local p
+    for p in "$MGT_BIN" "$MGT_SRC" "${MGT_BUILD:-}" "${MGT_COMPARE:-}" "${MGT_GRAPH_GRADS:-}"; do
+        [ -n "$p" ] || continue
+        echo "$p"
+        readlink -f "$p"
+    done
+}
+
 # _cluster_spawn NAME [PARENT]: starts the init of NAME, in a PID namespace below PARENT's (an
 # init's pid) or this machine's; sets REPLY to its pid as this machine sees it.
 _cluster_spawn() {
-    local name=$1 parent=${2:-} dir=$CLUSTER/$1 up pid="" enter=()
+    local name=$1 parent=${2:-} dir=$CLUSTER/$1 up pid="" enter=() shared
     mkdir -p "$dir"
     rm -f "$dir/ready"
     [ -n "$parent" ] && enter=(nsenter -t "$parent" -p --)
+    mapfile -t shared < <(_cluster_shared)
     "${enter[@]}" unshare --net --uts --mount --propagation private --pid --mount-proc --fork \
         --kill-child=KILL bash -c "$(declare -f _cluster_init); _cluster_init \"\$@\"" \
-        _ "$name" "$dir" "$CLUSTER_LIFETIME" "$CLUSTER" >"$dir/init.log" 2>&1 &
+        _ "$name" "$dir" "$CLUSTER_LIFETIME" "$CLUSTER" "${shared[@]}" >"$dir/init.log" 2>&1 &
     up=$!
     disown "$up" # its end, when a node is killed, is no news to print
     for _ in $(seq 100); do

@@ -22,19 +22,39 @@ SLURM_GPUS=0 SLURM_GRES=""
 show() { local f; for f in "$@"; do [ -s "$f" ] && { echo "---- $f (last 30 lines)"; tail -30 "$f"; }; done; }
 die() { bad "$*"; finish; exit 1; }
 
+# slurm_job_procs: the pids of the processes of our jobs, which slurmd leaves behind when it
+# stops: slurmstepd and the jobs' tasks, which all carry our SLURM_CONF (so do the grep and
+# cut that look for them, which are left out, as is whatever has ended meanwhile).
+slurm_job_procs() {
+  local p c
+  for p in $(grep -lzx "SLURM_CONF=$T/slurm.conf" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do
+    c=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+    case $c in grep | cut | "") ;; *) echo "$p" ;; esac
+  done
+}
+
 slurm_cleanup() {
   [ -n "$SLURM_WATCHER" ] && kill "$SLURM_WATCHER" 2>/dev/null
   if [ ${#SLURM_JOBS[@]} -gt 0 ] && "${SLURM_ON[@]}" squeue -h >/dev/null 2>&1; then
     "${SLURM_ON[@]}" scancel "${SLURM_JOBS[@]}" 2>/dev/null
     for _ in $(seq 20); do "${SLURM_ON[@]}" squeue -h 2>/dev/null | grep -q . || break; sleep 0.5; done
   fi
-  local d p
+  local d p left
   for d in "${SLURM_DAEMONS[@]}" $MUNGED_PID; do kill "${d%%:*}" 2>/dev/null; done
   for d in "${SLURM_DAEMONS[@]}" $MUNGED_PID; do
     p=${d%%:*}
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null
   done
+  # Nothing of our Slurm may outlive the test: a step daemon or a task still running would hold
+  # this folder and take the cores from the next test.
+  for _ in $(seq 50); do
+    left=$(slurm_job_procs)
+    [ -z "$left" ] && return 0
+    kill -KILL $left 2>/dev/null
+    sleep 0.1
+  done
+  echo "slurm: processes of our jobs still there after 5 s: $left"
 }
 
 slurm_setup() {
@@ -64,7 +84,7 @@ slurm_setup() {
   : >"$T/daemons"
   (
     while kill -0 "$shell" 2>/dev/null; do sleep 1; done
-    kill -KILL $(cat "$T/daemons") $(grep -lzx "SLURM_CONF=$T/slurm.conf" /proc/[0-9]*/environ | cut -d/ -f3)
+    kill -KILL $(cat "$T/daemons") $(slurm_job_procs)
   ) >/dev/null 2>&1 &
   SLURM_WATCHER=$!
   disown "$SLURM_WATCHER"
