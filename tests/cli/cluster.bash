@@ -102,7 +102,9 @@ _cluster_spawn() {
         _ "$name" "$dir" "$CLUSTER_LIFETIME" "$CLUSTER" "${shared[@]}" >"$dir/init.log" 2>&1 &
     up=$!
     disown "$up" # its end, when a node is killed, is no news to print
-    for _ in $(seq 100); do
+    # Milliseconds on an idle machine; a machine busy with other work (other tests beside this
+    # one, a build) can take seconds to start the few programs the init runs: 30 s at most.
+    for _ in $(seq 600); do
         [ -e "$dir/ready" ] && break
         kill -0 "$up" 2>/dev/null || break
         sleep 0.05
@@ -227,11 +229,11 @@ node_kill() { # node_kill NODE [silent]: ends every process of NODE at once
     [ "${2:-}" = silent ] && nsenter -t "$HEAD_PID" -n ip link set "$name" down
     # The init of a PID namespace takes every process of the namespace with it.
     kill -KILL "$init" 2>/dev/null
-    for _ in $(seq 100); do
+    for _ in $(seq 600); do
         [ -d "/proc/$init" ] || return 0
         sleep 0.05
     done
-    echo "cluster: the init of $name is still there 5 s after SIGKILL"
+    echo "cluster: the init of $name is still there 30 s after SIGKILL"
     return 1
 }
 
