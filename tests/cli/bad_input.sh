@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # labels: cli
+# cores: 1
 # Bad input gets one clear message naming the thing and what to do, a non-zero exit, and loses
 # nothing.
 source "$(dirname "$0")/lib.bash"

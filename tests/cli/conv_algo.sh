@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # labels: cli
+# cores: 1
 # The convolution algorithm choice: [conv2d] algo = auto|direct|winograd and --conv-algo, with
 # their errors. What each algorithm computes is checked in tests/unit/test_winograd.c.
 source "$(dirname "$0")/lib.bash"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
-# timeout: 120
+# timeout: 300
+# cores: 1
 # The documentation against the binary and against itself:
 #   1. docs/cli.md is what docs/cli.cmake makes from this mgtrain's help texts, byte for byte;
 #   2. every flag of every command `mgtrain --help` lists is in docs/cli.md, and is also named

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # labels: cli
+# cores: 1
 # The values --help names as defaults are accepted as values: --max-steps 0 (no limit),
 # --save-every 0 (epoch ends only), --debug-check 0 (off) train exactly as without the flag.
 source "$(dirname "$0")/lib.bash"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: e2e
 # timeout: 900
+# cores: 1
 # `cmake --install` into a temporary prefix, then mgtrain used from there only: the binary, the
 # launch scripts, the man page (rendered by man), libmgt (its SONAME and exports) and its header
 # and pkg-config file. C programs built with `pkg-config --cflags --libs mgtrain` against the

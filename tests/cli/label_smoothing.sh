@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
 # timeout: 600
+# cores: 1
 # Label smoothing end to end, for both cross-entropy losses: after training with
 # label_smoothing = 0.2, the validation loss the run logged equals Keras' smoothed
 # cross-entropy, mean over samples of sum_j t'_j (lse - l_j) with t' = 0.8 * onehot + 0.2 / K,

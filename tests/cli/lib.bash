@@ -4,6 +4,10 @@ set -uo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Quiet Open MPI's warnings about this container's network interfaces.
 export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+# A rank that waits for a message yields its core instead of spinning: the tests share the
+# machine's cores (ctest -j, tests/CMakeLists.txt), and a spinning rank starves the rank it waits
+# for (Open MPI yields by itself only where it sees more ranks than cores).
+export OMPI_MCA_mpi_yield_when_idle=1
 T=$(mktemp -d /tmp/mgt-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T"

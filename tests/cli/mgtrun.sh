@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: mpi
 # timeout: 600
+# cores: 1
 # launch/mgtrun: starts mgtrain under mpirun with the right options, printing the exact command;
 # refuses root without --as-root, and a rank count that is not a positive whole number. Its host
 # lists (-H, --hostfile) on this machine as "localhost": what they turn into and what they refuse

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: mpi
 # timeout: 600
+# cores: 1
 # What a user coming from other tools runs into: torchrun's WORLD_SIZE/RANK without MPI (a
 # warning naming the launcher), --device gpu on a machine without NVIDIA's driver (said so),
 # --precision bf16 on the CPU backend (refused),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: mpi
 # timeout: 900
+# cores: 1
 # .npy datasets and augmentation end to end, with files written by numpy itself:
 #  1. the example of docs/data.md writes a folder that mgtrain trains on;
 #  2. a 3-channel set (uint8 x, int64 / uint8 (N, 1) labels) trains the same weights on 1 and 2

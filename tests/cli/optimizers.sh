@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
 # timeout: 300
+# cores: 1
 # The optimizer table (src/optim.c) is the one list of optimizers: the --help text names them,
 # the [train] row of docs/model-files.md lists the same names, and every one of them trains,
 # saves its state under its own name and resumes from it.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
 # timeout: 300
+# cores: 1
 # mgtrain plot RUN: curves.png from a 3-epoch run is an 1800x500 PNG with the train and
 # validation lines in the loss and accuracy panels and the learning rate in the third; with
 # per-step rows (--log-every) the per-step curves too, and the rate per step; a metrics.csv of

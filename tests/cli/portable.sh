@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
 # timeout: 600
+# cores: 1
 # One binary for every x86-64 CPU: the default build (no MGT_ARCH) trains on an emulated CPU
 # without AVX2 (qemu-user's Nehalem model), its hot loops taking their baseline variant; and a
 # build for a given -march (MGT_ARCH) says in one line, before main, what the CPU lacks instead

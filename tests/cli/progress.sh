@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
 # timeout: 600
+# cores: 1
 # The console output: a Keras-style progress bar on a terminal (a pseudo-terminal from script),
 # only epoch lines in a file or pipe (mpirun's ranks included, which mpirun gives a pty even
 # then), nothing with --verbose 0, and never more than 10 redraws a second.

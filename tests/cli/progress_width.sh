@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cli
 # timeout: 600
+# cores: 1
 # The progress bar fits the terminal: on a pseudo-terminal of a given width every redraw of the
 # bar (the text between two carriage returns) is shorter than the width, so the terminal never
 # wraps it (a wrapped bar scrolls a line per redraw, which "\r" cannot undo). The width comes

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: slurm
 # timeout: 900
+# cores: 1
 # launch/mgtrain.sbatch under a real Slurm on this machine: installs Debian's slurm-wlm and munge
 # when missing, starts a private munged, then slurmctld and slurmd from a private slurm.conf
 # (temp folder, high ports, one node with two fake GPUs; slurm.bash holds what this shares with

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: cluster;slurm
 # timeout: 900
+# cores: 1
 # launch/mgtrain.sbatch on a Slurm cluster of two nodes: the namespace cluster of cluster.bash
 # (a head and node1, node2, each with its own address, host name, /tmp and process tree),
 # slurmctld on the head, one slurmd on each node (own NodeName, address and spool; the same

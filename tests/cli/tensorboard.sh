@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: e2e
 # timeout: 900
+# cores: 1
 # TensorBoard event files in OUT/tb, read back by the `tensorboard` package from PyPI
 # (tests/tools/tb_check.py, EventAccumulator): every epoch scalar at the right step with the value
 # metrics.jsonl holds (exactly, in float32), the learning rate, the --profile phase means; a

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # labels: e2e
 # timeout: 600
+# cores: 1
 # One SGD step's gradients against PyTorch, from the same weights on the same 64 Fashion-MNIST
 # images: a one-convolution model (conv 8x3x3 relu -> flatten -> dense 10) whose summed gradients
 # (MGT_DUMP_GRADIENTS) must equal PyTorch's (loss summed over the batch, as mgtrain's arena holds
