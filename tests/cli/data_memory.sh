@@ -32,16 +32,17 @@ ls -d /sys/fs/cgroup/memory/mgt-bench-memory-* /sys/fs/cgroup/mgt-bench-memory-*
 if [ -s res/cpu-data-memory-quick.json ]; then
   check=$("$PY" - res/cpu-data-memory-quick.json <<'PYEOF'
 import json, sys
-runs = json.load(open(sys.argv[1]))["data"]["runs"]
+d = json.load(open(sys.argv[1]))["data"]
+runs, limit = d["runs"], d["limit_mib"]
 small, large = runs
 msgs = []
 if [r["set"] for r in runs] != ["small", "large"] or large["set_mib"] < 9 * small["set_mib"]:
     msgs.append(f"sets {[(r['set'], r['set_mib']) for r in runs]}: not a small and a 10x one")
-if large["set_mib"] <= 256:
+if large["set_mib"] <= limit:
     msgs.append(f"the large set ({large['set_mib']:.0f} MiB) is not larger than the limit")
 for r in runs:
-    if r["cgroup"]["oom_kills"] or r["cgroup"]["peak_usage"] > 256 * 2**20:
-        msgs.append(f"{r['set']}: {r['cgroup']} beyond the 256 MiB limit")
+    if r["cgroup"]["oom_kills"] or r["cgroup"]["peak_usage"] > limit * 2**20:
+        msgs.append(f"{r['set']}: {r['cgroup']} beyond the {limit} MiB limit")
     if not r["test_acc"] > 0.3:  # chance: 0.1
         msgs.append(f"{r['set']}: test accuracy {r['test_acc']}, not learning")
 if not large["peak_rss_mib"] <= small["peak_rss_mib"] + 16:
