@@ -1,29 +1,11 @@
 /* gpu_bf16.cu: float <-> bfloat16 for --precision bf16 (see gpu_bf16.h).
  *
- * A bfloat16 is the top 16 bits of a float32: the same sign and 8-bit exponent, 7 stored
- * significand bits. Rounding to nearest even adds 0x7fff plus the lowest kept bit and truncates;
- * a carry out of the significand moves into the exponent, which is the correctly rounded result
- * (the largest finite floats round to infinity). A NaN is kept a quiet NaN of the same sign
- * instead (adding could carry it into an infinity). Widening appends 16 zero bits: exact. */
+ * The rounding (to nearest even) and the widening are gpu_vec.h's, as every kernel that stores
+ * a bfloat16 activation uses them. */
 #include "gpu_launch.h"
+#include "gpu_vec.h"
 
 namespace {
-
-__host__ __device__ inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-__device__ inline float from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 __global__ void k_to_bf16(size_t n, const float *__restrict__ x, uint16_t *__restrict__ y) {
     GRID_STRIDE(i, n) {

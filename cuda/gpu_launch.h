@@ -41,6 +41,38 @@ static inline unsigned blocks_for(size_t n) {
     return (unsigned)(b < 1 ? 1 : (b > cap ? cap : b));
 }
 
+/* ---- fixed-order sums of a block of columns: block (kTreeCols, kTreeLanes), thread (column x,
+ * lane y). The order depends on the sizes alone, so a sum has the same bits on every run. ---- */
+constexpr int kTreeCols = 32, kTreeLanes = 8;
+
+/* The sum of v over the lanes of this thread's column, in a fixed pairwise tree (lanes 0..3 add
+ * lanes 4..7, then 0..1 add 2..3, then 0 adds 1), returned to every lane. Every thread of the
+ * block must call it. */
+__device__ inline double tree_lanes(double v, double (*sh)[kTreeCols]) {
+    sh[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    for (int half = kTreeLanes / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.y < half)
+            sh[threadIdx.y][threadIdx.x] += sh[threadIdx.y + half][threadIdx.x];
+        __syncthreads();
+    }
+    const double s = sh[0][threadIdx.x];
+    __syncthreads(); /* sh may be used again */
+    return s;
+}
+
+/* Column col's sum of the rows of p ([rows][cols] doubles): lane l adds rows l, l + 8, l + 16,
+ * ... in order, then the lanes are added by tree_lanes. Every thread of the block must call it
+ * (col >= cols adds nothing). */
+__device__ inline double tree_col_sum(const double *p, int rows, int cols, int col,
+                                      double (*sh)[kTreeCols]) {
+    double s = 0.0;
+    if (col < cols)
+        for (int r = threadIdx.y; r < rows; r += kTreeLanes)
+            s += p[(size_t)r * cols + col];
+    return tree_lanes(s, sh);
+}
+
 #define GRID_STRIDE(i, n)                                                                          \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)

@@ -1253,11 +1253,15 @@ int main(void) {
     test_pool(&p, 1, 6, 6, 4, 3, 1, 1);
 
     test_graph_ops(&p);
-    const int dws[][8] = {{2, 9, 9, 17, 3, 3, 2, 1},
-                          {3, 7, 6, 5, 3, 3, 1, 0},
-                          {1, 8, 8, 64, 3, 3, 2, 1},
-                          {2, 5, 8, 3, 5, 3, 1, 1},
-                          {4, 19, 19, 40, 3, 3, 1, 1}};
+    /* n, h, w, c, kh, kw, stride, same: the tiled kernels' 16-byte path (c a multiple of 4)
+     * and their scalar path (odd c), strides 1 and 2, tiles that leave a partial one at the
+     * edges, kernels of up to 32 taps (one a thread in the filter gradient) and of 33-64 (two),
+     * and the direct kernels (9x9: 81 taps, no tiling) */
+    const int dws[][8] = {
+        {2, 9, 9, 17, 3, 3, 2, 1},   {3, 7, 6, 5, 3, 3, 1, 0},    {1, 8, 8, 64, 3, 3, 2, 1},
+        {2, 5, 8, 3, 5, 3, 1, 1},    {4, 19, 19, 40, 3, 3, 1, 1}, {2, 14, 14, 728, 3, 3, 1, 1},
+        {3, 23, 37, 12, 3, 3, 1, 1}, {2, 17, 20, 24, 3, 3, 2, 1}, {2, 11, 13, 8, 7, 7, 1, 1},
+        {2, 12, 12, 4, 5, 5, 2, 0},  {2, 12, 10, 6, 9, 9, 1, 1},  {1, 3, 3, 20, 3, 3, 1, 1}};
     for (size_t i = 0; i < sizeof dws / sizeof dws[0]; i++)
         test_dwconv(&p, dws[i]);
 
