@@ -89,6 +89,7 @@ static void timed_step(mgt_model *m, mgt_optim *opt, const mgt_step *s, double *
 }
 
 int main(int argc, char **argv) {
+    mgt_cpu_blas_choose(argv); /* OpenBLAS's kernel as mgtrain picks it (src/cpu/cpu_blas.c) */
     mgt_runtime rt;
     mgt_runtime_init(&rt, &argc, &argv);
     const char *model = "examples/convnet.cfg", *algo = NULL;
@@ -183,9 +184,11 @@ int main(int argc, char **argv) {
     }
 
     const int R = (int)reps;
+    char kernel[160];
+    mgt_cpu_blas_notice(kernel, sizeof kernel);
     printf("%s, batch %ld, %ld thread(s), %ld timed step(s) after %ld: median ms of wall time "
-           "and of CPU time (all threads)\n",
-           m.path, batch, threads, reps, warmup);
+           "and of CPU time (all threads); %s\n",
+           m.path, batch, threads, reps, warmup, kernel);
     printf("%-14s %-10s %-12s %10s %10s %10s %10s\n", "layer", "type", "output", "fwd wall",
            "fwd cpu", "bwd wall", "bwd cpu");
     for (int i = 0; i < L; i++) {

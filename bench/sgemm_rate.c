@@ -9,6 +9,10 @@
  * cores. Rate = W * R * 2 N^3 / (the slowest rank's time for its R calls), after one untimed
  * call. A plain ./sgemm_rate is a world of one (no MPI). Rank 0 prints one JSON line.
  *
+ * OpenBLAS's kernel is the one mgtrain runs: where OpenBLAS falls back to an old one on a CPU it
+ * does not know, this program too executes itself again with OPENBLAS_CORETYPE set
+ * (src/cpu/cpu_blas.c), and "kernel" in its line says which runs and why.
+ *
  * The result is checked (A = 1, B = 1/N => every element of C is 1) so a broken BLAS or a wrong
  * thread setting cannot produce a figure. */
 #include <cblas.h>
@@ -17,11 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend.h"
 #include "bench_args.h"
 #include "runtime.h"
 #include "util.h"
 
 int main(int argc, char **argv) {
+    mgt_cpu_blas_choose(argv);
     mgt_runtime rt;
     mgt_runtime_init(&rt, &argc, &argv);
     long n = 2048, reps = 10, threads = 0;
@@ -89,14 +95,16 @@ int main(int argc, char **argv) {
                     all_bad, nn * (size_t)rt.world);
     double flop = 2.0 * (double)n * (double)n * (double)n * (double)reps;
     if (rt.rank == 0) {
+        char kernel[160];
+        mgt_cpu_blas_notice(kernel, sizeof kernel);
         /* openblas_get_config(): "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64"
          */
         printf("{\"bench\": \"sgemm_rate\", \"size\": %ld, \"reps\": %ld, \"ranks\": %d, "
                "\"threads_per_rank\": %ld, \"seconds\": %.6f, \"gflops_per_rank\": %.2f, "
-               "\"gflops\": %.2f, \"openblas\": \"%s\", \"core\": \"%s\"}\n",
+               "\"gflops\": %.2f, \"openblas\": \"%s\", \"core\": \"%s\", \"kernel\": \"%s\"}\n",
                n, reps, rt.world, threads, slowest, flop / slowest / 1e9,
                (double)rt.world * flop / slowest / 1e9, openblas_get_config(),
-               openblas_get_corename());
+               openblas_get_corename(), kernel);
         fflush(stdout);
     }
     free(a);

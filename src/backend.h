@@ -302,10 +302,15 @@ struct mgt_ops {
 /* The CPU reference backend; threads = OpenBLAS threads for this rank (0: leave as is). */
 int mgt_cpu_backend_init(mgt_backend *be, int threads);
 void mgt_backend_destroy(mgt_backend *be);
-/* Where OpenBLAS runs a kernel older than this CPU can take (it falls back to its SSE3 Prescott
- * kernel on CPU models it does not know, 5 times slower than its AVX-512 one), a short notice
- * naming the kernel and the OPENBLAS_CORETYPE that fits, into buf (n bytes), and 1; else 0 and
- * an empty buf. The start-up block adds it to the rank's line. */
+/* OpenBLAS's kernel (src/cpu/cpu_blas.c). mgt_cpu_blas_choose(argv), for a program's main
+ * before anything else: where OpenBLAS has fallen back to an old kernel on a CPU it does not know
+ * (its SSE3 Prescott kernel on a CPU with AVX-512, 5 times slower) and OPENBLAS_CORETYPE is not
+ * set, sets it to the kernel the CPU calls for and executes the program again with the same
+ * argv; returns only where it did not (0: nothing to do; -1: the exec failed). Never in a
+ * library. mgt_cpu_blas_notice: which kernel runs and why, in a phrase for the start-up block
+ * (into buf, n bytes); 1 when it is a warning (an old kernel runs that a variable would replace),
+ * else 0. */
+int mgt_cpu_blas_choose(char **argv);
 int mgt_cpu_blas_notice(char *buf, size_t n);
 
 #endif

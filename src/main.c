@@ -1,13 +1,19 @@
 /* main.c: the program. Parses the command line (cli.c) and hands over to the trainer or the
  * plotter; no logic of its own beyond ending the job the right way.
  *
- * MPI starts first, so that a bad flag, which every rank parses identically, ends every rank the
+ * Before anything, the program may execute itself again with OPENBLAS_CORETYPE set, where
+ * OpenBLAS has fallen back to an old kernel on a CPU it does not know (src/cpu/cpu_blas.c says
+ * why this cannot wait); libmgt, which compiles this file as mgt_train_argv's entry
+ * (MGT_LIBRARY_ENTRY), never replaces its host process.
+ *
+ * MPI starts next, so that a bad flag, which every rank parses identically, ends every rank the
  * same way: one line from rank 0 and exit status 2 everywhere (mgt_die_all). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "default_model.h"
 #include "model.h"
@@ -64,6 +70,9 @@ static const char *check_outputs(const mgt_options *o, mgt_err *err) {
 }
 
 int main(int argc, char **argv) {
+#ifndef MGT_LIBRARY_ENTRY
+    mgt_cpu_blas_choose(argv);
+#endif
     mgt_runtime rt;
     mgt_runtime_init(&rt, &argc, &argv);
     mgt_cli c;

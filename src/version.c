@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend.h"
+
 /* Appends printf output at buf + *len, never past n - 1 bytes. */
 static void put(char *buf, size_t n, size_t *len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -29,7 +31,9 @@ void mgt_version_text(char *buf, size_t n) {
     buf[0] = 0;
     size_t len = 0;
     put(buf, n, &len, "mgtrain %s\n", MGT_VERSION);
-    put(buf, n, &len, "cpu backend: %s\n", openblas_get_config());
+    char kernel[160];
+    mgt_cpu_blas_notice(kernel, sizeof kernel);
+    put(buf, n, &len, "cpu backend: %s\n  %s\n", openblas_get_config(), kernel);
 #ifdef MGT_HAVE_CUDA
     char gpu[256];
     mgt_gpu_version(gpu, sizeof gpu);

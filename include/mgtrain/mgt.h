@@ -26,7 +26,15 @@
  * are independent, but one predictor must not be used by two threads at once. Two settings are
  * the process's, not the predictor's: OpenBLAS's thread count (the last predictor opened on the
  * CPU sets it) and, on a GPU, the current CUDA device (a predictor makes its GPU current when it
- * opens), so GPU predictors of one process share one GPU. */
+ * opens), so GPU predictors of one process share one GPU.
+ *
+ * OpenBLAS picks its kernel by CPU model when it loads, before any of this runs, and on a model
+ * newer than the library it falls back to an old one (Debian 12's OpenBLAS 0.3.21 runs its SSE3
+ * Prescott kernel, 5 times slower, on Intel's Emerald Rapids Xeons). The mgtrain program then
+ * executes itself again with OPENBLAS_CORETYPE set; a library must not replace its host process,
+ * so a program using libmgt sets the variable itself before it starts (OPENBLAS_CORETYPE=SkylakeX
+ * on a CPU with AVX-512, Haswell on one with AVX2 and FMA). mgt_train_argv's start-up block names
+ * the kernel that runs, and the variable that fits where it is an old one. */
 #ifndef MGTRAIN_MGT_H
 #define MGTRAIN_MGT_H
 

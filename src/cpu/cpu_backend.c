@@ -287,41 +287,6 @@ int mgt_cpu_backend_init(mgt_backend *be, int threads) {
     return 0;
 }
 
-/* OpenBLAS's DYNAMIC_ARCH build picks its kernels by CPU model, and a model newer than the
- * library is not in its tables: Debian 12's 0.3.21 runs the SSE3 Prescott kernel on Intel's
- * family 6 model 207 Xeons (AVX-512, AMX), where its SkylakeX kernel is 5 times faster (SGEMM
- * 2048^3 on 2 cores: 58 against 290 GFLOP/s). The kernel is chosen when the library loads,
- * before any of mgtrain runs, so the remedy is the environment variable, which this says. The
- * kernels named are those that need only what the CPU is checked for. */
-int mgt_cpu_blas_notice(char *buf, size_t n) {
-    if (n)
-        buf[0] = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    static const char *const old[] = {"Prescott", "Core2",   "Penryn",    "Dunnington",
-                                      "Nehalem",  "Atom",    "Katmai",    "Coppermine",
-                                      "Northwood", "Banias", "Sandybridge", NULL};
-    const char *core = openblas_get_corename();
-    int fallback = 0;
-    for (int i = 0; core && old[i]; i++)
-        fallback |= !strcmp(core, old[i]);
-    __builtin_cpu_init();
-    const char *fits = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                               __builtin_cpu_supports("avx512vl") &&
-                               __builtin_cpu_supports("avx512dq")
-                           ? "SkylakeX"
-                       : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                           ? "Haswell"
-                           : NULL;
-    if (!fallback || !fits || getenv("OPENBLAS_CORETYPE"))
-        return 0;
-    snprintf(buf, n, "OpenBLAS runs its %s kernel, not its %s one: set OPENBLAS_CORETYPE=%s", core,
-             fits, fits);
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 void mgt_backend_destroy(mgt_backend *be) {
     if (be && be->ops && be->ops->destroy)
         be->ops->destroy(be);

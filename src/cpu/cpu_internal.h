@@ -3,6 +3,7 @@
  *
  * Files:
  *   cpu_backend.c  memory, scratch, the table, init/destroy, dense, flatten layout changes;
+ *   cpu_blas.c     which OpenBLAS kernel runs, and choosing it where OpenBLAS cannot;
  *   cpu_conv.c     convolution (im2col + OpenBLAS GEMM, chunked through the scratch buffer),
  *                  and the choice between that and Winograd;
  *   cpu_winograd.c 3x3 stride-1 convolution by Winograd F(2x2,3x3) / F(4x4,3x3);

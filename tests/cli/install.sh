@@ -10,6 +10,13 @@
 # mgt_train_argv exactly as the command line does, on 2 ranks, with MPI started by the library or
 # by the caller.
 source "$(dirname "$0")/lib.bash"
+# Where OpenBLAS falls back to an old kernel on a CPU it does not know, mgtrain runs itself again
+# with the kernel the CPU calls for, which libmgt cannot do (tests/cli/blas_kernel.sh): the
+# bit-for-bit comparisons of the two below run both under the kernel mgtrain runs.
+if [ -z "${OPENBLAS_CORETYPE+x}" ]; then
+  OPENBLAS_CORETYPE=$(OPENBLAS_VERBOSE=2 "$MGT_BIN" --version 2>&1 >/dev/null | sed -n 's/^Core: //p' | tail -1)
+  export OPENBLAS_CORETYPE
+fi
 : "${MGT_BUILD:?}"
 [ -d "$DATA" ] || { bad "Fashion-MNIST is not installed (tests/run installs dataset-fashion-mnist)"; finish; exit 1; }
 P=$T/prefix
