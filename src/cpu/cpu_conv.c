@@ -247,6 +247,38 @@ static void im2col_lanes(mgt_cpu_lanes *lanes, const mgt_conv_shape *s, const fl
     mgt_cpu_lanes_for(lanes, r1 - r0, ((size_t)1 << 14) / conv_k(s) + 1, im2col_part, &j);
 }
 
+/* col2im over the lanes: the chunk's rows [r0, r1) cut at sample boundaries, each lane a run of
+ * whole samples (a window adds into its own sample's dx only). Every pixel of dx still receives
+ * its rows' values in the order of the rows, so the bits are those of one thread. */
+typedef struct {
+    const mgt_conv_shape *s;
+    const float *dcol;
+    size_t r0, r1, first, samples;
+    int lanes;
+    float *dx;
+} col2im_job;
+
+static void col2im_lane(void *p, int lane) {
+    const col2im_job *j = p;
+    const size_t ohw = (size_t)j->s->oh * j->s->ow;
+    const size_t s0 = j->first + j->samples * (size_t)lane / (size_t)j->lanes;
+    const size_t s1 = j->first + j->samples * (size_t)(lane + 1) / (size_t)j->lanes;
+    const size_t lo = s0 * ohw > j->r0 ? s0 * ohw : j->r0;
+    const size_t hi = s1 * ohw < j->r1 ? s1 * ohw : j->r1;
+    if (lo < hi)
+        col2im(j->s, j->dcol + (lo - j->r0) * conv_k(j->s), lo, hi, j->dx);
+}
+
+static void col2im_lanes(mgt_cpu_lanes *lanes, const mgt_conv_shape *s, const float *dcol,
+                         size_t r0, size_t r1, float *dx) {
+    const size_t ohw = (size_t)s->oh * s->ow;
+    col2im_job j = {.s = s, .dcol = dcol, .r0 = r0, .r1 = r1, .first = r0 / ohw, .dx = dx};
+    j.samples = (r1 - 1) / ohw - j.first + 1;
+    const int n = mgt_cpu_lanes_count(lanes);
+    j.lanes = (size_t)n < j.samples ? n : (int)j.samples;
+    mgt_cpu_lanes_run(lanes, j.lanes, col2im_lane, &j);
+}
+
 /* ---- direct fallback (no scratch at all) ---- */
 
 MGT_SIMD
@@ -411,7 +443,7 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         if (dx) {
             mgt_cpu_gemm(im->lanes, CblasNoTrans, CblasNoTrans, m, (int)K, oc, 1.0f, dyc, oc, w,
                          (int)K, 0.0f, col, (int)K);
-            col2im(s, col, r0, r1, dx);
+            col2im_lanes(im->lanes, s, col, r0, r1, dx);
         }
     }
 }

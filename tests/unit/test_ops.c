@@ -14,10 +14,11 @@
  *  - the lanes (src/cpu/cpu_lanes.c): a split range visits every item exactly once in parts
  *    cut at multiples of 16, BLAS runs single-threaded inside the lanes (one lane too) and gets
  *    its thread count back after, and every op that splits its work across lanes (activations,
- * dropout, BatchNorm, column sums, pooling) gives bit for bit the same result on 1 to 4 threads, on
- *    shapes large enough to be split; the split column sums equal mgt_cpu_colsum's; GEMMs
- *    split across the lanes (mgt_cpu_gemm), every transpose, within gamma(K + 2) of a double
- *    reference and bit for bit the same on 1 to 4 lanes.
+ *    dropout, BatchNorm, column sums, pooling, the direct convolution's gradients) gives bit for
+ *    bit the same result on 1 to 4 threads, on shapes large enough to be split; the split
+ *    column sums equal mgt_cpu_colsum's; GEMMs split across the lanes (mgt_cpu_gemm), every
+ *    transpose, within gamma(K + 2) of a double reference and bit for bit the same on 1 to 4
+ *    lanes.
  * Each failing check prints its numbers; main returns non-zero if any check failed. */
 #include <cblas.h>
 #include <math.h>
@@ -1271,7 +1272,7 @@ static void lane_blas_threads(void *p, int lane) {
 
 /* Every op that splits its work, on a backend with `threads` lanes; outputs into out[]. The
  * shapes are past the ops' thresholds for splitting (2^16 elements). */
-enum { LANE_OUTS = 26 }; /* outputs lane_outs() writes, at most */
+enum { LANE_OUTS = 28 }; /* outputs lane_outs() writes, at most */
 typedef struct {
     int n, h, w, c; /* activation shape; pooling 2x2 stride 2 and 3x3 stride 2 on it */
     const float *x, *dy, *gamma, *beta;
@@ -1342,6 +1343,16 @@ static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t
         o->avgpool_fwd(be, &ps, k->x, ay);
         o->avgpool_bwd(be, &ps, k->dy, adx);
     }
+    /* the direct convolution's gradients (im2col, GEMMs, col2im by whole samples), 3x3 "same"
+     * with 8 filters, through scratch for 5.5 samples' rows: chunks that end inside a sample */
+    const mgt_conv_shape cs3 = {.n = k->n, .h = k->h, .w = k->w, .c = k->c, .oc = 8, .kh = 3,
+                                .kw = 3, .stride = 1, .pad_top = 1, .pad_left = 1, .oh = k->h,
+                                .ow = k->w, .algo = MGT_CONV_DIRECT};
+    const size_t ckk = (size_t)k->c * 9, crow = (size_t)k->h * k->w;
+    CHECK(o->reserve(be, (crow * 5 + crow / 2) * ckk * sizeof(float)) == 0, "conv scratch");
+    float *cdx = out[m], *cdw = out[m + 1];
+    len[m++] = cnt, len[m++] = 8 * ckk;
+    o->conv2d_bwd(be, &cs3, k->x, k->dy + 8 * ckk, k->dy, cdx, cdw, NULL);
     return m;
 }
 
