@@ -169,7 +169,8 @@ int main(int argc, char **argv) {
                       .training = 1,
                       .global_step = r + warmup,
                       .global_n = batch,
-                      .seed = m.train.seed};
+                      .seed = m.train.seed,
+                      .whole_grads = 1}; /* one rank, as mgtrain's reducer says it */
         memset(row, 0, sizeof(double) * (size_t)cols);
         const mark m0 = mark_now();
         timed_step(&m, &opt, &s, row);

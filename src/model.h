@@ -131,6 +131,10 @@ typedef struct mgt_step {
      * before it, or covers them (the whole layer's). */
     void (*grads_ready)(void *grads_ctx, const mgt_layer *l, size_t offset, size_t count);
     void *grads_ctx;
+    /* 1: no reduction waits on the parts (one rank), so a layer with grad_rows computes and
+     * hands over its gradients whole, as one product: the row blocks would only cost their
+     * repeated packing of the layer's input. */
+    int whole_grads;
 } mgt_step;
 
 /* A part of layer l's gradients, m->g[offset .. offset + count), is final (see grads_ready). */

@@ -218,6 +218,7 @@ void mgt_reducer_listen(mgt_reducer *r, int k, int of, mgt_step *s) {
     }
     s->grads_ready = r->reducing ? grads_ready : NULL;
     s->grads_ctx = r;
+    s->whole_grads = r->comm->world == 1;
 }
 
 void mgt_reducer_backward_done(mgt_reducer *r) {

@@ -42,7 +42,9 @@ static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *
  * layer of an MLP, would otherwise keep all of them until then). Smaller messages than that
  * would cost more in per-message latency than they hide, and every block repacks the layer's
  * input for its GEMM, hence few. The blocks depend on the shape alone, so the gradients are the
- * same whatever the buckets (and whether anyone listens): each row is one GEMM call's output. */
+ * same whatever the buckets (and whether anyone listens): each row is one GEMM call's output.
+ * On one rank (s->whole_grads) nothing waits for the blocks, and the weight gradient is one
+ * product: in 4 blocks the MLP's 784 -> 256 layer took about half as long again. */
 enum { GRAD_BLOCK = 32768, GRAD_BLOCKS = 4 };
 
 static int grad_rows(const mgt_layer *l, const mgt_ops *o) {
@@ -61,7 +63,8 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
                      const float *y, float *dy, float *dx) {
     (void)y;
     const mgt_ops *o = s->be->ops;
-    const int n = s->n, in = l->in.c, out = l->out.c, rows = grad_rows(l, o);
+    const int n = s->n, in = l->in.c, out = l->out.c;
+    const int rows = s->whole_grads ? 0 : grad_rows(l, o);
     float *w = mgt_w(m, l, 0), *gw = mgt_g(m, l, 0), *gb = mgt_g(m, l, 1);
     if (!rows) {
         o->dense_bwd(s->be, n, in, out, x, w, dy, dx, gw, gb);

@@ -15,7 +15,9 @@
  *     been written yet (all NaN): the callback comes as soon as the range is done;
  *   - a range is final then: a copy taken in the callback equals the arena after backward, bit
  *     for bit;
- *   - listening changes nothing: the arena after a backward without a listener is the same. */
+ *   - listening changes nothing: the arena after a backward without a listener is the same;
+ *   - on one rank (mgt_step.whole_grads) the large layer is heard whole only, no parts, and each
+ *     range is final when heard. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +85,7 @@ static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count)
 }
 
 /* Forward and backward on the batch in the model's input buffers, the arena NaN before. */
-static void backward(mgt_model *m, mgt_backend *be, heard *h) {
+static void backward(mgt_model *m, mgt_backend *be, heard *h, int whole) {
     for (size_t i = 0; i < m->param_count; i++)
         m->g[i] = NAN;
     const int n = (int)m->train.batch_size;
@@ -96,7 +98,8 @@ static void backward(mgt_model *m, mgt_backend *be, heard *h) {
                         .global_n = n,
                         .seed = m->train.seed,
                         .grads_ready = h ? on_ready : NULL,
-                        .grads_ctx = h};
+                        .grads_ctx = h,
+                        .whole_grads = whole};
     be->ops->zero(be, m->sums, 2 * sizeof(float));
     mgt_model_forward(m, &s);
     mgt_model_loss_backward(m, &s, 1);
@@ -122,7 +125,7 @@ int main(void) {
         m.labels[i] = i % m.classes;
 
     heard h = {.t = &t, .m = &m};
-    backward(&m, &be, &h);
+    backward(&m, &be, &h, 0);
 
     /* The layers with parameters, last to first, each heard whole once; the large one's parts
      * before it. */
@@ -177,8 +180,22 @@ int main(void) {
     memcpy(with, m.g, m.param_count * sizeof(float));
     for (int k = 0; k < h.n; k++)
         CHECK(&t, h.copy[k] && !memcmp(h.copy[k], m.g + h.offset[k], h.count[k] * sizeof(float)));
-    backward(&m, &be, NULL);
+    backward(&m, &be, NULL, 0);
     CHECK(&t, !memcmp(with, m.g, m.param_count * sizeof(float)));
+
+    /* One rank: every layer heard whole once, last to first, and final when heard. */
+    heard one = {.t = &t, .m = &m};
+    backward(&m, &be, &one, 1);
+    CHECK(&t, one.n == nwant);
+    for (int k = 0; k < one.n && k < nwant; k++) {
+        size_t lo;
+        const size_t n = mgt_layer_param_range(&m, &m.layers[one.layer[k]], &lo);
+        CHECK(&t, one.layer[k] == want[k] && one.offset[k] == lo && one.count[k] == n);
+        CHECK(&t, one.copy[k] &&
+                      !memcmp(one.copy[k], m.g + one.offset[k], one.count[k] * sizeof(float)));
+    }
+    for (int k = 0; k < one.n; k++)
+        free(one.copy[k]);
 
     for (int k = 0; k < h.n; k++)
         free(h.copy[k]);
