@@ -426,10 +426,14 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     /* Only a whole epoch's validation decides (monitor.h): best.safetensors (Keras'
      * ModelCheckpoint with save_best_only), early stopping and plateau cuts; the checkpoint below
      * keeps its state. */
-    if (finished && env->val)
-        f->stop = mgt_monitor_epoch(&f->mon, &pos->mon, pos->epoch + 1, pos->step, res->val_loss,
-                                    res->val_acc)
-                      .stop;
+    if (finished && env->val) {
+        const mgt_monitor_verdict v =
+            mgt_monitor_epoch(&f->mon, &pos->mon, pos->epoch + 1, res->val_loss, res->val_acc);
+        if (v.improved)
+            mgt_replica_save_best(env->rep, env->out, pos->step, res->val_loss);
+        mgt_monitor_say(&f->mon, &pos->mon, pos->epoch + 1, pos->step, v);
+        f->stop = v.stop;
+    }
     if (finished) { /* the checkpoint resumes at the next epoch's first step */
         pos->epoch++;
         pos->step_in_epoch = 0;
@@ -462,11 +466,8 @@ static void regime_init(fit *f) {
     if (t->clip.norm > 0 && f->o->zero)
         mgt_die_all("clip_norm needs the whole gradient, which ZeRO-1 (--zero 1) leaves in slices "
                     "on their owners; train with --zero 0 or clip by value (clip_value)");
-    f->mon = (mgt_monitor){.cfg = t->stop,
-                           .sched = &f->sched,
-                           .rep = env->rep,
-                           .dir = env->out,
-                           .print = rank0 && f->mt.verbose >= 1};
+    f->mon =
+        (mgt_monitor){.cfg = t->stop, .sched = &f->sched, .print = rank0 && f->mt.verbose >= 1};
     const int64_t step = f->pos->step;
     f->lr = mgt_sched_lr(&f->sched, step > 0 ? step - 1 : 0, f->pos->mon.cuts);
     f->t_win = mgt_now();
@@ -525,6 +526,16 @@ static void start_pipeline(fit *f) {
         printf("  step: %s\n", line);
         fflush(stdout);
     }
+}
+
+/* restore_best_weights: every replica ends with best.safetensors' weights. They were validated at
+ * another step, so the caller tests them afresh. */
+static void restore_best(fit *f) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/best.safetensors", f->env->out);
+    mgt_replica_load_weights(f->env->rep, path);
+    mgt_monitor_say_restored(&f->mon, &f->pos->mon, path);
+    f->res->val_step = -1;
 }
 
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
@@ -609,9 +620,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     }
     env->st->mark = NULL;
     mgt_passes_free(&f->passes);
-    /* Restored best weights were validated at another step: the caller tests them afresh. */
-    if (mgt_monitor_finish(&f->mon, &pos->mon))
-        res->val_step = -1;
+    if (mgt_monitor_restores(&f->mon, &pos->mon))
+        restore_best(f);
     mgt_clip_free(&f->clip, be);
     be->ops->free(be, f->acc);
     mgt_reducer_free(&f->red);

@@ -20,8 +20,6 @@
 #include <strings.h>
 
 #include "parse.h"
-#include "replica.h"
-#include "runtime.h"
 
 static const char *const metric_names[] = {
     [MGT_MON_VAL_LOSS] = "val_loss", [MGT_MON_VAL_ACC] = "val_acc"};
@@ -167,12 +165,13 @@ mgt_monitor_verdict mgt_monitor_decide(const mgt_stop_cfg *c, const mgt_sched *s
 }
 
 mgt_monitor_verdict mgt_monitor_epoch(const mgt_monitor *mon, mgt_monitor_state *s, int64_t epoch,
-                                      int64_t step, double val_loss, double val_acc) {
-    const mgt_monitor_verdict v =
-        mgt_monitor_decide(&mon->cfg, mon->sched, s, epoch, val_loss, val_acc);
+                                      double val_loss, double val_acc) {
+    return mgt_monitor_decide(&mon->cfg, mon->sched, s, epoch, val_loss, val_acc);
+}
+
+void mgt_monitor_say(const mgt_monitor *mon, const mgt_monitor_state *s, int64_t epoch,
+                     int64_t step, mgt_monitor_verdict v) {
     const char *name = metric_names[mon->cfg.metric];
-    if (v.improved)
-        mgt_replica_save_best(mon->rep, mon->dir, step, val_loss);
     if (mon->print && v.cut)
         printf("Epoch %lld: val_loss has not improved for %d epochs; learning rate cut to %.6g\n",
                (long long)epoch, mon->sched->cfg.plateau_patience,
@@ -183,7 +182,6 @@ mgt_monitor_verdict mgt_monitor_epoch(const mgt_monitor *mon, mgt_monitor_state 
                (long long)epoch, name, (long long)s->wait, s->best, (long long)s->best_epoch);
     if (mon->print && (v.cut || v.stop))
         fflush(stdout);
-    return v;
 }
 
 int mgt_monitor_stopped(const mgt_monitor *mon, const mgt_monitor_state *s) {
@@ -191,16 +189,15 @@ int mgt_monitor_stopped(const mgt_monitor *mon, const mgt_monitor_state *s) {
            s->wait >= mon->cfg.patience;
 }
 
-int mgt_monitor_finish(const mgt_monitor *mon, const mgt_monitor_state *s) {
-    if (!mon->cfg.restore_best || s->best_epoch == 0)
-        return 0;
-    char path[600];
-    snprintf(path, sizeof path, "%s/best.safetensors", mon->dir);
-    mgt_replica_load_weights(mon->rep, path);
-    if (mon->print) {
-        printf("Restored the weights of the best epoch, %lld (%s %.4f), from %s\n",
-               (long long)s->best_epoch, metric_names[mon->cfg.metric], s->best, path);
-        fflush(stdout);
-    }
-    return 1;
+int mgt_monitor_restores(const mgt_monitor *mon, const mgt_monitor_state *s) {
+    return mon->cfg.restore_best && s->best_epoch != 0;
+}
+
+void mgt_monitor_say_restored(const mgt_monitor *mon, const mgt_monitor_state *s,
+                              const char *path) {
+    if (!mon->print)
+        return;
+    printf("Restored the weights of the best epoch, %lld (%s %.4f), from %s\n",
+           (long long)s->best_epoch, metric_names[mon->cfg.metric], s->best, path);
+    fflush(stdout);
 }

@@ -21,8 +21,6 @@
 #include "schedule.h"
 #include "util.h"
 
-struct mgt_replica;
-
 typedef enum { MGT_MON_VAL_LOSS = 0, MGT_MON_VAL_ACC, MGT_MON_COUNT } mgt_mon_metric;
 
 /* The [train] keys of early stopping and the best weights (monitor.c parses them). */
@@ -63,18 +61,17 @@ int mgt_monitor_better(mgt_mon_metric m, double min_delta, double value, double 
 void mgt_monitor_format(const mgt_monitor_state *s, char *buf, size_t n);
 int mgt_monitor_parse(const char *text, mgt_monitor_state *s, mgt_err *err);
 
-/* One run's decisions. */
+/* One run's decisions. The monitor only decides and says what it decided: the training loop
+ * saves and restores the weights it names (best.safetensors). */
 typedef struct mgt_monitor {
     mgt_stop_cfg cfg;
     const mgt_sched *sched; /* its plateau settings and cuts */
-    struct mgt_replica *rep;
-    const char *dir; /* OUT: best.safetensors */
-    int print;       /* rank 0 with epoch lines on: say what was decided */
+    int print;              /* rank 0 with epoch lines on: say what was decided */
 } mgt_monitor;
 
 /* What an epoch's validation decided. */
 typedef struct mgt_monitor_verdict {
-    int improved; /* the best so far: best.safetensors was written */
+    int improved; /* the best so far: its weights are the new best.safetensors */
     int cut;      /* the plateau rule cut the learning rate */
     int stop;     /* early stopping: train no further */
 } mgt_monitor_verdict;
@@ -84,14 +81,20 @@ typedef struct mgt_monitor_verdict {
 mgt_monitor_verdict mgt_monitor_decide(const mgt_stop_cfg *c, const mgt_sched *sched,
                                        mgt_monitor_state *s, int64_t epoch, double val_loss,
                                        double val_acc);
-/* Collective, after a whole epoch `epoch` (1-based), validated, at global step `step`: the rules,
- * best.safetensors written on an improvement, the decisions printed; says whether to stop. */
+/* After whole epoch `epoch` (1-based), validated, at global step `step`: the rules with the run's
+ * settings. The caller saves the best weights on v.improved, then says what was decided
+ * (mgt_monitor_say). */
 mgt_monitor_verdict mgt_monitor_epoch(const mgt_monitor *mon, mgt_monitor_state *s, int64_t epoch,
-                                      int64_t step, double val_loss, double val_acc);
+                                      double val_loss, double val_acc);
+/* Prints the verdict's cut and stop (when mon->print). */
+void mgt_monitor_say(const mgt_monitor *mon, const mgt_monitor_state *s, int64_t epoch,
+                     int64_t step, mgt_monitor_verdict v);
 /* Whether a resumed run's history has already stopped it (it then trains nothing). */
 int mgt_monitor_stopped(const mgt_monitor *mon, const mgt_monitor_state *s);
-/* Collective, after training: with restore_best_weights, every replica takes the weights of
- * best.safetensors. Returns 1 if it did. */
-int mgt_monitor_finish(const mgt_monitor *mon, const mgt_monitor_state *s);
+/* After training: whether the run ends with the best epoch's weights (restore_best_weights, and
+ * a best epoch seen). The caller loads them into every replica, then says so
+ * (mgt_monitor_say_restored, with the file they came from). */
+int mgt_monitor_restores(const mgt_monitor *mon, const mgt_monitor_state *s);
+void mgt_monitor_say_restored(const mgt_monitor *mon, const mgt_monitor_state *s, const char *path);
 
 #endif
