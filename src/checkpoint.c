@@ -12,8 +12,6 @@
 #include <unistd.h>
 
 #include "data/shard.h"
-#include "repro.h"
-#include "rundir.h"
 #include "tensor_io.h"
 
 /* Bumped whenever a key or a tensor changes meaning: an older file is then refused by name. */
@@ -38,13 +36,6 @@
 #define KEY_REPRO "reproducible_chunk"   /* --reproducible's chunk; 0 or absent: off */
 
 enum { MAX_META = 16 };
-
-/* The samples of one optimizer step: the global batch, times the micro-batches of gradient
- * accumulation. A step's samples and their dropout masks depend on this product alone (fit.c),
- * so a checkpoint resumes with any split of it into batch size and accumulation steps. */
-static int64_t step_batch(const mgt_model *m) {
-    return m->train.batch_size * (m->train.accum_steps > 1 ? m->train.accum_steps : 1);
-}
 
 static void put_meta(mgt_meta_entry *e, int *n, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -109,7 +100,8 @@ static mgt_tensor_entry *model_entries(const mgt_model *m, const float *w, const
 }
 
 int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
-                   const mgt_ckpt_arrays *a, const mgt_ckpt_pos *pos, int world, mgt_err *err) {
+                   const mgt_ckpt_run *run, const mgt_ckpt_arrays *a, const mgt_ckpt_pos *pos,
+                   int world, mgt_err *err) {
     int nt;
     mgt_tensor_entry *t = model_entries(m, a->w, a->buf, opt->nslots, &nt, err);
     if (!t)
@@ -126,15 +118,15 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     put_meta(meta, &nm, KEY_FORMAT, "%s", CKPT_FORMAT);
     put_meta(meta, &nm, KEY_MODEL, "%s", m->name);
     put_meta(meta, &nm, KEY_MODEL_HASH, "%016" PRIx64, mgt_ckpt_model_hash(m));
-    put_meta(meta, &nm, KEY_OPTIMIZER, "%s", mgt_opt_name(m->train.optimizer));
+    put_meta(meta, &nm, KEY_OPTIMIZER, "%s", mgt_opt_name(opt->cfg.optimizer));
     put_meta(meta, &nm, KEY_OPTIMIZER_T, "%" PRId64, pos->optimizer_t);
     put_meta(meta, &nm, KEY_STEP, "%" PRId64, pos->step);
     put_meta(meta, &nm, KEY_EPOCH, "%" PRId64, pos->epoch);
     put_meta(meta, &nm, KEY_STEP_IN_EPOCH, "%" PRId64, pos->step_in_epoch);
     put_meta(meta, &nm, KEY_SEED, "%" PRIu64, pos->seed);
-    put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, step_batch(m));
+    put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, run->step_batch);
     put_meta(meta, &nm, KEY_WORLD, "%d", world);
-    put_meta(meta, &nm, KEY_REPRO, "%" PRId64, mgt_repro_chunk(&m->train));
+    put_meta(meta, &nm, KEY_REPRO, "%" PRId64, run->chunk);
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g %.17g", pos->epoch_sums[0],
              pos->epoch_sums[1], pos->epoch_sums[2], pos->epoch_sums[3]);
@@ -239,7 +231,7 @@ static int meta_range(const mgt_safetensors *st, const char *path, const char *k
  * counts are not negative, the optimizer has not stepped more often than training, the epoch's
  * sums are finite with correct predictions among the samples seen, which are at most the epoch's
  * steps times the samples of a step. mgt_ckpt_check_position then checks them against the data. */
-static int read_position(const mgt_safetensors *st, const char *path, const mgt_model *m,
+static int read_position(const mgt_safetensors *st, const char *path, const mgt_ckpt_run *run,
                          mgt_ckpt_pos *pos, mgt_err *err) {
     int64_t world;
     if (meta_range(st, path, KEY_STEP, 0, INT64_MAX / 2, &pos->step, err) < 0 ||
@@ -259,7 +251,7 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
         s[3] = -1;
     else if (got != 4)
         return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing or malformed", path);
-    const double most = (double)pos->step_in_epoch * (double)step_batch(m);
+    const double most = (double)pos->step_in_epoch * (double)run->step_batch;
     if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || !isfinite(s[3]) || s[0] < 0 ||
         s[1] < 0 || s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) || s[1] != floor(s[1]) ||
         (s[3] != -1 && (s[3] < s[1] || s[3] > s[2] || s[3] != floor(s[3]))))
@@ -293,7 +285,8 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
 /* The checks, in the order a user would want to hear about them: not a checkpoint at all,
  * another model, another optimizer, another global batch, then tensors, then the numbers. */
 static int read_checked(const mgt_safetensors *st, const char *path, const mgt_model *m,
-                        const mgt_optim *opt, mgt_ckpt_arrays *a, mgt_ckpt_pos *pos, mgt_err *err) {
+                        const mgt_optim *opt, const mgt_ckpt_run *run, mgt_ckpt_arrays *a,
+                        mgt_ckpt_pos *pos, mgt_err *err) {
     const char *fmt = mgt_safetensors_meta(st, KEY_FORMAT);
     if (!fmt || strcmp(fmt, CKPT_FORMAT))
         return mgt_errf(err,
@@ -302,7 +295,7 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                         path, fmt ? fmt : "missing");
     if (check_model(st, path, m, err) < 0)
         return -1;
-    const char *name = mgt_opt_name(m->train.optimizer);
+    const char *name = mgt_opt_name(opt->cfg.optimizer);
     const char *saved = mgt_safetensors_meta(st, KEY_OPTIMIZER);
     if (!saved || strcmp(saved, name))
         return mgt_errf(err,
@@ -312,12 +305,12 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
     int64_t gb;
     if (meta_i64(st, path, KEY_GLOBAL_BATCH, &gb, err) < 0)
         return -1;
-    if (gb != step_batch(m))
+    if (gb != run->step_batch)
         return mgt_errf(err,
                         "%s was saved with global batch %lld but this run uses %lld; resume "
                         "with --batch-size %lld (any number of ranks is fine; with "
                         "--accum-steps K, a batch size of %lld / K)",
-                        path, (long long)gb, (long long)step_batch(m), (long long)gb,
+                        path, (long long)gb, (long long)run->step_batch, (long long)gb,
                         (long long)gb);
     /* --reproducible: the bits of the steps after the checkpoint depend on the mode and its
      * chunk, so a resumed run keeps both (any rank count). Checkpoints from before the key are
@@ -326,7 +319,7 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
     if (mgt_safetensors_meta(st, KEY_REPRO) &&
         meta_range(st, path, KEY_REPRO, 0, (int64_t)1 << 24, &chunk, err) < 0)
         return -1;
-    if (chunk != mgt_repro_chunk(&m->train)) {
+    if (chunk != run->chunk) {
         if (!chunk)
             return mgt_errf(err,
                             "%s was saved without --reproducible; resume it without "
@@ -349,11 +342,11 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                             path, opt->slot_name[i]);
         memcpy(a->slot[i], t->data, m->param_count * sizeof(float));
     }
-    return read_position(st, path, m, pos, err);
+    return read_position(st, path, run, pos, err);
 }
 
-int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt_ckpt_arrays *a,
-                  mgt_ckpt_pos *pos, mgt_err *err) {
+int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt,
+                  const mgt_ckpt_run *run, mgt_ckpt_arrays *a, mgt_ckpt_pos *pos, mgt_err *err) {
     char path[600];
     file_path(path, sizeof path, dir, "checkpoint.safetensors");
     if (access(path, F_OK) != 0)
@@ -364,7 +357,7 @@ int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt
     mgt_safetensors st;
     if (mgt_safetensors_read(path, &st, err) < 0)
         return -1;
-    int rc = read_checked(&st, path, m, opt, a, pos, err);
+    int rc = read_checked(&st, path, m, opt, run, a, pos, err);
     mgt_safetensors_free(&st);
     return rc;
 }

@@ -43,17 +43,28 @@ typedef struct mgt_ckpt_arrays {
     float *slot[MGT_OPT_MAX_SLOTS];
 } mgt_ckpt_arrays;
 
+/* What a checkpoint must agree on with the run that resumes it, besides the model and the
+ * optimizer: the samples of one optimizer step (the global batch times the micro-batches of
+ * gradient accumulation: a step's samples and their dropout masks depend on this product alone,
+ * fit.c, so a checkpoint resumes with any split of it into batch size and accumulation steps),
+ * and --reproducible's chunk (0: off), on which the bits of the steps after it depend. */
+typedef struct mgt_ckpt_run {
+    int64_t step_batch;
+    int64_t chunk;
+} mgt_ckpt_run;
+
 /* Writes DIR/checkpoint.safetensors atomically (rank 0 calls it). world: ranks of the run,
  * recorded for people reading the file (a run resumes with any rank count). */
 int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
-                   const mgt_ckpt_arrays *a, const mgt_ckpt_pos *pos, int world, mgt_err *err);
+                   const mgt_ckpt_run *run, const mgt_ckpt_arrays *a, const mgt_ckpt_pos *pos,
+                   int world, mgt_err *err);
 
 /* Reads DIR/checkpoint.safetensors into a and pos after checking that it is a checkpoint of
- * this model (its name, then a hash of its structure), optimizer and global batch, and that every
- * field of the position is within what a run can have written; each failure says what differs
- * and what to do. Nothing is trusted: a damaged or hand-made file is refused, never trained on. */
-int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt, mgt_ckpt_arrays *a,
-                  mgt_ckpt_pos *pos, mgt_err *err);
+ * this model (its name, then a hash of its structure), optimizer and run, and that every field of
+ * the position is within what a run can have written; each failure says what differs and what to
+ * do. Nothing is trusted: a damaged or hand-made file is refused, never trained on. */
+int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt,
+                  const mgt_ckpt_run *run, mgt_ckpt_arrays *a, mgt_ckpt_pos *pos, mgt_err *err);
 
 /* The position against the training data it resumes on: `samples` at global batch `batch` make
  * the epoch's step count, and the checkpoint's epoch, step within the epoch, step count and

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "parse.h"
-#include "rundir.h"
 #include "tensor_io.h"
 
 /* Is the person watching a terminal? mpirun hands its ranks a pseudo-terminal as stdout even when

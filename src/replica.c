@@ -8,13 +8,13 @@
 #include "runtime.h"
 
 int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *be, mgt_comm *comm,
-                     mgt_err *err) {
+                     const mgt_replica_files *files, mgt_err *err) {
     memset(r, 0, sizeof *r);
     r->m = m;
     r->opt = opt;
     r->be = be;
     r->comm = comm;
-    r->keep_checkpoints = 1;
+    r->files = files ? *files : (mgt_replica_files){.keep_checkpoints = 1};
     r->saved_step = -1;
     /* One float more than needed: a model without buffers still gets a valid pointer. */
     r->host.w = calloc(m->param_count + 1, sizeof(float));
@@ -64,7 +64,7 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
     int rc = 0;
     if (r->comm->rank == 0) {
         if (src->resume_dir)
-            rc = mgt_ckpt_read(src->resume_dir, m, r->opt, &r->host, pos, &e);
+            rc = mgt_ckpt_read(src->resume_dir, m, r->opt, &r->files.run, &r->host, pos, &e);
         else if (src->weights)
             rc = mgt_model_load_weights(m, src->weights, r->host.w, r->host.buf, &e);
         else
@@ -139,11 +139,11 @@ void mgt_replica_save_checkpoint(mgt_replica *r, const char *dir, const mgt_ckpt
         return;
     fetch_finite(r, dir, pos->step);
     mgt_err e;
-    const int keep_prev =
-        r->keep_checkpoints > 1 && r->saved_step >= 0 && r->saved_step != pos->step;
+    const int64_t keep = r->files.keep_checkpoints;
+    const int keep_prev = keep > 1 && r->saved_step >= 0 && r->saved_step != pos->step;
     if ((keep_prev && mgt_ckpt_keep_previous(dir, r->saved_step, &e) < 0) ||
-        mgt_ckpt_write(dir, r->m, r->opt, &r->host, pos, r->comm->world, &e) < 0 ||
-        mgt_ckpt_prune(dir, r->keep_checkpoints, &e) < 0)
+        mgt_ckpt_write(dir, r->m, r->opt, &r->files.run, &r->host, pos, r->comm->world, &e) < 0 ||
+        mgt_ckpt_prune(dir, keep, &e) < 0)
         mgt_die("%s", e.msg);
     r->saved_step = pos->step;
 }

@@ -20,19 +20,27 @@
 #include "optim.h"
 #include "util.h"
 
+/* The replica's checkpoints: how many rank 0 keeps (checkpoint.h: mgt_ckpt_keep_previous; 1:
+ * checkpoint.safetensors alone), and the run they must agree with to be resumed. */
+typedef struct mgt_replica_files {
+    int64_t keep_checkpoints;
+    mgt_ckpt_run run;
+} mgt_replica_files;
+
 typedef struct mgt_replica {
     mgt_model *m;
     mgt_optim *opt;
     mgt_backend *be;
     mgt_comm *comm;
-    mgt_ckpt_arrays host;     /* host copies of the weights, buffers and optimizer slots */
-    int64_t keep_checkpoints; /* rank 0 keeps this many checkpoints (checkpoint.h); 1 by default */
-    int64_t saved_step;       /* the step of OUT/checkpoint.safetensors (-1: none known) */
+    mgt_ckpt_arrays host; /* host copies of the weights, buffers and optimizer slots */
+    mgt_replica_files files;
+    int64_t saved_step; /* the step of OUT/checkpoint.safetensors (-1: none known) */
 } mgt_replica;
 
-/* After mgt_model_alloc and mgt_optim_init: the host copies. */
+/* After mgt_model_alloc and mgt_optim_init: the host copies. files NULL: a replica that saves
+ * and resumes no checkpoint (eval, predict). */
 int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *be, mgt_comm *comm,
-                     mgt_err *err);
+                     const mgt_replica_files *files, mgt_err *err);
 
 /* Where rank 0 takes the state from (mgt_replica_start). */
 typedef struct mgt_replica_source {

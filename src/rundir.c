@@ -50,49 +50,6 @@ static int alive(long pid) {
     return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
-int mgt_read_text_file(const char *path, const char *what, size_t max_bytes, char **text,
-                       size_t *len, mgt_err *err) {
-    *text = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return mgt_errf(err, "cannot open %s %s: %s", what, path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return mgt_errf(err, "%s %s is not a regular file (a folder, pipe or device)", what, path);
-    }
-    if ((uint64_t)sb.st_size > max_bytes) {
-        close(fd);
-        return mgt_errf(err, "%s %s has %lld bytes, more than the %zu it may have", what, path,
-                        (long long)sb.st_size, max_bytes);
-    }
-    char *t = malloc((size_t)sb.st_size + 1);
-    size_t got = 0;
-    while (t && got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, t + got, (size_t)sb.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    int read_errno = errno;
-    close(fd);
-    if (!t)
-        return mgt_errf(err, "out of memory reading %s %s", what, path);
-    if (got != (size_t)sb.st_size) {
-        free(t);
-        return mgt_errf(err, "cannot read %s %s: %s", what, path,
-                        got < (size_t)sb.st_size ? "it was cut short while read"
-                                                 : strerror(read_errno));
-    }
-    t[got] = 0;
-    *text = t;
-    if (len)
-        *len = got;
-    return 0;
-}
-
 /* ---- the lock ---------------------------------------------------------------------------- */
 
 /* The owner, as the lock file's first line says: "HOST PID SINCE JOB", JOB the Slurm job id

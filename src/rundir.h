@@ -72,11 +72,6 @@ int mgt_rundir_clear(mgt_rundir *d, mgt_err *err);
  * every NAME.tmp.<pid> of another process that is older than the lock. Needs the lock. */
 int mgt_rundir_clean_temporaries(mgt_rundir *d, char *notice, size_t notice_size, mgt_err *err);
 
-/* A text file read whole: regular files only (a pipe would block, a device never end), at most
- * max_bytes. *text is NUL-terminated; free it. `what` names the file in messages. */
-int mgt_read_text_file(const char *path, const char *what, size_t max_bytes, char **text,
-                       size_t *len, mgt_err *err);
-
 /* OUT/<name>.cfg: the model file the run trains (its text as parsed), atomically. */
 int mgt_rundir_copy_model(mgt_rundir *d, const char *name, const char *text, size_t len,
                           mgt_err *err);

@@ -1,4 +1,5 @@
-/* tensor_io.c: safetensors files (weights, checkpoints), .npy outputs and atomic writes.
+/* tensor_io.c: safetensors files (weights, checkpoints), .npy outputs, atomic writes and whole-file
+ * reads.
  *
  * All three writers go through one small "atomic file" helper: the bytes are streamed into
  * PATH.tmp.<pid> in the same folder (so no large concatenated buffer is ever built), which is
@@ -800,4 +801,47 @@ int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t col
     const void *parts[1] = {data};
     const size_t lens[1] = {(size_t)bytes};
     return mgt_npy_write_parts(path, "<f4", shape, 2, 1, parts, lens, err);
+}
+
+int mgt_read_text_file(const char *path, const char *what, size_t max_bytes, char **text,
+                       size_t *len, mgt_err *err) {
+    *text = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return mgt_errf(err, "cannot open %s %s: %s", what, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mgt_errf(err, "%s %s is not a regular file (a folder, pipe or device)", what, path);
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
+        close(fd);
+        return mgt_errf(err, "%s %s has %lld bytes, more than the %zu it may have", what, path,
+                        (long long)sb.st_size, max_bytes);
+    }
+    char *t = malloc((size_t)sb.st_size + 1);
+    size_t got = 0;
+    while (t && got < (size_t)sb.st_size) {
+        ssize_t r = read(fd, t + got, (size_t)sb.st_size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    int read_errno = errno;
+    close(fd);
+    if (!t)
+        return mgt_errf(err, "out of memory reading %s %s", what, path);
+    if (got != (size_t)sb.st_size) {
+        free(t);
+        return mgt_errf(err, "cannot read %s %s: %s", what, path,
+                        got < (size_t)sb.st_size ? "it was cut short while read"
+                                                 : strerror(read_errno));
+    }
+    t[got] = 0;
+    *text = t;
+    if (len)
+        *len = got;
+    return 0;
 }

@@ -1,4 +1,5 @@
-/* tensor_io.h: safetensors files (weights, checkpoints) and .npy outputs.
+/* tensor_io.h: safetensors files (weights, checkpoints), .npy outputs, and files written or read
+ * whole.
  *
  * safetensors: 8-byte little-endian header length, a JSON header (cJSON) mapping each tensor
  * name to {"dtype":"F32","shape":[...],"data_offsets":[begin,end]} plus "__metadata__" (string
@@ -82,6 +83,11 @@ int mgt_npy_write(const char *path, const float *data, int64_t rows, int64_t col
  * the shape's), atomically. */
 int mgt_npy_write_parts(const char *path, const char *descr, const int64_t *shape, int ndim,
                         int nparts, const void *const *parts, const size_t *lens, mgt_err *err);
+
+/* A text file read whole: regular files only (a pipe would block, a device never end), at most
+ * max_bytes. *text is NUL-terminated; free it. `what` names the file in messages. */
+int mgt_read_text_file(const char *path, const char *what, size_t max_bytes, char **text,
+                       size_t *len, mgt_err *err);
 
 /* Writes `len` bytes to path atomically (temporary file, fsync, rename, directory fsync). */
 int mgt_atomic_write(const char *path, const void *data, size_t len, mgt_err *err);

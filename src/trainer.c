@@ -192,12 +192,17 @@ static void set_up(session *s) {
         m->share = share_arena;
         m->share_ctx = &s->pl.comm;
     }
+    /* A checkpoint resumes a run of the same optimizer step and --reproducible chunk. */
+    const mgt_replica_files files = {
+        .keep_checkpoints = o->keep_checkpoints,
+        .run = {.step_batch = b * (m->train.accum_steps > 1 ? m->train.accum_steps : 1),
+                .chunk = chunk}};
     /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
     const int shards = train && o->zero ? world : 1;
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
         mgt_optim_init_sharded(&s->opt, &m->train, be, m->param_count, s->rt->rank, shards, &e) <
             0 ||
-        mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, &e) < 0 ||
+        mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, train ? &files : NULL, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
         mgt_die("%s", e.msg);
 }
@@ -454,7 +459,6 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                     "per step; start at most %lld ranks or raise --batch-size",
                     rt->world, (long long)B, (long long)B);
     set_up(s);
-    s->rep.keep_checkpoints = o->keep_checkpoints;
     mgt_fault fault;
     mgt_fault_init(&fault, rt->rank);
     out_path(s);

@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../rundir.h"
 #include "../runtime.h"
+#include "../tensor_io.h"
 #include "npy.h"
 #include "pool.h"
 #include "resample.h"
