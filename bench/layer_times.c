@@ -25,6 +25,7 @@
 #include "model.h"
 #include "optim.h"
 #include "runtime.h"
+#include "train_cfg.h"
 #include "util.h"
 
 /* CPU seconds of every thread of the process so far. */
@@ -135,21 +136,23 @@ int main(int argc, char **argv) {
 
     mgt_err err = {{0}};
     static mgt_model m; /* large (fixed tables): not on the stack */
-    if (mgt_model_parse(&m, model, NULL, &err) < 0)
+    mgt_train_cfg train;
+    if (mgt_model_file_parse(&m, &train, model, NULL, &err) < 0)
         mgt_die_all("%s", err.msg);
     if (algo && mgt_conv2d_set_algo(&m, algo, &err) < 0)
         mgt_die_all("--conv-algo %s: %s", algo, err.msg);
     if (batch == 0)
-        batch = m.train.batch_size;
+        batch = train.batch_size;
     mgt_backend be = {0};
     if (mgt_cpu_backend_init(&be, (int)threads) < 0)
         mgt_die("cannot start the CPU backend");
     if (mgt_model_alloc(&m, &be, (int)batch, &err) < 0)
         mgt_die("%s", err.msg);
     mgt_optim opt;
-    if (mgt_optim_init(&opt, &m.train, &be, m.param_count, &err) < 0)
+    const mgt_optim_cfg optim = mgt_train_optim(&train);
+    if (mgt_optim_init(&opt, &optim, &be, m.param_count, &err) < 0)
         mgt_die("%s", err.msg);
-    mgt_model_init_host(&m, m.train.seed, m.w, m.buf);
+    mgt_model_init_host(&m, train.seed, m.w, m.buf);
     const size_t in = (size_t)mgt_shape_elems(m.input);
     for (size_t i = 0; i < (size_t)batch * in; i++) /* pixels in [0, 1), as the data sets give */
         m.x[i] = mgt_uniform(0x5eedULL, i);
@@ -169,7 +172,7 @@ int main(int argc, char **argv) {
                       .training = 1,
                       .global_step = r + warmup,
                       .global_n = batch,
-                      .seed = m.train.seed,
+                      .seed = train.seed,
                       .whole_grads = 1}; /* one rank, as mgtrain's reducer says it */
         memset(row, 0, sizeof(double) * (size_t)cols);
         const mark m0 = mark_now();
@@ -202,7 +205,7 @@ int main(int argc, char **argv) {
     }
     printf("%-14s %-10s %-12s %10.3f %10.3f\n", "loss", "", "", median_of(t, R, cols, 4 * L, tmp),
            median_of(t, R, cols, 4 * L + 1, tmp));
-    printf("%-14s %-10s %-12s %10s %10s %10.3f %10.3f\n", "update", mgt_opt_name(m.train.optimizer),
+    printf("%-14s %-10s %-12s %10s %10s %10.3f %10.3f\n", "update", mgt_opt_name(train.optimizer),
            "", "", "", median_of(t, R, cols, 4 * L + 2, tmp),
            median_of(t, R, cols, 4 * L + 3, tmp));
     qsort(step, (size_t)reps, sizeof *step, cmp_double);

@@ -20,6 +20,7 @@
 #include "gpu.h"
 #include "model.h"
 #include "runtime.h"
+#include "train_cfg.h"
 
 struct mgt_predictor {
     mgt_model m;
@@ -111,14 +112,16 @@ mgt_predictor *mgt_predictor_open(const char *model_file, const char *model_text
         return NULL;
     }
     int parsed = 0, rc;
+    mgt_train_cfg train; /* [train]: its batch_size is the default batch */
     if (!weights_file) {
         rc = mgt_errf(&e, "no weights file given: pass the weights.safetensors that mgtrain "
                           "train saved for this model");
     } else {
         rc = model_file || model_text
-                 ? mgt_model_parse(&p->m, model_file ? model_file : "model", model_text, &e)
-                 : mgt_model_parse(&p->m, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
-                                   MGT_DEFAULT_MODEL_TEXT, &e);
+                 ? mgt_model_file_parse(&p->m, &train, model_file ? model_file : "model",
+                                        model_text, &e)
+                 : mgt_model_file_parse(&p->m, &train, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
+                                        MGT_DEFAULT_MODEL_TEXT, &e);
         parsed = rc == 0;
     }
     if (rc == 0 && o->batch < 0)
@@ -127,7 +130,7 @@ mgt_predictor *mgt_predictor_open(const char *model_file, const char *model_text
                       "batch_size",
                       o->batch);
     if (rc == 0) {
-        int64_t b = o->batch > 0 ? o->batch : p->m.train.batch_size;
+        int64_t b = o->batch > 0 ? o->batch : train.batch_size;
         p->batch = b > (1 << 20) ? 1 << 20 : (int)b;
         rc = open_backend(p, o, &e);
     }
@@ -191,8 +194,7 @@ int mgt_predictor_predict(mgt_predictor *p, const float *x, int64_t n, float *ou
                       .global_step = 0,
                       .first_sample = done,
                       .global_n = n,
-                      .seed = m->train.seed,
-                      .comm = NULL};
+                      .comm = NULL}; /* no training: no dropout, no seed */
         float *y = mgt_model_forward(m, &s);
         mgt_model_finish_output(m, &s, y);
         o->to_host(&p->be, out + (size_t)done * k, y, sizeof(float) * (size_t)rows * k);

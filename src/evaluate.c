@@ -26,8 +26,7 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
                             .global_step = e->step,
                             .first_sample = r.first + done,
                             .global_n = ds->n,
-                            .seed = m->train.seed,
-                            .comm = e->comm};
+                            .comm = e->comm}; /* no training: no dropout, no seed */
         float *out = mgt_model_forward(m, &s);
         if (labels) {
             mgt_model_loss_backward(m, &s, 0);

@@ -133,8 +133,8 @@ static int metrics_due(const fit *f, int64_t next) {
     const mgt_fit_opts *o = f->o;
     return next - f->read_at >= f->read_every || f->pos->step_in_epoch + 1 == f->steps ||
            next >= f->limit || (o->save_every > 0 && next % o->save_every == 0) ||
-           (o->debug_check > 0 && next % o->debug_check == 0) ||
-           (o->log_every > 0 && next % o->log_every == 0);
+           (o->log.debug_check > 0 && next % o->log.debug_check == 0) ||
+           (o->log.log_every > 0 && next % o->log.log_every == 0);
 }
 
 /* This step's learning rate from the schedule (a function of the step and the validation
@@ -171,9 +171,9 @@ static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
                   .n = bt->n,
                   .training = 1,
                   .global_step = f->pos->step,
-                  .first_sample = (int64_t)k * m->train.batch_size + bt->first,
+                  .first_sample = (int64_t)k * f->o->step.batch + bt->first,
                   .global_n = bt->global_n,
-                  .seed = m->train.seed,
+                  .seed = f->pos->seed,
                   .comm = env->comm,
                   .repro = f->repro};
     mgt_profile_data_host(&f->prof, mgt_now() - t_data);
@@ -354,10 +354,10 @@ static int after_step(fit *f) {
     const mgt_fit_opts *o = f->o;
     mgt_ckpt_pos *pos = f->pos;
     const int64_t done = pos->step_in_epoch + 1; /* steps of this epoch behind us */
-    if (o->log_every > 0 && pos->step % o->log_every == 0)
+    if (o->log.log_every > 0 && pos->step % o->log.log_every == 0)
         log_step(f, done);
     const double t0 = mgt_now();
-    if (o->debug_check > 0 && pos->step % o->debug_check == 0) {
+    if (o->log.debug_check > 0 && pos->step % o->log.debug_check == 0) {
         mgt_replica_check(f->env->rep, "during training (debug check)");
         mgt_profile_gap(&f->prof);
     }
@@ -443,7 +443,7 @@ static int end_epoch(fit *f, double secs, double seen_before) {
     mgt_replica_save_checkpoint(env->rep, env->out, pos);
     /* A stop asked for during the epoch's end: the checkpoint is saved, so stop here rather than
      * after one more step (only when there is more to train). */
-    if (finished && pos->epoch < env->m->train.epochs && pos->step < f->limit) {
+    if (finished && pos->epoch < f->o->regime.epochs && pos->step < f->limit) {
         const int sig = agree_stop(f);
         if (sig) {
             stopped(f, sig);
@@ -457,13 +457,13 @@ static int end_epoch(fit *f, double secs, double seen_before) {
  * history already stopped it trains no further. */
 static void regime_init(fit *f) {
     const mgt_fit_env *env = f->env;
-    const mgt_train_cfg *t = &env->m->train;
+    const mgt_regime *t = &f->o->regime;
     const int rank0 = env->comm->rank == 0;
     mgt_err e;
     mgt_sched_init(&f->sched, &t->sched, t->lr, f->steps, t->epochs);
     if (mgt_clip_init(&f->clip, &t->clip, env->be, &e) < 0)
         mgt_die("%s", e.msg);
-    if (t->clip.norm > 0 && f->o->zero)
+    if (t->clip.norm > 0 && f->o->step.zero)
         mgt_die_all("clip_norm needs the whole gradient, which ZeRO-1 (--zero 1) leaves in slices "
                     "on their owners; train with --zero 0 or clip by value (clip_value)");
     f->mon =
@@ -471,7 +471,7 @@ static void regime_init(fit *f) {
     const int64_t step = f->pos->step;
     f->lr = mgt_sched_lr(&f->sched, step > 0 ? step - 1 : 0, f->pos->mon.cuts);
     f->t_win = mgt_now();
-    if (rank0 && f->o->log_every > 0 && mgt_metrics_steps_open(&f->mt, step, &e) < 0)
+    if (rank0 && f->o->log.log_every > 0 && mgt_metrics_steps_open(&f->mt, step, &e) < 0)
         mgt_die("%s", e.msg);
     f->stop = mgt_monitor_stopped(&f->mon, &f->pos->mon);
     if (f->stop && f->mon.print) {
@@ -504,13 +504,14 @@ static void start_pipeline(fit *f) {
     const mgt_fit_env *env = f->env;
     mgt_err e;
     /* --reproducible: the reducer stays idle (one bucket, no accumulation arena of its own). */
-    if (mgt_repro_chunk(&env->m->train) > 0 &&
-        !(f->repro = mgt_repro_create(env->m, env->comm, &e)))
+    const mgt_pipeline *p = &f->o->step;
+    if (p->chunk > 0 && !(f->repro = mgt_repro_create(env->m, env->comm, p->chunk, &e)))
         mgt_die("%s", e.msg);
-    const mgt_reducer_opts ro = {.bucket_mb = f->repro ? 0 : f->o->bucket_mb,
-                                 .zero = f->o->zero,
-                                 .accum_steps = f->repro ? 1 : f->accum};
-    if (mgt_comm_set_progress(env->comm, f->o->progress, &e) < 0 ||
+    const mgt_reducer_opts ro = {.bucket_mb = f->repro ? 0 : p->bucket_mb,
+                                 .zero = p->zero,
+                                 .accum_steps = f->repro ? 1 : f->accum,
+                                 .batch = p->batch};
+    if (mgt_comm_set_progress(env->comm, p->progress, &e) < 0 ||
         mgt_reducer_init(&f->red, env->m, env->be, env->comm, &ro, &e) < 0)
         mgt_die("%s", e.msg);
     f->dump = env->fault->dump_gradients != NULL;
@@ -519,7 +520,7 @@ static void start_pipeline(fit *f) {
         char line[512];
         const mgt_optim *opt = env->opt;
         if (f->repro)
-            mgt_repro_describe(f->repro, line, sizeof line);
+            mgt_repro_describe(f->repro, p->batch, line, sizeof line);
         else
             mgt_reducer_describe(&f->red, (size_t)opt->nslots * opt->n,
                                  (size_t)opt->nslots * opt->count, line, sizeof line);
@@ -541,17 +542,16 @@ static void restore_best(fit *f) {
 void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
              mgt_fit_result *res) {
     mgt_backend *be = env->be;
-    const mgt_model *m = env->m;
-    const int64_t epochs = m->train.epochs;
+    const int64_t epochs = o->regime.epochs;
     memset(res, 0, sizeof *res);
     res->val_step = -1;
     res->val_loss = -1;
     res->val_top5 = -1;
     fit fs = {.env = env, .o = o, .pos = pos, .res = res}, *f = &fs;
-    f->accum = m->train.accum_steps > 1 ? m->train.accum_steps : 1;
-    f->micro_steps = mgt_shard_steps(env->st->train->n, m->train.batch_size);
-    f->steps = mgt_shard_steps(env->st->train->n, m->train.batch_size * f->accum);
-    f->limit = o->max_steps > 0 ? o->max_steps : INT64_MAX;
+    f->accum = o->step.accum_steps > 1 ? o->step.accum_steps : 1;
+    f->micro_steps = mgt_shard_steps(env->st->train->n, o->step.batch);
+    f->steps = mgt_shard_steps(env->st->train->n, o->step.batch * f->accum);
+    f->limit = o->regime.max_steps > 0 ? o->regime.max_steps : INT64_MAX;
     int64_t total = epochs * f->steps - pos->epoch * f->steps - pos->step_in_epoch;
     if (f->limit - pos->step < total)
         total = f->limit - pos->step;
@@ -560,10 +560,11 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     /* Spans a step may add beyond one per phase: each micro-batch's data, forward and backward
      * phases; each bucket's wait and update phases (interleaved), its request and, under ZeRO-1,
      * its weight gather; the metric sums' request, the whole arena's gather and its wait. */
-    if (mgt_profile_init(&f->prof, o->profile || o->timeline, total > 0 ? total : 1, be, &e) < 0 ||
+    if (mgt_profile_init(&f->prof, o->log.profile || o->log.timeline, total > 0 ? total : 1, be,
+                         &e) < 0 ||
         mgt_profile_reserve_requests(&f->prof, 3 * f->accum + 4 * f->red.nb + 4, &e) < 0)
         mgt_die("%s", e.msg);
-    if (mgt_profile_marks_init(&f->prof, env->m, o->profile_layers, o->precision, &e) < 0)
+    if (mgt_profile_marks_init(&f->prof, env->m, o->log.profile_layers, o->log.precision, &e) < 0)
         mgt_die("%s", e.msg);
     if (env->st->source != MGT_STAGE_HOST) {
         env->st->mark = stage_mark;
@@ -575,17 +576,17 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         env->st->mark = stage_mark;
         env->st->mark_ctx = &f->prof;
     }
-    const mgt_passes_opts po = {.graphs = o->cuda_graph,
+    const mgt_passes_opts po = {.graphs = o->step.cuda_graph,
                                 .comm_inside = mgt_comm_requests_on(env->comm),
                                 .accum = f->accum,
                                 .reproducible = f->repro != NULL};
     mgt_passes_init(&f->passes, env->m, be, &f->prof, &po);
     mgt_profile_sync(&f->prof, env->comm);
-    mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->verbose : 0, (int)epochs, env->out,
-                     o->launched, m->classes);
+    mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->log.verbose : 0, (int)epochs, env->out,
+                     o->log.launched, env->m->classes);
     if (env->comm->rank == 0 && o->resumed)
         keep_history(f);
-    if (env->comm->rank == 0 && !o->no_tensorboard &&
+    if (env->comm->rank == 0 && o->log.tensorboard &&
         mgt_metrics_tb(&f->mt, &f->prof, pos->step, &e) < 0)
         mgt_die("%s", e.msg);
     /* Every step on the CPU, where a read is free; a GPU would otherwise wait on the host. */
@@ -612,9 +613,9 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
             break;
         f->t_win += mgt_now() - t_end; /* validation and saving: not in the per-step rows */
     }
-    if (mgt_profile_report(&f->prof, env->comm, o->timeline, &e) < 0)
+    if (mgt_profile_report(&f->prof, env->comm, o->log.timeline, &e) < 0)
         mgt_die("%s", e.msg);
-    if (o->profile && env->comm->rank == 0) {
+    if (o->log.profile && env->comm->rank == 0) {
         mgt_passes_report(&f->passes);
         fflush(stdout);
     }

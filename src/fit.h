@@ -13,13 +13,16 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "clip.h"
 #include "comm.h"
 #include "data/dataset.h"
 #include "fault.h"
 #include "model.h"
+#include "monitor.h"
 #include "optim.h"
 #include "reducer.h"
 #include "replica.h"
+#include "schedule.h"
 #include "staging.h"
 
 /* What the loop drives: set up by the caller, training batches prepared (mgt_stage_train). */
@@ -35,26 +38,47 @@ typedef struct mgt_fit_env {
     const char *out;        /* checkpoints and metrics go here (rank 0) */
 } mgt_fit_env;
 
-typedef struct mgt_fit_opts {
-    int64_t max_steps;     /* stop after this many optimizer steps in all (0: no limit) */
-    int64_t save_every;    /* also checkpoint every N steps (0: at epoch ends only) */
-    int64_t debug_check;   /* compare weight checksums across ranks every K steps (0: never) */
+/* How long a run trains, at what rate, and what it decides on its validation history. */
+typedef struct mgt_regime {
+    int epochs;
+    int64_t max_steps;   /* stop after this many optimizer steps in all (0: no limit) */
+    float lr;            /* the learning rate the schedule starts from */
+    mgt_sched_cfg sched; /* the schedule and warm-up (schedule.h) */
+    mgt_clip_cfg clip;   /* gradient clipping (clip.h) */
+    mgt_stop_cfg stop;   /* early stopping and the best weights (monitor.h) */
+} mgt_regime;
+
+/* What an optimizer step is made of, and how its gradients travel (reducer.h). */
+typedef struct mgt_pipeline {
+    int64_t batch;    /* the global batch of a micro-batch */
+    int accum_steps;  /* micro-batches per optimizer step (1: none) */
+    int64_t chunk;    /* --reproducible: exact sums over chunks of this many samples (0: off) */
+    double bucket_mb; /* bucket cap in MiB (0: one all-reduce after backward) */
+    int zero;         /* ZeRO-1 */
+    mgt_progress progress; /* how the CPU transport's requests progress */
+    int cuda_graph;        /* replay forward and backward as CUDA graphs where they apply */
+} mgt_pipeline;
+
+/* What rank 0 shows and writes about the run (metrics.h, profile.h), and the checks between
+ * steps. */
+typedef struct mgt_fit_log {
     int verbose;           /* rank 0's display: metrics.h (-1: by the terminal) */
     int launched;          /* started by mpirun/srun (metrics.h) */
     int profile;           /* print per-phase times */
     int profile_layers;    /* and (device marks) per layer and direction */
     const char *precision; /* "fp32", "tf32" or "bf16": the floors the layer table compares to */
-    int cuda_graph;        /* replay forward and backward as CUDA graphs where they apply */
-    int no_tensorboard;    /* no event files in OUT/tb */
-    int64_t log_every;     /* per-step rows every N global steps (0: none; metrics.h) */
     const char *timeline;  /* Chrome-trace file of every phase, or NULL */
-    int resumed;           /* from a checkpoint: the metrics files keep their history */
-    /* The step's pipeline (reducer.h): bucket cap in MiB (0: one all-reduce after backward),
-     * ZeRO-1, and how the CPU transport's requests progress. Accumulation is the model's
-     * [train] accum_steps. */
-    double bucket_mb;
-    int zero;
-    mgt_progress progress;
+    int tensorboard;       /* event files in OUT/tb */
+    int64_t log_every;     /* per-step rows every N global steps (0: none; metrics.h) */
+    int64_t debug_check;   /* compare weight checksums across ranks every K steps (0: never) */
+} mgt_fit_log;
+
+typedef struct mgt_fit_opts {
+    mgt_regime regime;
+    mgt_pipeline step;
+    mgt_fit_log log;
+    int64_t save_every; /* also checkpoint every N steps (0: at epoch ends only) */
+    int resumed;        /* from a checkpoint: the metrics files keep their history */
 } mgt_fit_opts;
 
 typedef struct mgt_fit_result {

@@ -168,20 +168,20 @@ mgt_cost mgt_loss_cost(const mgt_model *m, int n) {
     return (mgt_cost){.flops = 8 * v, .mma = 0, .bytes = 4 * 2 * v};
 }
 
-/* The optimizer's state arenas with the model's settings (optim.h). */
-static int opt_slots(const mgt_model *m) {
-    const mgt_optimizer *o = mgt_optimizer_of(m->train.optimizer);
+/* The optimizer's state arenas with its settings (optim.h). */
+static int opt_slots(const mgt_optim_cfg *opt) {
+    const mgt_optimizer *o = mgt_optimizer_of(opt->optimizer);
     int slots = 0;
     if (o)
         for (int k = 0; k < MGT_OPT_MAX_SLOTS && o->slot_names[k]; k++)
             slots++;
     if (o && o->slots)
-        slots = o->slots(&m->train.opt);
+        slots = o->slots(&opt->opt);
     return slots;
 }
 
-mgt_cost mgt_update_cost(const mgt_model *m) {
-    const int slots = opt_slots(m);
+mgt_cost mgt_update_cost(const mgt_model *m, const mgt_optim_cfg *opt) {
+    const int slots = opt_slots(opt);
     const double P = (double)m->param_count;
     return (mgt_cost){.flops = 4 * P * (1 + slots), .mma = 0, .bytes = 4 * P * (3 + 2 * slots)};
 }
@@ -207,7 +207,8 @@ static void row_cells(const mgt_cost *c, const mgt_rates *r, FILE *f, double *su
             mem ? "mem" : "math");
 }
 
-void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *r, FILE *f) {
+void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *r,
+                     const mgt_optim_cfg *opt, FILE *f) {
     fprintf(f,
             "Floor of one training step of %s at a batch of %d on %s (%.1f TB/s, %.0f TFLOP/s "
             "matrix, %.0f TFLOP/s float32 cores), activations %d bytes a value. Each pass's floor "
@@ -230,11 +231,11 @@ void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *
         sf.flops += cf.flops, sf.mma += cf.mma, sf.bytes += cf.bytes;
         sb.flops += cb.flops, sb.mma += cb.mma, sb.bytes += cb.bytes;
     }
-    const mgt_cost loss = mgt_loss_cost(m, n), up = mgt_update_cost(m);
+    const mgt_cost loss = mgt_loss_cost(m, n), up = mgt_update_cost(m, opt);
     double tl = 0, tu = 0;
     fprintf(f, "| | loss | softmax + cross-entropy | |");
     row_cells(&loss, r, f, &tl);
-    fprintf(f, " | | |\n| | update | %s | |", mgt_opt_name(m->train.optimizer));
+    fprintf(f, " | | |\n| | update | %s | |", mgt_opt_name(opt->optimizer));
     row_cells(&up, r, f, &tu);
     fprintf(f, " | | |\n");
     fprintf(f, "| | **all layers** | | | %.1f | %.0f | **%.3f** | %.1f | %.0f | **%.3f** |\n\n",
@@ -249,7 +250,8 @@ void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *
             1e3 * (sf.bytes + sb.bytes + loss.bytes + up.bytes) / r->bw);
 }
 
-int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, mgt_mem_estimate *e) {
+int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, const mgt_optim_cfg *opt,
+                        int accum_steps, mgt_mem_estimate *e) {
     memset(e, 0, sizeof *e);
 #ifdef MGT_HAVE_CUDA
     const int math = (bf16 ? MGT_GPU_BF16 : 0) | (tf32 ? MGT_GPU_TF32 : 0);
@@ -261,9 +263,9 @@ int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, mgt_mem_e
         return -1;
     e->act = (double)p.arena;
     mgt_plan_free(&p);
-    const int slots = opt_slots(m);
+    const int slots = opt_slots(opt);
     const double P = (double)m->param_count, nn = n > 0 ? n : 0, k = m->classes;
-    e->params = 4 * (P * (2 + slots + (m->train.accum_steps > 1)) + (double)m->buffer_count);
+    e->params = 4 * (P * (2 + slots + (accum_steps > 1)) + (double)m->buffer_count);
     for (int i = 0; i < m->nlayers; i++) /* batch normalisation's mean and 1/std */
         if (!strcmp(m->layers[i].type->name, "batchnorm"))
             e->params += 4 * 4 * (double)m->layers[i].in.c;
@@ -295,14 +297,15 @@ int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, mgt_mem_e
     e->total = e->act + e->params + e->batch + e->workspace + e->other;
     return 0;
 #else
-    (void)m, (void)n, (void)bf16, (void)tf32;
+    (void)m, (void)n, (void)bf16, (void)tf32, (void)opt, (void)accum_steps;
     return -1;
 #endif
 }
 
-void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, FILE *f) {
+void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, const mgt_optim_cfg *opt,
+                      int accum_steps, FILE *f) {
     mgt_mem_estimate e;
-    if (mgt_memory_estimate(m, n, bf16, tf32, &e) < 0)
+    if (mgt_memory_estimate(m, n, bf16, tf32, opt, accum_steps, &e) < 0)
         return;
     const double mib = 1048576.0, h100 = 80.0 * 1e9;
     fprintf(f,

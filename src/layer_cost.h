@@ -22,6 +22,7 @@
 #define MGT_LAYER_COST_H
 
 #include "model.h"
+#include "optim.h"
 
 typedef struct mgt_cost {
     double flops; /* all of them, mma included */
@@ -43,18 +44,19 @@ const mgt_rates *mgt_rates_h100(const char *precision);
 
 /* Layer i's forward and backward at a local batch of n, activations act_bytes a value. */
 void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *fwd, mgt_cost *bwd);
-/* The loss (softmax + cross-entropy and its gradient) and the optimizer's update of every
+/* The loss (softmax + cross-entropy and its gradient) and the optimizer opt's update of every
  * parameter (read w, g and each state slot, write w and the slots). */
 mgt_cost mgt_loss_cost(const mgt_model *m, int n);
-mgt_cost mgt_update_cost(const mgt_model *m);
+mgt_cost mgt_update_cost(const mgt_model *m, const mgt_optim_cfg *opt);
 
 /* The floor of a pass in seconds; *mem_bound says which term set it. */
 double mgt_cost_floor(const mgt_cost *c, const mgt_rates *r, int *mem_bound);
 
 /* The prediction table: per layer and direction its GFLOP, MB and floor at rates r, then the
- * loss, the update and the whole step (the sum of the floors), and the images/s that step
+ * loss, opt's update and the whole step (the sum of the floors), and the images/s that step
  * allows. Markdown. */
-void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *r, FILE *f);
+void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *r,
+                     const mgt_optim_cfg *opt, FILE *f);
 
 /* The device memory one rank holds while training local batches of n on a GPU (mgtrain's own
  * allocations, the CUDA context and the libraries' code excluded, as --profile's peak and
@@ -63,13 +65,16 @@ void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *
  * gradients, optimizer state and batch-norm statistics, the batch (inputs, labels, one-hot
  * targets, probabilities, sample ids; one input set, as device-made batches use), the
  * convolution workspace (the largest layer's, with bf16 or not) and the rest (cuBLAS's
- * workspace, the reductions' partial sums). Bytes. 0 on success; -1 without a GPU backend in
+ * workspace, the reductions' partial sums), with the optimizer opt's state and, when
+ * accum_steps > 1, the accumulated gradients. Bytes. 0 on success; -1 without a GPU backend in
  * this build (workspace unknown) or out of host memory. */
 typedef struct mgt_mem_estimate {
     double act, params, batch, workspace, other, total;
 } mgt_mem_estimate;
-int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, mgt_mem_estimate *e);
+int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, const mgt_optim_cfg *opt,
+                        int accum_steps, mgt_mem_estimate *e);
 /* The estimate as lines for `mgtrain summary`, against an 80 GB H100's memory. */
-void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, FILE *f);
+void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, const mgt_optim_cfg *opt,
+                      int accum_steps, FILE *f);
 
 #endif

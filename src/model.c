@@ -584,12 +584,12 @@ void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     float *probs = last->fused_act ? y : rows_of(m->probs, s, last->out);
     float *dlogits = backward ? rows_of(m->dy[m->nlayers - 1], s, last->out) : NULL;
     const size_t r0 = (size_t)s->row0;
-    if (m->train.loss == MGT_LOSS_SPARSE_CE)
+    if (m->loss == MGT_LOSS_SPARSE_CE)
         o->xent_sparse(s->be, s->n, k, y, s->in.labels + r0, probs, dlogits, 1.0f,
-                       m->train.label_smoothing, m->sums);
+                       m->label_smoothing, m->sums);
     else
         o->xent_dense(s->be, s->n, k, y, s->in.targets + r0 * (size_t)k, probs, dlogits, 1.0f,
-                      m->train.label_smoothing, m->sums);
+                      m->label_smoothing, m->sums);
 }
 
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
@@ -682,12 +682,12 @@ void mgt_model_summary(const mgt_model *m, FILE *f) {
     fprintf(f, "Trainable params: %s\n", c);
     commas(fixed, c, sizeof c);
     fprintf(f, "Non-trainable params: %s (batchnorm moving statistics)\n", c);
-    fprintf(f, "Loss: %s, optimizer: %s, global batch: %lld, epochs: %d\n",
-            mgt_loss_name(m->train.loss), mgt_opt_name(m->train.optimizer),
-            (long long)m->train.batch_size, m->train.epochs);
+}
+
+void mgt_model_summary_memory(const mgt_model *m, int64_t global_batch, FILE *f) {
     mgt_plan p;
     mgt_err e;
-    const int batch = m->train.batch_size < INT32_MAX ? (int)m->train.batch_size : INT32_MAX;
+    const int batch = global_batch < INT32_MAX ? (int)global_batch : INT32_MAX;
     if (mgt_model_plan(m, batch, 1, &p, &e) == 0) {
         char a[48], b[48], q[48];
         mib(p.arena, a, sizeof a);

@@ -1,6 +1,7 @@
 /* model.h: a model file becomes a graph of layers over two flat arenas.
  *
- * The model file is INI: [input], one section per layer, then [train]. A layer takes the
+ * The model file is INI: [input], one section per layer, then [train] (how the model is trained,
+ * which the model itself does not read: train_cfg.h). A layer takes the
  * previous layer's output unless it names its inputs (input = NAME, inputs = A, B: layers above
  * it, or "input" for the model's input), so the file order is an order of computation and the
  * graph has no cycles by construction; the last layer is the output. Merge layers ([add],
@@ -24,11 +25,7 @@
 #include <stdio.h>
 
 #include "backend.h"
-#include "clip.h"
-#include "cpu/optim_math.h" /* the optimizer kinds and their settings */
-#include "data/augment.h"   /* the input transform of [input], the augmentation of [train] */
-#include "monitor.h"
-#include "schedule.h"
+#include "data/augment.h" /* the input transform of [input] */
 #include "tensor_io.h"
 #include "util.h"
 
@@ -48,33 +45,9 @@ typedef struct mgt_shape {
 
 static inline int64_t mgt_shape_elems(mgt_shape s) { return (int64_t)s.h * s.w * s.c; }
 
+/* The loss the last layer's output is scored with: cross-entropy against integer labels (sparse)
+ * or one-hot targets. */
 typedef enum { MGT_LOSS_SPARSE_CE = 0, MGT_LOSS_CE } mgt_loss;
-
-/* [train]: everything the CLI may override. */
-typedef struct mgt_train_cfg {
-    mgt_opt_kind optimizer;
-    float lr;             /* < 0: the optimizer's default (optim.h) */
-    mgt_opt_settings opt; /* the optimizer's other keys (optim.c's key table) */
-    mgt_loss loss;
-    int64_t batch_size; /* GLOBAL batch (of a micro-batch, with accumulation) */
-    int accum_steps;    /* micro-batches per optimizer step (gradient accumulation; 1: none) */
-    int epochs;
-    uint64_t seed;
-    int augment_flip, augment_crop; /* training augmentation (data/augment.h); 0: off */
-    /* Image sets' random-resized crop (data/images.h): on/off, its scale and ratio ranges. */
-    int augment_resized_crop;
-    float augment_scale[2], augment_ratio[2];
-    /* The training regime's keys: the learning-rate schedule and warm-up, gradient clipping,
-     * early stopping and the best weights, label smoothing (schedule.h, clip.h, monitor.h). */
-    mgt_sched_cfg sched;
-    mgt_clip_cfg clip;
-    mgt_stop_cfg stop;
-    float label_smoothing; /* Keras' label_smoothing of the cross-entropy losses, in [0, 1] */
-    /* reproducible (--reproducible): the same weights, bit for bit, on any rank count, from
-     * chunks of repro_chunk samples (repro.h; 0: not given, the default chunk). */
-    int reproducible;
-    int64_t repro_chunk;
-} mgt_train_cfg;
 
 /* One named tensor of an arena. */
 typedef struct mgt_param {
@@ -216,19 +189,6 @@ mgt_conv_shape mgt_conv2d_geometry(int n, int h, int w, int c, int oc, int kh, i
  * only on the layers it applies to, 3x3 stride 1, the others keeping auto). -1 on a bad name. */
 int mgt_conv2d_set_algo(mgt_model *m, const char *algo, mgt_err *err);
 
-/* [train] keys (train_cfg.c): shared by the model file and the CLI's overrides. */
-void mgt_train_defaults(mgt_train_cfg *t);
-int mgt_train_set(mgt_train_cfg *t, const char *key, const char *value, mgt_err *err);
-/* The keys [train] accepts, NULL-terminated in keys[max]; returns their count. */
-int mgt_train_keys(const char **keys, int max);
-/* The [train] keys checked against each other, once the model file and the command line have
- * set them all; validating: the run validates after every epoch. */
-int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err);
-/* The training augmentation the [train] keys ask for (data/augment.h). */
-mgt_augment mgt_train_augment(const mgt_train_cfg *t);
-const char *mgt_opt_name(mgt_opt_kind k);
-const char *mgt_loss_name(mgt_loss l);
-
 /* Layer-type-specific settings, one struct for all (small and plain). */
 typedef struct mgt_layer_cfg {
     int units;                   /* dense */
@@ -291,7 +251,10 @@ struct mgt_model {
     mgt_input_tf input_tf; /* [input] mean, std, center_crop (data/augment.h) */
     int nlayers;
     mgt_layer *layers;
-    mgt_train_cfg train;
+    /* The loss ([train] loss and label_smoothing, set by whoever reads the [train] section:
+     * train_cfg.h): Keras' label_smoothing of the cross-entropy, in [0, 1]. */
+    mgt_loss loss;
+    float label_smoothing;
     int classes;      /* the last layer's units */
 
     int nparams, nbuffers;
@@ -322,12 +285,25 @@ struct mgt_model {
     int *needs_grad; /* per layer: its output's gradient is needed (params at or above it) */
 };
 
-/* Parses a model file (or, when text != NULL, that text under the name `path`). Every error names
- * file:line and the key. */
-int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err);
+/* The section of a model file that the model does not own: [train], the last one, which says how
+ * the model is trained (train_cfg.h reads it). The parser checks each of its keys against `keys`,
+ * hands the value to `set` (whose message it reports at the key's line, after "[train] "), and
+ * requires the `required` keys; both lists are NULL-terminated. */
+typedef struct mgt_model_section {
+    const char *const *keys;
+    const char *const *required;
+    int (*set)(void *ctx, const char *key, const char *value, mgt_err *err);
+    void *ctx;
+} mgt_model_section;
+
+/* Parses a model file (or, when text != NULL, that text under the name `path`), its [train]
+ * section through `train`. Every error names file:line and the key. */
+int mgt_model_parse(mgt_model *m, const char *path, const char *text,
+                    const mgt_model_section *train, mgt_err *err);
 /* The same for the len bytes at text, as read from a file: a NUL byte among them is an error
  * (a C string would end there). */
-int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t len, mgt_err *err);
+int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t len,
+                        const mgt_model_section *train, mgt_err *err);
 /* The model's name that a model file's path gives (its file name without the extension), into
  * name[n]; -1 when it is empty or does not fit. */
 int mgt_model_name_of(const char *path, char *name, size_t n);
@@ -377,9 +353,11 @@ int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s);
 /* Applies the final softmax where it was fused into the loss (predict without labels). */
 void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out);
 
-/* Prints the layer table (name, type, output shape, parameters, inputs), the totals and the
- * activation memory of one rank at the global batch, planned and unplanned. */
+/* Prints the layer table (name, type, output shape, parameters, inputs) and the totals. */
 void mgt_model_summary(const mgt_model *m, FILE *f);
+/* Prints the activation memory of one rank training a global batch of `batch`, planned and
+ * unplanned. */
+void mgt_model_summary_memory(const mgt_model *m, int64_t batch, FILE *f);
 
 /* Weights file I/O in PyTorch layout/names: writes params and buffers from host arrays; reads and
  * checks names and shapes against the model. */

@@ -5,7 +5,8 @@
  * not at all. We therefore feed it through ini_parse_stream with our own line reader: the reader
  * sees every raw line, counts lines and opens a new section record at each "[...]" header; the
  * handler, which inih calls for each key = value of that line right after, files the pair under
- * the section the reader opened. */
+ * the section the reader opened. The [train] section's pairs go to its reader (model.h:
+ * mgt_model_section), the model knowing nothing of them. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,7 @@ typedef struct pstate {
     int sec_line;
     char sec_name[64];
     mgt_layer *layer; /* open layer section */
+    const mgt_model_section *train; /* [train]'s reader */
     char seen[32][32];
     int nseen;
     int had_input, had_train, failed;
@@ -42,7 +44,6 @@ typedef struct pstate {
 } pstate;
 
 static const char *const input_keys[] = {"shape", "mean", "std", "center_crop", NULL};
-static const char *const train_required[] = {"optimizer", "loss", "batch_size", NULL};
 
 static int fail(pstate *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(pstate *p, int line, const char *fmt, ...) {
@@ -70,7 +71,7 @@ static const char *const *required_keys(const pstate *p) {
     if (p->kind == SEC_INPUT)
         return input_required;
     if (p->kind == SEC_TRAIN)
-        return train_required;
+        return p->train->required;
     return NULL;
 }
 
@@ -286,9 +287,8 @@ static int set_input(pstate *p, const char *key, const char *val) {
 }
 
 static int set_train(pstate *p, const char *key, const char *val) {
-    mgt_train_cfg *t = &p->m->train;
     mgt_err e;
-    if (mgt_train_set(t, key, val, &e) < 0)
+    if (p->train->set(p->train->ctx, key, val, &e) < 0)
         return fail(p, p->line, "[train] %s", e.msg);
     return 1;
 }
@@ -299,12 +299,12 @@ static int handler(void *user, const char *section, const char *key, const char 
     if (p->failed)
         return 1;
     if (p->kind == SEC_NONE)
-        return fail(p, p->line, "'%s = %s' is outside any section; keys belong under [input], "
-                    "a layer or [train]", key, value);
-    const char *train_keys[64]; /* train_cfg.c's, the optimizers' included */
-    mgt_train_keys(train_keys, 64);
+        return fail(p, p->line,
+                    "'%s = %s' is outside any section; keys belong under [input], "
+                    "a layer or [train]",
+                    key, value);
     const char *const *keys = p->kind == SEC_INPUT   ? input_keys
-                              : p->kind == SEC_TRAIN ? train_keys
+                              : p->kind == SEC_TRAIN ? p->train->keys
                                                      : p->layer->type->keys;
     int ok = 0;
     for (int i = 0; keys && keys[i]; i++)
@@ -558,9 +558,17 @@ static int build(pstate *p) {
                         "shape = H,W,C", p->path);
     if (m->nlayers == 0)
         return mgt_errf(p->err, "%s: no layers between [input] and [train]", p->path);
-    if (!p->had_train)
-        return mgt_errf(p->err, "%s: no [train] section; add one with optimizer, loss and "
-                        "batch_size", p->path);
+    if (!p->had_train) {
+        char keys[256] = "";
+        const char *const *req = p->train->required;
+        for (int i = 0; req[i]; i++)
+            snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%s",
+                     i == 0       ? ""
+                     : req[i + 1] ? ", "
+                                  : " and ",
+                     req[i]);
+        return mgt_errf(p->err, "%s: no [train] section; add one with %s", p->path, keys);
+    }
     if (p->had_mean != p->had_std)
         return mgt_errf(p->err,
                         "%s: [input] has %s but no %s; normalisation needs both (torchvision's "
@@ -693,26 +701,26 @@ static int read_model(const char *path, char **text, size_t *len, mgt_err *err) 
     return 0;
 }
 
-int mgt_model_parse(mgt_model *m, const char *path, const char *text, mgt_err *err) {
+int mgt_model_parse(mgt_model *m, const char *path, const char *text,
+                    const mgt_model_section *train, mgt_err *err) {
     if (text)
-        return mgt_model_parse_len(m, path, text, strlen(text), err);
+        return mgt_model_parse_len(m, path, text, strlen(text), train, err);
     char *file = NULL;
     size_t len = 0;
     memset(m, 0, sizeof *m);
     if (model_name(m, path, err) < 0 || read_model(path, &file, &len, err) < 0)
         return -1;
-    int rc = mgt_model_parse_len(m, path, file, len, err);
+    int rc = mgt_model_parse_len(m, path, file, len, train, err);
     free(file);
     return rc;
 }
 
 int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t len,
-                        mgt_err *err) {
+                        const mgt_model_section *train, mgt_err *err) {
     memset(m, 0, sizeof *m);
-    mgt_train_defaults(&m->train);
     if (model_name(m, path, err) < 0)
         return -1;
-    pstate p = {.m = m, .path = path, .text = text, .end = text + len, .err = err};
+    pstate p = {.m = m, .path = path, .text = text, .end = text + len, .train = train, .err = err};
     int rc = ini_parse_stream(reader, &p, handler, &p);
     if (p.failed)
         goto bad;

@@ -9,7 +9,6 @@
 #include <strings.h>
 
 #include "comm.h"
-#include "reducer.h"
 #include "runtime.h"
 
 /* SGD keeps a velocity only with momentum. */
@@ -102,12 +101,12 @@ void mgt_opt_defaults(mgt_opt_settings *s) {
     }
 }
 
-int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
+int mgt_optim_init(mgt_optim *o, const mgt_optim_cfg *cfg, mgt_backend *be, size_t count,
                    mgt_err *err) {
     return mgt_optim_init_sharded(o, cfg, be, count, 0, 1, err);
 }
 
-int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
+int mgt_optim_init_sharded(mgt_optim *o, const mgt_optim_cfg *cfg, mgt_backend *be, size_t count,
                            int rank, int shards, mgt_err *err) {
     memset(o, 0, sizeof *o);
     o->cfg = *cfg;
@@ -133,7 +132,7 @@ int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *
 }
 
 void mgt_optim_begin(mgt_optim *o, int64_t global_n) {
-    const mgt_train_cfg *c = &o->cfg;
+    const mgt_optim_cfg *c = &o->cfg;
     const mgt_optimizer *d = &table[c->optimizer];
     o->t++;
     o->step = (mgt_opt_hyper){.s = c->opt,

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "model.h"
+#include "util.h"
 
 struct mgt_comm;
 
@@ -36,6 +36,7 @@ typedef struct mgt_optimizer {
 } mgt_optimizer;
 
 const mgt_optimizer *mgt_optimizer_of(mgt_opt_kind k);
+const char *mgt_opt_name(mgt_opt_kind k); /* its name */
 /* The kind named `name` (case-insensitive), or -1. */
 int mgt_opt_find(const char *name);
 /* "sgd, rmsprop or adam": the names, for help texts and messages, into buf. Returns buf. */
@@ -65,8 +66,16 @@ const mgt_opt_key *mgt_opt_key_at(int i);
 /* Every key's default. */
 void mgt_opt_defaults(mgt_opt_settings *s);
 
+/* The optimizer a run uses: [train] optimizer, learning_rate (the run's, from which the schedule
+ * starts: never the "not given" of the file) and the optimizers' other keys. */
+typedef struct mgt_optim_cfg {
+    mgt_opt_kind optimizer;
+    float lr;
+    mgt_opt_settings opt;
+} mgt_optim_cfg;
+
 typedef struct mgt_optim {
-    mgt_train_cfg cfg;
+    mgt_optim_cfg cfg;
     size_t count;
     int nslots;
     float *slot[MGT_OPT_MAX_SLOTS]; /* backend memory: n floats each, element 0 = arena's lo */
@@ -78,10 +87,10 @@ typedef struct mgt_optim {
     float lr;  /* the next step's learning rate: cfg.lr until the schedule sets it (schedule.h) */
 } mgt_optim;
 
-int mgt_optim_init(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
+int mgt_optim_init(mgt_optim *o, const mgt_optim_cfg *cfg, mgt_backend *be, size_t count,
                    mgt_err *err);
 /* ZeRO-1: state for rank `rank`'s slice of `shards` only (comm.h: mgt_comm_slice). */
-int mgt_optim_init_sharded(mgt_optim *o, const mgt_train_cfg *cfg, mgt_backend *be, size_t count,
+int mgt_optim_init_sharded(mgt_optim *o, const mgt_optim_cfg *cfg, mgt_backend *be, size_t count,
                            int rank, int shards, mgt_err *err);
 /* g holds gradient sums over the global batch of `global_n` samples. Updates the instance's
  * slice: mgt_optim_begin, then mgt_optim_update of [lo, lo + n). */

@@ -208,7 +208,7 @@ void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_r
         counts[r] = sizeof mine;
     mgt_gather_host(&p->comm, mine, sizeof mine, all, counts, 0, "start-up gather");
     if (rt->rank == 0) {
-        int64_t b = m->train.batch_size;
+        int64_t b = run->batch;
         size_t params = 0;
         for (int i = 0; i < m->nparams; i++)
             params += m->params[i].count;
@@ -228,7 +228,7 @@ void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_r
             printf("  batch: global %lld, per rank %lld%s\n", (long long)b,
                    (long long)(b / rt->world), b % rt->world ? " or one more" : "");
         printf("  model: %zu trainable parameters; %s, learning rate %g; out: %s\n", params,
-               mgt_opt_name(m->train.optimizer), m->train.lr, run->out);
+               run->optimizer, run->lr, run->out);
         fflush(stdout);
     }
     free(all);

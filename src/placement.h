@@ -43,11 +43,14 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o);
 
 /* What the start-up block says besides the placement (rank 0 prints it). */
 typedef struct mgt_place_run {
-    const char *what;   /* "training", "resuming" */
-    const mgt_model *m; /* name, file, parameters, batch, optimizer */
-    const char *data;   /* the data's description */
-    const char *out;    /* the output folder */
-    int64_t chunk;      /* --reproducible: ranks take whole chunks of this many samples (0: off) */
+    const char *what;      /* "training", "resuming" */
+    const mgt_model *m;    /* name, file, parameters */
+    int64_t batch;         /* the global batch */
+    const char *optimizer; /* its name */
+    float lr;              /* the learning rate */
+    const char *data;      /* the data's description */
+    const char *out;       /* the output folder */
+    int64_t chunk; /* --reproducible: ranks take whole chunks of this many samples (0: off) */
 } mgt_place_run;
 
 /* Collective: gathers every rank's placement; rank 0 prints the start-up block. */

@@ -389,10 +389,9 @@ void mgt_reducer_describe(const mgt_reducer *r, size_t state_floats_per_rank,
         at += (size_t)snprintf(buf + at, n - at, "one %s of the gradients after backward",
                                r->o.zero ? "reduce-scatter" : "all-reduce");
     if (at < n && r->o.accum_steps > 1)
-        at += (size_t)snprintf(buf + at, n - at,
-                               "; %d micro-batches of %lld per optimizer step (%lld samples)",
-                               r->o.accum_steps, (long long)r->m->train.batch_size,
-                               (long long)r->m->train.batch_size * r->o.accum_steps);
+        at += (size_t)snprintf(
+            buf + at, n - at, "; %d micro-batches of %lld per optimizer step (%lld samples)",
+            r->o.accum_steps, (long long)r->o.batch, (long long)r->o.batch * r->o.accum_steps);
     if (at >= n)
         return;
     if (r->o.zero)

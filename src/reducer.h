@@ -69,6 +69,7 @@ typedef struct mgt_reducer_opts {
     double bucket_mb; /* bucket cap in MiB; 0: one bucket after backward */
     int zero;         /* ZeRO-1 */
     int accum_steps;  /* micro-batches per optimizer step (>= 1) */
+    int64_t batch;    /* the global batch of a micro-batch (for the description) */
 } mgt_reducer_opts;
 
 typedef struct mgt_reducer {

@@ -56,7 +56,7 @@ static void share_weights(mgt_replica *r) {
 void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_pos *pos) {
     mgt_model *m = r->m;
     memset(pos, 0, sizeof *pos);
-    pos->seed = m->train.seed;
+    pos->seed = src->seed;
     pos->best_val_loss = -1;
     /* Rank 0 alone reads the file, but a bad one (another model's, damaged) is the job's error,
      * not the rank's: it ends every rank alike. */
@@ -68,14 +68,13 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
         else if (src->weights)
             rc = mgt_model_load_weights(m, src->weights, r->host.w, r->host.buf, &e);
         else
-            mgt_model_init_host(m, m->train.seed, r->host.w, r->host.buf);
+            mgt_model_init_host(m, src->seed, r->host.w, r->host.buf);
     }
     mgt_die_all_if_root(rc < 0 ? e.msg : NULL);
     share_weights(r);
     mgt_optim_state_put(r->opt, r->be, r->comm, r->host.slot, 0);
     mgt_ckpt_bcast_pos(r->comm, pos, 0);
     to_backend(r);
-    m->train.seed = pos->seed;
     r->opt->t = pos->optimizer_t;
     r->saved_step = src->resume_dir ? pos->step : -1;
     mgt_replica_check(r, "after the initial broadcast");

@@ -44,13 +44,14 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
 
 /* Where rank 0 takes the state from (mgt_replica_start). */
 typedef struct mgt_replica_source {
-    const char *weights;    /* a weights file; NULL: initialise from the model's seed */
+    const char *weights;    /* a weights file; NULL: initialise from the seed */
     const char *resume_dir; /* the folder of a checkpoint to resume (then weights is unused) */
+    uint64_t seed;          /* the run's seed, unless the checkpoint has one */
 } mgt_replica_source;
 
 /* Collective: rank 0 takes the state from src, every rank receives it and the position (all
- * zero but the seed unless resuming), the model's seed and the optimizer's step count are set
- * from it, and the replicas' weights are checked equal. */
+ * zero but the seed unless resuming: pos->seed is then the run's seed from here on), the
+ * optimizer's step count is set from it, and the replicas' weights are checked equal. */
 void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_pos *pos);
 
 /* Collective: ends the job when this rank's weights differ from rank 0's (`when` says when). */

@@ -44,44 +44,33 @@ static int is_batchnorm(const mgt_layer *l) {
     return !strcmp(l->type->name, "batchnorm");
 }
 
-int64_t mgt_repro_chunk(const mgt_train_cfg *t) {
-    if (!t->reproducible)
-        return 0;
-    return t->repro_chunk > 0 ? t->repro_chunk : MGT_REPRO_CHUNK_DEFAULT;
-}
-
-/* The [train] keys the mode cannot honour (see repro.h), or 0. */
-static int check_regime(const mgt_model *m, int zero, mgt_err *err) {
-    const mgt_train_cfg *t = &m->train;
-    if (zero)
+/* What the run asks for besides the mode that the mode cannot honour (see repro.h), or 0. */
+static int check_run(const mgt_repro_opts *o, mgt_err *err) {
+    if (o->zero)
         return mgt_errf(err, "--reproducible and --zero 1 exclude each other: the exact all-reduce "
                              "gives every rank the whole gradient; train with --zero 0, or without "
                              "--reproducible");
-    const char *key = t->stop.patience > 0              ? "early stopping (early_stop_patience)"
-                      : t->stop.restore_best            ? "restore_best_weights"
-                      : t->sched.kind == MGT_LR_PLATEAU ? "the plateau schedule (lr_schedule = "
-                                                          "plateau)"
-                                                        : NULL;
-    if (key)
+    if (o->validation_decider)
         return mgt_errf(err,
                         "--reproducible does not go with %s: it acts on validation figures, "
                         "which are not computed bit for bit alike on every rank count; drop it, "
                         "or train without --reproducible",
-                        key);
+                        o->validation_decider);
     return 0;
 }
 
-int mgt_repro_check(const mgt_model *m, const mgt_backend *be, int zero, mgt_err *err) {
-    const int64_t chunk = mgt_repro_chunk(&m->train), batch = m->train.batch_size;
+int mgt_repro_check(const mgt_model *m, const mgt_backend *be, const mgt_repro_opts *o,
+                    mgt_err *err) {
+    const int64_t chunk = o->chunk, batch = o->batch;
     if (!be->ops->xs_add || !be->ops->xs_round)
         return mgt_errf(err,
                         "--reproducible is not available on the %s backend yet; train with "
                         "--device cpu, or without --reproducible",
                         be->ops->name);
-    if (check_regime(m, zero, err) < 0)
+    if (check_run(o, err) < 0)
         return -1;
     /* Every chunk of every micro-batch of a step adds once to each gradient accumulator. */
-    const int64_t accum = m->train.accum_steps > 1 ? m->train.accum_steps : 1;
+    const int64_t accum = o->accum_steps > 1 ? o->accum_steps : 1;
     const int64_t chunks = (batch + chunk - 1) / chunk * accum;
     if (chunks > MGT_XS_MAX_TERMS)
         return mgt_errf(err,
@@ -114,7 +103,7 @@ int mgt_repro_check(const mgt_model *m, const mgt_backend *be, int zero, mgt_err
     return 0;
 }
 
-mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, mgt_err *err) {
+mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, int64_t chunk, mgt_err *err) {
     mgt_backend *be = m->be;
     mgt_repro *r = calloc(1, sizeof *r);
     if (!r) {
@@ -123,7 +112,7 @@ mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, mgt_err *err) {
     }
     r->m = m;
     r->comm = comm;
-    r->chunk = mgt_repro_chunk(&m->train);
+    r->chunk = chunk;
     for (int i = 0; i < m->nlayers; i++)
         if (is_batchnorm(&m->layers[i]) && m->layers[i].in.c > r->bn_c)
             r->bn_c = m->layers[i].in.c;
@@ -160,8 +149,8 @@ void mgt_repro_free(mgt_repro *r) {
     free(r);
 }
 
-void mgt_repro_describe(const mgt_repro *r, char *buf, size_t n) {
-    const int64_t b = r->m->train.batch_size, c = r->chunk;
+void mgt_repro_describe(const mgt_repro *r, int64_t batch, char *buf, size_t n) {
+    const int64_t b = batch, c = r->chunk;
     const double kib = (double)(r->nwords * sizeof(int64_t)) / 1024;
     snprintf(buf, n,
              "reproducible: %lld chunks of %lld samples (the last %lld) per batch, exact "

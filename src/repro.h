@@ -52,21 +52,30 @@ enum { MGT_REPRO_CHUNK_DEFAULT = 8 };
 
 typedef struct mgt_repro mgt_repro;
 
-/* The chunk of a run with these [train] keys: repro_chunk or the default under reproducible,
- * 0 when the mode is off. */
-int64_t mgt_repro_chunk(const mgt_train_cfg *t);
+/* What a run asks of the mode (mgt_repro_check). */
+typedef struct mgt_repro_opts {
+    int64_t chunk;   /* samples per chunk */
+    int64_t batch;   /* the global batch (of a micro-batch) */
+    int accum_steps; /* micro-batches per optimizer step */
+    int zero;        /* ZeRO-1 asked for: refused */
+    /* A training setting that acts on validation figures, named for the message (e.g. "early
+     * stopping (early_stop_patience)"): refused. NULL: none. */
+    const char *validation_decider;
+} mgt_repro_opts;
 
-/* Whether --reproducible can train this model on this backend (with ZeRO-1 if zero is set):
- * the layers, batchnorm's sync, the chunk count of a step and the other [train] keys; an error
- * that every rank meets alike (-1 with err). */
-int mgt_repro_check(const mgt_model *m, const mgt_backend *be, int zero, mgt_err *err);
+/* Whether --reproducible can train this model on this backend with these settings: the backend,
+ * what the run asks for besides, the chunk count of a step, the layers and batchnorm's sync; an
+ * error that every rank meets alike (-1 with err). */
+int mgt_repro_check(const mgt_model *m, const mgt_backend *be, const mgt_repro_opts *o,
+                    mgt_err *err);
 
-/* The state of the mode for one training run (after mgt_model_alloc); NULL with err when
- * memory cannot be had. */
-mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, mgt_err *err);
+/* The state of the mode for one training run in chunks of `chunk` samples (after
+ * mgt_model_alloc); NULL with err when memory cannot be had. */
+mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, int64_t chunk, mgt_err *err);
 void mgt_repro_free(mgt_repro *r);
-/* One line for the start-up block: the chunks and the exact all-reduce's size. */
-void mgt_repro_describe(const mgt_repro *r, char *buf, size_t n);
+/* One line for the start-up block: the chunks of a global batch of `batch` and the exact
+ * all-reduce's size. */
+void mgt_repro_describe(const mgt_repro *r, int64_t batch, char *buf, size_t n);
 
 /* The chunked forward, and the loss + backward of one micro-batch (s->repro set, s->row0 0):
  * the executor's layer passes (model.h: mgt_model_layer_forward, _loss, _layer_backward) on

@@ -5,7 +5,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data/augment.h"
 #include "data/images.h"
 #include "runtime.h"
 
@@ -27,8 +26,8 @@ static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m,
     const int h = m->input.h, w = m->input.w, c = m->input.c, k = m->classes;
     mgt_err e;
     if (s->synthetic)
-        mgt_dataset_synthetic(ds, test ? SYNTHETIC_TEST : synthetic_samples, h, w, c, k,
-                              m->train.seed, test ? 2 : 1);
+        mgt_dataset_synthetic(ds, test ? SYNTHETIC_TEST : synthetic_samples, h, w, c, k, s->seed,
+                              test ? 2 : 1);
     else if (mgt_dataset_load(ds, s->dir, test, h, w, c, k, &m->input_tf, &e) < 0)
         mgt_die_all("%s", e.msg);
     ds->tf = m->input_tf;
@@ -36,7 +35,8 @@ static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m,
 }
 
 /* The model's input transform and augmentation against the data (the same on every rank). */
-static void check_transforms(const mgt_splits *s, const mgt_model *m, int train, double val_split) {
+static void check_transforms(const mgt_splits *s, const mgt_model *m, const mgt_augment *aug,
+                             int train, double val_split) {
     const mgt_input_tf *tf = &m->input_tf;
     const int images = !s->synthetic && mgt_images_dir(s->dir);
     if (tf->norm && tf->nvalues != 1 && tf->nvalues != m->input.c)
@@ -49,13 +49,12 @@ static void check_transforms(const mgt_splits *s, const mgt_model *m, int train,
                     m->path, s->synthetic ? "synthetic data" : s->dir);
     if (!train)
         return;
-    const mgt_train_cfg *t = &m->train;
-    if (t->augment_resized_crop && !images)
+    if (aug->resized_crop && !images)
         mgt_die_all("%s: augment_resized_crop crops and resizes images stored larger than the "
                     "input, which image sets hold (mgtrain convert); for %s use augment_crop "
                     "(pad and crop) or convert a folder of images",
                     m->path, s->synthetic ? "synthetic data" : s->dir);
-    if (t->augment_crop > 0 && images)
+    if (aug->crop > 0 && images)
         mgt_die_all("%s: augment_crop (pad and crop at the input's size) is for data stored at "
                     "the input's size; %s is an image set: use augment_resized_crop = true",
                     m->path, s->dir);
@@ -66,9 +65,10 @@ static void check_transforms(const mgt_splits *s, const mgt_model *m, int train,
                     s->dir, s->dir);
 }
 
-void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, int train,
-                     const char *eval_split) {
+void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, uint64_t seed,
+                     int train, const char *eval_split) {
     memset(s, 0, sizeof *s);
+    s->seed = seed;
     const char *dir = o->data;
     s->synthetic = dir && !strcmp(dir, "synthetic");
     if (!dir) {
@@ -86,7 +86,8 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
     s->threads = o->threads;
     if (train) {
         load_split(s, &s->train, m, 0, o->synthetic_samples);
-        check_transforms(s, m, 1, o->val_split); /* the data is there: is it what they take? */
+        check_transforms(s, m, &o->augment, 1,
+                         o->val_split); /* the data is there: is it what they take? */
         if (o->val_split > 0) {
             /* Keras' validation_split: the LAST fraction of the training data, before shuffling. */
             const int64_t n = s->train.n, nv = (int64_t)((double)n * o->val_split);
@@ -107,7 +108,7 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
         load_split(s, &s->test, m, !eval_split || !strcmp(eval_split, "test"),
                    o->synthetic_samples);
         if (!train)
-            check_transforms(s, m, 0, 0);
+            check_transforms(s, m, &o->augment, 0, 0);
         s->have_test = 1;
         if (train) {
             s->val = s->test;
@@ -128,10 +129,9 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
                  " (%s); evaluation: resized to %dx%d, centre %dx%d",
                  mgt_images_describe(any, what, sizeof what), side, side, m->input.h, m->input.w);
     }
-    const mgt_augment aug = mgt_train_augment(&m->train);
-    if (train && mgt_augment_on(&aug)) /* training batches only */
+    if (train && mgt_augment_on(&o->augment)) /* training batches only */
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; augmented: %s",
-                 mgt_augment_describe(&aug, what, sizeof what));
+                 mgt_augment_describe(&o->augment, what, sizeof what));
     if (m->input_tf.norm)
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; %s",
                  mgt_input_describe(&m->input_tf, what, sizeof what));

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "data/augment.h"
 #include "data/dataset.h"
 #include "model.h"
 
@@ -22,6 +23,7 @@ typedef struct mgt_splits {
     int have_val, have_test;
     int val_is_test; /* val is a copy of test, not its own data */
     int synthetic;
+    uint64_t seed;  /* keys synthetic data */
     char dir[512];  /* the IDX folder */
     char desc[900]; /* the data, for the start-up block and run.json */
     int threads;    /* an image set's transform threads (images.h) */
@@ -34,12 +36,14 @@ typedef struct mgt_splits_opts {
     int rank;                  /* rank 0 prints the notice */
     int threads;               /* threads transforming an image set's batches (images.h) */
     int no_validation;         /* training without validation: no test split is read */
+    mgt_augment augment;       /* the training batches' augmentation: fits the data? (described) */
 } mgt_splits_opts;
 
 /* Training (train = 1): the training and validation splits; otherwise the split named by
- * eval_split ("train", "test", or NULL: test). Shapes and classes come from the model. */
-void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, int train,
-                     const char *eval_split);
+ * eval_split ("train", "test", or NULL: test). Shapes and classes come from the model; seed keys
+ * synthetic data (the run's: a resumed run's is its checkpoint's). */
+void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, uint64_t seed,
+                     int train, const char *eval_split);
 /* The test split, loaded now if training validated on a fraction of the training data; NULL
  * when the data folder has none (a .npy folder with train_* files only). */
 const mgt_dataset *mgt_splits_test(mgt_splits *s, const mgt_model *m);

@@ -15,7 +15,7 @@ int mgt_stage_init(mgt_stage *s, mgt_backend *be, const mgt_model *m, mgt_err *e
     s->be = be;
     s->elems = mgt_shape_elems(m->input);
     s->classes = m->classes;
-    s->one_hot = m->train.loss == MGT_LOSS_CE;
+    s->one_hot = m->loss == MGT_LOSS_CE;
     s->max_batch = m->max_batch;
     const size_t mb = (size_t)s->max_batch, in = (size_t)s->elems, k = (size_t)s->classes;
     s->x[0] = m->x;

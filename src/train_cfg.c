@@ -1,12 +1,13 @@
-/* train_cfg.c: the [train] section's keys, shared by model files and command-line overrides. The
- * optimizer's own keys and names come from optim.c's tables. */
+/* train_cfg.c: the [train] section's keys, shared by model files and command-line overrides (see
+ * train_cfg.h). The optimizer's own keys and names come from optim.c's tables. */
+#include "train_cfg.h"
+
 #include <stddef.h>
 #include <string.h>
 #include <strings.h>
 
-#include "model.h"
-#include "optim.h"
 #include "parse.h"
+#include "repro.h"
 
 mgt_augment mgt_train_augment(const mgt_train_cfg *t) {
     return (mgt_augment){.flip = t->augment_flip,
@@ -265,4 +266,65 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
     if (rc)
         return rc < 0 ? -1 : 0;
     return mgt_errf(err, "unknown key %s", key);
+}
+
+/* The model file's [train] section, as model_parse.c hands it over. */
+static const char *const required_keys[] = {"optimizer", "loss", "batch_size", NULL};
+
+static int set_key(void *t, const char *key, const char *value, mgt_err *err) {
+    return mgt_train_set(t, key, value, err);
+}
+
+/* The model file at path, or the text at text (len bytes when len != NULL, else a C string). */
+static int parse_file(mgt_model *m, mgt_train_cfg *t, const char *path, const char *text,
+                      const size_t *len, mgt_err *err) {
+    const char *keys[64]; /* the optimizers' included */
+    mgt_train_keys(keys, 64);
+    const mgt_model_section train = {
+        .keys = keys, .required = required_keys, .set = set_key, .ctx = t};
+    mgt_train_defaults(t);
+    if ((len ? mgt_model_parse_len(m, path, text, *len, &train, err)
+             : mgt_model_parse(m, path, text, &train, err)) < 0)
+        return -1;
+    mgt_train_apply_loss(t, m);
+    return 0;
+}
+
+int mgt_model_file_parse(mgt_model *m, mgt_train_cfg *t, const char *path, const char *text,
+                         mgt_err *err) {
+    return parse_file(m, t, path, text, NULL, err);
+}
+
+int mgt_model_file_parse_len(mgt_model *m, mgt_train_cfg *t, const char *path, const char *text,
+                             size_t len, mgt_err *err) {
+    return parse_file(m, t, path, text, &len, err);
+}
+
+void mgt_train_apply_loss(const mgt_train_cfg *t, mgt_model *m) {
+    m->loss = t->loss;
+    m->label_smoothing = t->label_smoothing;
+}
+
+mgt_optim_cfg mgt_train_optim(const mgt_train_cfg *t) {
+    return (mgt_optim_cfg){.optimizer = t->optimizer,
+                           .lr = t->lr >= 0 ? t->lr : mgt_optimizer_of(t->optimizer)->default_lr,
+                           .opt = t->opt};
+}
+
+int64_t mgt_train_repro_chunk(const mgt_train_cfg *t) {
+    if (!t->reproducible)
+        return 0;
+    return t->repro_chunk > 0 ? t->repro_chunk : MGT_REPRO_CHUNK_DEFAULT;
+}
+
+const char *mgt_train_validation_decider(const mgt_train_cfg *t) {
+    return t->stop.patience > 0              ? "early stopping (early_stop_patience)"
+           : t->stop.restore_best            ? "restore_best_weights"
+           : t->sched.kind == MGT_LR_PLATEAU ? "the plateau schedule (lr_schedule = plateau)"
+                                             : NULL;
+}
+
+void mgt_train_summary(const mgt_train_cfg *t, FILE *f) {
+    fprintf(f, "Loss: %s, optimizer: %s, global batch: %lld, epochs: %d\n", mgt_loss_name(t->loss),
+            mgt_opt_name(t->optimizer), (long long)t->batch_size, t->epochs);
 }

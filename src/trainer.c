@@ -37,6 +37,7 @@
 #include "splits.h"
 #include "staging.h"
 #include "tensor_io.h"
+#include "train_cfg.h"
 
 void mgt_options_defaults(mgt_options *o) {
     memset(o, 0, sizeof *o);
@@ -61,6 +62,7 @@ typedef struct session {
     mgt_runtime *rt;
     const mgt_options *o;
     mgt_model m;
+    mgt_train_cfg train; /* the model file's [train] section, with the command line's overrides */
     mgt_placement pl;
     mgt_optim opt;
     mgt_replica rep;
@@ -86,7 +88,7 @@ static session *open_session(session *s, mgt_runtime *rt, const mgt_options *o) 
 /* A [train] key given on the command line; its error names the flag instead of the key. */
 static void override(session *s, const char *flag, const char *key, const char *value) {
     mgt_err e;
-    if (value && mgt_train_set(&s->m.train, key, value, &e) < 0)
+    if (value && mgt_train_set(&s->train, key, value, &e) < 0)
         mgt_die_all("%s %s: %s", flag, value, strchr(e.msg, ':') ? strchr(e.msg, ':') + 2 : e.msg);
 }
 
@@ -119,10 +121,11 @@ static void load_model(session *s) {
         if (mgt_read_text_file(s->model_file, "model file", MODEL_FILE_MAX, &s->model_text,
                                &s->model_len, &e) < 0)
             mgt_die_all("%s; pass --model with a model file such as examples/mlp.cfg", e.msg);
-        rc = mgt_model_parse_len(&s->m, s->model_file, s->model_text, s->model_len, &e);
+        rc = mgt_model_file_parse_len(&s->m, &s->train, s->model_file, s->model_text,
+                                      s->model_len, &e);
     } else {
-        rc = mgt_model_parse(&s->m, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
-                             MGT_DEFAULT_MODEL_TEXT, &e);
+        rc = mgt_model_file_parse(&s->m, &s->train, "examples/" MGT_DEFAULT_MODEL_NAME ".cfg",
+                                  MGT_DEFAULT_MODEL_TEXT, &e);
         snprintf(s->m.path, sizeof s->m.path, "built-in model");
         note_builtin(s);
     }
@@ -143,9 +146,10 @@ static void load_model(session *s) {
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
     if (o->input_shape && mgt_model_set_input_shape(&s->m, o->input_shape, &e) < 0)
         mgt_die_all("--input-shape %s: %s", o->input_shape, e.msg);
-    mgt_train_cfg *t = &s->m.train;
+    mgt_train_cfg *t = &s->train;
     if (t->lr < 0)
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
+    mgt_train_apply_loss(t, &s->m);
 }
 
 /* m->share for the transport's shared memory (collective: every rank asks alike, and a refusal,
@@ -163,6 +167,7 @@ static void *share_arena(void *ctx, size_t bytes) {
 static void set_up(session *s) {
     const mgt_options *o = s->o;
     mgt_model *m = &s->m;
+    const mgt_train_cfg *t = &s->train;
     const int train = !strcmp(o->command, "train");
     const mgt_place_opts po = {.device = o->device,
                                .gpus = o->gpus,
@@ -171,19 +176,24 @@ static void set_up(session *s) {
                                .bf16 = o->bf16,
                                .algo_cache = o->algo_cache,
                                .comm_timeout = o->comm_timeout,
-                               .one_thread = train && m->train.reproducible,
-                               .deterministic = train && m->train.reproducible,
+                               .one_thread = train && t->reproducible,
+                               .deterministic = train && t->reproducible,
                                .share_gpu = o->share_gpu};
     mgt_place_init(&s->pl, s->rt, &po);
     mgt_backend *be = &s->pl.be;
     const int world = s->rt->world;
-    const int64_t b = m->train.batch_size;
+    const int64_t b = t->batch_size;
     /* --reproducible: ranks take whole chunks, so one may get more than an even share */
-    const int64_t chunk = train ? mgt_repro_chunk(&m->train) : 0;
+    const int64_t chunk = train ? mgt_train_repro_chunk(t) : 0;
     const int max_batch =
         (int)(chunk ? mgt_shard_chunks_max(b, chunk, world) : (b + world - 1) / world);
     mgt_err e;
-    if (chunk && mgt_repro_check(m, be, o->zero, &e) < 0) /* the same on every rank */
+    const mgt_repro_opts ro = {.chunk = chunk,
+                               .batch = b,
+                               .accum_steps = t->accum_steps,
+                               .zero = o->zero,
+                               .validation_decider = mgt_train_validation_decider(t)};
+    if (chunk && mgt_repro_check(m, be, &ro, &e) < 0) /* the same on every rank */
         mgt_die_all("%s", e.msg);
     if (mgt_model_check_batch(m, max_batch, &e) < 0) /* the same on every rank */
         mgt_die_all("%s", e.msg);
@@ -195,13 +205,12 @@ static void set_up(session *s) {
     /* A checkpoint resumes a run of the same optimizer step and --reproducible chunk. */
     const mgt_replica_files files = {
         .keep_checkpoints = o->keep_checkpoints,
-        .run = {.step_batch = b * (m->train.accum_steps > 1 ? m->train.accum_steps : 1),
-                .chunk = chunk}};
+        .run = {.step_batch = b * (t->accum_steps > 1 ? t->accum_steps : 1), .chunk = chunk}};
     /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
     const int shards = train && o->zero ? world : 1;
+    const mgt_optim_cfg optim = mgt_train_optim(t);
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
-        mgt_optim_init_sharded(&s->opt, &m->train, be, m->param_count, s->rt->rank, shards, &e) <
-            0 ||
+        mgt_optim_init_sharded(&s->opt, &optim, be, m->param_count, s->rt->rank, shards, &e) < 0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, train ? &files : NULL, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
         mgt_die("%s", e.msg);
@@ -217,14 +226,15 @@ static int loader_threads(const session *s) {
     return strcmp(s->pl.be.ops->name, "cpu") && cores > 1 ? cores - 1 : 1;
 }
 
-static void load_data(session *s, int train, const char *split) {
+static void load_data(session *s, uint64_t seed, int train, const char *split) {
     const mgt_splits_opts so = {.data = s->o->data,
                                 .val_split = s->o->val_split,
                                 .synthetic_samples = s->o->synthetic_samples,
                                 .rank = s->rt->rank,
                                 .threads = loader_threads(s),
-                                .no_validation = train && s->o->no_validation};
-    mgt_splits_load(&s->data, &so, &s->m, train, split);
+                                .no_validation = train && s->o->no_validation,
+                                .augment = mgt_train_augment(&s->train)};
+    mgt_splits_load(&s->data, &so, &s->m, seed, train, split);
 }
 
 static void free_session(session *s) {
@@ -302,7 +312,7 @@ static void how_it_ended(char *buf, size_t n, const session *s, const mgt_fit_re
                          const mgt_ckpt_pos *pos) {
     if (r->stop_signal)
         snprintf(buf, n, "interrupted by %s", mgt_signal_name(r->stop_signal));
-    else if (pos->epoch < s->m.train.epochs)
+    else if (pos->epoch < s->train.epochs)
         snprintf(buf, n, "stopped at --max-steps %lld", (long long)s->o->max_steps);
     else
         snprintf(buf, n, "finished");
@@ -312,7 +322,7 @@ static void how_it_ended(char *buf, size_t n, const session *s, const mgt_fit_re
  * weights, if the run ended before it could write them). Collective. Returns 1 if so. */
 static int nothing_left(session *s, const mgt_ckpt_pos *pos) {
     const mgt_options *o = s->o;
-    const int epochs = s->m.train.epochs;
+    const int epochs = s->train.epochs;
     if (pos->epoch < epochs && (o->max_steps == 0 || pos->step < o->max_steps))
         return 0;
     char path[600];
@@ -372,7 +382,7 @@ static void make_out_dir(session *s) {
 
 /* Rank 0, the folder locked: what a killed writer left is removed, the old run's files with
  * --overwrite, and the run's model file copy and run.json (its new segment) are written. */
-static void prepare_out(session *s, int64_t start_step) {
+static void prepare_out(session *s, int64_t start_step, uint64_t seed) {
     if (s->rt->rank != 0)
         return;
     const mgt_model *m = &s->m;
@@ -390,16 +400,16 @@ static void prepare_out(session *s, int64_t start_step) {
     const mgt_run_info ri = {.model = m->name,
                              .model_file = m->path,
                              .model_copy = copy,
-                             .optimizer = mgt_opt_name(m->train.optimizer),
+                             .optimizer = mgt_opt_name(s->train.optimizer),
                              .backend = s->pl.be.ops->name,
                              .data = s->data.desc,
                              .version = MGT_VERSION,
                              .world = s->rt->world,
                              .nodes = s->rt->nodes,
-                             .epochs = m->train.epochs,
-                             .global_batch = m->train.batch_size,
-                             .lr = m->train.lr,
-                             .seed = m->train.seed};
+                             .epochs = s->train.epochs,
+                             .global_batch = s->train.batch_size,
+                             .lr = s->train.lr,
+                             .seed = seed};
     if (mgt_rundir_copy_model(&s->rd, m->name, text, len, &e) < 0 ||
         mgt_rundir_begin(&s->rd, &ri, s->resumed, start_step, &e) < 0)
         mgt_die("%s", e.msg);
@@ -425,9 +435,9 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
     printf("Trained %lld steps in %.1f s (%.0f samples/s); total %.1f s; weights: "
            "%s/weights.safetensors\n",
            (long long)r->steps, r->seconds,
-           r->seconds > 0 ? (double)r->steps * (double)s->m.train.batch_size *
-                                s->m.train.accum_steps / r->seconds
-                          : 0.0,
+           r->seconds > 0
+               ? (double)r->steps * (double)s->train.batch_size * s->train.accum_steps / r->seconds
+               : 0.0,
            mgt_now() - t_start, s->out);
     /* Keras' "s/step": a large model's samples/s rounds to a few digits, its step time does not */
     if (r->steps > 0)
@@ -450,10 +460,11 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     session ss, *s = open_session(&ss, rt, o);
     load_model(s);
     mgt_model *m = &s->m;
+    const mgt_train_cfg *t = &s->train;
     mgt_err ce;
-    if (mgt_train_check(&m->train, !o->no_validation, &ce) < 0)
+    if (mgt_train_check(t, !o->no_validation, &ce) < 0)
         mgt_die_all("%s", ce.msg);
-    const int64_t B = m->train.batch_size;
+    const int64_t B = t->batch_size;
     if (B < rt->world)
         mgt_die_all("%d ranks but the global batch is %lld: every rank needs at least one sample "
                     "per step; start at most %lld ranks or raise --batch-size",
@@ -465,8 +476,9 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     claim_out(s);
     mgt_ckpt_pos pos;
     const mgt_replica_source src = {.weights = s->resumed ? NULL : o->init_weights,
-                                    .resume_dir = s->resumed ? s->out : NULL};
-    const uint64_t seed = m->train.seed;
+                                    .resume_dir = s->resumed ? s->out : NULL,
+                                    .seed = t->seed};
+    const uint64_t seed = t->seed;
     mgt_replica_start(&s->rep, &src, &pos);
     /* A resumed run keeps the checkpoint's seed; one asked for by name that differs would be
      * ignored without a word (every rank has both). */
@@ -482,30 +494,33 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         return 0;
     }
     /* After the start: a resumed run's seed is the checkpoint's, and it keys synthetic data. */
-    load_data(s, 1, NULL);
-    if (s->resumed &&
-        mgt_ckpt_check_position(&pos, s->out, s->data.train.n,
-                                B * (m->train.accum_steps > 1 ? m->train.accum_steps : 1),
-                                &e) < 0) /* every rank; a step takes B x K samples */
+    load_data(s, pos.seed, 1, NULL);
+    if (s->resumed && mgt_ckpt_check_position(&pos, s->out, s->data.train.n,
+                                              B * (t->accum_steps > 1 ? t->accum_steps : 1),
+                                              &e) < 0) /* every rank; a step takes B x K samples */
         mgt_die_all("%s", e.msg);
     /* From here until the folder is let go a stop signal saves the work done (the loop stops at
      * a step boundary) and ends with the folder clean: the default action would kill the
      * process with the lock in place. */
     mgt_runtime_catch_stops(rt);
     make_out_dir(s);
-    prepare_out(s, pos.step);
+    prepare_out(s, pos.step, pos.seed);
+    const int64_t chunk = mgt_train_repro_chunk(t);
     const mgt_place_run run = {.what = s->resumed ? "resuming" : "training",
                                .m = m,
+                               .batch = B,
+                               .optimizer = mgt_opt_name(t->optimizer),
+                               .lr = t->lr,
                                .data = s->data.desc,
                                .out = s->out,
-                               .chunk = mgt_repro_chunk(&m->train)};
+                               .chunk = chunk};
     mgt_place_report(&s->pl, rt, &run);
     if (s->resumed && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", s->out,
                (long long)pos.epoch + 1, (long long)pos.step);
 
     /* A loader thread pays where the rank has a core to spare for it, or a GPU computes. */
-    const mgt_stage_train_opts so = {.seed = m->train.seed,
+    const mgt_stage_train_opts so = {.seed = pos.seed,
                                      .batch = B,
                                      .rank = rt->rank,
                                      .world = rt->world,
@@ -513,8 +528,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                                                  mgt_runtime_cores(rt) > 1,
                                      .device_data = o->device_data,
                                      .host_batches = mgt_fault_host_batches(&fault),
-                                     .augment = mgt_train_augment(&m->train),
-                                     .chunk = mgt_repro_chunk(&m->train)};
+                                     .augment = mgt_train_augment(t),
+                                     .chunk = chunk};
     if (mgt_stage_train(&s->st, &s->data.train, &so, &e) < 0)
         mgt_die("%s", e.msg);
     const mgt_fit_env env = {.m = m,
@@ -527,24 +542,34 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
                              .val = o->no_validation ? NULL : &s->data.val,
                              .out = s->out};
     const mgt_fit_opts fo = {
-        .max_steps = o->max_steps,
+        .regime = {.epochs = t->epochs,
+                   .max_steps = o->max_steps,
+                   .lr = t->lr,
+                   .sched = t->sched,
+                   .clip = t->clip,
+                   .stop = t->stop},
+        .step = {.batch = B,
+                 .accum_steps = t->accum_steps,
+                 .chunk = chunk,
+                 .bucket_mb =
+                     o->bucket_mb >= 0 ? o->bucket_mb : mgt_bucket_mb_default(s->pl.be.ops),
+                 .zero = o->zero,
+                 .progress = o->comm_progress && !strcmp(o->comm_progress, "thread")
+                                 ? MGT_PROGRESS_THREAD
+                                 : MGT_PROGRESS_TEST,
+                 .cuda_graph = o->cuda_graph},
+        .log = {.verbose = o->verbose,
+                .launched = rt->launched,
+                .profile = o->profile,
+                .profile_layers = o->profile_layers,
+                .precision = o->bf16   ? "bf16"
+                             : o->tf32 ? "tf32"
+                                       : "fp32",
+                .timeline = o->timeline,
+                .tensorboard = !o->no_tensorboard,
+                .log_every = o->log_every,
+                .debug_check = o->debug_check},
         .save_every = o->save_every,
-        .debug_check = o->debug_check,
-        .verbose = o->verbose,
-        .launched = rt->launched,
-        .profile = o->profile,
-        .profile_layers = o->profile_layers,
-        .precision = o->bf16   ? "bf16"
-                     : o->tf32 ? "tf32"
-                               : "fp32",
-        .cuda_graph = o->cuda_graph,
-        .no_tensorboard = o->no_tensorboard,
-        .timeline = o->timeline,
-        .bucket_mb = o->bucket_mb >= 0 ? o->bucket_mb : mgt_bucket_mb_default(s->pl.be.ops),
-        .zero = o->zero,
-        .progress = o->comm_progress && !strcmp(o->comm_progress, "thread") ? MGT_PROGRESS_THREAD
-                                                                            : MGT_PROGRESS_TEST,
-        .log_every = o->log_every,
         .resumed = s->resumed};
     mgt_fit_result res;
     mgt_fit(&env, &fo, &pos, &res);
@@ -637,13 +662,13 @@ static void prepare_inference(session *s, const char *what) {
                     "of mgtrain train)",
                     what, s->m.name);
     set_up(s);
-    load_data(s, 0, o->split);
+    load_data(s, s->train.seed, 0, o->split);
     if (s->data.test.n < s->rt->world)
         mgt_die_all("%d ranks for %lld samples: start at most %lld ranks", s->rt->world,
                     (long long)s->data.test.n, (long long)s->data.test.n);
     snprintf(s->out, sizeof s->out, ".");
     mgt_ckpt_pos pos;
-    const mgt_replica_source src = {.weights = weights};
+    const mgt_replica_source src = {.weights = weights, .seed = s->train.seed};
     mgt_replica_start(&s->rep, &src, &pos);
 }
 
@@ -720,14 +745,17 @@ int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
     load_model(s);
     if (rt->rank == 0) {
         mgt_model_summary(&s->m, stdout);
-        const int64_t lb = s->m.train.batch_size;
-        mgt_memory_print(&s->m, lb < INT32_MAX ? (int)lb : INT32_MAX, o->bf16, o->tf32, stdout);
+        mgt_train_summary(&s->train, stdout);
+        mgt_model_summary_memory(&s->m, s->train.batch_size, stdout);
+        const int64_t b = s->train.batch_size;
+        const mgt_optim_cfg opt = mgt_train_optim(&s->train);
+        mgt_memory_print(&s->m, b < INT32_MAX ? (int)b : INT32_MAX, o->bf16, o->tf32, &opt,
+                         s->train.accum_steps, stdout);
         if (o->floor) { /* the batch of one GPU: the whole global batch on one rank */
             const char *prec = o->bf16 ? "bf16" : o->tf32 ? "tf32" : "fp32";
-            const int64_t b = s->m.train.batch_size;
             printf("\n");
             mgt_floor_table(&s->m, b < INT32_MAX ? (int)b : INT32_MAX, o->bf16 ? 2 : 4,
-                            mgt_rates_h100(prec), stdout);
+                            mgt_rates_h100(prec), &opt, stdout);
         }
     }
     mgt_model_free(&s->m);

@@ -10,6 +10,7 @@
 
 #include "fuzz.h"
 #include "model.h"
+#include "train_cfg.h"
 
 static void check_tensors(const mgt_param *t, int n, size_t total) {
     size_t end = 0;
@@ -30,8 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!text)
         return 0;
     mgt_model m;
+    mgt_train_cfg train;
     mgt_err e = {{0}};
-    if (mgt_model_parse(&m, "fuzz.cfg", text, &e) < 0) {
+    if (mgt_model_file_parse(&m, &train, "fuzz.cfg", text, &e) < 0) {
         FUZZ_CHECK(!strncmp(e.msg, "fuzz.cfg", 8), "message \"%s\"", e.msg);
         free(text);
         return 0;
@@ -49,9 +51,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FILE *null = fopen("/dev/null", "w");
     if (null) {
         mgt_model_summary(&m, null);
+        mgt_train_summary(&train, null);
+        mgt_model_summary_memory(&m, train.batch_size, null);
         fclose(null);
     }
-    const int batches[3] = {1, (int)m.train.batch_size, 1 << 24};
+    const int batches[3] = {1, (int)train.batch_size, 1 << 24};
     for (int i = 0; i < 3; i++)
         if (mgt_model_check_batch(&m, batches[i], &e) < 0)
             FUZZ_CHECK(strstr(e.msg, "model too large"), "message \"%s\"", e.msg);
@@ -60,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         float *w = malloc(sizeof *w * (m.param_count + 1));
         float *buf = malloc(sizeof *buf * (m.buffer_count + 1));
         if (w && buf) {
-            mgt_model_init_host(&m, m.train.seed, w, buf);
+            mgt_model_init_host(&m, train.seed, w, buf);
             for (size_t i = 0; i < m.param_count; i++)
                 FUZZ_CHECK(isfinite(w[i]), "weight %zu is %g", i, (double)w[i]);
         }

@@ -12,6 +12,7 @@
 #include "fuzz.h"
 #include "model.h"
 #include "tensor_io.h"
+#include "train_cfg.h"
 
 static const char MODEL[] = "[input]\nshape = 3,3,1\n"
                             "[conv2d]\nfilters = 2\nkernel = 2\n"
@@ -81,7 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         hlen |= (uint64_t)data[b] << (8 * b);
     check_file(&st, size - 8 - (size_t)hlen);
     mgt_model m;
-    if (mgt_model_parse(&m, "fuzz.cfg", MODEL, &e) == 0) {
+    mgt_train_cfg train;
+    if (mgt_model_file_parse(&m, &train, "fuzz.cfg", MODEL, &e) == 0) {
         float *w = calloc(m.param_count + 1, sizeof *w);
         float *buf = calloc(m.buffer_count + 1, sizeof *buf);
         if (w && buf) {

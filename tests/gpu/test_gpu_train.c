@@ -1,6 +1,6 @@
 /* test_gpu_train.c: whole training steps on the GPU against the CPU backend.
  *
- * Two small models (parsed from text with mgt_model_parse) cover every layer type and both
+ * Two small models (parsed from text with mgt_model_file_parse) cover every layer type and both
  * losses: convolutions with symmetric and asymmetric "same" padding, batchnorm, max and average
  * pooling, dropout (masks must match bit for bit for this to work at all), flatten, dense layers
  * with each activation, sparse and one-hot cross-entropy, Adam and SGD with Nesterov momentum.
@@ -14,6 +14,7 @@
 #include "gpu_test.h"
 #include "model.h"
 #include "optim.h"
+#include "train_cfg.h"
 
 static const char *model_a =
     "[input]\nshape = 12,12,3\n"
@@ -43,6 +44,7 @@ static const char *model_b =
 
 typedef struct run {
     mgt_model m;
+    mgt_train_cfg train; /* the model file's [train] */
     mgt_optim opt;
     mgt_backend *be;
     float *hx, *ht;
@@ -53,21 +55,24 @@ static void run_init(run *r, mgt_backend *be, const char *text) {
     mgt_err e;
     memset(r, 0, sizeof *r);
     r->be = be;
-    if (mgt_model_parse(&r->m, "gpu_test.cfg", text, &e) < 0 ||
-        mgt_model_alloc(&r->m, be, (int)r->m.train.batch_size, &e) < 0 ||
-        mgt_optim_init(&r->opt, &r->m.train, be, r->m.param_count, &e) < 0) {
+    if (mgt_model_file_parse(&r->m, &r->train, "gpu_test.cfg", text, &e) < 0 ||
+        mgt_model_alloc(&r->m, be, (int)r->train.batch_size, &e) < 0) {
         fprintf(stderr, "model set-up failed: %s\n", e.msg);
         exit(2);
     }
     mgt_model *m = &r->m;
-    if (m->train.lr < 0)
-        m->train.lr = 0.001f;
-    r->opt.cfg = m->train;
+    if (r->train.lr < 0)
+        r->train.lr = 0.001f;
+    const mgt_optim_cfg optim = mgt_train_optim(&r->train);
+    if (mgt_optim_init(&r->opt, &optim, be, r->m.param_count, &e) < 0) {
+        fprintf(stderr, "model set-up failed: %s\n", e.msg);
+        exit(2);
+    }
     float *w = hf(m->param_count + 1), *buf = hf(m->buffer_count + 1);
-    mgt_model_init_host(m, m->train.seed, w, buf);
+    mgt_model_init_host(m, r->train.seed, w, buf);
     be->ops->to_device(be, m->w, w, m->param_count * sizeof(float));
     be->ops->to_device(be, m->buf, buf, m->buffer_count * sizeof(float));
-    size_t in = (size_t)mgt_shape_elems(m->input), b = (size_t)m->train.batch_size;
+    size_t in = (size_t)mgt_shape_elems(m->input), b = (size_t)r->train.batch_size;
     r->hx = hf(in * b);
     r->ht = hf((size_t)m->classes * b);
     r->hl = hbuf(sizeof(int32_t) * b);
@@ -77,7 +82,7 @@ static void run_init(run *r, mgt_backend *be, const char *text) {
 static void run_step(run *r, int64_t step) {
     mgt_model *m = &r->m;
     const mgt_ops *o = r->be->ops;
-    const int n = (int)m->train.batch_size, k = m->classes;
+    const int n = (int)r->train.batch_size, k = m->classes;
     const size_t in = (size_t)mgt_shape_elems(m->input);
     const uint64_t key = mgt_key3(99, 1, (uint64_t)step);
     for (size_t i = 0; i < in * (size_t)n; i++)
@@ -89,7 +94,7 @@ static void run_step(run *r, int64_t step) {
     }
     o->to_device(r->be, m->x, r->hx, sizeof(float) * in * (size_t)n);
     o->to_device(r->be, m->labels, r->hl, sizeof(int32_t) * (size_t)n);
-    if (m->train.loss == MGT_LOSS_CE)
+    if (m->loss == MGT_LOSS_CE)
         o->to_device(r->be, m->targets, r->ht, sizeof(float) * (size_t)k * n);
     o->zero(r->be, m->sums, 2 * sizeof(float));
     mgt_step s = {.in = {m->x, m->labels, m->targets},
@@ -99,7 +104,7 @@ static void run_step(run *r, int64_t step) {
                   .global_step = step,
                   .first_sample = 0,
                   .global_n = n,
-                  .seed = m->train.seed,
+                  .seed = r->train.seed,
                   .comm = NULL};
     mgt_model_forward(m, &s);
     mgt_model_loss_backward(m, &s, 1);
@@ -133,8 +138,8 @@ static void compare_steps(const char *name, const char *text) {
         double e = rel_err(gg + pp->offset, cg + pp->offset, pp->count, 1e-6);
         CHECK(e <= 1e-4, "%s: gradient of %s: relative error %.3g", name, pp->name, e);
     }
-    mgt_optim_step(&c.opt, c.be, c.m.w, c.m.g, c.m.train.batch_size);
-    mgt_optim_step(&g.opt, g.be, g.m.w, g.m.g, g.m.train.batch_size);
+    mgt_optim_step(&c.opt, c.be, c.m.w, c.m.g, c.train.batch_size);
+    mgt_optim_step(&g.opt, g.be, g.m.w, g.m.g, g.train.batch_size);
     float *cw = fetch(&c, c.m.w, m->param_count), *gw = fetch(&g, g.m.w, m->param_count);
     double e1 = rel_err(gw, cw, m->param_count, 1e-6);
     CHECK(e1 <= 1e-4, "%s: weights after one step: relative error %.3g", name, e1);
@@ -142,9 +147,9 @@ static void compare_steps(const char *name, const char *text) {
     /* 19 more */
     for (int64_t step = 1; step < 20; step++) {
         run_step(&c, step);
-        mgt_optim_step(&c.opt, c.be, c.m.w, c.m.g, c.m.train.batch_size);
+        mgt_optim_step(&c.opt, c.be, c.m.w, c.m.g, c.train.batch_size);
         run_step(&g, step);
-        mgt_optim_step(&g.opt, g.be, g.m.w, g.m.g, g.m.train.batch_size);
+        mgt_optim_step(&g.opt, g.be, g.m.w, g.m.g, g.train.batch_size);
     }
     cw = fetch(&c, c.m.w, m->param_count);
     gw = fetch(&g, g.m.w, m->param_count);

@@ -19,6 +19,7 @@
 #include "data/npy.h"
 #include "model.h"
 #include "tensor_io.h"
+#include "train_cfg.h"
 
 static void die(const char *what, const mgt_err *e) {
     fprintf(stderr, "mgt_graph_grads: %s: %s\n", what, e ? e->msg : "");
@@ -33,8 +34,9 @@ int main(int argc, char **argv) {
     const uint64_t seed = argc > 5 ? strtoull(argv[5], NULL, 10) : 1;
     mgt_err e;
     mgt_model m;
+    mgt_train_cfg train;
     mgt_npy x, y;
-    if (mgt_model_parse(&m, argv[1], NULL, &e) < 0)
+    if (mgt_model_file_parse(&m, &train, argv[1], NULL, &e) < 0)
         die("model", &e);
     if (mgt_conv2d_set_algo(&m, "direct", &e) < 0)
         die("algo", &e);
@@ -69,7 +71,7 @@ int main(int argc, char **argv) {
                         .n = (int)n,
                         .training = 1,
                         .global_n = n,
-                        .seed = m.train.seed};
+                        .seed = train.seed};
     be.ops->zero(&be, m.sums, 2 * sizeof(float));
     const float *out = mgt_model_forward(&m, &s);
     mgt_model_loss_backward(&m, &s, 1);

@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "model.h"
 #include "tally.h"
+#include "train_cfg.h"
 
 static const char *model_text = "[input]\nshape = 8,8,2\n"
                                 "[avgpool]\nsize = 2\n"
@@ -40,6 +41,9 @@ static const char *model_text = "[input]\nshape = 8,8,2\n"
                                 "batch_size = 5\nseed = 11\n";
 
 enum { MAX_HEARD = 32 };
+
+/* The model file's [train] section: the batch and the seed. */
+static mgt_train_cfg train;
 
 typedef struct heard {
     tally *t;
@@ -88,7 +92,7 @@ static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count)
 static void backward(mgt_model *m, mgt_backend *be, heard *h, int whole) {
     for (size_t i = 0; i < m->param_count; i++)
         m->g[i] = NAN;
-    const int n = (int)m->train.batch_size;
+    const int n = (int)train.batch_size;
     const mgt_step s = {.in = {m->x, m->labels, m->targets},
                         .be = be,
                         .n = n,
@@ -96,7 +100,7 @@ static void backward(mgt_model *m, mgt_backend *be, heard *h, int whole) {
                         .global_step = 3,
                         .first_sample = 0,
                         .global_n = n,
-                        .seed = m->train.seed,
+                        .seed = train.seed,
                         .grads_ready = h ? on_ready : NULL,
                         .grads_ctx = h,
                         .whole_grads = whole};
@@ -110,14 +114,14 @@ int main(void) {
     mgt_model m;
     mgt_backend be;
     mgt_err e;
-    if (mgt_model_parse(&m, "grads_ready.cfg", model_text, &e) < 0 ||
+    if (mgt_model_file_parse(&m, &train, "grads_ready.cfg", model_text, &e) < 0 ||
         mgt_cpu_backend_init(&be, 1) < 0 ||
-        mgt_model_alloc(&m, &be, (int)m.train.batch_size, &e) < 0) {
+        mgt_model_alloc(&m, &be, (int)train.batch_size, &e) < 0) {
         fprintf(stderr, "set-up failed: %s\n", e.msg);
         return 2;
     }
-    mgt_model_init_host(&m, m.train.seed, m.w, m.buf);
-    const int n = (int)m.train.batch_size;
+    mgt_model_init_host(&m, train.seed, m.w, m.buf);
+    const int n = (int)train.batch_size;
     const size_t in = (size_t)mgt_shape_elems(m.input);
     for (size_t i = 0; i < in * (size_t)n; i++)
         m.x[i] = 2.0f * mgt_uniform(5, i) - 1.0f;

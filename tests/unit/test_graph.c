@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "model.h"
 #include "tally.h"
+#include "train_cfg.h"
 
 static const char *graph_text =
     "[input]\nshape = 6,6,2\n"
@@ -40,6 +41,9 @@ static const char *graph_text =
     "seed = 5\n";
 
 enum { MAX_HEARD = 32 };
+
+/* The model file's [train] section: the batch and the seed. */
+static mgt_train_cfg cfg;
 
 typedef struct heard {
     tally *t;
@@ -64,7 +68,7 @@ static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count)
 
 /* One forward (and with `train`, backward) over the batch in m's buffers; returns the loss sum. */
 static double step(mgt_model *m, mgt_backend *be, int train, heard *h) {
-    const int n = (int)m->train.batch_size;
+    const int n = (int)cfg.batch_size;
     const mgt_step s = {.in = {m->x, m->labels, m->targets},
                         .be = be,
                         .n = n,
@@ -72,7 +76,7 @@ static double step(mgt_model *m, mgt_backend *be, int train, heard *h) {
                         .global_step = 0,
                         .first_sample = 0,
                         .global_n = n,
-                        .seed = m->train.seed,
+                        .seed = cfg.seed,
                         .grads_ready = h ? on_ready : NULL,
                         .grads_ctx = h};
     be->ops->zero(be, m->sums, 2 * sizeof(float));
@@ -83,20 +87,20 @@ static double step(mgt_model *m, mgt_backend *be, int train, heard *h) {
 
 static int setup(mgt_model *m, mgt_backend *be, int share) {
     mgt_err e;
-    if (mgt_model_parse(m, "graph.cfg", graph_text, &e) < 0) {
+    if (mgt_model_file_parse(m, &cfg, "graph.cfg", graph_text, &e) < 0) {
         fprintf(stderr, "parse: %s\n", e.msg);
         return -1;
     }
     m->no_memory_sharing = !share;
-    if (mgt_model_alloc(m, be, (int)m->train.batch_size, &e) < 0) {
+    if (mgt_model_alloc(m, be, (int)cfg.batch_size, &e) < 0) {
         fprintf(stderr, "alloc: %s\n", e.msg);
         return -1;
     }
-    mgt_model_init_host(m, m->train.seed, m->w, m->buf);
-    const size_t in = (size_t)mgt_shape_elems(m->input) * (size_t)m->train.batch_size;
+    mgt_model_init_host(m, cfg.seed, m->w, m->buf);
+    const size_t in = (size_t)mgt_shape_elems(m->input) * (size_t)cfg.batch_size;
     for (size_t i = 0; i < in; i++)
         m->x[i] = 2.0f * mgt_uniform(11, i) - 1.0f;
-    for (int i = 0; i < m->train.batch_size; i++)
+    for (int i = 0; i < cfg.batch_size; i++)
         m->labels[i] = (i * 2) % m->classes;
     /* biases away from 0 so that their gradients are not trivially small */
     for (int i = 0; i < m->nparams; i++)
@@ -184,7 +188,7 @@ static void test_model(tally *t) {
     memcpy(u.buf, m.buf, m.buffer_count * sizeof(float)); /* m's statistics moved under fd */
     heard h = {.t = t, .m = &m};
     const double lm = step(&m, &be, 1, &h), lu = step(&u, &be0, 1, NULL);
-    const size_t nout = (size_t)m.train.batch_size * (size_t)m.classes;
+    const size_t nout = (size_t)cfg.batch_size * (size_t)m.classes;
     CHECK(t, lm == lu);
     CHECK(t, !memcmp(m.g, u.g, m.param_count * sizeof(float)));
     CHECK(t, !memcmp(m.layers[m.nlayers - 1].y, u.layers[u.nlayers - 1].y, nout * sizeof(float)));
@@ -232,7 +236,7 @@ static int parse_edit(const char *from, const char *to, mgt_err *e) {
     snprintf(text, sizeof text, "%.*s%s%s", (int)(at - graph_text), graph_text, to,
              at + strlen(from));
     mgt_model m;
-    const int rc = mgt_model_parse(&m, "graph.cfg", text, e);
+    const int rc = mgt_model_file_parse(&m, &cfg, "graph.cfg", text, e);
     if (rc == 0)
         mgt_model_free(&m);
     return rc;
@@ -275,7 +279,7 @@ static void test_errors(tally *t) {
     const char *k2 = strstr(graph_text, "kernel = 2");
     snprintf(text, sizeof text, "%.*skernel = 4%s", (int)(k2 - graph_text), graph_text, k2 + 10);
     mgt_model m;
-    CHECK(t, mgt_model_parse(&m, "graph.cfg", text, &e) == 0);
+    CHECK(t, mgt_model_file_parse(&m, &cfg, "graph.cfg", text, &e) == 0);
     CHECK(t, mgt_model_set_input_shape(&m, "10,10,2", &e) == 0 &&
                  m.layers[layer_at(&m, "k1")].out.h == 5 && m.input.h == 10);
     CHECK_ERR(t, mgt_model_set_input_shape(&m, "10,10", &e), &e, "expected three positive");

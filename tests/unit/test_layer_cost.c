@@ -12,6 +12,7 @@
 #include "layer_cost.h"
 #include "model.h"
 #include "tally.h"
+#include "train_cfg.h"
 
 static const char *text =
     "[input]\nshape = 8,8,3\n"
@@ -47,8 +48,9 @@ static mgt_cost bwd_of(const mgt_model *m, int i, int e) {
 int main(void) {
     tally t = {0, 0};
     mgt_model m;
+    mgt_train_cfg train;
     mgt_err e;
-    if (mgt_model_parse(&m, "cost.cfg", text, &e) < 0) {
+    if (mgt_model_file_parse(&m, &train, "cost.cfg", text, &e) < 0) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
@@ -114,13 +116,15 @@ int main(void) {
     }
     /* the update: Adam reads w, g, m, v and writes w, m, v */
     {
-        const mgt_cost u = mgt_update_cost(&m);
+        const mgt_optim_cfg opt = mgt_train_optim(&train);
+        const mgt_cost u = mgt_update_cost(&m, &opt);
         CHECK(&t, near(u.bytes, 4.0 * 7 * (double)m.param_count));
     }
     /* the memory estimate: its parts add up, and its arena is the plan's */
     {
         mgt_mem_estimate me;
-        if (mgt_memory_estimate(&m, N, 0, 0, &me) == 0) {
+        const mgt_optim_cfg opt = mgt_train_optim(&train);
+        if (mgt_memory_estimate(&m, N, 0, 0, &opt, train.accum_steps, &me) == 0) {
             mgt_plan p;
             CHECK(&t, mgt_model_plan(&m, N, 1, &p, &e) == 0);
             CHECK(&t, me.act == (double)p.arena && me.workspace > 0);

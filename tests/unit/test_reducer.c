@@ -24,6 +24,7 @@
 #include "optim.h"
 #include "reducer.h"
 #include "tally.h"
+#include "train_cfg.h"
 
 static const char *convnet = "[input]\nshape = 12,12,2\n"
                              "[conv2d]\nfilters = 8\nkernel = 3\nactivation = relu\n"
@@ -47,8 +48,9 @@ static const char *mlp = "[input]\nshape = 28,28,1\n"
 
 static int parse(mgt_model *m, const char *text) {
     mgt_err e;
+    mgt_train_cfg train;
     memset(m, 0, sizeof *m);
-    if (mgt_model_parse(m, "test.cfg", text, &e) < 0) {
+    if (mgt_model_file_parse(m, &train, "test.cfg", text, &e) < 0) {
         fprintf(stderr, "model: %s\n", e.msg);
         return -1;
     }
@@ -144,7 +146,7 @@ static void fill(float *x, size_t n, uint64_t key, float scale) {
 }
 
 static void check_update_parts(tally *t, mgt_backend *be, const char *what,
-                               const mgt_train_cfg *cfg) {
+                               const mgt_optim_cfg *cfg) {
     enum { COUNT = 1003, W = 3, STEPS = 5 };
     float *wa = malloc(sizeof(float) * COUNT), *wb = malloc(sizeof(float) * COUNT),
           *wc = malloc(sizeof(float) * COUNT), *g = malloc(sizeof(float) * COUNT);
@@ -309,8 +311,8 @@ int main(void) {
     }
     check_slices(&t);
 
-    mgt_train_cfg cfg;
-    mgt_train_defaults(&cfg);
+    mgt_optim_cfg cfg = {0};
+    mgt_opt_defaults(&cfg.opt);
     cfg.opt.weight_decay = 1e-4f;
     struct {
         const char *what;

@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model.h"
 #include "monitor.h"
 #include "schedule.h"
+#include "train_cfg.h"
 
 #include "tally.h"
 
