@@ -15,6 +15,7 @@
 
 #include "optim.h"
 #include "parse.h"
+#include "splits.h" /* MGT_DEFAULT_DATA, for the help text */
 
 /* C_ALL: the commands that run a model; convert has flags of its own. */
 enum { C_TRAIN = 1, C_EVAL = 2, C_PREDICT = 4, C_SUMMARY = 8, C_ALL = 15, C_CONVERT = 16 };
@@ -364,6 +365,21 @@ static int resume_mode(const char *v, int *mode, mgt_err *err) {
                         "require (the same) or --resume auto (resume if there is one, else start)",
                         v);
     return 0;
+}
+
+void mgt_options_defaults(mgt_options *o) {
+    memset(o, 0, sizeof *o);
+    o->command = "train";
+    o->val_split = -1;
+    o->verbose = -1;
+    o->comm_timeout = 300;
+    o->device = "auto";
+    o->synthetic_samples = 60000;
+    o->device_data = 1;
+    o->keep_checkpoints = 1;
+    o->bucket_mb = -1;
+    o->convert_size = 256;
+    o->cuda_graph = 1;
 }
 
 /* Stores one flag's value in the options. */

@@ -14,7 +14,7 @@
 
 #include <stdio.h>
 
-#include "trainer.h"
+#include "options.h"
 #include "util.h"
 
 /* The longest path a flag may name: the trainer and the data reader copy paths into 512-byte
@@ -35,6 +35,9 @@ typedef struct mgt_cli {
     const char *help_cmd; /* HELP: the command whose flags to list; NULL: the general help */
     const char *plot_dir; /* PLOT */
 } mgt_cli;
+
+/* The options before any flag: each flag's default. */
+void mgt_options_defaults(mgt_options *o);
 
 /* Parses argv[1..argc) into c. Returns 0, or -1 with the message in err. Uses getopt_long, whose
  * state it resets on every call (so it is not reentrant), and lets it reorder argv. */

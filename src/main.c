@@ -21,6 +21,7 @@
 #include "plot.h"
 #include "rundir.h"
 #include "runtime.h"
+#include "splits.h" /* MGT_DEFAULT_DATA */
 #include "trainer.h"
 #include "version.h"
 

@@ -7,56 +7,17 @@
 #include <unistd.h>
 
 #include "gpu.h"
-#include "parse.h"
-
-enum { MAX_GPU_IDS = 256 };
-
-/* --gpus "0,2,3": the device of each local rank, validated before any work. Returns the count. */
-static int parse_gpu_list(const char *list, int *ids, int max) {
-    int n = mgt_parse_int_list(list, ids, max);
-    if (n < 1)
-        mgt_die_all("--gpus %s: expected a comma-separated list of device numbers, e.g. --gpus "
-                    "0,2,3",
-                    list);
-    for (int i = 0; i < n; i++) {
-        if (ids[i] < 0)
-            mgt_die_all("--gpus %s: device numbers start at 0", list);
-        for (int k = 0; k < i; k++)
-            if (ids[k] == ids[i])
-                mgt_die_all("--gpus %s: device %d is listed twice; one rank per GPU", list, ids[i]);
-    }
-    return n;
-}
-
-/* The requests every rank checks alike, before anything starts. Returns the --gpus count. */
-static int check_request(const mgt_place_opts *o, const char *tr, int *ids) {
-    const char *d = o->device;
-    if (strcmp(tr, "auto") && strcmp(tr, "nccl") && strcmp(tr, "mpi") && strcmp(tr, "shm"))
-        mgt_die_all("--transport %s: unknown; use auto, nccl, mpi or shm", tr);
-    if (!strcmp(tr, "nccl") && !strcmp(d, "cpu"))
-        mgt_die_all("--transport nccl needs the GPU backend (not --device cpu)");
-    if (!strcmp(tr, "shm") && !strcmp(d, "gpu"))
-        mgt_die_all("--transport shm is for the CPU backend (--device cpu); GPUs use nccl");
-    if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
-        mgt_die_all("--device %s: unknown; use cpu, gpu or auto", d);
-    if (!o->gpus)
-        return 0;
-    int nids = parse_gpu_list(o->gpus, ids, MAX_GPU_IDS);
-    if (!strcmp(d, "cpu"))
-        mgt_die_all("--gpus %s goes with --device gpu or auto, not cpu", o->gpus);
-    return nids;
-}
 
 #ifdef MGT_HAVE_CUDA
 /* This rank's GPU among the ngpu visible ones: the i-th --gpus id for local rank i, else
  * visible GPU i. Ends the job when the node has more ranks than GPUs to give them. */
-static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, const int *ids, int nids,
-                    int ngpu) {
+static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, int ngpu) {
+    const int *ids = o->gpu_ids, nids = o->ngpu_ids;
     for (int i = 0; i < nids; i++)
         if (ids[i] >= ngpu)
             mgt_die_all("--gpus %s: device %d does not exist on %s: %d GPUs are visible "
                         "(numbered 0 to %d)",
-                        o->gpus, ids[i], rt->host, ngpu, ngpu - 1);
+                        o->gpus_given, ids[i], rt->host, ngpu, ngpu - 1);
     /* --share-gpu (tests only): local rank i takes GPU i modulo those it may use */
     if (o->share_gpu)
         return nids ? ids[rt->local_rank % nids] : rt->local_rank % ngpu;
@@ -91,10 +52,10 @@ static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, const int *i
     return dev;
 }
 
-static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_opts *o,
-                      const char *tr, int dev) {
+static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_opts *o, int dev) {
+    const mgt_transport tr = o->transport;
     mgt_err e;
-    if (!strcmp(tr, "shm"))
+    if (tr == MGT_TRANSPORT_SHM)
         mgt_die_all("--transport shm is for the CPU backend, and this rank found a GPU; add "
                     "--device cpu, or use --transport auto");
     if (o->bf16 && o->tf32 && rt->rank == 0)
@@ -108,10 +69,10 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
         mgt_die_all("%s", e.msg); /* the same file on every rank */
     /* NCCL for more than one rank (a world of one has nothing to reduce), unless the transport
      * is named: then it runs even for one rank, so that its cost can be timed. */
-    if (!strcmp(tr, "mpi") && rt->world > 1) {
+    if (tr == MGT_TRANSPORT_MPI && rt->world > 1) {
         if (mgt_comm_init_mpi_staged(&p->comm, MPI_COMM_WORLD, &p->be, o->comm_timeout, &e) < 0)
             mgt_die("%s", e.msg);
-    } else if (!strcmp(tr, "nccl") || (!strcmp(tr, "auto") && rt->world > 1)) {
+    } else if (tr == MGT_TRANSPORT_NCCL || (tr == MGT_TRANSPORT_AUTO && rt->world > 1)) {
         if (o->share_gpu) {
             char route[256];
             mgt_nccl_share_gpu(rt->rank, rt->nodes, route, sizeof route);
@@ -126,7 +87,7 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
             mgt_die_all("%s", e.msg);
         if (rc < 0)
             mgt_die("%s", e.msg);
-        p->comm.always = !strcmp(tr, "nccl");
+        p->comm.always = tr == MGT_TRANSPORT_NCCL;
     } else {
         mgt_comm_init_mpi(&p->comm, MPI_COMM_WORLD, o->comm_timeout);
     }
@@ -138,15 +99,14 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
 
 void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) {
     memset(p, 0, sizeof *p);
-    const char *d = o->device, *tr = o->transport ? o->transport : "auto";
-    int ids[MAX_GPU_IDS];
-    int nids = check_request(o, tr, ids);
+    const mgt_transport tr = o->transport;
+    const int nids = o->ngpu_ids;
 #ifdef MGT_HAVE_CUDA
     char why[256] = "";
-    int ngpu = strcmp(d, "cpu") ? mgt_gpu_count(why, sizeof why) : -1;
+    int ngpu = o->device != MGT_DEVICE_CPU ? mgt_gpu_count(why, sizeof why) : -1;
     /* Without NVIDIA's kernel driver the CUDA runtime says its driver is "insufficient", which
      * reads as a version problem: say what is missing instead. */
-    if (ngpu <= 0 && (!strcmp(d, "gpu") || nids))
+    if (ngpu <= 0 && (o->device == MGT_DEVICE_GPU || nids))
         mgt_die_all("%s: no usable GPU on %s: %s (%s); run with --device cpu",
                     nids ? "--gpus" : "--device gpu", rt->host,
                     access("/proc/driver/nvidia/version", F_OK) != 0
@@ -155,11 +115,11 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
                                 : "CUDA cannot use it",
                     ngpu == 0 ? "the CUDA runtime sees 0 devices" : why);
     if (ngpu > 0) {
-        start_gpu(p, rt, o, tr, pick_gpu(rt, o, ids, nids, ngpu));
+        start_gpu(p, rt, o, pick_gpu(rt, o, ngpu));
         return;
     }
 #else
-    if (!strcmp(d, "gpu") || nids)
+    if (o->device == MGT_DEVICE_GPU || nids)
         mgt_die_all("%s: this build of mgtrain has no GPU backend (no CUDA toolkit was found "
                     "when it was built); run with --device cpu",
                     nids ? "--gpus" : "--device gpu");
@@ -172,14 +132,14 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
     if (o->algo_cache && rt->rank == 0)
         fprintf(stderr, "notice: --algo-cache has no effect on the CPU backend (it keeps cuDNN's "
                         "measured convolution algorithms)\n");
-    if (!strcmp(tr, "nccl"))
+    if (tr == MGT_TRANSPORT_NCCL)
         mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
     int cores = o->one_thread ? 1 : mgt_runtime_cores(rt);
     if (mgt_cpu_backend_init(&p->be, cores) < 0)
         mgt_die("cannot start the CPU backend");
     /* Shared memory when it is named (it runs even for one rank, so that its cost can be timed);
      * MPI otherwise (bench/overlap compares the two). */
-    if (!strcmp(tr, "shm")) {
+    if (tr == MGT_TRANSPORT_SHM) {
         mgt_err e;
         if (!rt->mpi)
             mgt_die_all("--transport shm needs MPI: start the job with mpirun or srun");

@@ -6,9 +6,9 @@
  * over NCCL's route for that), and of the gradient transport (--transport:
  * NCCL between GPUs when there is more than one rank, MPI otherwise; "shm": shared memory between
  * CPU ranks all on one node; "mpi" on GPUs stages through host memory; "nccl" and "shm" run even
- * for one rank). Every impossible request is refused before any
- * work, naming the flag and what to do. Also prints the start-up block, which says where every
- * rank ended up. */
+ * for one rank). The request comes resolved and checked as far as it can be without looking at
+ * the machine (run_plan.c); what the machine cannot give is refused here, before any work, naming
+ * the flag and what to do. Also prints the start-up block, which says where every rank ended up. */
 #ifndef MGT_PLACEMENT_H
 #define MGT_PLACEMENT_H
 
@@ -17,10 +17,25 @@
 #include "model.h"
 #include "runtime.h"
 
+typedef enum { MGT_DEVICE_AUTO = 0, MGT_DEVICE_CPU, MGT_DEVICE_GPU } mgt_device;
+typedef enum {
+    MGT_TRANSPORT_AUTO = 0,
+    MGT_TRANSPORT_NCCL,
+    MGT_TRANSPORT_MPI,
+    MGT_TRANSPORT_SHM
+} mgt_transport;
+
+enum { MGT_MAX_GPU_IDS = 256 };
+
 typedef struct mgt_place_opts {
-    const char *device;     /* cpu, gpu, auto */
-    const char *gpus;       /* "0,2,3": the device of each local rank; NULL: local rank i -> i */
-    const char *transport;  /* auto, nccl, mpi, shm; NULL: auto */
+    mgt_device device;
+    /* --gpus: local rank i takes GPU gpu_ids[i] (ngpu_ids 0: local rank i takes GPU i); the list
+     * as given, for messages. */
+    int gpu_ids[MGT_MAX_GPU_IDS];
+    int ngpu_ids;
+    const char *gpus_given;
+    int share_gpu; /* tests only: several ranks may share a GPU (--share-gpu) */
+    mgt_transport transport;
     int tf32;               /* let cuDNN and cuBLAS use TF32 */
     int bf16;               /* --precision bf16: bfloat16 GEMM and convolution inputs (GPU only) */
     const char *algo_cache; /* GPU: --algo-cache FILE (NULL: none) */
@@ -29,7 +44,6 @@ typedef struct mgt_place_opts {
                              * OpenBLAS's results depend on its thread count) */
     int deterministic;      /* GPU: convolution algorithms that depend on the shape alone and are
                              * deterministic (--reproducible) */
-    int share_gpu;          /* tests only: several ranks may share a GPU (--share-gpu) */
 } mgt_place_opts;
 
 typedef struct mgt_placement {

@@ -65,17 +65,21 @@ static void check_transforms(const mgt_splits *s, const mgt_model *m, const mgt_
                     s->dir, s->dir);
 }
 
+const char *mgt_split_name(mgt_split s) {
+    return s == MGT_SPLIT_TRAIN ? "train" : "test";
+}
+
 void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, uint64_t seed,
-                     int train, const char *eval_split) {
+                     int rank, int train) {
     memset(s, 0, sizeof *s);
     s->seed = seed;
-    const char *dir = o->data;
-    s->synthetic = dir && !strcmp(dir, "synthetic");
-    if (!dir) {
+    const char *dir = o->source == MGT_DATA_FOLDER ? o->dir : "synthetic";
+    s->synthetic = o->source == MGT_DATA_SYNTHETIC;
+    if (o->source == MGT_DATA_DEFAULT) {
         dir = MGT_DEFAULT_DATA;
         if (!idx_present(dir, "train-images-idx3-ubyte")) {
             s->synthetic = 1;
-            if (o->rank == 0)
+            if (rank == 0)
                 fprintf(stderr,
                         "notice: no Fashion-MNIST in %s (apt-get install "
                         "dataset-fashion-mnist); using SYNTHETIC data instead\n",
@@ -103,10 +107,7 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
         }
     }
     if (!train || (!s->have_val && !o->no_validation)) {
-        if (eval_split && strcmp(eval_split, "test") && strcmp(eval_split, "train"))
-            mgt_die_all("--split %s: unknown; use train or test", eval_split);
-        load_split(s, &s->test, m, !eval_split || !strcmp(eval_split, "test"),
-                   o->synthetic_samples);
+        load_split(s, &s->test, m, train || o->split == MGT_SPLIT_TEST, o->synthetic_samples);
         if (!train)
             check_transforms(s, m, &o->augment, 0, 0);
         s->have_test = 1;

@@ -1,4 +1,4 @@
-/* splits.h: the datasets a command reads, chosen from --data, --val-split and --split.
+/* splits.h: the datasets a command reads, as --data, --val-split and --split chose them.
  *
  * Training reads the training split and validates on the last --val-split fraction of it (Keras'
  * validation_split: taken before shuffling) or, by default, on the test split. Evaluation and
@@ -29,21 +29,31 @@ typedef struct mgt_splits {
     int threads;    /* an image set's transform threads (images.h) */
 } mgt_splits;
 
+/* Where the data comes from: the default folder (synthetic data, with a notice, where it is not
+ * installed), a folder, or synthetic data. */
+typedef enum { MGT_DATA_DEFAULT = 0, MGT_DATA_FOLDER, MGT_DATA_SYNTHETIC } mgt_data_source;
+/* Which split eval and predict read. */
+typedef enum { MGT_SPLIT_TEST = 0, MGT_SPLIT_TRAIN } mgt_split;
+
 typedef struct mgt_splits_opts {
-    const char *data;          /* folder, "synthetic", or NULL: the default folder */
+    mgt_data_source source;
+    const char *dir;           /* MGT_DATA_FOLDER: the folder */
     double val_split;          /* > 0: validate on this last fraction of the training data */
     int64_t synthetic_samples; /* training samples of synthetic data */
-    int rank;                  /* rank 0 prints the notice */
-    int threads;               /* threads transforming an image set's batches (images.h) */
+    int threads;               /* threads transforming an image set's batches (0: by the cores) */
     int no_validation;         /* training without validation: no test split is read */
+    mgt_split split;           /* eval, predict: the split they read */
     mgt_augment augment;       /* the training batches' augmentation: fits the data? (described) */
 } mgt_splits_opts;
 
-/* Training (train = 1): the training and validation splits; otherwise the split named by
- * eval_split ("train", "test", or NULL: test). Shapes and classes come from the model; seed keys
- * synthetic data (the run's: a resumed run's is its checkpoint's). */
+/* "train", "test". */
+const char *mgt_split_name(mgt_split s);
+
+/* Training (train = 1): the training and validation splits; otherwise the split o->split. Shapes
+ * and classes come from the model; seed keys synthetic data (the run's: a resumed run's is its
+ * checkpoint's); rank 0 says when the default folder is missing. */
 void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m, uint64_t seed,
-                     int train, const char *eval_split);
+                     int rank, int train);
 /* The test split, loaded now if training validated on a fraction of the training data; NULL
  * when the data folder has none (a .npy folder with train_* files only). */
 const mgt_dataset *mgt_splits_test(mgt_splits *s, const mgt_model *m);
