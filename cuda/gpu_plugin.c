@@ -13,7 +13,6 @@
 #include "gpu_plugin.h"
 #include "runtime.h"
 #include "tensor_io.h"
-#include "version.h"
 
 /* Set once, by the loader, before any other function of the library runs. */
 static const mgt_gpu_host *core;

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "version.h"
+#include "gpu.h"
 
 #pragma weak cudaRuntimeGetVersion
 #pragma weak cudnnGetVersion

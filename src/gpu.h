@@ -58,6 +58,10 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
  * sockets; nccl_comm.c). Call before any NCCL communicator exists; `nodes`: the job's node
  * count. Writes the route into `route` and returns the NCCL version code (0: unknown). */
 int mgt_nccl_share_gpu(int rank, int nodes, char *route, size_t n);
+/* The backend's line of `mgtrain --version` (gpu_version.c): "CUDA 13.0, cuDNN 9.19.0, NCCL
+ * 2.28.9", the versions of the libraries loaded, with the headers' where they differ. No GPU
+ * needed. */
+void mgt_gpu_version(char *buf, size_t n);
 #endif
 
 #endif

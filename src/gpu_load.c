@@ -25,7 +25,6 @@
 #include "gpu_plugin.h"
 #include "runtime.h"
 #include "tensor_io.h"
-#include "version.h"
 
 /* Process-wide, written once under pthread_once: a library is loaded into the process, not into
  * a context, and it stays (its threads and the CUDA runtime live until the process ends). */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpu.h"
 
 /* Appends printf output at buf + *len, never past n - 1 bytes. */
 static void put(char *buf, size_t n, size_t *len, const char *fmt, ...)
