@@ -4,8 +4,9 @@
  * that happens to be a prefix would silently mean something. A first pass over argv therefore
  * names every "--flag" that is not in the table, and every single-dash word other than -h
  * (mgtrain takes no short flags), before getopt_long reads the values. Values are checked here
- * when the check needs nothing but the string; [train] overrides are checked by the trainer
- * against the model file's keys. */
+ * when the check needs nothing but the string; [train] overrides are checked with the model
+ * file's keys, and the values that name a choice (--device, --transport, --split, ...) are
+ * resolved, when the command's plan is made (run_plan.c). */
 #include "cli.h"
 
 #include <getopt.h>
@@ -160,7 +161,7 @@ static const flag flags[] = {
 /* clang-format on */
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
-/* Flags that set a [train] key: the trainer checks their values as the model file's. */
+/* Flags that set a [train] key: the plan checks their values as the model file's. */
 static const struct {
     const char *flag, *key;
 } key_flags[] = {{"lr-schedule", "lr_schedule"},        {"warmup-steps", "warmup_steps"},

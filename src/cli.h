@@ -17,7 +17,7 @@
 #include "options.h"
 #include "util.h"
 
-/* The longest path a flag may name: the trainer and the data reader copy paths into 512-byte
+/* The longest path a flag may name: the plan and the data reader copy paths into 512-byte
  * buffers (the output folder, the data folder), and a path cut short would silently name
  * another place. */
 #define MGT_CLI_MAX_PATH 511

@@ -49,7 +49,7 @@ static const char *check_outputs(const mgt_options *o, mgt_err *err) {
             p.reads[p.nreads] = reads[i], p.read_what[p.nreads++] = what[i];
     if (!o->data || strcmp(o->data, "synthetic"))
         p.data_dir = o->data ? o->data : MGT_DEFAULT_DATA;
-    /* Training's own folder: --out, or runs/<model> (trainer.c), with the model's copy. */
+    /* Training's own folder: --out, or runs/<model> (run_plan.c), with the model's copy. */
     if (!strcmp(o->command, "train") &&
         mgt_model_name_of(o->model ? o->model : MGT_DEFAULT_MODEL_NAME, name, sizeof name) == 0) {
         snprintf(out, sizeof out, "runs/%s", name);

@@ -27,7 +27,7 @@ const char *mgt_loss_name(mgt_loss l) {
 }
 
 /* The optimizer's defaults (Keras' own) come from its key table; the learning rate is the
- * optimizer's default unless given (set once the optimizer is known, trainer.c). */
+ * optimizer's default unless given (set once the optimizer is known, run_plan.c). */
 void mgt_train_defaults(mgt_train_cfg *t) {
     memset(t, 0, sizeof *t);
     t->optimizer = MGT_OPT_ADAM;
