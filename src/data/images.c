@@ -189,6 +189,16 @@ static int read_labels(mgt_dataset *ds, const mgt_images *im, int k, const char 
     return rc;
 }
 
+/* A load that failed gives back what it took and leaves the dataset empty. (Not through
+ * mgt_dataset_free, which hands an image set back here: a source does not call the dataset API
+ * that dispatches to it.) */
+static void unload(mgt_dataset *ds) {
+    mgt_images_free(ds->images);
+    free(ds->labels);
+    free(ds->labels32);
+    memset(ds, 0, sizeof *ds);
+}
+
 int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split, int h, int w,
                             int c, int classes, const mgt_input_tf *tf, mgt_err *err) {
     memset(ds, 0, sizeof *ds);
@@ -290,7 +300,7 @@ int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split,
     }
     cJSON_Delete(m);
     if (rc < 0) {
-        mgt_dataset_free(ds);
+        unload(ds);
         return -1;
     }
     ds->n = total;

@@ -636,8 +636,8 @@ int mgt_dataset_load_npy(mgt_dataset *ds, const char *dir, const char *split, in
     ds->owned = 1;
     snprintf(ds->source, sizeof ds->source, "%s", xpath);
     return 0;
-fail_x:
+fail_x: /* nothing of ds is owned yet: it is left empty */
     mgt_npy_close(&x);
-    mgt_dataset_free(ds);
+    memset(ds, 0, sizeof *ds);
     return -1;
 }
