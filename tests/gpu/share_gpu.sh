@@ -174,7 +174,7 @@ section_refuse() {
 
 section_kill() {
   local run=("${FAULT_RUN[@]}") rc t0 dt tok="mgt-share-$$-$RANDOM" pid="" i
-  MGT_SHARE_RUN=$tok share 2 --share-gpu "${run[@]}" --max-steps 1000000 --log-every 1 \
+  MGT_SHARE_RUN=$tok share 2 --share-gpu "${run[@]}" --epochs 1000000 --max-steps 1000000 --log-every 1 \
     --out "$T/f2" >"$T/f2.log" 2>&1 &
   local job=$!
   for ((i = 0; i < 600; i++)); do # up to 300 s for 3 steps (emulated GPUs are slow)
