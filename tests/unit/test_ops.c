@@ -953,7 +953,7 @@ static void test_xent(mgt_backend *be) {
         fd_check(dense ? "xent_dense dlogits" : "xent_sparse dlogits", xent_obj, &c, c.logits, cnt,
                  d);
         /* scale multiplies the gradient */
-        float *d2 = fbuf(cnt), sums2[2] = {0, 0};
+        float *d2 = fbuf(cnt), sums2[3] = {0, 0, 0};
         if (dense)
             o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d2, 0.25f, 0.0f, sums2);
         else
@@ -964,7 +964,7 @@ static void test_xent(mgt_backend *be) {
             worst = fmax(worst, fabs(d2[i] - 0.25 * d[i]));
         CHECK(worst == 0.0, "xent (dense %d): scale 0.25 gradient off by %.3g", dense, worst);
         /* probs aliasing logits gives the same probabilities, loss and gradient */
-        float *alias = fbuf(cnt), *d3 = fbuf(cnt), sums3[2] = {0, 0};
+        float *alias = fbuf(cnt), *d3 = fbuf(cnt), sums3[3] = {0, 0, 0};
         memcpy(alias, c.logits, cnt * sizeof(float));
         if (dense)
             o->xent_dense(be, c.n, c.k, alias, c.targets, alias, d3, 1.0f, 0.0f, sums3);

@@ -103,7 +103,7 @@ static void test_smoothing(mgt_backend *be, int dense, float s) {
         CHECK(zero, "xent_sparse smoothing %g: an out-of-range label has a gradient", s);
     }
     /* smoothing leaves the accuracy count alone */
-    float plain[2] = {0, 0};
+    float plain[3] = {0, 0, 0}; /* loss, correct, top-5 correct */
     if (dense)
         be->ops->xent_dense(be, n, k, l, t, p, NULL, 1.0f, 0.0f, plain);
     else
