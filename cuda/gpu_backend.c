@@ -138,6 +138,10 @@ int mgt_gpu_loadable(void) {
     return 1;
 }
 
+int mgt_gpu_may_exist(void) {
+    return 1;
+}
+
 size_t mgt_gpu_workspace_bytes(const mgt_backend *be) {
     return be && be->impl ? ((const mgt_gpu_impl *)be->impl)->ws_bytes : 0;
 }

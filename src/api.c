@@ -52,7 +52,7 @@ static int open_backend(mgt_predictor *p, const mgt_predictor_options *o, mgt_er
     if (strcmp(d, "cpu") && strcmp(d, "gpu") && strcmp(d, "auto"))
         return mgt_errf(e, "device \"%s\": unknown; use cpu, gpu or auto", d);
 #ifdef MGT_HAVE_CUDA
-    if (strcmp(d, "cpu")) {
+    if (!strcmp(d, "gpu") || (!strcmp(d, "auto") && mgt_gpu_may_exist())) {
         char why[256] = "";
         int n = mgt_gpu_count(why, sizeof why);
         if (n > 0 && (o->gpu < 0 || o->gpu >= n))

@@ -16,6 +16,13 @@
 /* 1 when the GPU backend's code is at hand (its library loads, or it is linked in); 0 when it
  * cannot be loaded here (then the functions below report that, or count nothing). */
 int mgt_gpu_loadable(void);
+/* 0 when this machine cannot have a usable GPU because NVIDIA's driver library (libcuda.so.1)
+ * cannot be loaded: --device auto asks this first, so that a CPU machine never maps the CUDA
+ * libraries (cuDNN, cuBLAS and NCCL are hundreds of MiB, and loading them costs every process
+ * of a CPU job time at start-up) only to hear that there is no driver. 1 otherwise, and where
+ * the backend is linked in: then mgt_gpu_count answers. --device gpu does not ask, so that its
+ * message names what is missing, the driver or a library. */
+int mgt_gpu_may_exist(void);
 /* Visible CUDA devices (after CUDA_VISIBLE_DEVICES), or -1 with the reason in why. */
 int mgt_gpu_count(char *why, size_t n);
 /* "NVIDIA H100 80GB HBM3, PCI 0000:18:00.0, 79 GiB" for messages and the start-up block. */

@@ -145,6 +145,14 @@ int mgt_gpu_loadable(void) {
     return backend() != NULL;
 }
 
+int mgt_gpu_may_exist(void) {
+    /* The driver's device files count too (NVIDIA's, and WSL's GPU device), in case its library
+     * is somewhere only the CUDA runtime knows. The handle stays open: where the driver is
+     * there, the CUDA runtime maps it anyway. */
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0 ||
+           dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != NULL;
+}
+
 int mgt_gpu_algo_cache(mgt_backend *be, const char *path, mgt_err *err) {
     const mgt_gpu_api *a = backend();
     return a ? a->algo_cache(be, path, err) : mgt_errf(err, "%s", load_failure);

@@ -103,10 +103,13 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
     const int nids = o->ngpu_ids;
 #ifdef MGT_HAVE_CUDA
     char why[256] = "";
-    int ngpu = o->device != MGT_DEVICE_CPU ? mgt_gpu_count(why, sizeof why) : -1;
+    const int asked = o->device == MGT_DEVICE_GPU || nids; /* auto otherwise: the GPU if usable */
+    int ngpu = o->device == MGT_DEVICE_CPU || (!asked && !mgt_gpu_may_exist())
+                   ? -1
+                   : mgt_gpu_count(why, sizeof why);
     /* Without NVIDIA's kernel driver the CUDA runtime says its driver is "insufficient", which
      * reads as a version problem: say what is missing instead. */
-    if (ngpu <= 0 && (o->device == MGT_DEVICE_GPU || nids))
+    if (ngpu <= 0 && asked)
         mgt_die_all("%s: no usable GPU on %s: %s (%s); run with --device cpu",
                     nids ? "--gpus" : "--device gpu", rt->host,
                     access("/proc/driver/nvidia/version", F_OK) != 0

@@ -6,7 +6,7 @@
 # GPU is asked for); a CPU run works under an 800 MB address-space limit (ulimit -v), and so does
 # --device auto, which falls back to the CPU; with the GPU libraries gone (hidden in a mount
 # namespace of the test's own) or the backend's library missing, a CPU run works and --device gpu
-# says in one line what is missing.
+# says in one line what is missing; without NVIDIA's driver, --device auto loads none of them.
 source "$(dirname "$0")/lib.bash"
 R=(--data synthetic --synthetic-samples 512 --batch-size 64 --max-steps 2 --verbose 0)
 GPU_LIBS='libcudart|libcudnn|libcublas|libnccl'
@@ -40,6 +40,18 @@ else
 fi
 
 [ $cuda = 1 ] || { finish; exit; }
+# Without NVIDIA's driver, --device auto does not even load the GPU backend (its libraries alone
+# take a second or more of every process's start under the sanitizers): the dynamic loader's own
+# log of the files it opens names none of them.
+if [ ! -e /dev/nvidiactl ] && [ ! -e /dev/dxg ] && ! /sbin/ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+  opened=$(LD_DEBUG=files "$MGT_BIN" "${R[@]}" --out ldauto 2>&1 | grep -oE "file=[^ ]*" | sort -u)
+  grep -q "file=libopenblas" <<<"$opened" || bad "LD_DEBUG=files shows no library at all: $opened"
+  grep -qE "file=(libmgt_gpu|$GPU_LIBS)" <<<"$opened" \
+    && bad "--device auto without a driver loaded: $(grep -E "libmgt_gpu|$GPU_LIBS" <<<"$opened" | paste -sd' ')" \
+    || ok "--device auto without NVIDIA's driver loads neither libmgt_gpu.so nor a GPU library"
+else
+  echo "note: NVIDIA's driver is here; the check that --device auto loads nothing without it does not apply"
+fi
 # The backend's library missing (a copy of mgtrain alone): CPU runs work, --device gpu says so.
 mkdir alone && cp "$MGT_BIN" alone/
 trains "mgtrain without libmgt_gpu.so beside it: --device cpu" acpu alone/mgtrain --device cpu
