@@ -20,10 +20,11 @@ cd "$T"
 mkdir "$T/sanitizer"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$T/sanitizer/report"
 # Ranks that mpirun starts on other nodes (through a remote shell) get only OMPI_* variables and
-# what -x names: an mpirun reaching other nodes passes these on.
-SAN_X=()
-for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
-  [ -n "${!v:-}" ] && SAN_X+=(-x "$v")
+# what -x names: an mpirun reaching other nodes passes these on (the sanitizers' settings, and
+# the OpenBLAS kernel tests/run --full chooses, which launch/mgtrun forwards too).
+REMOTE_X=()
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OPENBLAS_CORETYPE; do
+  [ -n "${!v:-}" ] && REMOTE_X+=(-x "$v")
 done
 FAILS=0
 CHECKS=0

@@ -52,7 +52,7 @@ steps=40
 args=("${data[@]}" --max-steps $steps --no-validation --verbose 2)
 printf 'node1 slots=2\nnode2 slots=2\n' >hostfile
 # cluster_mpirun ARGS...: mpirun on the head, bounded in time
-cluster_mpirun() { on head timeout 300 mpirun --bind-to none --map-by slot "${SAN_X[@]}" "$@"; }
+cluster_mpirun() { on head timeout 300 mpirun --bind-to none --map-by slot "${REMOTE_X[@]}" "$@"; }
 
 # --- 2 nodes x 2 ranks with a hostfile ------------------------------------------------------
 before=$(link_bytes node2)
@@ -105,7 +105,7 @@ if [ -x "$EMU" ]; then
   emu=(env MGT_EMU_GPUS=2 OPENBLAS_NUM_THREADS=1)
   eargs=(--data synthetic --synthetic-samples 1024 --batch-size 64 --max-steps 2 --no-validation
          --verbose 2)
-  on head "${emu[@]}" timeout 300 mpirun --bind-to none --map-by slot "${SAN_X[@]}" -x MGT_EMU_GPUS -x OPENBLAS_NUM_THREADS \
+  on head "${emu[@]}" timeout 300 mpirun --bind-to none --map-by slot "${REMOTE_X[@]}" -x MGT_EMU_GPUS -x OPENBLAS_NUM_THREADS \
     -np 4 --hostfile hostfile "$EMU" "${eargs[@]}" --gpus 1,0 --out g22 >g22.log 2>&1; rc=$?
   n=0
   for r in "0: node1, node 0, local rank 0, GPU 1:" "1: node1, node 0, local rank 1, GPU 0:" \
@@ -118,7 +118,7 @@ if [ -x "$EMU" ]; then
   # 3 ranks on node1 and 1 on node2: 4 GPUs in all, but node1 has only 2.
   expect_fail "3 ranks on a node with 2 GPUs: refused, naming the node" \
     "rank [0-2] on node node1: 3 ranks on this node but only 2 GPUs are visible" \
-    on head "${emu[@]}" timeout 300 mpirun --bind-to none --map-by slot "${SAN_X[@]}" -x MGT_EMU_GPUS -np 4 \
+    on head "${emu[@]}" timeout 300 mpirun --bind-to none --map-by slot "${REMOTE_X[@]}" -x MGT_EMU_GPUS -np 4 \
     --host node1:3,node2:1 "$EMU" "${eargs[@]}" --out g31
 else
   echo "note: $EMU is not built (no CUDA toolkit): GPU placement per node was not checked"
