@@ -3,7 +3,7 @@
  * result checked against the CPU backend first.
  *
  *   mgt_gpu_kernels [--batch 32] [--iters 10] [--warmup 3] [--only NAME] [--no-check]
- *                   [--small] [--hbm-gbs 3350]
+ *                   [--small] [--bf16] [--hbm-gbs 3350]
  *
  * The ceiling: a device-to-device copy of 1 GiB (the backend's copy op), counting the bytes read
  * and written, the fastest any kernel that streams memory can go; --hbm-gbs is the data sheet's
@@ -17,7 +17,13 @@
  *   dwconv      depthwise convolution, forward / backward data / backward filter, on
  *               Xception's depthwise layers at 224x224x3 (and a stride-2 and a 5x5 layer); where
  *               the build has cuDNN proper, cuDNN's grouped convolution (groups = channels, its
- *               fastest algorithm of those its heuristics list) on the same shape beside it.
+ *               fastest algorithm of those its heuristics list) on the same shape beside it;
+ *   bn          batch normalisation on ResNet-50's shapes and Xception's middle flow: the
+ *               statistics, apply alone and with a fusion group's ReLU and residual sum (and the
+ *               three unfused ops it replaces), the backward sums and dx with the ReLU's mask
+ *               recomputed or read from the output and the residual's gradient.
+ * --bf16: the activations in bfloat16, as --precision bf16 holds them (half the bytes; results
+ * checked against the CPU on the same rounded inputs, within one rounding to bfloat16).
  * --small: the same cases on small shapes (the emulated GPU of the tests runs them in seconds).
  * Exit status 1 when a result differs from the CPU's by more than its bound. */
 #if defined(__GNUC__)
@@ -43,7 +49,7 @@
 
 typedef struct bench {
     mgt_backend gpu, cpu;
-    int batch, iters, warmup, check, small;
+    int batch, iters, warmup, check, small, bf16;
     const char *only;
     double copy_gbs, hbm_gbs;
     int fails;
@@ -80,6 +86,56 @@ static float *dput(bench *b, const float *h, size_t n) {
     float *d = dalloc(b, n * sizeof(float));
     b->gpu.ops->to_device(&b->gpu, d, h, n * sizeof(float));
     return d;
+}
+
+/* Activations: bfloat16 on a --bf16 backend (backend.h). aput: n host values as the backend holds
+ * them (rounded to nearest even), and the values it holds into h (the CPU's inputs); aget: n
+ * of them widened to float. */
+static uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float *aput(bench *b, float *h, size_t n) {
+    if (!b->bf16)
+        return dput(b, h, n);
+    uint16_t *t = malloc(n * sizeof *t + 2);
+    if (!t)
+        mgt_die_all("out of host memory: %zu values", n);
+    for (size_t i = 0; i < n; i++) {
+        t[i] = bf16_bits(h[i]);
+        const uint32_t u = (uint32_t)t[i] << 16;
+        memcpy(&h[i], &u, sizeof u);
+    }
+    float *d = dalloc(b, n * sizeof *t);
+    b->gpu.ops->to_device(&b->gpu, d, t, n * sizeof *t);
+    free(t);
+    return d;
+}
+
+static float *aalloc(bench *b, size_t n) {
+    return dalloc(b, n * mgt_dtype_size(b->gpu.act));
+}
+
+static float *dget(bench *b, const float *d, size_t n);
+
+static float *aget(bench *b, const float *d, size_t n) {
+    if (!b->bf16)
+        return dget(b, d, n);
+    uint16_t *t = malloc(n * sizeof *t + 2);
+    float *h = malloc(n * sizeof *h + 4);
+    if (!t || !h)
+        mgt_die_all("out of host memory: %zu values", n);
+    b->gpu.ops->to_host(&b->gpu, t, d, n * sizeof *t);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)t[i] << 16;
+        memcpy(&h[i], &u, sizeof u);
+    }
+    free(t);
+    return h;
 }
 
 static float *dget(bench *b, const float *d, size_t n) {
@@ -327,13 +383,13 @@ static void bench_dw(bench *b, int h, int w, int c, int k, int stride) {
     float *hx = hrand(b, nx, -1, 1), *hdy = hrand(b, ny, -1, 1), *hw = hrand(b, nw, -1, 1);
     float *hb = hrand(b, (size_t)c, -1, 1);
     for (int i = 0; i < sets; i++) {
-        ctx.x[i] = dput(b, hx, nx);
-        ctx.dy[i] = dput(b, hdy, ny);
+        ctx.x[i] = aput(b, hx, nx);
+        ctx.dy[i] = aput(b, hdy, ny);
     }
     ctx.w = dput(b, hw, nw);
     ctx.bias = dput(b, hb, (size_t)c);
-    ctx.y = dalloc(b, ny * sizeof(float));
-    ctx.dx = dalloc(b, nx * sizeof(float));
+    ctx.y = aalloc(b, ny);
+    ctx.dx = aalloc(b, nx);
     ctx.dw = dalloc(b, nw * sizeof(float));
     if (b->gpu.ops->reserve(&b->gpu, b->gpu.ops->dwconv_scratch(&b->gpu, &s)) < 0)
         mgt_die_all("out of GPU memory for the depthwise workspace");
@@ -352,19 +408,21 @@ static void bench_dw(bench *b, int h, int w, int c, int k, int stride) {
         for (int p = 0; p < 3; p++) {
             ctx.pass = p;
             run_dw(&ctx, 0);
-            float *h2 = dget(b, got[p], cnt[p]);
+            float *h2 = p < 2 ? aget(b, got[p], cnt[p]) : dget(b, got[p], cnt[p]);
             err[p] = rel_err(h2, want[p], cnt[p]);
             free(h2);
         }
         free(y), free(dx), free(dw);
     }
     static const char *const names[3] = {"dwconv fwd", "dwconv bwd data", "dwconv bwd filter"};
-    const double bytes = 4.0 * (double)(nx + ny);
+    const double bytes = (double)mgt_dtype_size(b->gpu.act) * (double)(nx + ny);
     for (int p = 0; p < 3; p++) {
         ctx.pass = p;
         const double sec = time_runs(b, run_dw, &ctx, sets);
-        row(b, names[p], shape, bytes, sec, err[p], 1e-4);
+        row(b, names[p], shape, bytes, sec, err[p], b->bf16 && p < 2 ? 0x1p-8 + 1e-4 : 1e-4);
 #ifdef MGT_BENCH_CUDNN
+        if (b->bf16)
+            continue; /* the float comparison only */
         char algo[32], nm[64];
         const double t = cudnn_dw(b, &s, p, ctx.x[0], ctx.w, ctx.dy[0], ctx.y, ctx.dx, ctx.dw, algo,
                                   sizeof algo);
@@ -403,9 +461,216 @@ static void cases_dw(bench *b) {
     bench_dw(b, b->small ? 9 : 28, b->small ? 9 : 28, b->small ? 12 : 240, 5, 1);
 }
 
+/* ---- batch normalisation and its fusion groups ---- */
+
+typedef struct {
+    bench *b;
+    int rows, c, kind;
+    float *x[MAX_SETS], *dy[MAX_SETS], *r[MAX_SETS], *y, *dx, *dr, *t;
+    float *mean, *invstd, *gamma, *beta, *sum, *sumsq, *dg, *db;
+} bn_ctx;
+
+enum {
+    BN_STATS,
+    BN_APPLY,
+    BN_APPLY_RELU,
+    BN_APPLY_ADD_RELU,
+    BN_UNFUSED_ADD_RELU,
+    BN_REDUCE,
+    BN_REDUCE_RELU,
+    BN_REDUCE_YMASK,
+    BN_BWD,
+    BN_BWD_RELU,
+    BN_BWD_YMASK_DR,
+    BN_KINDS
+};
+static const char *const bn_names[BN_KINDS] = {"bn stats",
+                                               "bn apply",
+                                               "bn+relu apply",
+                                               "bn+add+relu apply",
+                                               "  unfused bn,add,relu",
+                                               "bn bwd reduce",
+                                               "bn+relu bwd reduce",
+                                               "bn+add+relu bwd reduce",
+                                               "bn bwd dx",
+                                               "bn+relu bwd dx",
+                                               "bn+add+relu bwd dx,dr"};
+/* Bytes per element of the tensor (x's size) each kind must move at least. */
+static const int bn_bytes[BN_KINDS] = {4, 8, 8, 12, 28, 8, 8, 12, 12, 12, 20};
+
+static mgt_bn_pass bn_pass_of(const bn_ctx *c, int set, int kind) {
+    mgt_bn_pass p = {c->rows,  c->c,    c->x[set], c->mean,      c->invstd,
+                     c->gamma, c->beta, NULL,      MGT_ACT_NONE, NULL};
+    if (kind == BN_APPLY_RELU || kind == BN_REDUCE_RELU || kind == BN_BWD_RELU)
+        p.act = MGT_ACT_RELU;
+    if (kind == BN_APPLY_ADD_RELU) {
+        p.act = MGT_ACT_RELU;
+        p.r = c->r[set];
+    }
+    if (kind == BN_REDUCE_YMASK || kind == BN_BWD_YMASK_DR) {
+        p.act = MGT_ACT_RELU;
+        p.y = c->y;
+    }
+    return p;
+}
+
+static void run_bn(void *p, int set) {
+    bn_ctx *c = p;
+    mgt_backend *g = &c->b->gpu;
+    const mgt_ops *o = g->ops;
+    const mgt_bn_pass bp = bn_pass_of(c, set, c->kind);
+    const float count = (float)c->rows;
+    switch (c->kind) {
+    case BN_STATS:
+        o->bn_stats(g, c->rows, c->c, c->x[set], c->sum, c->sumsq);
+        break;
+    case BN_APPLY:
+    case BN_APPLY_RELU:
+    case BN_APPLY_ADD_RELU:
+        o->bn_apply(g, &bp, c->y);
+        break;
+    case BN_UNFUSED_ADD_RELU: /* what the three layers cost one after another */
+        o->bn_apply(g, &bp, c->t);
+        o->add2(g, (size_t)c->rows * (size_t)c->c, c->t, c->r[set], c->y);
+        o->act_fwd(g, MGT_ACT_RELU, c->rows, c->c, c->y, c->y);
+        break;
+    case BN_REDUCE:
+    case BN_REDUCE_RELU:
+    case BN_REDUCE_YMASK:
+        o->bn_bwd_reduce(g, &bp, c->dy[set], c->dg, c->db);
+        break;
+    case BN_BWD:
+    case BN_BWD_RELU:
+        o->bn_bwd_apply(g, &bp, count, c->dy[set], c->dg, c->db, c->dx, NULL, 0);
+        break;
+    default:
+        o->bn_bwd_apply(g, &bp, count, c->dy[set], c->dg, c->db, c->dx, c->dr, 0);
+        break;
+    }
+}
+
+/* The CPU's result of kind on set 0 against the GPU's: the largest difference over the largest
+ * value of the output (the parameter gradients for the reduces). */
+static double bn_check(bn_ctx *c, float **h, int kind) {
+    mgt_backend *cb = &c->b->cpu, *g = &c->b->gpu;
+    const size_t n = (size_t)c->rows * c->c, nc = (size_t)c->c;
+    mgt_bn_pass p = bn_pass_of(c, 0, kind);
+    p.x = h[0];
+    p.mean = h[3], p.invstd = h[4], p.gamma = h[5], p.beta = h[6];
+    p.r = p.r ? h[2] : NULL;
+    float *want = malloc(sizeof(float) * (n + 2 * nc)), *yc = NULL;
+    if (!want)
+        mgt_die_all("out of host memory");
+    if (p.y) { /* the mask from the GPU's own forward output, as the kernels see it */
+        yc = aget(c->b, c->y, n);
+        p.y = yc;
+    }
+    double err = 0.0;
+    if (kind == BN_STATS) {
+        cb->ops->bn_stats(cb, c->rows, c->c, h[0], want, want + nc);
+        float *a = dget(c->b, c->sum, nc), *q = dget(c->b, c->sumsq, nc);
+        err = fmax(rel_err(a, want, nc), rel_err(q, want + nc, nc));
+        free(a), free(q);
+    } else if (kind <= BN_UNFUSED_ADD_RELU) {
+        if (kind == BN_UNFUSED_ADD_RELU) {
+            p.r = h[2];
+            p.act = MGT_ACT_RELU;
+        }
+        cb->ops->bn_apply(cb, &p, want);
+        float *a = aget(c->b, c->y, n);
+        err = rel_err(a, want, n);
+        free(a);
+    } else if (kind <= BN_REDUCE_YMASK) {
+        cb->ops->bn_bwd_reduce(cb, &p, h[1], want, want + nc);
+        float *a = dget(c->b, c->dg, nc), *q = dget(c->b, c->db, nc);
+        err = fmax(rel_err(a, want, nc), rel_err(q, want + nc, nc));
+        free(a), free(q);
+    } else {
+        float *dg = dget(c->b, c->dg, nc), *db = dget(c->b, c->db, nc);
+        cb->ops->bn_bwd_apply(cb, &p, (float)c->rows, h[1], dg, db, want, NULL, 0);
+        float *a = aget(c->b, c->dx, n);
+        err = rel_err(a, want, n);
+        free(a), free(dg), free(db);
+    }
+    (void)g;
+    free(want);
+    free(yc);
+    return err;
+}
+
+static void bench_bn(bench *b, int h, int w, int c) {
+    bn_ctx ctx = {.b = b, .rows = b->batch * h * w, .c = c};
+    const size_t n = (size_t)ctx.rows * c, nc = (size_t)c;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d", b->batch, h, w, c);
+    const int sets = sets_for(3 * n * sizeof(float));
+    float *h_[7] = {hrand(b, n, -2, 3),        hrand(b, n, -1, 1),       hrand(b, n, -1, 1),
+                    hrand(b, nc, -0.5f, 0.5f), hrand(b, nc, 0.5f, 1.5f), hrand(b, nc, 0.5f, 1.5f),
+                    hrand(b, nc, -1, 1)};
+    for (int i = 0; i < sets; i++) {
+        ctx.x[i] = aput(b, h_[0], n);
+        ctx.dy[i] = aput(b, h_[1], n);
+        ctx.r[i] = aput(b, h_[2], n);
+    }
+    ctx.mean = dput(b, h_[3], nc), ctx.invstd = dput(b, h_[4], nc);
+    ctx.gamma = dput(b, h_[5], nc), ctx.beta = dput(b, h_[6], nc);
+    ctx.y = aalloc(b, n), ctx.dx = aalloc(b, n), ctx.dr = aalloc(b, n), ctx.t = aalloc(b, n);
+    ctx.sum = dalloc(b, nc * sizeof(float)), ctx.sumsq = dalloc(b, nc * sizeof(float));
+    ctx.dg = dalloc(b, nc * sizeof(float)), ctx.db = dalloc(b, nc * sizeof(float));
+    for (int k = 0; k < BN_KINDS; k++) {
+        ctx.kind = k;
+        double err = 0.0;
+        if (k == BN_REDUCE_YMASK || k == BN_BWD_YMASK_DR) { /* y: the group's forward output */
+            ctx.kind = BN_APPLY_ADD_RELU;
+            run_bn(&ctx, 0);
+            ctx.kind = k;
+        }
+        if (b->check) {
+            run_bn(&ctx, 0);
+            err = bn_check(&ctx, h_, k);
+        }
+        const double sec = time_runs(b, run_bn, &ctx, sets);
+        /* bfloat16 outputs: one rounding (2^-8 of a value), the unfused ops three (each of the
+         * largest value they pass) */
+        const int act_out = k != BN_STATS && (k < BN_REDUCE || k > BN_REDUCE_YMASK);
+        const double bound = !b->bf16 || !act_out      ? 1e-4
+                             : k == BN_UNFUSED_ADD_RELU ? 3 * 0x1p-8 + 1e-4
+                                                        : 0x1p-8 + 1e-4;
+        row(b, bn_names[k], shape,
+            (double)bn_bytes[k] / 4.0 * (double)mgt_dtype_size(b->gpu.act) * (double)n, sec, err,
+            bound);
+    }
+    for (int i = 0; i < sets; i++) {
+        b->gpu.ops->free(&b->gpu, ctx.x[i]);
+        b->gpu.ops->free(&b->gpu, ctx.dy[i]);
+        b->gpu.ops->free(&b->gpu, ctx.r[i]);
+    }
+    void *fr[] = {ctx.mean, ctx.invstd, ctx.gamma, ctx.beta,  ctx.y,  ctx.dx,
+                  ctx.dr,   ctx.t,      ctx.sum,   ctx.sumsq, ctx.dg, ctx.db};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++)
+        b->gpu.ops->free(&b->gpu, fr[i]);
+    for (int i = 0; i < 7; i++)
+        free(h_[i]);
+}
+
+static void cases_bn(bench *b) {
+    if (!wanted(b, "bn"))
+        return;
+    /* ResNet-50's batchnorm shapes at 224x224x3, and Xception's middle flow */
+    static const int shapes[][3] = {{112, 112, 64}, {56, 56, 64},  {56, 56, 256},  {28, 28, 128},
+                                    {28, 28, 512},  {14, 14, 256}, {14, 14, 1024}, {7, 7, 512},
+                                    {7, 7, 2048},   {14, 14, 728}};
+    static const int small[][3] = {{6, 5, 24}, {3, 3, 7}};
+    const int n = b->small ? 2 : 10;
+    for (int i = 0; i < n; i++) {
+        const int *q = b->small ? small[i] : shapes[i];
+        bench_bn(b, q[0], q[1], q[2]);
+    }
+}
+
 static void usage(void) {
     printf("usage: mgt_gpu_kernels [--batch N] [--iters N] [--warmup N] [--only NAME] "
-           "[--no-check] [--small] [--hbm-gbs GBPS]\n");
+           "[--no-check] [--small] [--bf16] [--hbm-gbs GBPS]\n");
 }
 
 int main(int argc, char **argv) {
@@ -418,6 +683,7 @@ int main(int argc, char **argv) {
                                          {"small", no_argument, 0, 's'},
                                          {"hbm-gbs", required_argument, 0, 'g'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"bf16", no_argument, 0, 'f'},
                                          {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -440,6 +706,9 @@ int main(int argc, char **argv) {
         case 's':
             b.small = 1;
             break;
+        case 'f':
+            b.bf16 = 1;
+            break;
         case 'g':
             b.hbm_gbs = (double)bench_need_long("--hbm-gbs", optarg, 1);
             break;
@@ -459,16 +728,19 @@ int main(int argc, char **argv) {
         return 77;
     }
     mgt_err e;
-    if (mgt_gpu_backend_init(&b.gpu, 0, 0, &e) != 0 || mgt_cpu_backend_init(&b.cpu, 0) != 0)
+    if (mgt_gpu_backend_init(&b.gpu, 0, b.bf16 ? MGT_GPU_BF16 : 0, &e) != 0 ||
+        mgt_cpu_backend_init(&b.cpu, 0) != 0)
         mgt_die_all("cannot start the backends: %s", e.msg);
     char desc[160];
     mgt_gpu_describe(0, desc, sizeof desc);
-    printf("GPU 0: %s; batch %d, median of %d runs after %d\n", desc, b.batch,
+    printf("GPU 0: %s; %s activations, batch %d, median of %d runs after %d\n", desc,
+           b.bf16 ? "bfloat16" : "float32", b.batch,
            b.iters < MGT_TIME_POINTS - 1 ? b.iters : MGT_TIME_POINTS - 1, b.warmup);
     measure_copy(&b);
     printf("%-26s %-28s %10s %10s %9s %8s %8s   %s\n", "kernel", "shape (n x h x w x c)", "MB",
            "us", "GB/s", "of copy", "of HBM", "vs CPU");
     cases_dw(&b);
+    cases_bn(&b);
     mgt_backend_destroy(&b.gpu);
     mgt_backend_destroy(&b.cpu);
     if (b.fails)

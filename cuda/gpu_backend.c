@@ -436,8 +436,8 @@ static size_t gpu_describe(mgt_backend *be, char *buf, size_t n) {
                             "GPU arithmetic: bf16 mixed precision: dense layers and convolutions "
                             "on bfloat16 inputs with fp32 accumulation (cublasGemmEx CUDA_R_16BF, "
                             "CUBLAS_COMPUTE_32F; cuDNN bfloat16 data with float compute), "
-                            "convolution outputs rounded to bfloat16; weights, optimizer state "
-                            "and every other op %s\n",
+                            "activations stored in bfloat16 between layers; weights, statistics, "
+                            "the loss, optimizer state and every op's arithmetic %s\n",
                             f32)
                  : snprintf(buf, n, "GPU arithmetic: %s\n", f32);
     const size_t used = len > 0 ? (size_t)len : 0;
@@ -494,6 +494,8 @@ static void gpu_destroy(mgt_backend *be) {
     }
     be->impl = NULL;
     be->ops = NULL;
+    be->act = MGT_F32;
+    be->cancel_bias = 0;
 }
 
 /* The table: memory, staging and timing from this file, every op straight from its family. */
@@ -548,6 +550,8 @@ static const mgt_ops gpu_ops = {
     .act_bwd = mgt_gpu_act_bwd,
     .xent_sparse = mgt_gpu_xent_sparse,
     .xent_dense = mgt_gpu_xent_dense,
+    .act_from_f32 = mgt_gpu_act_from_f32,
+    .act_to_f32 = mgt_gpu_act_to_f32,
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_gpu_chw_to_nhwc,
     .optim_step = mgt_gpu_optim_step,
@@ -600,6 +604,8 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err) {
     im->device = device;
     im->tf32 = (math & MGT_GPU_TF32) != 0;
     im->bf16 = (math & MGT_GPU_BF16) != 0;
+    be->act = im->bf16 ? MGT_BF16 : MGT_F32; /* bfloat16 activations end to end (backend.h) */
+    be->cancel_bias = 1; /* no convolution bias computed before a batchnorm (fuse.c) */
     im->deterministic = (math & MGT_GPU_DETERMINISTIC) != 0;
     cublasHandle_t blas = NULL;
     cudnnHandle_t dnn = NULL;

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,6 +22,11 @@ void mgt_k_to_bf16(cudaStream_t st, size_t n, const float *x, uint16_t *y);
  * for r < rows, j < cols, on stream st. */
 void mgt_k_from_bf16(cudaStream_t st, size_t rows, int cols, const uint16_t *x, const float *b,
                      float *y);
+
+/* The op table's act_from_f32 (y = x rounded to bfloat16, n values) and act_to_f32 (y = x
+ * widened, n rows of `row`, then the softmax of each row with act MGT_ACT_SOFTMAX). */
+void mgt_gpu_act_from_f32(mgt_backend *be, size_t n, const float *x, float *y);
+void mgt_gpu_act_to_f32(mgt_backend *be, mgt_act act, int n, int row, const float *x, float *y);
 
 /* The bfloat16 of a float as the kernels round it, compiled for the host, so that tests can check
  * what the device computes against it bit for bit. */

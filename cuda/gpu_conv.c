@@ -47,15 +47,16 @@
  * or a shape's first call needs room for bfloat16 or NCHW copies, does that first call grow the
  * workspace itself.
  *
- * --precision bf16. The descriptors are bfloat16 with float compute (cuDNN's
- * PSEUDO_BFLOAT16_CONFIG: x, w and y bfloat16, accumulation in float, each output rounded once to
- * bfloat16), with tensor-op math. The float operands are rounded into bfloat16 copies in the
- * workspace before each call (after the filter transpose and the explicit padding, which stay
- * float) and the bfloat16 outputs widened back to float after it (y with its bias added, dW
- * before its transpose, the padded dx before its crop): activations, weights and gradients
- * between layers stay float. A direction of a shape for which cuDNN offers no bfloat16
- * algorithm, or refuses every one it offered, runs on float descriptors instead (the plan keeps
- * both sets), with a notice, and the log says so.
+ * --precision bf16. Activations are bfloat16 there (backend.h): x, y, dy and dx come and go in
+ * bfloat16, and the descriptors are bfloat16 with float compute (cuDNN's PSEUDO_BFLOAT16_CONFIG:
+ * x, w and y bfloat16, accumulation in float, each output rounded once to bfloat16), with
+ * tensor-op math; such a run is never NCHW. Only the weights are float: rounded into a bfloat16
+ * copy in the workspace before each call (after the filter transpose), and cuDNN's bfloat16 dW
+ * widened back to float (before its transpose); the explicit padding and the crop move bfloat16
+ * values. A direction of a shape for which cuDNN offers no bfloat16 algorithm, or refuses every
+ * one it offered, runs on float descriptors instead (the plan keeps both sets), with a notice,
+ * and the log says so: its bfloat16 inputs are widened into float copies in the workspace and its
+ * outputs rounded back.
  *
  * This is the one file that calls the deprecated-marked classic API (silenced just here). Its
  * helper kernels (filter transposes, padding, cropping, bias rows, bias gradients) are the
@@ -176,51 +177,54 @@ static int conv_transposes(const mgt_conv_shape *s) {
 
 typedef struct ws_layout {
     size_t w_t, dw_t, pad; /* byte offsets */
-    size_t xb, yb, wb;     /* bfloat16 x or dx, y or dy, W or dW (bf16 only) */
+    size_t xb, yb, wb;     /* bf16 only: float x or dx, float y or dy, bfloat16 W or dW */
     size_t xn, yn;         /* NCHW x or dx, y or dy (nchw only) */
     size_t algo;
 } ws_layout;
 
-/* [transposed W][transposed dW][padded x / padded dx], with bf16 then [x or dx][y or dy]
- * [W or dW] in bfloat16 (x and dx padded when the input is), with nchw then [x or dx][y or dy]
- * in NCHW float, then [cuDNN's workspace]; returns the bytes before cuDNN's part. */
-static size_t conv_layout(const mgt_conv_shape *s, int bf16, int nchw, ws_layout *l) {
+/* [transposed W][transposed dW][padded x / padded dx (the activations' type)], with bf16 then
+ * [x or dx][y or dy] in float (x and dx padded when the input is; only where a direction of the
+ * plan runs on float data, f32) and [W or dW] in bfloat16, with nchw then [x or dx][y or dy] in
+ * NCHW float, then [cuDNN's workspace]; returns the bytes before cuDNN's part. */
+static size_t conv_layout(const mgt_conv_shape *s, int bf16, int f32, int nchw, ws_layout *l) {
     int padded, hp, wp;
     conv_geometry(s, &padded, &hp, &wp);
-    const size_t wcount = (size_t)s->oc * conv_k(s);
+    const size_t wcount = (size_t)s->oc * conv_k(s), esize = bf16 ? 2 : 4;
     const size_t wbytes = conv_transposes(s) ? align256(wcount * 4) : 0;
     const size_t n = s->n > 0 ? (size_t)s->n : 0;
     const size_t xcount = n * (size_t)(padded ? hp : s->h) * (size_t)(padded ? wp : s->w) * s->c;
     const size_t ycount = n * (size_t)s->oh * (size_t)s->ow * (size_t)s->oc;
-    const size_t pbytes = padded ? align256(xcount * 4) : 0;
+    const size_t pbytes = padded ? align256(xcount * esize) : 0;
+    const int copies = bf16 && f32;
     l->w_t = 0;
     l->dw_t = wbytes;
     l->pad = 2 * wbytes;
     l->xb = l->pad + pbytes;
-    l->yb = l->xb + (bf16 ? align256(xcount * 2) : 0);
-    l->wb = l->yb + (bf16 ? align256(ycount * 2) : 0);
+    l->yb = l->xb + (copies ? align256(xcount * 4) : 0);
+    l->wb = l->yb + (copies ? align256(ycount * 4) : 0);
     l->xn = l->wb + (bf16 ? align256(wcount * 2) : 0);
     l->yn = l->xn + (nchw ? align256(xcount * 4) : 0);
     l->algo = l->yn + (nchw ? align256(ycount * 4) : 0);
     return l->algo;
 }
 
-/* The workspace a shape needs (see "Workspace" at the top). */
-static size_t scratch_bytes(const mgt_conv_shape *s, int bf16) {
+/* The workspace a shape needs (see "Workspace" at the top), with conv_layout's copies. */
+static size_t scratch_bytes(const mgt_conv_shape *s, int bf16, int f32, int nchw) {
     if (s->n <= 0 || s->oc <= 0 || conv_k(s) == 0 || s->oh <= 0 || s->ow <= 0)
         return 0;
     ws_layout l;
-    const size_t fixed = conv_layout(s, bf16, 0, &l);
+    const size_t fixed = conv_layout(s, bf16, f32, nchw, &l);
     size_t allowance = (size_t)s->n * (size_t)s->oh * (size_t)s->ow * conv_k(s) * 4;
     const size_t lo = (size_t)16 << 20, hi = (size_t)256 << 20;
     allowance = allowance < lo ? lo : allowance > hi ? hi : allowance;
     return fixed + allowance;
 }
 
-/* conv2d_scratch has no backend: the float layout (a bf16 backend grows the workspace by the
- * bfloat16 copies at a shape's first call, a float one that may run NCHW by its NCHW copies). */
+/* conv2d_scratch has no backend: the float layout (a bf16 backend's differs by the bfloat16
+ * copy of W, and by the float copies of a direction run on float data; a float one that may run
+ * NCHW by its NCHW copies: each grows the workspace at a shape's first call where it needs more). */
 size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s) {
-    return scratch_bytes(s, 0);
+    return scratch_bytes(s, 0, 0, 0);
 }
 
 size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math) {
@@ -228,8 +232,7 @@ size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math) {
         return 0;
     const int bf16 = (math & MGT_GPU_BF16) != 0;
     const int nchw = !bf16 && !(math & (MGT_GPU_TF32 | MGT_GPU_DETERMINISTIC));
-    ws_layout l;
-    return scratch_bytes(s, bf16) + conv_layout(s, bf16, nchw, &l) - conv_layout(s, bf16, 0, &l);
+    return scratch_bytes(s, bf16, 0, nchw);
 }
 
 /* ---- plans ---- */
@@ -358,6 +361,10 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
 static int lowp(const mgt_gpu_impl *im, const conv_plan *p, int dir) {
     return im->bf16 && !p->f32[dir];
 }
+/* Whether any direction of p runs on float data (its float copies then have room). */
+static int any_f32(const conv_plan *p) {
+    return p->f32[DIR_FWD] || p->f32[DIR_BWD_DATA] || p->f32[DIR_BWD_FILTER];
+}
 static cudnnTensorDescriptor_t xdesc(const conv_plan *p, int dir) {
     return p->f32[dir] ? p->xdf : p->xd;
 }
@@ -380,7 +387,7 @@ static cudnnFilterDescriptor_t wdesc_l(const conv_plan *p, int dir, int nchw) {
 
 /* The workspace layout of plan p (the NCHW copies' room where the plan may run NCHW). */
 static size_t plan_layout(const mgt_gpu_impl *im, const conv_plan *p, ws_layout *l) {
-    return conv_layout(&p->s, im->bf16, p->nchw_ok, l);
+    return conv_layout(&p->s, im->bf16, any_f32(p), p->nchw_ok, l);
 }
 
 /* ---- algorithm choice ---- */
@@ -635,8 +642,7 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     ws_layout l;
     const size_t fixed = plan_layout(im, p, &l);
     if (im->ws_bytes < fixed) /* never reserved for this shape: size it now, once */
-        mgt_gpu_workspace(be,
-                          scratch_bytes(s, im->bf16) + (fixed - conv_layout(s, im->bf16, 0, &l)));
+        mgt_gpu_workspace(be, scratch_bytes(s, im->bf16, any_f32(p), p->nchw_ok));
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
     /* tensor ops: TF32 for float data with --tf32, the bfloat16 path's own math with bf16 */
     const int bf = lowp(im, p, dir), tensor_ok = im->tf32 || bf;
@@ -703,9 +709,9 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
 /* The workspace for plan p in direction dir (candidates made on first use), with the current
  * candidate's math type set on the descriptor. */
 static char *plan_ws(mgt_backend *be, conv_plan *p, int dir, ws_layout *l) {
-    const size_t fixed = plan_layout(mgt_gpu_impl_of(be), p, l);
     if (!p->chosen[dir])
         choose(be, p, dir);
+    const size_t fixed = plan_layout(mgt_gpu_impl_of(be), p, l); /* choose may go to float */
     const conv_cand *c = &p->cand[dir][p->cur[dir]];
     GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], c->math));
     return mgt_gpu_workspace(be, fixed + c->ws);
@@ -963,18 +969,42 @@ static void cache_save(struct mgt_gpu_conv_cache *c) {
 /* ---- ops ---- */
 
 /* Elements of the input as cuDNN sees it (padded when the plan pads explicitly). */
-static size_t bf16_x_count(const conv_plan *p) {
+static size_t conv_x_count(const conv_plan *p) {
     const mgt_conv_shape *s = &p->s;
     return (size_t)s->n * (size_t)(p->padded ? p->hp : s->h) * (size_t)(p->padded ? p->wp : s->w) *
            (size_t)s->c;
 }
 
-/* What a convolution op was given, and dy's bfloat16 copy once one of the two backward passes
- * has made it (the other reuses it, unless the workspace moved in between). */
+/* The bytes of an activation value (bfloat16 with --precision bf16). */
+static size_t act_size(const mgt_gpu_impl *im) {
+    return im->bf16 ? 2 : 4;
+}
+
+/* x as cuDNN takes it: as it is, or zero-padded into the workspace (the activations' type). */
+static const void *conv_input(mgt_gpu_impl *im, const conv_plan *p, const float *x, char *ws,
+                              const ws_layout *l) {
+    const mgt_conv_shape *s = &p->s;
+    if (!p->padded)
+        return x;
+    mgt_k_pad_nhwc(im->stream, act_size(im), s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top,
+                   s->pad_left, x, ws + l->pad);
+    return ws + l->pad;
+}
+
+/* A direction of a bf16 backend run on float data: bfloat16 activation values widened into the
+ * workspace's float copy at dst. */
+static const float *widened(mgt_gpu_impl *im, const void *src, size_t count, char *dst) {
+    mgt_k_from_bf16(im->stream, count, 1, (const uint16_t *)src, NULL, (float *)dst);
+    return (const float *)dst;
+}
+
+/* What a convolution op was given (x, y, dy, dx of the activations' type), and where dy's float
+ * copy is once one of the two backward passes run on float data by a bf16 backend has made it
+ * (the other reuses it, unless the workspace moved in between). */
 typedef struct conv_io {
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw;
-    const char *dyb;
+    const char *dyf;
 } conv_io;
 
 /* A measurement in progress (cudnnFind*AlgorithmEx over one layout): what it found, and the
@@ -1067,17 +1097,13 @@ static cudnnStatus_t run_fwd(mgt_backend *be, conv_plan *p, conv_io *io, int nch
     const size_t rows = (size_t)s->n * s->oh * s->ow;
     ws_layout l;
     char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_FWD, &l);
-    const float *wk = io->w, *xin = io->x;
+    const float *wk = io->w;
     if (!nchw && p->transpose) { /* per filter: [c][kh*kw] -> [kh*kw][c] */
-        mgt_k_transpose(st, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
-                        (float *)(ws + l.w_t));
+        mgt_k_transpose(st, 4, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
+                        ws + l.w_t);
         wk = (const float *)(ws + l.w_t);
     }
-    if (p->padded) {
-        mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, io->x,
-                       (float *)(ws + l.pad));
-        xin = (const float *)(ws + l.pad);
-    }
+    const void *xin = conv_input(im, p, io->x, ws, &l);
     const void *xa = xin, *wa = wk;
     void *ya = io->y;
     float beta = 0.0f;
@@ -1085,20 +1111,21 @@ static cudnnStatus_t run_fwd(mgt_backend *be, conv_plan *p, conv_io *io, int nch
     if (nchw) { /* x to NCHW; y comes out NCHW */
         if (f)
             copies_mark(im, 0);
-        mgt_k_transpose(st, (size_t)s->n, bf16_x_count(p) / s->n / s->c, (size_t)s->c, xin,
-                        (float *)(ws + l.xn));
+        mgt_k_transpose(st, 4, (size_t)s->n, conv_x_count(p) / s->n / s->c, (size_t)s->c, xin,
+                        ws + l.xn);
         if (f)
             copies_mark(im, 1);
         xa = ws + l.xn;
         ya = ws + l.yn;
-    } else if (bf) { /* bfloat16 copies; the bias is added as y is widened */
+    } else if (bf) { /* the filters rounded to bfloat16; x and y are */
         mgt_k_to_bf16(st, (size_t)s->oc * conv_k(s), wk, (uint16_t *)(ws + l.wb));
-        mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
-        xa = ws + l.xb;
         wa = ws + l.wb;
+    } else if (im->bf16) { /* float data: x widened, y in the workspace, then rounded */
+        xa = widened(im, xin, conv_x_count(p), ws + l.xb);
         ya = ws + l.yb;
-    } else if (io->b && !f) { /* the bias first, the convolution adds onto it (as the CPU does) */
-        mgt_k_fill_rows(st, rows, s->oc, io->b, io->y);
+    }
+    if (!nchw && io->b && !f) { /* the bias first, the convolution adds onto it (as the CPU does) */
+        mgt_k_fill_rows(st, bf ? 2 : 4, rows, s->oc, io->b, ya);
         beta = 1.0f;
     }
     const float one = 1.0f;
@@ -1110,13 +1137,13 @@ static cudnnStatus_t run_fwd(mgt_backend *be, conv_plan *p, conv_io *io, int nch
                                     cur_ws(p, DIR_FWD), &beta, ydesc_l(p, DIR_FWD, nchw), ya);
     if (cs != CUDNN_STATUS_SUCCESS)
         return cs;
-    if (bf) {
-        mgt_k_from_bf16(st, rows, s->oc, (const uint16_t *)ya, io->b, io->y);
+    if (!nchw && ya != io->y) {
+        mgt_k_to_bf16(st, rows * (size_t)s->oc, (const float *)ya, (uint16_t *)io->y);
     } else if (nchw) { /* [n][oc][oh*ow] -> [n][oh*ow][oc], then the bias */
         if (f)
             copies_mark(im, 2);
-        mgt_k_transpose(st, (size_t)s->n, (size_t)s->oc, (size_t)s->oh * s->ow,
-                        (const float *)(ws + l.yn), io->y);
+        mgt_k_transpose(st, 4, (size_t)s->n, (size_t)s->oc, (size_t)s->oh * s->ow, ws + l.yn,
+                        io->y);
         if (io->b)
             mgt_k_add_rows(st, rows, s->oc, io->b, io->y);
         if (f) {
@@ -1127,12 +1154,14 @@ static cudnnStatus_t run_fwd(mgt_backend *be, conv_plan *p, conv_io *io, int nch
     return cs;
 }
 
-/* dy's bfloat16 copy at yb, made once for both backward passes unless the workspace moved in
- * between; a measurement's copy is not counted on (the passes then make their own). */
-static void dy_bf16(cudaStream_t st, conv_io *io, char *yb, size_t count, int measuring) {
-    if (io->dyb != yb)
-        mgt_k_to_bf16(st, count, io->dy, (uint16_t *)yb);
-    io->dyb = measuring ? NULL : yb;
+/* dy's float copy at yb (a bf16 backend's direction run on float data), made once for both
+ * backward passes unless the workspace moved in between; a measurement's copy is not counted on
+ * (the passes then make their own). */
+static const void *dy_f32(mgt_gpu_impl *im, conv_io *io, char *yb, size_t count, int measuring) {
+    if (io->dyf != yb)
+        widened(im, io->dy, count, yb);
+    io->dyf = measuring ? NULL : yb;
+    return yb;
 }
 
 /* Backward-filter in layout nchw (as run_fwd): dW from x and dy. NCHW's filter is OIHW, the
@@ -1146,12 +1175,7 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
     const int oc = s->oc;
     ws_layout l;
     char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_BWD_FILTER, &l);
-    const float *xin = io->x;
-    if (p->padded) {
-        mgt_k_pad_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, io->x,
-                       (float *)(ws + l.pad));
-        xin = (const float *)(ws + l.pad);
-    }
+    const void *xin = conv_input(im, p, io->x, ws, &l);
     float *dwk = !nchw && p->transpose ? (float *)(ws + l.dw_t) : io->dw;
     const void *xa = xin, *dya = io->dy;
     void *dwa = dwk;
@@ -1159,10 +1183,10 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
     if (nchw) {
         if (f)
             copies_mark(im, 0);
-        mgt_k_transpose(st, (size_t)s->n, bf16_x_count(p) / s->n / s->c, (size_t)s->c, xin,
-                        (float *)(ws + l.xn));
-        mgt_k_transpose(st, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
-                        (float *)(ws + l.yn));
+        mgt_k_transpose(st, 4, (size_t)s->n, conv_x_count(p) / s->n / s->c, (size_t)s->c, xin,
+                        ws + l.xn);
+        mgt_k_transpose(st, 4, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
+                        ws + l.yn);
         if (f) {
             copies_mark(im, 1);
             copies_mark(im, 2);
@@ -1171,12 +1195,11 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
         }
         xa = ws + l.xn;
         dya = ws + l.yn;
-    } else if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dW is widened into dwk */
-        mgt_k_to_bf16(st, bf16_x_count(p), xin, (uint16_t *)(ws + l.xb));
-        dy_bf16(st, io, ws + l.yb, rows * (size_t)oc, f != NULL);
-        xa = ws + l.xb;
-        dya = ws + l.yb;
+    } else if (bf) { /* cuDNN's bfloat16 dW, widened into dwk */
         dwa = ws + l.wb;
+    } else if (im->bf16) { /* float data: x and dy widened */
+        xa = widened(im, xin, conv_x_count(p), ws + l.xb);
+        dya = dy_f32(im, io, ws + l.yb, rows * (size_t)oc, f != NULL);
     }
     const float one = 1.0f, zero = 0.0f;
     cudnnStatus_t cs =
@@ -1191,7 +1214,7 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
     if (bf)
         mgt_k_from_bf16(st, (size_t)oc * K, 1, (const uint16_t *)dwa, NULL, dwk);
     if (!nchw && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
-        mgt_k_transpose(st, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, io->dw);
+        mgt_k_transpose(st, 4, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, io->dw);
     return cs;
 }
 
@@ -1208,29 +1231,29 @@ static cudnnStatus_t run_bwd_data(mgt_backend *be, conv_plan *p, conv_io *io, in
     char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_BWD_DATA, &l);
     const float *wk = io->w;
     if (!nchw && p->transpose) {
-        mgt_k_transpose(st, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
-                        (float *)(ws + l.w_t));
+        mgt_k_transpose(st, 4, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
+                        ws + l.w_t);
         wk = (const float *)(ws + l.w_t);
     }
     /* the padded gradient reuses the padded input's place: dW is done with it */
-    float *dxo = p->padded ? (float *)(ws + l.pad) : io->dx;
+    void *dxo = p->padded ? (void *)(ws + l.pad) : (void *)io->dx;
     const void *wa = wk, *dya = io->dy;
     void *dxa = dxo;
     const int bf = !nchw && lowp(im, p, DIR_BWD_DATA);
     if (nchw) {
         if (f)
             copies_mark(im, 0);
-        mgt_k_transpose(st, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
-                        (float *)(ws + l.yn));
+        mgt_k_transpose(st, 4, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
+                        ws + l.yn);
         if (f)
             copies_mark(im, 1);
         dya = ws + l.yn;
         dxa = ws + l.xn;
-    } else if (bf) { /* bfloat16 copies; cuDNN's bfloat16 dx is widened into dxo */
+    } else if (bf) { /* the filters rounded to bfloat16; dy and dx are */
         mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
-        dy_bf16(st, io, ws + l.yb, rows * (size_t)oc, f != NULL);
         wa = ws + l.wb;
-        dya = ws + l.yb;
+    } else if (im->bf16) { /* float data: dy widened, dx in the workspace, then rounded */
+        dya = dy_f32(im, io, ws + l.yb, rows * (size_t)oc, f != NULL);
         dxa = ws + l.xb;
     }
     const float one = 1.0f, zero = 0.0f;
@@ -1243,21 +1266,21 @@ static cudnnStatus_t run_bwd_data(mgt_backend *be, conv_plan *p, conv_io *io, in
                 cur_ws(p, DIR_BWD_DATA), &zero, xdesc_l(p, DIR_BWD_DATA, nchw), dxa);
     if (cs != CUDNN_STATUS_SUCCESS)
         return cs;
-    if (bf) {
-        mgt_k_from_bf16(st, bf16_x_count(p), 1, (const uint16_t *)dxa, NULL, dxo);
+    if (!nchw && dxa != dxo) {
+        mgt_k_to_bf16(st, conv_x_count(p), (const float *)dxa, (uint16_t *)dxo);
     } else if (nchw) { /* [n][c][h*w] -> [n][h*w][c] */
         if (f)
             copies_mark(im, 2);
-        mgt_k_transpose(st, (size_t)s->n, (size_t)s->c, bf16_x_count(p) / s->n / s->c,
-                        (const float *)(ws + l.xn), dxo);
+        mgt_k_transpose(st, 4, (size_t)s->n, (size_t)s->c, conv_x_count(p) / s->n / s->c,
+                        ws + l.xn, dxo);
         if (f) {
             copies_mark(im, 3);
             f->copies_ms = copies_ms(im);
         }
     }
     if (p->padded)
-        mgt_k_crop_nhwc(st, s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top, s->pad_left, dxo,
-                        io->dx);
+        mgt_k_crop_nhwc(st, act_size(im), s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top,
+                        s->pad_left, dxo, io->dx);
     return cs;
 }
 
@@ -1361,10 +1384,9 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         return;
     if (conv_k(s) == 0) { /* no input channels: only the bias */
         if (b)
-            mgt_k_fill_rows(im->stream, rows, s->oc, b, y);
+            mgt_k_fill_rows(im->stream, act_size(im), rows, s->oc, b, y);
         else
-            GPU_CHECK(CUDA,
-                      cudaMemsetAsync(y, 0, rows * (size_t)s->oc * sizeof(float), im->stream));
+            GPU_CHECK(CUDA, cudaMemsetAsync(y, 0, rows * (size_t)s->oc * act_size(im), im->stream));
         return;
     }
     conv_io io = {.x = x, .w = w, .b = b, .y = y};
@@ -1380,12 +1402,12 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     const size_t K = conv_k(s);
     const size_t x_count = (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * (s->c > 0 ? s->c : 0);
     if (db) /* zeros when rows == 0 */
-        mgt_k_colreduce(st, &im->part, MGT_RED_SUM, rows, oc, dy, NULL, NULL, NULL, db, NULL);
+        mgt_k_colreduce(st, &im->part, MGT_RED_SUM, act_size(im), rows, oc, dy, db, NULL);
     if (rows == 0 || oc == 0 || K == 0) { /* nothing flows: gradients are zeros */
         if (dw && oc && K)
             GPU_CHECK(CUDA, cudaMemsetAsync(dw, 0, (size_t)oc * K * sizeof(float), st));
         if (dx && x_count)
-            GPU_CHECK(CUDA, cudaMemsetAsync(dx, 0, x_count * sizeof(float), st));
+            GPU_CHECK(CUDA, cudaMemsetAsync(dx, 0, x_count * act_size(im), st));
         return;
     }
     conv_io io = {.x = x, .w = w, .dy = dy, .dx = dx, .dw = dw};

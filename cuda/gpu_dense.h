@@ -18,8 +18,9 @@ void mgt_gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
 void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *dy, float *dx, float *dw, float *db);
 
-/* y[r][j] = b[j] for r < rows, j < cols, on stream st (a bias before a GEMM adds onto it). */
-void mgt_k_fill_rows(cudaStream_t st, size_t rows, int cols, const float *b, float *y);
+/* y[r][j] = b[j] for r < rows, j < cols, on stream st (a bias before a GEMM adds onto it); y of
+ * esize-byte values: 4 float, 2 bfloat16 (b rounded to it). */
+void mgt_k_fill_rows(cudaStream_t st, size_t esize, size_t rows, int cols, const float *b, void *y);
 /* y[r][j] += b[j] (a bias after a convolution computed in another layout). */
 void mgt_k_add_rows(cudaStream_t st, size_t rows, int cols, const float *b, float *y);
 

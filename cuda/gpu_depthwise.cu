@@ -28,14 +28,13 @@
  *                  each block writes a double partial per (tap, channel), and the partials are
  *                  added in a fixed tree (gpu_launch.h). Deterministic: the same bits on every
  *                  run, and the same for a chunk of --reproducible on any rank;
- *   bias           gpu_reduce.cu's column sums of dy.
+ *   bias           gpu_colsum.h's column sums of dy.
  * A shape whose window does not fit a block's shared memory even for a 1x1 tile (windows of
  * more than 64 taps, large strides) runs the direct kernels at the end: one thread per value.
  * No float atomics anywhere, so results never depend on scheduling. */
 #include <utility>
 
-#include "gpu_launch.h"
-#include "gpu_vec.h"
+#include "gpu_colsum.h"
 
 namespace {
 
@@ -789,9 +788,8 @@ void bwd(mgt_backend *be, const mgt_conv_shape *s, const T *x, const float *w, c
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     cudaStream_t st = im->stream;
     const size_t rows = (size_t)(s->n > 0 ? s->n : 0) * s->oh * s->ow;
-    if (db)
-        mgt_k_colreduce(st, &im->part, MGT_RED_SUM, rows, s->c, (const float *)dy, nullptr, nullptr,
-                        nullptr, db, nullptr);
+    if (db && s->c > 0)
+        colsum_matrix<T, false>(st, &im->part, rows, s->c, dy, db, nullptr);
     const size_t nx = (size_t)(s->n > 0 ? s->n : 0) * s->h * s->w * s->c;
     if (dx && nx) {
         const dw_geom g = geom_of(s, kVec, PASS_DATA);
@@ -839,12 +837,18 @@ void mgt_gpu_dwconv_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                         const float *b, float *y) {
     if (s->n <= 0 || s->oh <= 0 || s->ow <= 0 || s->c <= 0)
         return;
-    fwd<float>(mgt_gpu_stream(be), s, x, w, b, y);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        fwd<T>(mgt_gpu_stream(be), s, (const T *)x, w, b, (T *)y);
+    });
 }
 
 void mgt_gpu_dwconv_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
                         const float *dy, float *dx, float *dw, float *db) {
-    bwd<float>(be, s, x, w, dy, dx, dw, db);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        bwd<T>(be, s, (const T *)x, w, (const T *)dy, (T *)dx, dw, db);
+    });
 }
 
 } /* extern "C" */

@@ -1,45 +1,50 @@
 /* gpu_graph.cu: residual sums, concatenation's column copies, zero padding and global average
  * pooling (gpu_graph.h). Memory-bound kernels, one thread per element written, consecutive
  * threads on consecutive addresses. Global average pooling sums in double in the CPU's order (one
- * thread per sample and channel, positions in order), so its result is the CPU's to the bit. */
+ * thread per sample and channel, positions in order), so its result is the CPU's to the bit.
+ * Activations of either type (backend.h), computed in float, stored rounded once. */
 #include "gpu_launch.h"
+#include "gpu_vec.h"
 
 namespace {
 
 /* No __restrict__: y may be a or b. */
-__global__ void k_add2(size_t n, const float *a, const float *b, float *y) {
+template <class T> __global__ void k_add2(size_t n, const T *a, const T *b, T *y) {
     GRID_STRIDE(i, n) {
-        y[i] = a[i] + b[i];
+        y[i] = narrow<T>(widen(a[i]) + widen(b[i]));
     }
 }
 
-__global__ void k_copy_cols(size_t total, int width, const float *__restrict__ src, int src_ld,
-                            float *__restrict__ dst, int dst_ld, int accumulate) {
+template <class T>
+__global__ void k_copy_cols(size_t total, int width, const T *__restrict__ src, int src_ld,
+                            T *__restrict__ dst, int dst_ld, int accumulate) {
     GRID_STRIDE(i, total) {
         const size_t r = i / (size_t)width, j = i % (size_t)width;
-        const float v = src[r * (size_t)src_ld + j];
-        float *d = dst + r * (size_t)dst_ld + j;
-        *d = accumulate ? *d + v : v;
+        const T v = src[r * (size_t)src_ld + j];
+        T *d = dst + r * (size_t)dst_ld + j;
+        *d = accumulate ? narrow<T>(widen(*d) + widen(v)) : v;
     }
 }
 
-__global__ void k_gap_fwd(size_t total, int hw, int c, float inv, const float *__restrict__ x,
-                          float *__restrict__ y) {
+template <class T>
+__global__ void k_gap_fwd(size_t total, int hw, int c, float inv, const T *__restrict__ x,
+                          T *__restrict__ y) {
     GRID_STRIDE(i, total) {
         const size_t smp = i / (size_t)c, ch = i % (size_t)c;
-        const float *xs = x + smp * (size_t)hw * c + ch;
+        const T *xs = x + smp * (size_t)hw * c + ch;
         double acc = 0.0;
         for (int p = 0; p < hw; p++)
-            acc += xs[(size_t)p * c];
-        y[i] = (float)acc * inv; /* the CPU's: the sum rounded, then scaled in float */
+            acc += widen(xs[(size_t)p * c]);
+        y[i] = narrow<T>((float)acc * inv); /* the CPU's: the sum rounded, then scaled in float */
     }
 }
 
-__global__ void k_gap_bwd(size_t total, int hw, int c, float inv, const float *__restrict__ dy,
-                          float *__restrict__ dx) {
+template <class T>
+__global__ void k_gap_bwd(size_t total, int hw, int c, float inv, const T *__restrict__ dy,
+                          T *__restrict__ dx) {
     GRID_STRIDE(i, total) {
         const size_t ch = i % (size_t)c, smp = i / ((size_t)c * hw);
-        dx[i] = dy[smp * c + ch] * inv;
+        dx[i] = narrow<T>(widen(dy[smp * c + ch]) * inv);
     }
 }
 
@@ -50,7 +55,11 @@ extern "C" {
 void mgt_gpu_add2(mgt_backend *be, size_t count, const float *a, const float *b, float *y) {
     if (!count)
         return;
-    MGT_LAUNCH(k_add2, blocks_for(count), kThreads, mgt_gpu_stream(be), count, a, b, y);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_add2<T>, blocks_for(count), kThreads, mgt_gpu_stream(be), count, (const T *)a,
+                   (const T *)b, (T *)y);
+    });
 }
 
 void mgt_gpu_copy_cols(mgt_backend *be, size_t rows, int width, const float *src, int src_ld,
@@ -58,21 +67,24 @@ void mgt_gpu_copy_cols(mgt_backend *be, size_t rows, int width, const float *src
     const size_t total = rows * (size_t)(width > 0 ? width : 0);
     if (!total)
         return;
-    MGT_LAUNCH(k_copy_cols, blocks_for(total), kThreads, mgt_gpu_stream(be), total, width, src,
-               src_ld, dst, dst_ld, accumulate);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_copy_cols<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total, width,
+                   (const T *)src, src_ld, (T *)dst, dst_ld, accumulate);
+    });
 }
 
 /* The convolutions' explicit padding kernels (gpu_layout.cu) do exactly this. */
 void mgt_gpu_pad_fwd(mgt_backend *be, const mgt_pad_shape *s, const float *x, float *y) {
-    mgt_k_pad_nhwc(mgt_gpu_stream(be), s->n, s->h, s->w, s->c, s->h + s->top + s->bottom,
-                   s->w + s->left + s->right, s->top, s->left, x, y);
+    mgt_k_pad_nhwc(mgt_gpu_stream(be), mgt_dtype_size(be->act), s->n, s->h, s->w, s->c,
+                   s->h + s->top + s->bottom, s->w + s->left + s->right, s->top, s->left, x, y);
 }
 
 void mgt_gpu_pad_bwd(mgt_backend *be, const mgt_pad_shape *s, const float *dy, float *dx) {
     if (!dx)
         return;
-    mgt_k_crop_nhwc(mgt_gpu_stream(be), s->n, s->h, s->w, s->c, s->h + s->top + s->bottom,
-                    s->w + s->left + s->right, s->top, s->left, dy, dx);
+    mgt_k_crop_nhwc(mgt_gpu_stream(be), mgt_dtype_size(be->act), s->n, s->h, s->w, s->c,
+                    s->h + s->top + s->bottom, s->w + s->left + s->right, s->top, s->left, dy, dx);
 }
 
 void mgt_gpu_gap_fwd(mgt_backend *be, int n, int hw, int c, const float *x, float *y) {
@@ -80,7 +92,11 @@ void mgt_gpu_gap_fwd(mgt_backend *be, int n, int hw, int c, const float *x, floa
     if (!total)
         return;
     const float inv = 1.0f / (float)(hw > 0 ? hw : 1);
-    MGT_LAUNCH(k_gap_fwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, hw, c, inv, x, y);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_gap_fwd<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total, hw, c, inv,
+                   (const T *)x, (T *)y);
+    });
 }
 
 void mgt_gpu_gap_bwd(mgt_backend *be, int n, int hw, int c, const float *dy, float *dx) {
@@ -88,8 +104,11 @@ void mgt_gpu_gap_bwd(mgt_backend *be, int n, int hw, int c, const float *dy, flo
     if (!total || !dx)
         return;
     const float inv = 1.0f / (float)hw;
-    MGT_LAUNCH(k_gap_bwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, hw, c, inv, dy,
-               dx);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_gap_bwd<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total, hw, c, inv,
+                   (const T *)dy, (T *)dx);
+    });
 }
 
 } /* extern "C" */

@@ -57,9 +57,10 @@ struct mgt_gpu_conv_cache; /* gpu_conv.c */
 typedef struct mgt_gpu_impl {
     int device;
     int tf32;
-    /* --precision bf16: dense layers and convolutions take bfloat16 inputs (activations, weights,
-     * incoming gradients, rounded into the workspace) and accumulate in float; every other op,
-     * the weights and the optimizer's state stay float. */
+    /* --precision bf16: the activations are bfloat16 (be->act, backend.h: every op's x, y, dy,
+     * dx), each rounded once by the kernel that stores it; dense layers and convolutions take
+     * them with bfloat16 copies of the weights and accumulate in float; the weights, their
+     * gradients, the statistics, the loss and the optimizer's state stay float. */
     int bf16;
     /* --reproducible: every convolution runs a deterministic cuDNN algorithm chosen by cuDNN's
      * ranking alone (not by what fits the workspace, which depends on the per-rank batch), so a

@@ -1,18 +1,20 @@
 /* gpu_layout.cu: transposes (32x32 tiles through shared memory), explicit zero padding and its
- * adjoint, and Flatten's layout changes built on the transpose (gpu_layout.h). */
+ * adjoint, and Flatten's layout changes built on the transpose (gpu_layout.h). They move values
+ * without computing, so they take them as 4- or 2-byte words: float32 or bfloat16 alike. */
 #include "gpu_launch.h"
 
 namespace {
 
 constexpr int kTile = 32, kTileRows = 8;
 
-__global__ void k_transpose(size_t batch, size_t rows, size_t cols, const float *__restrict__ src,
-                            float *__restrict__ dst) {
-    __shared__ float tile[kTile][kTile + 1];
+template <class E>
+__global__ void k_transpose(size_t batch, size_t rows, size_t cols, const E *__restrict__ src,
+                            E *__restrict__ dst) {
+    __shared__ E tile[kTile][kTile + 1];
     const size_t per = rows * cols;
     for (size_t k = blockIdx.z; k < batch; k += gridDim.z) {
-        const float *s = src + k * per;
-        float *d = dst + k * per;
+        const E *s = src + k * per;
+        E *d = dst + k * per;
         const size_t c0 = (size_t)blockIdx.x * kTile, r0 = (size_t)blockIdx.y * kTile;
         for (int i = threadIdx.y; i < kTile; i += kTileRows) {
             const size_t r = r0 + i, c = c0 + threadIdx.x;
@@ -31,8 +33,9 @@ __global__ void k_transpose(size_t batch, size_t rows, size_t cols, const float 
 
 /* ---- explicit padding for convolutions cuDNN cannot pad (asymmetric "same") ---- */
 
+template <class E>
 __global__ void k_pad_nhwc(size_t total, int h, int w, int c, int hp, int wp, int pt, int pl,
-                           const float *__restrict__ x, float *__restrict__ xp) {
+                           const E *__restrict__ x, E *__restrict__ xp) {
     GRID_STRIDE(i, total) {
         const int ch = (int)(i % c);
         size_t t = i / c;
@@ -43,12 +46,13 @@ __global__ void k_pad_nhwc(size_t total, int h, int w, int c, int hp, int wp, in
         const int iy = py - pt, ix = px - pl;
         xp[i] = (iy >= 0 && iy < h && ix >= 0 && ix < w)
                     ? x[((smp * h + iy) * (size_t)w + ix) * c + ch]
-                    : 0.0f;
+                    : E(0); /* +0 in either type */
     }
 }
 
+template <class E>
 __global__ void k_crop_nhwc(size_t total, int h, int w, int c, int hp, int wp, int pt, int pl,
-                            const float *__restrict__ dxp, float *__restrict__ dx) {
+                            const E *__restrict__ dxp, E *__restrict__ dx) {
     GRID_STRIDE(i, total) {
         const int ch = (int)(i % c);
         size_t t = i / c;
@@ -57,16 +61,24 @@ __global__ void k_crop_nhwc(size_t total, int h, int w, int c, int hp, int wp, i
         const int iy = (int)(t % h);
         const size_t smp = t / h;
         const int py = iy + pt, px = ix + pl;
-        dx[i] = (py < hp && px < wp) ? dxp[((smp * hp + py) * (size_t)wp + px) * c + ch] : 0.0f;
+        dx[i] = (py < hp && px < wp) ? dxp[((smp * hp + py) * (size_t)wp + px) * c + ch] : E(0);
     }
+}
+
+/* The word type of an element of esize bytes. */
+template <class F> void by_size(size_t esize, F f) {
+    if (esize == 2)
+        f(uint16_t{});
+    else
+        f(uint32_t{});
 }
 
 } /* namespace */
 
 extern "C" {
 
-void mgt_k_transpose(cudaStream_t st, size_t batch, size_t rows, size_t cols, const float *src,
-                     float *dst) {
+void mgt_k_transpose(cudaStream_t st, size_t esize, size_t batch, size_t rows, size_t cols,
+                     const void *src, void *dst) {
     if (!batch || !rows || !cols)
         return;
     const size_t gz = batch < 65535 ? batch : 65535, gy = (rows + kTile - 1) / kTile;
@@ -74,35 +86,48 @@ void mgt_k_transpose(cudaStream_t st, size_t batch, size_t rows, size_t cols, co
     if (gy > 65535) /* checked before the narrowing to unsigned */
         mgt_gpu_fail(MGT_GPU_CUDA, (int)cudaErrorInvalidConfiguration,
                      "k_transpose (more than 2M rows)", __FILE__, __LINE__);
-    MGT_LAUNCH(k_transpose, grid, dim3(kTile, kTileRows), st, batch, rows, cols, src, dst);
+    by_size(esize, [&](auto e) {
+        using E = decltype(e);
+        MGT_LAUNCH(k_transpose<E>, grid, dim3(kTile, kTileRows), st, batch, rows, cols,
+                   (const E *)src, (E *)dst);
+    });
 }
 
-void mgt_k_pad_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp, int pt, int pl,
-                    const float *x, float *xp) {
+void mgt_k_pad_nhwc(cudaStream_t st, size_t esize, int n, int h, int w, int c, int hp, int wp,
+                    int pt, int pl, const void *x, void *xp) {
     const size_t total = (size_t)n * hp * wp * c;
     if (n <= 0 || !total)
         return;
-    MGT_LAUNCH(k_pad_nhwc, blocks_for(total), kThreads, st, total, h, w, c, hp, wp, pt, pl, x, xp);
+    by_size(esize, [&](auto e) {
+        using E = decltype(e);
+        MGT_LAUNCH(k_pad_nhwc<E>, blocks_for(total), kThreads, st, total, h, w, c, hp, wp, pt, pl,
+                   (const E *)x, (E *)xp);
+    });
 }
 
-void mgt_k_crop_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp, int pt, int pl,
-                     const float *dxp, float *dx) {
+void mgt_k_crop_nhwc(cudaStream_t st, size_t esize, int n, int h, int w, int c, int hp, int wp,
+                     int pt, int pl, const void *dxp, void *dx) {
     const size_t total = (size_t)n * h * w * c;
     if (n <= 0 || !total)
         return;
-    MGT_LAUNCH(k_crop_nhwc, blocks_for(total), kThreads, st, total, h, w, c, hp, wp, pt, pl, dxp,
-               dx);
+    by_size(esize, [&](auto e) {
+        using E = decltype(e);
+        MGT_LAUNCH(k_crop_nhwc<E>, blocks_for(total), kThreads, st, total, h, w, c, hp, wp, pt, pl,
+                   (const E *)dxp, (E *)dx);
+    });
 }
 
 /* One sample is a [hw][c] matrix in NHWC and its transpose [c][hw] in CHW. */
 void mgt_gpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
     if (n > 0)
-        mgt_k_transpose(mgt_gpu_stream(be), (size_t)n, (size_t)h * w, (size_t)c, x, y);
+        mgt_k_transpose(mgt_gpu_stream(be), mgt_dtype_size(be->act), (size_t)n, (size_t)h * w,
+                        (size_t)c, x, y);
 }
 
 void mgt_gpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
     if (n > 0)
-        mgt_k_transpose(mgt_gpu_stream(be), (size_t)n, (size_t)c, (size_t)h * w, x, y);
+        mgt_k_transpose(mgt_gpu_stream(be), mgt_dtype_size(be->act), (size_t)n, (size_t)c,
+                        (size_t)h * w, x, y);
 }
 
 } /* extern "C" */

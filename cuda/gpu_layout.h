@@ -18,16 +18,16 @@ extern "C" {
 void mgt_gpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
 void mgt_gpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
 
-/* On stream st: dst[k][c][r] = src[k][r][c] for k < batch (a batch of row-major [rows][cols]
- * matrices). */
-void mgt_k_transpose(cudaStream_t st, size_t batch, size_t rows, size_t cols, const float *src,
-                     float *dst);
+/* On stream st, on elements of esize bytes (4: float32, 2: bfloat16), moved as they are:
+ * dst[k][c][r] = src[k][r][c] for k < batch (a batch of row-major [rows][cols] matrices). */
+void mgt_k_transpose(cudaStream_t st, size_t esize, size_t batch, size_t rows, size_t cols,
+                     const void *src, void *dst);
 /* Zero-padded copy of NHWC x into xp [n][hp][wp][c] (x at offset pt, pl; rows/columns beyond hp,
  * wp are dropped), and its adjoint: dx[n][h][w][c] from dxp (positions outside get 0). */
-void mgt_k_pad_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp, int pt, int pl,
-                    const float *x, float *xp);
-void mgt_k_crop_nhwc(cudaStream_t st, int n, int h, int w, int c, int hp, int wp, int pt, int pl,
-                     const float *dxp, float *dx);
+void mgt_k_pad_nhwc(cudaStream_t st, size_t esize, int n, int h, int w, int c, int hp, int wp,
+                    int pt, int pl, const void *x, void *xp);
+void mgt_k_crop_nhwc(cudaStream_t st, size_t esize, int n, int h, int w, int c, int hp, int wp,
+                     int pt, int pl, const void *dxp, void *dx);
 
 #ifdef __cplusplus
 }

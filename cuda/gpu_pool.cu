@@ -4,8 +4,10 @@
  * As cpu_pool.c: windows scanned row by row, left to right, the same NaN behaviour of the
  * comparisons, and an average's divisor the count of its window's input positions. The backward
  * passes GATHER into each input element, in the CPU's order, instead of scattering: no atomics, and
- * the same bits as the CPU's scatter-add. */
+ * the same bits as the CPU's scatter-add. Activations of either type (backend.h: float, or
+ * bfloat16 with --precision bf16), read widened, computed in float, stored rounded once. */
 #include "gpu_launch.h"
+#include "gpu_vec.h"
 
 namespace {
 
@@ -38,8 +40,9 @@ __device__ inline void pool_out_pos(size_t o, const pool_dims &d, size_t &smp, i
 
 /* Window scanned row by row, left to right; only a strictly larger value replaces the current
  * one (ties go to the first, NaN never replaces): the CPU's rule. */
-__global__ void k_maxpool_fwd(size_t total, pool_dims d, const float *__restrict__ x,
-                              float *__restrict__ y, int32_t *__restrict__ argmax) {
+template <class T>
+__global__ void k_maxpool_fwd(size_t total, pool_dims d, const T *__restrict__ x, T *__restrict__ y,
+                              int32_t *__restrict__ argmax) {
     GRID_STRIDE(o, total) {
         size_t smp;
         int oy, ox, ch;
@@ -50,13 +53,13 @@ __global__ void k_maxpool_fwd(size_t total, pool_dims d, const float *__restrict
         for (int iy = win.y0; iy < win.y1; iy++)
             for (int ix = win.x0; ix < win.x1; ix++) {
                 const size_t in = ((smp * d.h + iy) * (size_t)d.w + ix) * d.c + ch;
-                const float v = x[in];
+                const float v = widen(x[in]);
                 if ((iy == win.y0 && ix == win.x0) || v > best) {
                     best = v;
                     best_at = in;
                 }
             }
-        y[o] = best;
+        y[o] = narrow<T>(best);
         argmax[o] = (int32_t)best_at;
     }
 }
@@ -85,8 +88,9 @@ __device__ __forceinline__ void pool_in_window(size_t i, const pool_dims &d, siz
 
 /* Gather form of the CPU's scatter-add: each input element sums the dy of the outputs that
  * picked it, in ascending output order (the CPU's order), so the result is the same bits. */
-__global__ void k_maxpool_bwd(size_t total, pool_dims d, const float *__restrict__ dy,
-                              const int32_t *__restrict__ argmax, float *__restrict__ dx) {
+template <class T>
+__global__ void k_maxpool_bwd(size_t total, pool_dims d, const T *__restrict__ dy,
+                              const int32_t *__restrict__ argmax, T *__restrict__ dx) {
     GRID_STRIDE(i, total) {
         size_t smp;
         int ch, ylo, yhi, xlo, xhi;
@@ -96,9 +100,9 @@ __global__ void k_maxpool_bwd(size_t total, pool_dims d, const float *__restrict
             for (int ox = xlo; ox <= xhi; ox++) {
                 const size_t o = ((smp * d.oh + oy) * (size_t)d.ow + ox) * d.c + ch;
                 if ((size_t)(uint32_t)argmax[o] == i)
-                    acc += dy[o];
+                    acc += widen(dy[o]);
             }
-        dx[i] = acc;
+        dx[i] = narrow<T>(acc);
     }
 }
 
@@ -107,8 +111,9 @@ __device__ inline float window_inv(const pool_win &w) {
     return 1.0f / (float)((w.y1 - w.y0) * (w.x1 - w.x0));
 }
 
-__global__ void k_avgpool_fwd(size_t total, pool_dims d, const float *__restrict__ x,
-                              float *__restrict__ y) {
+template <class T>
+__global__ void k_avgpool_fwd(size_t total, pool_dims d, const T *__restrict__ x,
+                              T *__restrict__ y) {
     GRID_STRIDE(o, total) {
         size_t smp;
         int oy, ox, ch;
@@ -117,13 +122,14 @@ __global__ void k_avgpool_fwd(size_t total, pool_dims d, const float *__restrict
         float acc = 0.0f;
         for (int iy = win.y0; iy < win.y1; iy++)
             for (int ix = win.x0; ix < win.x1; ix++)
-                acc += x[((smp * d.h + iy) * (size_t)d.w + ix) * d.c + ch];
-        y[o] = acc * window_inv(win);
+                acc += widen(x[((smp * d.h + iy) * (size_t)d.w + ix) * d.c + ch]);
+        y[o] = narrow<T>(acc * window_inv(win));
     }
 }
 
-__global__ void k_avgpool_bwd(size_t total, pool_dims d, const float *__restrict__ dy,
-                              float *__restrict__ dx) {
+template <class T>
+__global__ void k_avgpool_bwd(size_t total, pool_dims d, const T *__restrict__ dy,
+                              T *__restrict__ dx) {
     GRID_STRIDE(i, total) {
         size_t smp;
         int ch, ylo, yhi, xlo, xhi;
@@ -131,9 +137,9 @@ __global__ void k_avgpool_bwd(size_t total, pool_dims d, const float *__restrict
         float acc = 0.0f;
         for (int oy = ylo; oy <= yhi; oy++)
             for (int ox = xlo; ox <= xhi; ox++)
-                acc += dy[((smp * d.oh + oy) * (size_t)d.ow + ox) * d.c + ch] *
+                acc += widen(dy[((smp * d.oh + oy) * (size_t)d.ow + ox) * d.c + ch]) *
                        window_inv(window_of(d, oy, ox));
-        dx[i] = acc;
+        dx[i] = narrow<T>(acc);
     }
 }
 
@@ -158,8 +164,11 @@ void mgt_gpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
     const size_t total = pool_out_count(s);
     if (!total)
         return;
-    MGT_LAUNCH(k_maxpool_fwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s), x,
-               y, argmax);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_maxpool_fwd<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total,
+                   dims_of(s), (const T *)x, (T *)y, argmax);
+    });
 }
 
 void mgt_gpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
@@ -167,24 +176,33 @@ void mgt_gpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
     const size_t total = pool_in_count(s);
     if (!total || !dx)
         return;
-    MGT_LAUNCH(k_maxpool_bwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s),
-               dy, argmax, dx);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_maxpool_bwd<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total,
+                   dims_of(s), (const T *)dy, argmax, (T *)dx);
+    });
 }
 
 void mgt_gpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y) {
     const size_t total = pool_out_count(s);
     if (!total)
         return;
-    MGT_LAUNCH(k_avgpool_fwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s), x,
-               y);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_avgpool_fwd<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total,
+                   dims_of(s), (const T *)x, (T *)y);
+    });
 }
 
 void mgt_gpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx) {
     const size_t total = pool_in_count(s);
     if (!total || !dx)
         return;
-    MGT_LAUNCH(k_avgpool_bwd, blocks_for(total), kThreads, mgt_gpu_stream(be), total, dims_of(s),
-               dy, dx);
+    with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto t) {
+        using T = decltype(t);
+        MGT_LAUNCH(k_avgpool_bwd<T>, blocks_for(total), kThreads, mgt_gpu_stream(be), total,
+                   dims_of(s), (const T *)dy, (T *)dx);
+    });
 }
 
 } /* extern "C" */

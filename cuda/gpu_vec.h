@@ -9,6 +9,7 @@
  *                      N * sizeof(T) bytes (16, 8 or one element), p aligned to that size
  *   store_v<T, N>(p, f) the reverse, each value rounded once to T
  *   aligned_to(p, b)   whether a pointer allows b-byte accesses
+ *   with_act_type(bf, f) f(T{}) for the activation type T (bf16 where bf, else float)
  *
  * The emulation (tests/gpu/emu) compiles these as plain C++, where a 16-byte access through a
  * cast pointer would break the aliasing rules: there they are memcpy calls. */
@@ -56,6 +57,15 @@ template <> __device__ inline float narrow<float>(float v) {
 }
 template <> __device__ inline bf16 narrow<bf16>(float v) {
     return bf16{to_bf16(v)};
+}
+
+/* Calls f with a value of the backend's activation type: bf16 with --precision bf16, else
+ * float (host code: a launcher written once for both). */
+template <class F> inline void with_act_type(bool bf16_act, F &&f) {
+    if (bf16_act)
+        f(bf16{});
+    else
+        f(0.0f);
 }
 
 template <class T> struct vec { static constexpr int V = 16 / (int)sizeof(T); };

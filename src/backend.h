@@ -3,8 +3,13 @@
  * knows which layer calls it.
  *
  * Conventions shared by every op:
- *  - float32 data (dtype is carried by callers that allocate, see mgt_dtype), row-major;
- *  - activations are NHWC: a batch of n samples of shape (h, w, c) is n*h*w rows of c floats;
+ *  - float32 data, row-major, except the activations on a backend whose be->act is MGT_BF16
+ *    (the GPU with --precision bf16): there every activation an op reads or writes (its x, y, r,
+ *    dy, dx: layer outputs and their gradients, the model's activation arena) holds bfloat16
+ *    values behind its float pointer, and the op computes in float and rounds what it stores
+ *    once. Weights, parameter gradients, statistics, the loss's inputs and outputs (xent_*),
+ *    metric sums and optimizer state stay float32 on every backend;
+ *  - activations are NHWC: a batch of n samples of shape (h, w, c) is n*h*w rows of c values;
  *  - weights are in PyTorch's layouts: dense [out][in], conv OIHW ([oc][c][kh][kw]);
  *  - pointers are backend memory (host for the CPU backend, device for the GPU one);
  *  - backward ops OVERWRITE their parameter gradients (dW, db, dgamma, ...): the gradient arena
@@ -20,7 +25,12 @@
 
 #include "cpu/optim_math.h" /* the optimizers' kinds and per-step values */
 
-typedef enum { MGT_F32 = 0 } mgt_dtype;
+/* The element type of a backend's activations (mgt_backend.act). */
+typedef enum { MGT_F32 = 0, MGT_BF16 = 1 } mgt_dtype;
+
+static inline size_t mgt_dtype_size(mgt_dtype t) {
+    return t == MGT_BF16 ? 2 : 4;
+}
 
 typedef enum { MGT_ACT_NONE = 0, MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX } mgt_act;
 
@@ -58,6 +68,19 @@ typedef struct mgt_pad_shape {
     int top, bottom, left, right;
 } mgt_pad_shape;
 
+/* One batch-normalisation pass over `rows` rows of c channels and what a fusion group (model.h)
+ * adds to it: z = (x - mean) * (invstd * gamma) + beta, plus r where r is not NULL (the other
+ * input of a residual sum, [rows][c]), and y = act(z), act MGT_ACT_NONE or MGT_ACT_RELU. gamma
+ * NULL means 1, beta NULL 0. Backward, the ReLU's mask (z > 0) is read from the group's output
+ * y (y > 0) where y is not NULL, else recomputed from x and r. */
+typedef struct mgt_bn_pass {
+    int rows, c;
+    const float *x, *mean, *invstd, *gamma, *beta;
+    const float *r;
+    mgt_act act;
+    const float *y;
+} mgt_bn_pass;
+
 typedef struct mgt_ops mgt_ops;
 
 enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16, MGT_MARK_SETS = 2, MGT_GRAPHS = 4 };
@@ -66,6 +89,10 @@ enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16, MGT_MARK_SETS = 2, MGT_GRAPHS = 
 typedef struct mgt_backend {
     const mgt_ops *ops;
     void *impl;
+    mgt_dtype act; /* the element type of its activations (see the top); MGT_F32 unless set */
+    /* Leave a convolution's bias out where a batchnorm cancels it (fuse.c): the GPU's choice;
+     * the CPU backend, the reference, computes it (0) and so keeps its results bit for bit. */
+    int cancel_bias;
 } mgt_backend;
 
 struct mgt_ops {
@@ -190,26 +217,35 @@ struct mgt_ops {
     /* Batch normalisation over `rows` rows of c channels (rows = n*h*w).
      * stats: sum[c] and sumsq[c] of x over rows (sums, so ranks can add them up). */
     void (*bn_stats)(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq);
-    /* y = (x - mean) * invstd * gamma + beta, per channel. */
-    void (*bn_apply)(mgt_backend *be, int rows, int c, const float *x, const float *mean,
-                     const float *invstd, const float *gamma, const float *beta, float *y);
     /* From sum/sumsq over `count` rows: mean, invstd = 1/sqrt(var + eps) (biased var), and
      * running = momentum * running + (1 - momentum) * batch (Keras' convention), unless
-     * running_mean is NULL. */
+     * running_mean is NULL. shift (NULL: none) is a per-channel constant the caller left out of
+     * x (a convolution bias the normalisation cancels, model.h): the batch mean that enters
+     * running_mean is then mean + shift, that of the values with it. */
     void (*bn_finalize)(mgt_backend *be, int c, float count, const float *sum, const float *sumsq,
-                        float eps, float momentum, float *mean, float *invstd,
+                        float eps, float momentum, const float *shift, float *mean, float *invstd,
                         float *running_mean, float *running_var);
     /* mean/invstd from running statistics (inference). */
     void (*bn_running)(mgt_backend *be, int c, float eps, const float *running_mean,
                        const float *running_var, float *mean, float *invstd);
-    /* dbeta[c] = sum dy; dgamma[c] = sum dy * xhat, xhat = (x - mean) * invstd. */
-    void (*bn_bwd_reduce)(mgt_backend *be, int rows, int c, const float *x, const float *dy,
-                          const float *mean, const float *invstd, float *dgamma, float *dbeta);
-    /* dx = gamma * invstd * (dy - (dbeta + xhat * dgamma) / count), with dgamma/dbeta summed
-     * over the `count` rows the statistics came from (all ranks' rows when synchronised). */
-    void (*bn_bwd_apply)(mgt_backend *be, int rows, int c, float count, const float *x,
-                         const float *dy, const float *mean, const float *invstd,
-                         const float *gamma, const float *dgamma, const float *dbeta, float *dx);
+    /* y = act((x - mean) * (invstd * gamma) + beta + r) per channel (mgt_bn_pass): the
+     * normalisation with the residual sum and the ReLU of a fusion group (model.h) in the same
+     * pass; each step rounds as the unfused ops would (the sum with r one float addition), so
+     * the results are theirs bit for bit on the CPU. y may not alias x or r. */
+    void (*bn_apply)(mgt_backend *be, const mgt_bn_pass *p, float *y);
+    /* Backward, with dz the gradient reaching the normalisation: dy where p's ReLU passed
+     * (dz = z > 0 ? dy : 0, z > 0 read as p->y > 0, or z recomputed as bn_apply computes it),
+     * dy itself without one.
+     * bn_bwd_reduce: dbeta[c] = sum dz; dgamma[c] = sum dz * xhat, xhat = (x - mean) * invstd.
+     * bn_bwd_apply: dx = gamma * invstd * (dz - (dbeta + xhat * dgamma) / count), with dgamma /
+     * dbeta summed over the `count` rows the statistics came from (all ranks' rows when
+     * synchronised); dx may be NULL. And where dr is not NULL, the residual's gradient: dr = dz,
+     * or dr += dz with accumulate. */
+    void (*bn_bwd_reduce)(mgt_backend *be, const mgt_bn_pass *p, const float *dy, float *dgamma,
+                          float *dbeta);
+    void (*bn_bwd_apply)(mgt_backend *be, const mgt_bn_pass *p, float count, const float *dy,
+                         const float *dgamma, const float *dbeta, float *dx, float *dr,
+                         int accumulate);
 
     /* Inverted dropout, in place, mask regenerated from (key, counter) in backward so nothing
      * is stored: element j of sample i (i counted from `first_sample`, the global index of the
@@ -220,10 +256,12 @@ struct mgt_ops {
     void (*dropout_bwd)(mgt_backend *be, int n, int row, float rate, uint64_t key,
                         uint64_t first_sample, float *dx);
 
-    /* Activations in place over n rows of `row` values (softmax: across each row).
-     * Backward uses the forward OUTPUT y: dx = dy * f'(y), in place on dy. */
-    void (*act_fwd)(mgt_backend *be, mgt_act act, int n, int row, float *x);
-    void (*act_bwd)(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy);
+    /* Activations over n rows of `row` values (softmax: across each row): y = f(x), y may be x
+     * (in place); MGT_ACT_NONE copies. Backward uses the forward OUTPUT y: g = dy * f'(y), and
+     * dx = g, or dx += g with accumulate (one pass either way); dx may be dy without accumulate. */
+    void (*act_fwd)(mgt_backend *be, mgt_act act, int n, int row, const float *x, float *y);
+    void (*act_bwd)(mgt_backend *be, mgt_act act, int n, int row, const float *y, const float *dy,
+                    float *dx, int accumulate);
 
     /* Fused, stable softmax + cross-entropy from logits [n][k].
      *  probs[n][k] = softmax(logits) (may alias logits);
@@ -242,6 +280,14 @@ struct mgt_ops {
                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
     void (*xent_dense)(mgt_backend *be, int n, int k, const float *logits, const float *targets,
                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
+
+    /* Between the activation type and float32 (be->act != MGT_F32 only; NULL elsewhere): the
+     * model's input batch into its first layers, their output to the loss and the caller, the
+     * logits' gradient back. act_from_f32: y = x rounded to be->act (n values). act_to_f32: y =
+     * f(x) in float over n rows of `row` values, x widened exactly first; act MGT_ACT_NONE
+     * (the values themselves) or MGT_ACT_SOFTMAX (per row, as act_fwd's, in float). */
+    void (*act_from_f32)(mgt_backend *be, size_t n, const float *x, float *y);
+    void (*act_to_f32)(mgt_backend *be, mgt_act act, int n, int row, const float *x, float *y);
 
     /* Layout change for Flatten: NHWC sample -> C,H,W order (PyTorch's flatten) and back. */
     void (*nhwc_to_chw)(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);

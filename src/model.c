@@ -85,19 +85,27 @@ mgt_shape mgt_layer_input_shape(const mgt_model *m, const mgt_layer *l, int k) {
 
 /* ---- the activation memory plan ----
  *
- * Timeline of one training step with L layers: layer i's forward runs at time i, the loss at L,
- * layer i's backward at 2L - i. Every block of memory has a span [start, end] of times:
+ * Timeline of one training step with L layers: layer i runs forward at time at[i] and backward
+ * at 2L - at[i], the loss at L; at[i] = i, except for the layers of a fusion group (fuse.c),
+ * which all run at their tail's time. Every block of memory has a span [start, end] of times:
  *   - layer i's output: from its forward to the last time anything reads it: the forward of its
  *     last consumer, the backward of a consumer that reads its input there (MGT_BWD_READS_X),
- *     layer i's own backward when its activation reads y, and the end of the step for the last
- *     layer (the loss and the caller read it). A layer that may work in place (inplace) shares
- *     its input's block when it is that input's only consumer and nothing reads the input
- *     later; the block's span then covers both.
+ *     layer i's own backward when its activation reads y (a group's tail: where the group reads
+ *     its ReLU's mask from it, mask_from_y), and the end of the step for the last layer (the
+ *     loss and the caller read it). A layer that may work in place (inplace) shares its input's
+ *     block when it is that input's only consumer and nothing reads the input later; the
+ *     block's span then covers both. The tensors inside a fusion group (its batchnorm's output
+ *     and an add's before its ReLU) are never written, and get no block.
  *   - the gradient of layer i's output: from the backward of its last consumer (the loss for the
- *     last layer), which writes it, to layer i's backward, which reads it;
+ *     last layer), which writes it, to layer i's backward, which reads it. Where that writer is
+ *     an [activation] layer (identity) or an [add] outside any group, and only writes it (it is
+ *     not adding to another reader's share), the gradient is the writer's own output gradient
+ *     (the act's dx = f'(y) dy computed in place, the add's dx = dy): the two share one block
+ *     instead of being copied (an add lends its block to one input);
  *   - a layer's saved tensor: its forward to its backward; its work tensor: its backward;
  *   - the accumulation buffer: the backward steps in which a consumer other than a tensor's last
- *     computes its share of the tensor's gradient, to be added in.
+ *     computes its share of the tensor's gradient, to be added in (merge and identity layers add
+ *     in place instead).
  * Blocks whose spans do not meet may share memory. Placement is greedy by size (TensorFlow
  * Lite's "greedy by size" arena planner): the largest block first, each at the lowest offset
  * where it overlaps no placed block whose span meets its own. Layers whose backward never runs
@@ -186,10 +194,6 @@ static void needs_grad_of(const mgt_model *m, int *ng) {
     }
 }
 
-static int reads_own_y(const mgt_layer *l) {
-    return l->act != MGT_ACT_NONE && !l->fused_act;
-}
-
 void mgt_plan_free(mgt_plan *p) {
     free(p->y);
     free(p->dy);
@@ -199,15 +203,76 @@ void mgt_plan_free(mgt_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* The graph as the planner and the executor see it: each layer's time, whether its output is a
+ * group's inner tensor, the groups. */
+typedef struct graph {
+    int L, ngroups;
+    mgt_group *groups;
+    int *group_of, *bias_of, *at, *inner;
+} graph;
+
+static void graph_free(graph *g) {
+    free(g->groups), free(g->group_of), free(g->bias_of), free(g->at), free(g->inner);
+    memset(g, 0, sizeof *g);
+}
+
+static int graph_of(const mgt_model *m, graph *g) {
+    const int L = m->nlayers;
+    memset(g, 0, sizeof *g);
+    g->L = L;
+    g->groups = malloc(sizeof *g->groups * (size_t)(L > 0 ? L : 1));
+    g->group_of = malloc(sizeof *g->group_of * (size_t)(L > 0 ? L : 1));
+    g->bias_of = malloc(sizeof *g->bias_of * (size_t)(L > 0 ? L : 1));
+    g->at = malloc(sizeof *g->at * (size_t)(L > 0 ? L : 1));
+    g->inner = malloc(sizeof *g->inner * (size_t)(L > 0 ? L : 1));
+    if (!g->groups || !g->group_of || !g->bias_of || !g->at || !g->inner) {
+        graph_free(g);
+        return -1;
+    }
+    g->ngroups = mgt_fuse_find(m, g->groups, g->group_of, g->bias_of);
+    for (int i = 0; i < L; i++) {
+        const int q = g->group_of[i];
+        g->at[i] = q >= 0 ? g->groups[q].tail : i;
+        g->inner[i] = q >= 0 && g->groups[q].tail != i;
+    }
+    return 0;
+}
+
+/* Whether a fusion group's backward reads its ReLU's mask from its output (the tail's y): with
+ * a residual sum, whose other input would otherwise have to outlive its own readers (a
+ * projection shortcut's batchnorm output, in ResNet), while the group's output lives until
+ * about then anyway (the next block's readers); without one the mask is recomputed from the
+ * batchnorm's input, which its backward reads in any case. */
+static int mask_from_y(const mgt_group *g) {
+    return g->add >= 0 && g->act >= 0;
+}
+
+/* Whether layer j's backward reads its input slot k (which must then outlive it). */
+static int reads_input_in_bwd(const mgt_model *m, int j) {
+    return (m->layers[j].type->bwd_reads & MGT_BWD_READS_X) != 0;
+}
+
+/* Whether layer l's own backward reads its output y: its activation's gradient (a group's:
+ * mask_from_y), unless the loss took the activation over. */
+static int reads_own_y(const graph *g, const mgt_layer *l) {
+    const int q = g->group_of[l->index];
+    if (q >= 0)
+        return g->groups[q].tail == l->index && mask_from_y(&g->groups[q]);
+    return l->act != MGT_ACT_NONE && !l->fused_act;
+}
+
 int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_err *err) {
     const int L = m->nlayers, T_END = 2 * L + 1;
     const size_t nb = (size_t)(batch > 0 ? batch : 1);
+    const size_t ab = m->act_bytes ? m->act_bytes : sizeof(float); /* an activation value */
     memset(p, 0, sizeof *p);
     p->acc = SIZE_MAX;
     /* Blocks: per layer its output (if it owns it), gradient, saved and work; one more for the
      * accumulation buffer. blk[4 * i + kind]; -1 where a layer has none. */
+    graph g;
     int *ng = calloc((size_t)L, sizeof *ng), *last_use = calloc((size_t)L, sizeof *last_use);
     int *blk = malloc(sizeof *blk * (size_t)(4 * L + 1));
+    int *lent = calloc((size_t)L, sizeof *lent); /* an add's gradient block lent to an input */
     block *bl = calloc((size_t)(4 * L + 1), sizeof *bl);
     int *order = malloc(sizeof *order * (size_t)(4 * L + 1));
     const block **near = malloc(sizeof *near * (size_t)(4 * L + 1));
@@ -216,19 +281,23 @@ int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_er
     p->saved = malloc(sizeof *p->saved * (size_t)L);
     p->work = malloc(sizeof *p->work * (size_t)L);
     p->y_from = malloc(sizeof *p->y_from * (size_t)L);
-    if (!ng || !last_use || !blk || !bl || !order || !near || !p->y || !p->dy || !p->saved ||
-        !p->work || !p->y_from) {
-        free(ng), free(last_use), free(blk), free(bl), free(order), free(near);
+    const int graph_ok = graph_of(m, &g) == 0;
+    if (!graph_ok || !ng || !last_use || !blk || !lent || !bl || !order || !near || !p->y ||
+        !p->dy || !p->saved || !p->work || !p->y_from) {
+        free(ng), free(last_use), free(blk), free(lent), free(bl), free(order), free(near);
+        if (graph_ok)
+            graph_free(&g);
         mgt_plan_free(p);
         return mgt_errf(err, "out of host memory planning the activations of %d layers", L);
     }
+    const int *at = g.at;
     needs_grad_of(m, ng);
     /* The last time each output is read (see the comment above). */
     for (int i = 0; i < L; i++) {
         const mgt_layer *l = &m->layers[i];
-        last_use[i] = i == L - 1 ? T_END : i;
-        if (reads_own_y(l) && ng[i])
-            last_use[i] = 2 * L - i > last_use[i] ? 2 * L - i : last_use[i];
+        last_use[i] = i == L - 1 ? T_END : at[i];
+        if (reads_own_y(&g, l) && ng[i])
+            last_use[i] = 2 * L - at[i] > last_use[i] ? 2 * L - at[i] : last_use[i];
     }
     for (int j = 0; j < L; j++) {
         const mgt_layer *l = &m->layers[j];
@@ -236,72 +305,88 @@ int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_er
             const int i = l->inputs[k];
             if (i < 0)
                 continue;
-            int t = j;
-            if ((l->type->bwd_reads & MGT_BWD_READS_X) && ng[j])
-                t = 2 * L - j;
+            int t = at[j];
+            if (reads_input_in_bwd(m, j) && ng[j])
+                t = 2 * L - at[j];
             last_use[i] = t > last_use[i] ? t : last_use[i];
         }
     }
     int n = 0;
     for (int i = 0; i < L; i++) {
         const mgt_layer *l = &m->layers[i];
-        const size_t ybytes = align_up(nb * (size_t)mgt_shape_elems(l->out) * sizeof(float));
+        const size_t ybytes = align_up(nb * (size_t)mgt_shape_elems(l->out) * ab);
         for (int kind = 0; kind < 4; kind++)
             blk[4 * i + kind] = -1;
         p->unplanned += ybytes;
         /* In place: the input's block, when this layer is its only reader from now on. */
         const int in = l->ninputs == 1 ? l->inputs[0] : -1;
-        if (share && l->type->inplace && in >= 0 && m->layers[in].consumers == 1 &&
-            last_use[in] == i) {
+        if (g.inner[i]) {
+            p->y_from[i] = -1;
+        } else if (share && l->type->inplace && in >= 0 && !g.inner[in] &&
+                   m->layers[in].consumers == 1 && last_use[in] == at[i]) {
             p->y_from[i] = p->y_from[in];
             block *b = &bl[blk[4 * p->y_from[i]]];
             b->end = last_use[i] > b->end ? last_use[i] : b->end;
         } else {
             p->y_from[i] = i;
             blk[4 * i] = n;
-            bl[n++] = (block){ybytes, 0, i, last_use[i]};
+            bl[n++] = (block){ybytes, 0, at[i], last_use[i]};
         }
         size_t saved = 0, work = 0;
         if (l->type->temps)
-            l->type->temps(l, &saved, &work);
+            l->type->temps(l, ab, &saved, &work);
         if (saved) {
             blk[4 * i + 2] = n;
-            bl[n++] = (block){align_up(nb * saved * sizeof(float)), 0, i, ng[i] ? 2 * L - i : i};
+            bl[n++] = (block){align_up(nb * saved), 0, at[i], ng[i] ? 2 * L - at[i] : at[i]};
             p->unplanned += bl[n - 1].bytes;
         }
         if (work && ng[i]) {
             blk[4 * i + 3] = n;
-            bl[n++] = (block){align_up(nb * work * sizeof(float)), 0, 2 * L - i, 2 * L - i};
+            bl[n++] = (block){align_up(nb * work), 0, 2 * L - at[i], 2 * L - at[i]};
             p->unplanned += bl[n - 1].bytes;
         }
     }
-    /* Gradients: written first by the last consumer (the loss for the last layer), read by the
-     * layer's own backward. A consumer that is not the first to write, and not a merge (which
-     * adds in place), computes its share into the accumulation buffer. */
+    /* Gradients, from the last layer down (a block lent by a reader exists by then): written
+     * first by the reader that runs backward first (the loss for the last layer), read by the
+     * layer's own backward. A reader that is not the first to write, and neither a merge nor an
+     * identity layer (which add in place), computes its share into the accumulation buffer. */
     size_t acc_bytes = 0;
     int acc_start = T_END, acc_end = 0;
-    for (int i = 0; i < L; i++) {
-        if (!ng[i])
+    for (int i = L - 1; i >= 0; i--) {
+        if (!ng[i] || g.inner[i])
             continue;
-        int first = i == L - 1 ? L : T_END; /* when the first writer runs */
-        for (int j = L - 1; j > i; j--) {   /* the consumers in backward order */
+        const size_t bytes = nb * (size_t)mgt_shape_elems(m->layers[i].out) * ab;
+        int first = i == L - 1 ? L : T_END, writer = -1, slots = 0;
+        for (int j = L - 1; j > i; j--) {
             const mgt_layer *c = &m->layers[j];
             for (int k = 0; k < c->ninputs; k++)
                 if (c->inputs[k] == i) {
-                    const int t = 2 * L - j;
-                    if (first < T_END && !c->type->merge) { /* not the first writer */
-                        const size_t b =
-                            nb * (size_t)mgt_shape_elems(m->layers[i].out) * sizeof(float);
-                        acc_bytes = b > acc_bytes ? b : acc_bytes;
+                    const int t = 2 * L - at[j];
+                    if (first < T_END && !c->type->merge && !c->type->identity) {
+                        acc_bytes = bytes > acc_bytes ? bytes : acc_bytes;
                         acc_start = t < acc_start ? t : acc_start;
                         acc_end = t > acc_end ? t : acc_end;
                     }
-                    first = t < first ? t : first;
+                    if (t < first || (t == first && j == writer)) {
+                        slots = t < first ? 1 : slots + 1;
+                        first = t;
+                        writer = j;
+                    }
                 }
         }
+        /* The first writer's own gradient block, where it only writes this one (see above). */
+        const mgt_layer *w = writer >= 0 ? &m->layers[writer] : NULL;
+        if (share && w && slots == 1 && g.group_of[writer] < 0 && blk[4 * writer + 1] >= 0 &&
+            ((w->type->identity && !w->fused_act) || (w->type->residual_sum && !lent[writer]))) {
+            block *b = &bl[blk[4 * writer + 1]];
+            blk[4 * i + 1] = blk[4 * writer + 1];
+            b->end = 2 * L - at[i] > b->end ? 2 * L - at[i] : b->end;
+            lent[writer] = 1;
+            p->unplanned += align_up(bytes); /* a block of its own without sharing */
+            continue;
+        }
         blk[4 * i + 1] = n;
-        bl[n++] = (block){align_up(nb * (size_t)mgt_shape_elems(m->layers[i].out) * sizeof(float)),
-                          0, first, 2 * L - i};
+        bl[n++] = (block){align_up(bytes), 0, first, 2 * L - at[i]};
         p->unplanned += bl[n - 1].bytes;
     }
     int acc_blk = -1;
@@ -327,23 +412,23 @@ int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_er
         }
     }
     for (int i = 0; i < L; i++) {
-        p->y[i] = SIZE_MAX;
+        p->y[i] = p->y_from[i] >= 0 ? bl[blk[4 * p->y_from[i]]].off : SIZE_MAX;
         p->dy[i] = blk[4 * i + 1] >= 0 ? bl[blk[4 * i + 1]].off : SIZE_MAX;
         p->saved[i] = blk[4 * i + 2] >= 0 ? bl[blk[4 * i + 2]].off : SIZE_MAX;
         p->work[i] = blk[4 * i + 3] >= 0 ? bl[blk[4 * i + 3]].off : SIZE_MAX;
     }
-    for (int i = 0; i < L; i++)
-        p->y[i] = bl[blk[4 * p->y_from[i]]].off;
     if (acc_blk >= 0)
         p->acc = bl[acc_blk].off;
-    free(ng), free(last_use), free(blk), free(bl), free(order), free(near);
+    free(ng), free(last_use), free(blk), free(lent), free(bl), free(order), free(near);
+    graph_free(&g);
     return 0;
 }
 
-/* Which input slots add their gradient to one already written (see mgt_layer.accumulate):
- * consumers run backward from the last, and within a merge layer slot by slot, so a slot
- * accumulates when a later layer, or an earlier slot of the same layer, takes the same input. */
-static void set_accumulate(mgt_model *m) {
+/* Which input slots add their gradient to one already written (see mgt_layer.accumulate): the
+ * layers run backward in decreasing time (at: a fusion group's at its tail's), and within a merge
+ * layer slot by slot, so a slot accumulates when a layer that runs backward earlier, or an
+ * earlier slot of the same layer, takes the same input. */
+static void set_accumulate(mgt_model *m, const int *at) {
     for (int j = 0; j < m->nlayers; j++) {
         mgt_layer *l = &m->layers[j];
         l->accumulate = 0;
@@ -352,13 +437,34 @@ static void set_accumulate(mgt_model *m) {
             int before = 0;
             for (int q = 0; q < k && !before; q++)
                 before = l->inputs[q] == i;
-            for (int q = j + 1; q < m->nlayers && !before && i >= 0; q++)
-                for (int r = 0; r < m->layers[q].ninputs && !before; r++)
-                    before = m->layers[q].inputs[r] == i;
+            for (int q = 0; q < m->nlayers && !before && i >= 0; q++)
+                if (at[q] > at[j])
+                    for (int r = 0; r < m->layers[q].ninputs && !before; r++)
+                        before = m->layers[q].inputs[r] == i;
             if (before && i >= 0)
                 l->accumulate |= 1u << k;
         }
     }
+}
+
+/* The fusion groups into the model (mgt_fuse_find), each layer's time into at. */
+static int take_groups(mgt_model *m, int *at, mgt_err *err) {
+    const size_t L = (size_t)(m->nlayers > 0 ? m->nlayers : 1);
+    m->groups = malloc(sizeof *m->groups * L);
+    m->group_of = malloc(sizeof *m->group_of * L);
+    m->bias_of = malloc(sizeof *m->bias_of * L);
+    if (!m->groups || !m->group_of || !m->bias_of)
+        return mgt_errf(err, "out of host memory for the layer table of %d layers", m->nlayers);
+    m->ngroups = mgt_fuse_find(m, m->groups, m->group_of, m->bias_of);
+    for (int i = 0; i < m->nlayers; i++) {
+        const int q = m->group_of[i];
+        at[i] = q >= 0 ? m->groups[q].tail : i;
+        m->layers[i].bias_cancelled = 0;
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        if (m->bias_of[i] >= 0)
+            m->layers[m->bias_of[i]].bias_cancelled = 1;
+    return 0;
 }
 
 int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) {
@@ -367,6 +473,7 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
         return -1;
     m->be = be;
     m->max_batch = max_batch < 1 ? 1 : max_batch;
+    m->act_bytes = mgt_dtype_size(be->act);
     size_t mb = (size_t)m->max_batch;
     size_t in = (size_t)mgt_shape_elems(m->input), scratch = 0;
     for (int i = 0; i < m->nlayers; i++) {
@@ -380,10 +487,18 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
         return -1;
     m->dy = calloc((size_t)m->nlayers, sizeof *m->dy);
     m->needs_grad = calloc((size_t)m->nlayers, sizeof *m->needs_grad);
-    if (!m->dy || !m->needs_grad)
+    int *at = calloc((size_t)(m->nlayers > 0 ? m->nlayers : 1), sizeof *at);
+    if (!m->dy || !m->needs_grad || !at) {
+        free(at);
         return mgt_errf(err, "out of host memory for the layer table of %d layers", m->nlayers);
+    }
+    if (take_groups(m, at, err) < 0) {
+        free(at);
+        return -1;
+    }
     needs_grad_of(m, m->needs_grad);
-    set_accumulate(m);
+    set_accumulate(m, at);
+    free(at);
 #define ALLOC(ptr, bytes)                                                                          \
     do {                                                                                           \
         size_t b_ = (bytes);                                                                       \
@@ -415,13 +530,23 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
     ALLOC(m->targets, mb * (size_t)m->classes * sizeof(float));
     ALLOC(m->probs, mb * (size_t)m->classes * sizeof(float));
     ALLOC(m->act, m->plan.arena);
+    if (be->act != MGT_F32) { /* the input and the output cross into and out of the type here */
+        ALLOC(m->x_act, mb * in * m->act_bytes);
+        ALLOC(m->out_f, mb * (size_t)m->classes * sizeof(float));
+        ALLOC(m->dout_f, mb * (size_t)m->classes * sizeof(float));
+    }
+    m->input_reader = -1;
+    for (int i = m->nlayers - 1; i >= 0; i--)
+        for (int k = 0; k < m->layers[i].ninputs; k++)
+            if (m->layers[i].inputs[k] < 0)
+                m->input_reader = i;
 #undef ALLOC
     char *arena = (char *)m->act;
     m->grad_acc = m->plan.acc != SIZE_MAX ? (float *)(arena + m->plan.acc) : NULL;
     for (int i = 0; i < m->nlayers; i++) {
         mgt_layer *l = &m->layers[i];
         const mgt_plan *p = &m->plan;
-        l->y = (float *)(arena + p->y[i]);
+        l->y = p->y[i] != SIZE_MAX ? (float *)(arena + p->y[i]) : NULL;
         m->dy[i] = p->dy[i] != SIZE_MAX ? (float *)(arena + p->dy[i]) : NULL;
         l->saved = p->saved[i] != SIZE_MAX ? (float *)(arena + p->saved[i]) : NULL;
         l->work = p->work[i] != SIZE_MAX ? (float *)(arena + p->work[i]) : NULL;
@@ -446,13 +571,17 @@ void mgt_model_free(mgt_model *m) {
         }
         if (m->share) /* the transport's memory, released with it */
             m->w = m->g = NULL;
-        void *ptrs[] = {m->w, m->g, m->buf, m->x, m->labels, m->targets, m->probs, m->act};
+        void *ptrs[] = {m->w,     m->g,   m->buf,   m->x,     m->labels, m->targets,
+                        m->probs, m->act, m->x_act, m->out_f, m->dout_f};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             o->free(m->be, ptrs[i]);
     }
     mgt_plan_free(&m->plan);
     free(m->dy);
     free(m->needs_grad);
+    free(m->groups);
+    free(m->group_of);
+    free(m->bias_of);
     free(m->params);
     free(m->buffers);
     free(m->layers);
@@ -481,14 +610,21 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
                 buf[m->buffers[i].offset + j] = 1.0f;
 }
 
-/* The step's rows of a per-sample tensor of shape sh (model.h: row0, a chunk's rows). */
+/* The step's rows of a per-sample activation tensor of shape sh (model.h: row0, a chunk's
+ * rows), and of a float32 one (the input batch, the output's float copy, the probabilities). */
 static float *rows_of(float *base, const mgt_step *s, mgt_shape sh) {
     return mgt_step_rows(base, s, (size_t)mgt_shape_elems(sh));
 }
 
+static float *f32_rows(float *base, const mgt_step *s, size_t per_sample) {
+    return base ? base + (size_t)s->row0 * per_sample : NULL;
+}
+
 static const float *input_of(const mgt_model *m, const mgt_step *s, int j) {
-    return j < 0 ? rows_of((float *)s->in.x, s, m->input)
-                 : rows_of(m->layers[j].y, s, m->layers[j].out);
+    if (j >= 0)
+        return rows_of(m->layers[j].y, s, m->layers[j].out);
+    return m->x_act ? rows_of(m->x_act, s, m->input)
+                    : f32_rows((float *)s->in.x, s, (size_t)mgt_shape_elems(m->input));
 }
 
 /* The step's rows of the gradient of layer j's output (NULL: the model's input, or none). */
@@ -496,9 +632,44 @@ static float *dy_of(const mgt_model *m, const mgt_step *s, int j) {
     return j >= 0 ? rows_of(m->dy[j], s, m->layers[j].out) : NULL;
 }
 
+/* The activation a layer applies itself (the loss may have taken the last layer's over). */
+static mgt_act own_act(const mgt_layer *l) {
+    return l->fused_act ? MGT_ACT_NONE : l->act;
+}
+
+/* A fusion group's forward, run at its tail: the batchnorm's statistics and one pass writing
+ * the tail's output, with the residual and the ReLU (fuse.c). */
+static void group_forward(mgt_model *m, const mgt_group *g, const mgt_step *s) {
+    mgt_layer *bn = &m->layers[g->bn], *tail = &m->layers[g->tail];
+    const int cv = m->bias_of[g->bn];
+    mgt_fused f = {.act = g->act >= 0 ? MGT_ACT_RELU : MGT_ACT_NONE};
+    if (g->add >= 0)
+        f.r = input_of(m, s, m->layers[g->add].inputs[g->res]);
+    if (cv >= 0) /* its bias, left out of the convolution in training */
+        f.shift = m->w + m->params[m->layers[cv].param[1]].offset;
+    bn->type->forward_fused(m, bn, s, input_of(m, s, bn->inputs[0]), &f,
+                            rows_of(tail->y, s, tail->out));
+}
+
 void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s) {
     mgt_layer *l = &m->layers[i];
+    const int q = m->group_of ? m->group_of[i] : -1;
+    if (i == m->input_reader && m->x_act) { /* the step's input into the activation type */
+        const size_t per = (size_t)mgt_shape_elems(m->input);
+        s->be->ops->act_from_f32(s->be, (size_t)s->n * per, f32_rows((float *)s->in.x, s, per),
+                                 rows_of(m->x_act, s, m->input));
+    }
+    if (q >= 0) { /* a group runs at its tail; its other layers have nothing of their own */
+        if (m->groups[q].tail == i)
+            group_forward(m, &m->groups[q], s);
+        return;
+    }
     float *y = rows_of(l->y, s, l->out);
+    const int row = (int)mgt_shape_elems(l->out);
+    if (l->type->identity) { /* y = act(x), one pass (none at all in place without an act) */
+        s->be->ops->act_fwd(s->be, own_act(l), s->n, row, input_of(m, s, l->inputs[0]), y);
+        return;
+    }
     if (l->type->merge) {
         const float *x[MGT_MAX_INPUTS];
         for (int k = 0; k < l->ninputs; k++)
@@ -507,14 +678,24 @@ void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s) {
     } else {
         l->type->forward(m, l, s, input_of(m, s, l->inputs[0]), y);
     }
-    if (l->act != MGT_ACT_NONE && !l->fused_act)
-        s->be->ops->act_fwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), y);
+    if (own_act(l) != MGT_ACT_NONE)
+        s->be->ops->act_fwd(s->be, l->act, s->n, row, y, y);
+}
+
+float *mgt_model_output(mgt_model *m, const mgt_step *s) {
+    mgt_layer *last = &m->layers[m->nlayers - 1];
+    float *y = rows_of(last->y, s, last->out);
+    if (!m->out_f)
+        return y;
+    float *out = f32_rows(m->out_f, s, (size_t)m->classes);
+    s->be->ops->act_to_f32(s->be, MGT_ACT_NONE, s->n, m->classes, y, out);
+    return out;
 }
 
 float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
     for (int i = 0; i < m->nlayers; i++)
         mgt_model_layer_forward(m, i, s);
-    return m->layers[m->nlayers - 1].y;
+    return mgt_model_output(m, s);
 }
 
 size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo) {
@@ -536,15 +717,62 @@ static void grads_ready(const mgt_model *m, const mgt_layer *l, const mgt_step *
     s->grads_ready(s->grads_ctx, l, lo, count);
 }
 
-/* Layer l's backward: its input gradients go straight to the inputs' gradient memory when it
- * is the first to write them (the consumers run from the last), otherwise a merge layer adds
- * its share in place and any other layer computes it into the accumulation buffer, which is
- * then added. Inputs that need no gradient get NULL. */
+/* Where a layer's share of input j's gradient goes: straight to j's gradient memory when it is
+ * the first to write it (the consumers run from the last), else into the accumulation buffer, to
+ * be added (mgt_model_layer_backward's callers). */
+typedef struct grad_dest {
+    float *dx, *into;
+    int acc;
+} grad_dest;
+
+static grad_dest dest_of(const mgt_model *m, const mgt_layer *l, const mgt_step *s, int slot) {
+    grad_dest d = {dy_of(m, s, l->inputs[slot]), NULL, 0};
+    d.acc = d.dx && ((l->accumulate >> slot) & 1);
+    d.into = d.acc ? rows_of(m->grad_acc, s, mgt_layer_input_shape(m, l, slot)) : d.dx;
+    return d;
+}
+
+static void dest_done(const mgt_model *m, const mgt_layer *l, const mgt_step *s, int slot,
+                      const grad_dest *d) {
+    if (d->acc) /* dx += into: MGT_ACT_NONE's gradient, added */
+        s->be->ops->act_bwd(s->be, MGT_ACT_NONE, s->n,
+                            (int)mgt_shape_elems(mgt_layer_input_shape(m, l, slot)), NULL, d->into,
+                            d->dx, 1);
+}
+
+/* A fusion group's backward, run at its tail: the batchnorm's gradients with the ReLU's mask and
+ * the residual's gradient in its passes. */
+static void group_backward(mgt_model *m, const mgt_group *g, const mgt_step *s) {
+    mgt_layer *bn = &m->layers[g->bn], *tail = &m->layers[g->tail];
+    mgt_fused f = {.act = g->act >= 0 ? MGT_ACT_RELU : MGT_ACT_NONE};
+    if (g->add >= 0) {
+        const mgt_layer *a = &m->layers[g->add];
+        f.dr = dy_of(m, s, a->inputs[g->res]);
+        f.accumulate = f.dr && ((a->accumulate >> g->res) & 1);
+        if (mask_from_y(g))
+            f.y = rows_of(tail->y, s, tail->out);
+    }
+    const grad_dest d = dest_of(m, bn, s, 0);
+    bn->type->backward_fused(m, bn, s, input_of(m, s, bn->inputs[0]), &f,
+                             rows_of(m->dy[tail->index], s, tail->out), d.into);
+    dest_done(m, bn, s, 0, &d);
+}
+
+/* Layer l's backward: its input gradients go where dest_of says; a merge layer adds its share
+ * in place, and so does an identity layer (its activation's gradient straight into dx, in one
+ * pass). Inputs that need no gradient get NULL. */
 static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
     const mgt_ops *o = s->be->ops;
     float *y = rows_of(l->y, s, l->out), *dy = rows_of(m->dy[l->index], s, l->out);
-    if (l->act != MGT_ACT_NONE && !l->fused_act)
-        o->act_bwd(s->be, l->act, s->n, (int)mgt_shape_elems(l->out), y, dy);
+    const int row = (int)mgt_shape_elems(l->out);
+    if (l->type->identity) {
+        float *dx = dy_of(m, s, l->inputs[0]);
+        if (dx)
+            o->act_bwd(s->be, own_act(l), s->n, row, y, dy, dx, (int)(l->accumulate & 1));
+        return;
+    }
+    if (own_act(l) != MGT_ACT_NONE)
+        o->act_bwd(s->be, l->act, s->n, row, y, dy, dy, 0);
     if (l->type->merge) {
         float *dx[MGT_MAX_INPUTS];
         int acc[MGT_MAX_INPUTS];
@@ -555,34 +783,52 @@ static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
         l->type->backward_n(m, l, s, dy, dx, acc);
         return;
     }
-    const int j = l->inputs[0];
-    float *dx = dy_of(m, s, j);
-    const int acc = dx && (l->accumulate & 1);
-    float *into = acc ? rows_of(m->grad_acc, s, l->in) : dx;
-    l->type->backward(m, l, s, input_of(m, s, j), y, dy, into);
-    if (acc)
-        o->add(s->be, (size_t)s->n * (size_t)mgt_shape_elems(l->in), into, dx);
+    const grad_dest d = dest_of(m, l, s, 0);
+    l->type->backward(m, l, s, input_of(m, s, l->inputs[0]), y, dy, d.into);
+    dest_done(m, l, s, 0, &d);
 }
 
 int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s) {
     mgt_layer *l = &m->layers[i];
     if (!m->needs_grad[i])
         return 0;
-    layer_backward(m, l, s);
+    const int q = m->group_of ? m->group_of[i] : -1;
+    if (q < 0)
+        layer_backward(m, l, s);
+    else if (m->groups[q].tail == i)
+        group_backward(m, &m->groups[q], s);
+    /* A group's batchnorm hands its gradients over here, where its place in the file puts it
+     * (they were written at the group's tail, earlier): the listeners hear each layer's range
+     * from the highest offset down. */
     if (s->grads_ready && l->param[0] >= 0)
         grads_ready(m, l, s);
     return 1;
+}
+
+int mgt_model_layer_inner(const mgt_model *m, int i) {
+    const int q = m->group_of ? m->group_of[i] : -1;
+    return q >= 0 && m->groups[q].tail != i;
+}
+
+int mgt_model_layer_whole(const mgt_model *m, int i) {
+    const int q = m->group_of ? m->group_of[i] : -1;
+    const mgt_layer *l = &m->layers[i];
+    if (q >= 0)
+        return m->groups[q].tail == i;
+    return l->type->forward_fused != NULL;
 }
 
 void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     const mgt_ops *o = s->be->ops;
     mgt_layer *last = &m->layers[m->nlayers - 1];
     int k = m->classes;
-    /* With a softmax last layer the probabilities replace the logits in its output (what predict
+    /* The loss works in float32: the last layer's output, or its float copy (mgt_model_output).
+     * With a softmax last layer the probabilities replace the logits there (what predict
      * reports); with a logits layer they go to a separate buffer and the output stays logits. */
-    float *y = rows_of(last->y, s, last->out);
-    float *probs = last->fused_act ? y : rows_of(m->probs, s, last->out);
-    float *dlogits = backward ? rows_of(m->dy[m->nlayers - 1], s, last->out) : NULL;
+    float *y = mgt_model_output(m, s);
+    float *probs = last->fused_act ? y : f32_rows(m->probs, s, (size_t)k);
+    float *dy = backward ? rows_of(m->dy[m->nlayers - 1], s, last->out) : NULL;
+    float *dlogits = backward && m->dout_f ? f32_rows(m->dout_f, s, (size_t)k) : dy;
     const size_t r0 = (size_t)s->row0;
     if (m->loss == MGT_LOSS_SPARSE_CE)
         o->xent_sparse(s->be, s->n, k, y, s->in.labels + r0, probs, dlogits, 1.0f,
@@ -590,6 +836,8 @@ void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     else
         o->xent_dense(s->be, s->n, k, y, s->in.targets + r0 * (size_t)k, probs, dlogits, 1.0f,
                       m->label_smoothing, m->sums);
+    if (dlogits && dlogits != dy) /* the logits' gradient into the activation type */
+        o->act_from_f32(s->be, (size_t)s->n * (size_t)k, dlogits, dy);
 }
 
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
@@ -605,8 +853,13 @@ void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
 
 void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out) {
     mgt_layer *last = &m->layers[m->nlayers - 1];
-    if (last->fused_act)
-        s->be->ops->act_fwd(s->be, MGT_ACT_SOFTMAX, s->n, m->classes, out);
+    if (!last->fused_act)
+        return;
+    if (m->out_f) /* the softmax in float32 from the logits as stored */
+        s->be->ops->act_to_f32(s->be, MGT_ACT_SOFTMAX, s->n, m->classes,
+                               rows_of(last->y, s, last->out), out);
+    else
+        s->be->ops->act_fwd(s->be, MGT_ACT_SOFTMAX, s->n, m->classes, out, out);
 }
 
 static void shape_str(mgt_shape s, char *buf, size_t n) {

@@ -12,11 +12,13 @@
  * <layer>.running_mean, <layer>.running_var (a separable convolution: <layer>.depthwise.weight,
  * <layer>.pointwise.weight, <layer>.pointwise.bias).
  *
- * Activations are NHWC, in one arena allocated for the largest local batch when the model is
- * built. A planner (mgt_model_plan) places every activation, every gradient of an activation and
- * every layer's temporary tensor at an offset of that arena for the span of the step in which it
- * is needed (forward, and backward where backward reads it), so memory a later layer no longer
- * needs is used again. */
+ * Activations are NHWC values of the backend's activation type (float32, or bfloat16 on a GPU
+ * with --precision bf16: backend.h), in one arena allocated for the largest local batch when the
+ * model is built. A planner (mgt_model_plan) places every activation, every gradient of an
+ * activation and every layer's temporary tensor at an offset of that arena for the span of the
+ * step in which it is needed (forward, and backward where backward reads it), so memory a later
+ * layer no longer needs is used again. A batchnorm and the ReLU or residual sum after it run as
+ * one fusion group (fuse.c, mgt_group), whose inner tensors take no memory. */
 #ifndef MGT_MODEL_H
 #define MGT_MODEL_H
 
@@ -67,6 +69,7 @@ enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
 
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
+typedef struct mgt_fused mgt_fused;
 
 /* A batch in backend memory, as forward and the loss read it (staging.h hands it over). */
 typedef struct mgt_input {
@@ -117,9 +120,15 @@ static inline void mgt_step_grads_part(const mgt_step *s, const mgt_layer *l, si
         s->grads_ready(s->grads_ctx, l, offset, count);
 }
 
-/* The step's rows of a per-sample tensor of `per_sample` floats a sample (see row0). */
+/* The step's rows of a per-sample tensor of `per_sample` bytes a sample (see row0). */
+static inline void *mgt_step_bytes(void *base, const mgt_step *s, size_t per_sample) {
+    return base ? (char *)base + (size_t)s->row0 * per_sample : NULL;
+}
+
+/* The step's rows of a per-sample activation tensor of `per_sample` values a sample, values of
+ * the backend's activation type (backend.h: mgt_backend.act). */
 static inline float *mgt_step_rows(float *base, const mgt_step *s, size_t per_sample) {
-    return base ? base + (size_t)s->row0 * per_sample : NULL;
+    return (float *)mgt_step_bytes(base, s, per_sample * mgt_dtype_size(s->be->act));
 }
 
 /* What a layer type's backward reads of its forward pass (the planner keeps those alive). */
@@ -157,10 +166,10 @@ typedef struct mgt_layer_type {
     /* The output may take the input's memory (an elementwise op whose backward reads neither x
      * nor y): the planner lets it where nothing else needs the input afterwards. */
     int inplace;
-    /* Per-sample floats of layer-private memory the planner places: `saved` lives from the
-     * layer's forward to its backward (l->saved), `work` during its backward only (l->work).
-     * May be NULL. */
-    void (*temps)(const mgt_layer *l, size_t *saved, size_t *work);
+    /* Per-sample bytes of layer-private memory the planner places, where an activation value
+     * takes act_bytes (mgt_dtype_size of the backend's): `saved` lives from the layer's forward
+     * to its backward (l->saved), `work` during its backward only (l->work). May be NULL. */
+    void (*temps)(const mgt_layer *l, size_t act_bytes, size_t *saved, size_t *work);
     /* Merge layers (two or more inputs: inputs = a, b, ...) have these instead of forward and
      * backward, with one x and one dx per input. dx[k] is NULL where input k needs no gradient;
      * accumulate[k] says to add to dx[k] instead of overwriting it (the input already holds the
@@ -170,7 +179,45 @@ typedef struct mgt_layer_type {
                       float *y);
     void (*backward_n)(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy, float *const *dx,
                        const int *accumulate);
+    /* What the fusion pass (fuse.c) may join into a group, and how:
+     *  identity: the layer's own op is y = x ([activation]): the executor applies its activation
+     *    from x to y in one pass and its gradient straight into dx (backend.h: act_fwd,
+     *    act_bwd); forward and backward are not called;
+     *  residual_sum: the layer adds its inputs ([add]);
+     *  cancellable_bias: its bias (param[1]) is a per-channel constant added to the output, which
+     *    a batchnorm reading the output alone cancels; the layer leaves it out in training where
+     *    l->bias_cancelled says so, and writes a zero gradient for it;
+     *  forward_fused / backward_fused: a normalisation (batchnorm) that runs a group's residual
+     *    sum and ReLU in its own passes (mgt_fused); its forward and backward are these with
+     *    nothing fused. */
+    int identity, residual_sum, cancellable_bias;
+    void (*forward_fused)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
+                          const mgt_fused *f, float *y);
+    void (*backward_fused)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
+                           const mgt_fused *f, float *dy, float *dx);
 } mgt_layer_type;
+
+/* What a fusion group hands its batchnorm (forward_fused, backward_fused). */
+struct mgt_fused {
+    const float *r;     /* forward: the residual sum's other input (the step's rows), or NULL */
+    const float *y;     /* backward: the group's output, its ReLU's mask (NULL: from x) */
+    mgt_act act;        /* MGT_ACT_RELU to end in a ReLU, or MGT_ACT_NONE */
+    const float *shift; /* forward: the bias of the convolution before it, which it cancels */
+    float *dr;          /* backward: the residual's gradient (NULL: none wanted) */
+    int accumulate;     /* backward: add to dr instead of writing it */
+};
+
+/* A fusion group (fuse.c): a batchnorm and the element-wise layers after it that run in its
+ * passes; layer indices, -1 where the group has none. The group runs, forward and backward,
+ * where its tail runs (the executor skips its other layers), its output is the tail's, and the
+ * tensors inside it are not planned. */
+typedef struct mgt_group {
+    int bn;   /* the batchnorm */
+    int add;  /* the residual sum reading bn's output */
+    int res;  /* the add's input slot of the residual (its other input) */
+    int act;  /* the layer whose ReLU ends the group: an [activation] layer, or the add itself */
+    int tail; /* the group's last layer */
+} mgt_group;
 
 /* The registry (layers/registry.c). */
 int mgt_layer_type_index(const char *section); /* -1 if unknown */
@@ -229,6 +276,7 @@ struct mgt_layer {
     float *y;         /* output activations [max_batch][out] (in the activation arena) */
     float *saved, *work; /* the planner's layer-private memory (temps), or NULL */
     void *state[4];      /* layer-private backend memory (mean, invstd, ...) */
+    int bias_cancelled;  /* cancellable_bias: a batchnorm cancels the bias (fuse.c) */
 };
 
 /* The activation memory plan (mgt_model_plan): where each tensor lives in the arena. Blocks are
@@ -260,8 +308,12 @@ struct mgt_model {
     int nparams, nbuffers;
     mgt_param *params, *buffers; /* grown as layers declare tensors; freed by mgt_model_free */
     int params_cap, buffers_cap;
-    int add_failed;        /* a declaration failed (the build then fails) */
+    int add_failed; /* a declaration failed (the build then fails) */
+    /* Bytes of an activation value in the arena: the backend's type (mgt_model_alloc sets it;
+     * 0 before, which plans float32, as mgt_model_summary does). */
+    size_t act_bytes;
     int no_memory_sharing; /* set before mgt_model_alloc: plan with share = 0 (tests) */
+    int no_fusion;         /* set before mgt_model_alloc: no fusion groups (tests, comparisons) */
     /* Set before mgt_model_alloc to place w and g in host memory a transport shares between the
      * ranks (comm.h: mgt_comm_share; asked once for each, on every rank alike). That memory is
      * the transport's and is not freed with the model. NULL: the backend's memory. */
@@ -272,18 +324,42 @@ struct mgt_model {
     /* Backend memory, after mgt_model_alloc. */
     mgt_backend *be;
     int max_batch;
-    float *w, *g, *buf;  /* parameter, gradient and buffer arenas */
-    float *x;            /* input batch [max_batch][input] */
-    int32_t *labels;     /* [max_batch] */
-    float *targets;      /* one-hot targets for categorical CE */
-    float *probs;        /* softmax when the last layer outputs logits */
-    float *sums;         /* MGT_NSUMS step sums: inside the gradient arena, after it */
-    float *act;          /* the activation arena (plan.arena bytes) */
-    float *grad_acc;     /* where a second consumer's input gradient goes before it is added */
+    float *w, *g, *buf; /* parameter, gradient and buffer arenas */
+    float *x;           /* input batch [max_batch][input] */
+    int32_t *labels;    /* [max_batch] */
+    float *targets;     /* one-hot targets for categorical CE */
+    float *probs;       /* softmax when the last layer outputs logits */
+    float *sums;        /* MGT_NSUMS step sums: inside the gradient arena, after it */
+    float *act;         /* the activation arena (plan.arena bytes) */
+    /* Where the backend's activations are not float32 (be->act): the input batch in their type
+     * (the first layer reading it converts the step's rows), the output in float32 (the loss,
+     * predict and evaluate read it) and its gradient in float32 (the loss writes it, converted
+     * into the last layer's dy); NULL otherwise. input_reader: the first layer reading the
+     * model's input. */
+    float *x_act, *out_f, *dout_f;
+    int input_reader;
+    float *grad_acc; /* where a second consumer's input gradient goes before it is added */
     mgt_plan plan;
     float **dy;      /* per layer: the gradient of its output in the arena, or NULL */
     int *needs_grad; /* per layer: its output's gradient is needed (params at or above it) */
+    /* The fusion groups (mgt_fuse_find): ngroups of them, group_of[i] layer i's (-1: none),
+     * bias_of[i] for a batchnorm the convolution whose bias it cancels (-1: none). */
+    int ngroups;
+    mgt_group *groups;
+    int *group_of, *bias_of;
 };
+
+/* The fusion groups of m's graph (fuse.c; none with m->no_fusion): returns their count and fills
+ * groups (room for nlayers), group_of (nlayers) and bias_of (nlayers), as mgt_model's fields
+ * say. A function of the graph and of m->be's cancel_bias (none without a backend) alone, so
+ * every rank and the planner find the same. */
+int mgt_fuse_find(const mgt_model *m, mgt_group *groups, int *group_of, int *bias_of);
+/* Whether layer i's pass sums over the step's samples (a batchnorm, alone or at the tail of its
+ * group, in training): --reproducible runs it on the whole step, not chunk by chunk. */
+int mgt_model_layer_whole(const mgt_model *m, int i);
+/* Whether layer i runs inside its fusion group's tail, with no pass of its own (its parameters'
+ * gradients, if any, are written there). */
+int mgt_model_layer_inner(const mgt_model *m, int i);
 
 /* The section of a model file that the model does not own: [train], the last one, which says how
  * the model is trained (train_cfg.h reads it). The parser checks each of its keys against `keys`,
@@ -338,8 +414,12 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
  * one after another (mgt_model_add_param). Returns the range's floats (0: no parameters) and
  * its first in *lo. */
 size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo);
-/* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities). */
+/* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities), in
+ * float32 (mgt_model_output). */
 float *mgt_model_forward(mgt_model *m, const mgt_step *s);
+/* The step's rows of the last layer's output in float32: its y, or (activations in another
+ * type) its float32 copy, made now. */
+float *mgt_model_output(mgt_model *m, const mgt_step *s);
 /* Loss on the last forward's output against s->in: adds to m->sums; when backward is set, also
  * back-propagates, writing the SUM over the rows of per-sample gradients into m->g. */
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward);

@@ -182,7 +182,7 @@ static mgt_step chunk_step(const mgt_step *s, int i) {
 float *mgt_repro_forward(mgt_model *m, const mgt_step *s) {
     const int nch = chunks_of(s);
     for (int i = 0; i < m->nlayers; i++) {
-        if (is_batchnorm(&m->layers[i]) && s->training) { /* sums over the batch: chunked inside */
+        if (mgt_model_layer_whole(m, i) && s->training) { /* sums over the batch: chunked inside */
             mgt_model_layer_forward(m, i, s);
             continue;
         }
@@ -191,7 +191,7 @@ float *mgt_repro_forward(mgt_model *m, const mgt_step *s) {
             mgt_model_layer_forward(m, i, &q);
         }
     }
-    return m->layers[m->nlayers - 1].y;
+    return mgt_model_output(m, s);
 }
 
 /* Adds n floats of backend memory at `from` into the accumulators of arena elements starting
@@ -221,7 +221,9 @@ void mgt_repro_backward(mgt_model *m, const mgt_step *s, int first) {
      * (which backward overwrites, backend.h) go into the accumulators after each chunk. */
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const mgt_layer *l = &m->layers[i];
-        if (is_batchnorm(l)) { /* accumulates its own gradients (mgt_repro_bn_grads) */
+        if (mgt_model_layer_inner(m, i)) /* its group's tail did its part */
+            continue;
+        if (mgt_model_layer_whole(m, i)) { /* accumulates its own gradients (mgt_repro_bn_grads) */
             mgt_model_layer_backward(m, i, s);
             continue;
         }
@@ -296,6 +298,11 @@ static void bn_end(mgt_repro *r, const mgt_step *s, size_t n, float *out, const 
     be->ops->xs_round((mgt_backend *)be, n, r->bn_words, out);
 }
 
+/* p advanced by `values` activation values (the backend's type: backend.h). */
+static const float *act_at(const mgt_step *s, const float *p, size_t values) {
+    return p ? (const float *)((const char *)p + values * mgt_dtype_size(s->be->act)) : NULL;
+}
+
 void mgt_repro_bn_stats(const mgt_step *s, int hw, int c, const float *x, float *sum) {
     mgt_repro *r = s->repro;
     mgt_backend *be = s->be;
@@ -304,23 +311,28 @@ void mgt_repro_bn_stats(const mgt_step *s, int hw, int c, const float *x, float 
     for (int k = 0; k < chunks_of(s); k++) {
         const mgt_step q = chunk_step(s, k);
         const size_t r0 = (size_t)(q.row0 - s->row0) * (size_t)hw * (size_t)c;
-        be->ops->bn_stats(be, q.n * hw, c, x + r0, r->part, r->part + c);
+        be->ops->bn_stats(be, q.n * hw, c, act_at(s, x, r0), r->part, r->part + c);
         be->ops->xs_add(be, n, r->part, w, w + n * MGT_XS_WORDS);
     }
     bn_end(r, s, n, sum, "synchronised batchnorm statistics (exact)");
 }
 
-void mgt_repro_bn_grads(const mgt_step *s, int hw, int c, const float *x, const float *dy,
-                        const float *mean, const float *invstd, float *dgamma, float *dbeta,
-                        float *out) {
+void mgt_repro_bn_grads(const mgt_step *s, int hw, const mgt_bn_pass *p, const float *dy,
+                        float *dgamma, float *dbeta, float *out) {
     mgt_repro *r = s->repro;
     mgt_backend *be = s->be;
+    const int c = p->c;
     const size_t n = 2 * (size_t)c;
     int64_t *w = bn_begin(r, be, n), *bad = w + n * MGT_XS_WORDS;
     for (int k = 0; k < chunks_of(s); k++) {
         const mgt_step q = chunk_step(s, k);
         const size_t r0 = (size_t)(q.row0 - s->row0) * (size_t)hw * (size_t)c;
-        be->ops->bn_bwd_reduce(be, q.n * hw, c, x + r0, dy + r0, mean, invstd, dgamma, dbeta);
+        mgt_bn_pass pc = *p; /* the chunk's rows of x, the residual, the output and dy */
+        pc.rows = q.n * hw;
+        pc.x = act_at(s, p->x, r0);
+        pc.r = act_at(s, p->r, r0);
+        pc.y = act_at(s, p->y, r0);
+        be->ops->bn_bwd_reduce(be, &pc, act_at(s, dy, r0), dgamma, dbeta);
         add_arena(r, be, (size_t)(dgamma - r->m->g), (size_t)c, dgamma);
         add_arena(r, be, (size_t)(dbeta - r->m->g), (size_t)c, dbeta);
         be->ops->xs_add(be, (size_t)c, dgamma, w, bad);

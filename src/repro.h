@@ -96,11 +96,12 @@ void mgt_repro_allreduce(mgt_repro *r, int64_t step);
  * over every rank's rows, per channel, from per-chunk partials of bn_stats. hw = rows per
  * sample. */
 void mgt_repro_bn_stats(const mgt_step *s, int hw, int c, const float *x, float *sum);
-/* Batchnorm's backward sums (collective): for each chunk, bn_bwd_reduce's dgamma and dbeta go
- * into the parameter gradients' accumulators, and their global sums into out[0 .. c) (dgamma)
- * and out[c .. 2c) (dbeta). dgamma and dbeta are the layer's slices of m->g (used as scratch). */
-void mgt_repro_bn_grads(const mgt_step *s, int hw, int c, const float *x, const float *dy,
-                        const float *mean, const float *invstd, float *dgamma, float *dbeta,
-                        float *out);
+/* Batchnorm's backward sums (collective): for each chunk, bn_bwd_reduce's dgamma and dbeta of
+ * the pass p (its rows the step's: its x, residual, output and dy are cut into the chunks' rows
+ * here) go into the parameter gradients' accumulators, and their global sums into out[0 .. c)
+ * (dgamma) and out[c .. 2c) (dbeta). dgamma and dbeta are the layer's slices of m->g (used as
+ * scratch). */
+void mgt_repro_bn_grads(const mgt_step *s, int hw, const mgt_bn_pass *p, const float *dy,
+                        float *dgamma, float *dbeta, float *out);
 
 #endif

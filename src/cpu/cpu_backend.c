@@ -284,6 +284,8 @@ int mgt_cpu_backend_init(mgt_backend *be, int threads) {
     im->lanes = mgt_cpu_lanes_create(lanes > 0 ? lanes : 1);
     be->ops = &cpu_ops;
     be->impl = im;
+    be->act = MGT_F32;
+    be->cancel_bias = 0; /* the reference computes every bias (fuse.c) */
     return 0;
 }
 

@@ -11,6 +11,7 @@
  * Activations and dropout split their elements (softmax its rows) across the backend's lanes;
  * each element is computed alone, so the split changes no bit. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu_internal.h"
 #include "util.h"
@@ -105,98 +106,123 @@ static void softmax_row(int k, float *restrict x) {
         x[j] *= inv;
 }
 
-/* An activation pass over a flat range [lo, hi) of elements (softmax: of rows). */
+/* An activation pass over a flat range [lo, hi) of elements (softmax: of rows): forward
+ * y = f(x) (y may be x), backward dx = dy * f'(y), or dx += it with accumulate (dx may be dy
+ * without). */
 typedef struct {
     mgt_act act;
-    int row;
-    const float *y;
-    float *x; /* forward: x in place; backward: dy in place */
+    int row, accumulate;
+    const float *x, *y, *dy;
+    float *out; /* forward: y; backward: dx */
 } act_job;
 
 MGT_SIMD
 static void act_fwd_range(void *p, size_t lo, size_t hi) {
     const act_job *j = p;
-    float *restrict x = j->x;
+    const float *x = j->x;
+    float *y = j->out;
     switch (j->act) {
     case MGT_ACT_RELU:
         /* NaN stays NaN (as in PyTorch): a diverged model must reach the loss check. */
         for (size_t i = lo; i < hi; i++)
-            x[i] = x[i] < 0.0f ? 0.0f : x[i];
+            y[i] = x[i] < 0.0f ? 0.0f : x[i];
         break;
     case MGT_ACT_SIGMOID:
         for (size_t i = lo; i < hi; i++)
-            x[i] = sigmoidf(x[i]);
+            y[i] = sigmoidf(x[i]);
         break;
     case MGT_ACT_TANH:
         for (size_t i = lo; i < hi; i++)
-            x[i] = tanhf(x[i]);
-        break;
-    case MGT_ACT_SOFTMAX:
-        for (size_t i = lo; i < hi; i++)
-            softmax_row(j->row, x + i * (size_t)j->row);
-        break;
-    case MGT_ACT_NONE:
-    default:
-        break;
-    }
-}
-
-/* dx = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
- * softmax (per row): dx_j = y_j (dy_j - sum_k dy_k y_k). */
-MGT_SIMD
-static void act_bwd_range(void *p, size_t lo, size_t hi) {
-    const act_job *j = p;
-    const float *restrict y = j->y;
-    float *restrict dy = j->x;
-    switch (j->act) {
-    case MGT_ACT_RELU:
-        for (size_t i = lo; i < hi; i++)
-            dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-        break;
-    case MGT_ACT_SIGMOID:
-        for (size_t i = lo; i < hi; i++)
-            dy[i] *= y[i] * (1.0f - y[i]);
-        break;
-    case MGT_ACT_TANH:
-        for (size_t i = lo; i < hi; i++)
-            dy[i] *= 1.0f - y[i] * y[i];
+            y[i] = tanhf(x[i]);
         break;
     case MGT_ACT_SOFTMAX:
         for (size_t i = lo; i < hi; i++) {
-            const float *restrict yr = y + i * (size_t)j->row;
-            float *restrict gr = dy + i * (size_t)j->row;
-            double dot = 0.0;
-            for (int c = 0; c < j->row; c++)
-                dot += (double)gr[c] * yr[c];
-            const float d = (float)dot;
-            for (int c = 0; c < j->row; c++)
-                gr[c] = yr[c] * (gr[c] - d);
+            float *r = y + i * (size_t)j->row;
+            if (r != x + i * (size_t)j->row)
+                memcpy(r, x + i * (size_t)j->row, sizeof(float) * (size_t)j->row);
+            softmax_row(j->row, r);
         }
         break;
     case MGT_ACT_NONE:
     default:
+        if (y != x)
+            memcpy(y + lo, x + lo, sizeof(float) * (hi - lo));
+        break;
+    }
+}
+
+/* g = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
+ * softmax (per row): g_j = y_j (dy_j - sum_k dy_k y_k); none: g = dy. Then dx = g, or dx += g. */
+MGT_SIMD
+static void act_bwd_range(void *p, size_t lo, size_t hi) {
+    const act_job *j = p;
+    const float *y = j->y, *dy = j->dy;
+    float *dx = j->out;
+    const int acc = j->accumulate;
+    switch (j->act) {
+    case MGT_ACT_RELU:
+        for (size_t i = lo; i < hi; i++) {
+            const float g = y[i] > 0.0f ? dy[i] : 0.0f;
+            dx[i] = acc ? dx[i] + g : g;
+        }
+        break;
+    case MGT_ACT_SIGMOID:
+        for (size_t i = lo; i < hi; i++) {
+            const float g = dy[i] * (y[i] * (1.0f - y[i]));
+            dx[i] = acc ? dx[i] + g : g;
+        }
+        break;
+    case MGT_ACT_TANH:
+        for (size_t i = lo; i < hi; i++) {
+            const float g = dy[i] * (1.0f - y[i] * y[i]);
+            dx[i] = acc ? dx[i] + g : g;
+        }
+        break;
+    case MGT_ACT_SOFTMAX:
+        for (size_t i = lo; i < hi; i++) {
+            const float *yr = y + i * (size_t)j->row, *gr = dy + i * (size_t)j->row;
+            float *xr = dx + i * (size_t)j->row;
+            double dot = 0.0;
+            for (int c = 0; c < j->row; c++)
+                dot += (double)gr[c] * yr[c];
+            const float d = (float)dot;
+            for (int c = 0; c < j->row; c++) {
+                const float g = yr[c] * (gr[c] - d);
+                xr[c] = acc ? xr[c] + g : g;
+            }
+        }
+        break;
+    case MGT_ACT_NONE:
+    default:
+        for (size_t i = lo; i < hi; i++)
+            dx[i] = acc ? dx[i] + dy[i] : dy[i];
         break;
     }
 }
 
 /* Softmax goes by rows, the others by elements; either way every element is computed alone. */
-static void act_split(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *x,
-                      void (*range)(void *, size_t, size_t)) {
-    if (n <= 0 || row <= 0 || act == MGT_ACT_NONE)
+static void act_split(mgt_backend *be, act_job *j, int n, void (*range)(void *, size_t, size_t)) {
+    if (n <= 0 || j->row <= 0)
         return;
-    act_job j = {.act = act, .row = row, .y = y, .x = x};
-    const int rows = act == MGT_ACT_SOFTMAX;
-    const size_t count = rows ? (size_t)n : (size_t)n * row;
+    const int rows = j->act == MGT_ACT_SOFTMAX;
+    const size_t count = rows ? (size_t)n : (size_t)n * j->row;
     mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, count,
-                      rows ? ELEM_PART / (size_t)row + 1 : ELEM_PART, range, &j);
+                      rows ? ELEM_PART / (size_t)j->row + 1 : ELEM_PART, range, j);
 }
 
-void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x) {
-    act_split(be, act, n, row, NULL, x, act_fwd_range);
+void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, const float *x, float *y) {
+    if (act == MGT_ACT_NONE && x == y)
+        return;
+    act_job j = {.act = act, .row = row, .x = x, .out = y};
+    act_split(be, &j, n, act_fwd_range);
 }
 
-void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy) {
-    act_split(be, act, n, row, y, dy, act_bwd_range);
+void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, const float *dy,
+                     float *dx, int accumulate) {
+    if (act == MGT_ACT_NONE && dx == dy && !accumulate)
+        return;
+    act_job j = {.act = act, .row = row, .accumulate = accumulate, .y = y, .dy = dy, .out = dx};
+    act_split(be, &j, n, act_bwd_range);
 }
 
 /* ---- softmax + cross-entropy ----

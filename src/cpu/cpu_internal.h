@@ -163,26 +163,26 @@ void mgt_cpu_dwconv_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
 void mgt_cpu_channel_sums(mgt_backend *be, size_t rows, int c, const float *x, float *sum,
                           float *sumsq);
 void mgt_cpu_bn_stats(mgt_backend *be, int rows, int c, const float *x, float *sum, float *sumsq);
-void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
-                      const float *invstd, const float *gamma, const float *beta, float *y);
+void mgt_cpu_bn_apply(mgt_backend *be, const mgt_bn_pass *p, float *y);
 void mgt_cpu_bn_finalize(mgt_backend *be, int c, float count, const float *sum, const float *sumsq,
-                         float eps, float momentum, float *mean, float *invstd, float *running_mean,
-                         float *running_var);
+                         float eps, float momentum, const float *shift, float *mean, float *invstd,
+                         float *running_mean, float *running_var);
 void mgt_cpu_bn_running(mgt_backend *be, int c, float eps, const float *running_mean,
                         const float *running_var, float *mean, float *invstd);
-void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
-                           const float *mean, const float *invstd, float *dgamma, float *dbeta);
-void mgt_cpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
-                          const float *dy, const float *mean, const float *invstd,
-                          const float *gamma, const float *dgamma, const float *dbeta, float *dx);
+void mgt_cpu_bn_bwd_reduce(mgt_backend *be, const mgt_bn_pass *p, const float *dy, float *dgamma,
+                           float *dbeta);
+void mgt_cpu_bn_bwd_apply(mgt_backend *be, const mgt_bn_pass *p, float count, const float *dy,
+                          const float *dgamma, const float *dbeta, float *dx, float *dr,
+                          int accumulate);
 
 /* cpu_elem.c */
 void mgt_cpu_dropout_fwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
                          uint64_t first_sample, float *x);
 void mgt_cpu_dropout_bwd(mgt_backend *be, int n, int row, float rate, uint64_t key,
                          uint64_t first_sample, float *dx);
-void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, float *x);
-void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, float *dy);
+void mgt_cpu_act_fwd(mgt_backend *be, mgt_act act, int n, int row, const float *x, float *y);
+void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *y, const float *dy,
+                     float *dx, int accumulate);
 void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
                          float *probs, float *dlogits, float scale, float smoothing, float *sums);
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,

@@ -29,8 +29,43 @@ typedef struct {
     size_t nrows; /* the sums' rows (a convolution's bias gradient may have more than INT_MAX) */
     float count;
     const float *x, *dy, *mean, *invstd, *gamma, *beta, *dgamma, *dbeta;
+    const float *r;     /* a fusion group's residual, or NULL */
+    const float *ymask; /* backward: the group's output, the ReLU's mask (NULL: recomputed) */
+    int relu;           /* the group ends in a ReLU */
+    int accumulate;     /* dr += dz */
     float *out0, *out1; /* sum, sumsq / dgamma, dbeta / y / dx */
+    float *dr;          /* the residual's gradient, or NULL */
 } bn_job;
+
+/* A fusion group's pass as a job (mgt_bn_pass). */
+static bn_job job_of(const mgt_bn_pass *p) {
+    return (bn_job){.rows = p->rows > 0 ? p->rows : 0,
+                    .c = p->c,
+                    .x = p->x,
+                    .mean = p->mean,
+                    .invstd = p->invstd,
+                    .gamma = p->gamma,
+                    .beta = p->beta,
+                    .r = p->r,
+                    .ymask = p->y,
+                    .relu = p->act == MGT_ACT_RELU};
+}
+
+/* z of row xr, channel k: the normalisation, then the residual (one float addition). The ReLU
+ * (z < 0 ? 0 : z, a NaN staying NaN as act_fwd's) and its mask (z > 0) are taken from it. */
+static inline float bn_z(const bn_job *j, const float *xr, const float *rr, int k) {
+    const float g = j->gamma ? j->gamma[k] : 1.0f, b = j->beta ? j->beta[k] : 0.0f;
+    const float y = (xr[k] - j->mean[k]) * (j->invstd[k] * g) + b;
+    return rr ? y + rr[k] : y;
+}
+
+/* Whether the ReLU passed element k of row r: the output read (y > 0, which is z > 0: y is
+ * z or 0), or z recomputed from x and the residual. */
+static inline int bn_pass(const bn_job *j, size_t r, const float *xr, int k) {
+    if (j->ymask)
+        return j->ymask[r * (size_t)j->c + (size_t)k] > 0.0f;
+    return bn_z(j, xr, j->r ? j->r + r * (size_t)j->c : NULL, k) > 0.0f;
+}
 
 /* Channels per part of a per-channel sum: one contiguous range per lane, so each lane reads a
  * long run of every row. */
@@ -92,42 +127,38 @@ MGT_SIMD
 static void bn_apply_rows(void *p, size_t lo, size_t hi) {
     const bn_job *j = p;
     const int c = j->c;
-    const float *restrict mean = j->mean, *restrict invstd = j->invstd;
-    const float *restrict gamma = j->gamma, *restrict beta = j->beta;
     for (size_t r = lo; r < hi; r++) {
         const float *restrict xr = j->x + r * c;
+        const float *restrict rr = j->r ? j->r + r * c : NULL;
         float *restrict yr = j->out0 + r * c;
-        for (int k = 0; k < c; k++) {
-            const float g = gamma ? gamma[k] : 1.0f, b = beta ? beta[k] : 0.0f;
-            yr[k] = (xr[k] - mean[k]) * (invstd[k] * g) + b;
-        }
+        if (j->relu)
+            for (int k = 0; k < c; k++) {
+                const float z = bn_z(j, xr, rr, k);
+                yr[k] = z < 0.0f ? 0.0f : z;
+            }
+        else
+            for (int k = 0; k < c; k++)
+                yr[k] = bn_z(j, xr, rr, k);
     }
 }
 
-void mgt_cpu_bn_apply(mgt_backend *be, int rows, int c, const float *x, const float *mean,
-                      const float *invstd, const float *gamma, const float *beta, float *y) {
-    if (rows <= 0 || c <= 0)
+void mgt_cpu_bn_apply(mgt_backend *be, const mgt_bn_pass *p, float *y) {
+    if (p->rows <= 0 || p->c <= 0)
         return;
-    bn_job j = {.rows = rows,
-                .c = c,
-                .x = x,
-                .mean = mean,
-                .invstd = invstd,
-                .gamma = gamma,
-                .beta = beta,
-                .out0 = y};
-    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)rows, BN_PART / (size_t)c + 1,
+    bn_job j = job_of(p);
+    j.out0 = y;
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)j.rows, BN_PART / (size_t)j.c + 1,
                       bn_apply_rows, &j);
 }
 
 /* The arithmetic is bn_math.h's, shared with the GPU kernel. */
 void mgt_cpu_bn_finalize(mgt_backend *be, int c, float count, const float *sum, const float *sumsq,
-                         float eps, float momentum, float *mean, float *invstd, float *running_mean,
-                         float *running_var) {
+                         float eps, float momentum, const float *shift, float *mean, float *invstd,
+                         float *running_mean, float *running_var) {
     (void)be;
     for (int j = 0; j < c; j++)
-        mgt_bn_finalize_channel(count, sum[j], sumsq[j], eps, momentum, &mean[j], &invstd[j],
-                                running_mean ? &running_mean[j] : NULL,
+        mgt_bn_finalize_channel(count, sum[j], sumsq[j], eps, momentum, shift ? shift[j] : 0.0f,
+                                &mean[j], &invstd[j], running_mean ? &running_mean[j] : NULL,
                                 running_var ? &running_var[j] : NULL);
 }
 
@@ -140,7 +171,8 @@ void mgt_cpu_bn_running(mgt_backend *be, int c, float eps, const float *running_
     }
 }
 
-/* dbeta = sum dy; dgamma = sum dy * (x - mean) * invstd = invstd * sum dy * (x - mean). */
+/* dbeta = sum dz; dgamma = sum dz * (x - mean) * invstd = invstd * sum dz * (x - mean), dz = dy
+ * masked by the group's ReLU. */
 MGT_SIMD
 static void bn_bwd_reduce_part(void *p, size_t lo, size_t hi) {
     const bn_job *j = p;
@@ -150,12 +182,21 @@ static void bn_bwd_reduce_part(void *p, size_t lo, size_t hi) {
         for (int k = 0; k < nc; k++)
             sg[k] = sb[k] = 0.0;
         for (int r = 0; r < j->rows; r++) {
-            const float *restrict xr = j->x + (size_t)r * j->c + c0;
-            const float *restrict gr = j->dy + (size_t)r * j->c + c0;
+            const size_t at = (size_t)r * j->c;
+            const float *restrict xr = j->x + at;
+            const float *restrict gr = j->dy + at;
             const float *restrict mr = j->mean + c0;
-            for (int k = 0; k < nc; k++) {
-                sb[k] += gr[k];
-                sg[k] += (double)gr[k] * (xr[k] - mr[k]);
+            if (j->relu) {
+                for (int k = 0; k < nc; k++) {
+                    const float dz = bn_pass(j, (size_t)r, xr, c0 + k) ? gr[c0 + k] : 0.0f;
+                    sb[k] += dz;
+                    sg[k] += (double)dz * (xr[c0 + k] - mr[k]);
+                }
+            } else {
+                for (int k = 0; k < nc; k++) {
+                    sb[k] += gr[c0 + k];
+                    sg[k] += (double)gr[c0 + k] * (xr[c0 + k] - mr[k]);
+                }
             }
         }
         for (int k = 0; k < nc; k++) {
@@ -167,23 +208,20 @@ static void bn_bwd_reduce_part(void *p, size_t lo, size_t hi) {
     }
 }
 
-void mgt_cpu_bn_bwd_reduce(mgt_backend *be, int rows, int c, const float *x, const float *dy,
-                           const float *mean, const float *invstd, float *dgamma, float *dbeta) {
-    if (c <= 0)
+void mgt_cpu_bn_bwd_reduce(mgt_backend *be, const mgt_bn_pass *p, const float *dy, float *dgamma,
+                           float *dbeta) {
+    if (p->c <= 0)
         return;
-    bn_job j = {.rows = rows < 0 ? 0 : rows,
-                .c = c,
-                .x = x,
-                .dy = dy,
-                .mean = mean,
-                .invstd = invstd,
-                .out0 = dgamma,
-                .out1 = dbeta};
-    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)c, bn_channel_part(be, c, (size_t)j.rows),
-                      bn_bwd_reduce_part, &j);
+    bn_job j = job_of(p);
+    j.dy = dy;
+    j.out0 = dgamma;
+    j.out1 = dbeta;
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)j.c,
+                      bn_channel_part(be, j.c, (size_t)j.rows), bn_bwd_reduce_part, &j);
 }
 
-/* dx = gamma * invstd * (dy - (dbeta + xhat * dgamma) / count). */
+/* dx = gamma * invstd * (dz - (dbeta + xhat * dgamma) / count), dz = dy masked by the group's
+ * ReLU; the residual's gradient dr = dz (or += dz). */
 MGT_SIMD
 static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
     const bn_job *j = p;
@@ -194,31 +232,34 @@ static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
     for (size_t r = lo; r < hi; r++) {
         const float *restrict xr = j->x + r * c;
         const float *restrict gr = j->dy + r * c;
-        float *restrict dr = j->out0 + r * c;
+        float *restrict dx = j->out0 ? j->out0 + r * c : NULL;
+        float *restrict dr = j->dr ? j->dr + r * c : NULL;
         for (int k = 0; k < c; k++) {
-            const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
-            const float xhat = (xr[k] - mean[k]) * is;
-            dr[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+            const float dz = !j->relu || bn_pass(j, r, xr, k) ? gr[k] : 0.0f;
+            if (dx) {
+                const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
+                const float xhat = (xr[k] - mean[k]) * is;
+                dx[k] = g * is * (dz - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+            }
+            if (dr)
+                dr[k] = j->accumulate ? dr[k] + dz : dz;
         }
     }
 }
 
-void mgt_cpu_bn_bwd_apply(mgt_backend *be, int rows, int c, float count, const float *x,
-                          const float *dy, const float *mean, const float *invstd,
-                          const float *gamma, const float *dgamma, const float *dbeta, float *dx) {
-    if (!dx || rows <= 0 || c <= 0)
+void mgt_cpu_bn_bwd_apply(mgt_backend *be, const mgt_bn_pass *p, float count, const float *dy,
+                          const float *dgamma, const float *dbeta, float *dx, float *dr,
+                          int accumulate) {
+    if ((!dx && !dr) || p->rows <= 0 || p->c <= 0)
         return;
-    bn_job j = {.rows = rows,
-                .c = c,
-                .count = count,
-                .x = x,
-                .dy = dy,
-                .mean = mean,
-                .invstd = invstd,
-                .gamma = gamma,
-                .dgamma = dgamma,
-                .dbeta = dbeta,
-                .out0 = dx};
-    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)rows, BN_PART / (size_t)c + 1,
+    bn_job j = job_of(p);
+    j.count = count;
+    j.dy = dy;
+    j.dgamma = dgamma;
+    j.dbeta = dbeta;
+    j.out0 = dx;
+    j.dr = dr;
+    j.accumulate = accumulate;
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, (size_t)j.rows, BN_PART / (size_t)j.c + 1,
                       bn_bwd_apply_rows, &j);
 }

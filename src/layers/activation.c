@@ -1,6 +1,8 @@
-/* activation.c: a stand-alone activation layer ([activation] type = relu). The model applies
- * l->act after every layer's own op, so this layer's op is just a copy, and none at all where
- * the planner lets it work in place (y is then x's memory). */
+/* activation.c: a stand-alone activation layer ([activation] type = relu). Its own op is y = x
+ * (identity): the executor applies l->act from x into y in one pass (in place where the planner
+ * lets y take x's memory) and its gradient straight into dx, adding where dx gathers several
+ * gradients (model.c); a ReLU after a batchnorm or a residual sum runs inside their group
+ * (fuse.c). */
 #include <string.h>
 
 #include "layer_util.h"
@@ -21,22 +23,7 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     return 0;
 }
 
-static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
-    (void)m;
-    if (y != x)
-        s->be->ops->copy(s->be, y, x,
-                         sizeof(float) * (size_t)s->n * (size_t)mgt_shape_elems(l->in));
-}
-
-static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
-                     const float *y, float *dy, float *dx) {
-    (void)m, (void)x, (void)y;
-    if (dx)
-        s->be->ops->copy(s->be, dx, dy,
-                         sizeof(float) * (size_t)s->n * (size_t)mgt_shape_elems(l->in));
-}
-
 const mgt_layer_type mgt_layer_activation = {
     .name = "activation", .keys = keys, .required = required, .set = set, .build = build,
-    .forward = forward, .backward = backward, .inplace = 1,
+    .inplace = 1, .identity = 1,
 };

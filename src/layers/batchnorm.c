@@ -4,7 +4,10 @@
  * Training uses the statistics of this replica's batch, as Keras' multi_gpu_model and PyTorch
  * DDP do; with sync = true the per-channel sums are all-reduced first so every rank normalises
  * with the global batch's statistics (and the input gradient uses global sums likewise). The
- * parameter gradients stay local sums: the step's gradient all-reduce adds them up. */
+ * parameter gradients stay local sums: the step's gradient all-reduce adds them up.
+ *
+ * A fusion group (fuse.c) runs its residual sum and ReLU inside the normalisation's passes
+ * (forward_fused, backward_fused); alone the layer is the same with neither. */
 #include <string.h>
 
 #include "../comm.h"
@@ -72,7 +75,11 @@ static int synced(const mgt_layer *l, const mgt_step *s) {
     return l->cfg.sync && s->comm && s->comm->world > 1;
 }
 
-static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
+/* The normalisation, with what a fusion group runs in the same pass (f: the residual, the
+ * ReLU, and the bias of the convolution before it that the normalisation cancels, which in
+ * training the convolution left out: the running mean gets it back through bn_finalize). */
+static void forward_fused(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
+                          const mgt_fused *f, float *y) {
     const mgt_ops *o = s->be->ops;
     int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
     float *mean = l->state[0], *invstd = mean + c, *sum = l->state[1], *sumsq = sum + c;
@@ -88,33 +95,41 @@ static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *
             mgt_allreduce_sum(s->comm, sum, 2 * (size_t)c, "synchronised batchnorm statistics");
             count = (float)(s->global_n * hw);
         }
-        o->bn_finalize(s->be, c, count, sum, sumsq, l->cfg.epsilon, l->cfg.momentum, mean, invstd,
-                       mgt_buf(m, l, 0), mgt_buf(m, l, 1));
+        o->bn_finalize(s->be, c, count, sum, sumsq, l->cfg.epsilon, l->cfg.momentum, f->shift, mean,
+                       invstd, mgt_buf(m, l, 0), mgt_buf(m, l, 1));
     } else {
         o->bn_running(s->be, c, l->cfg.epsilon, mgt_buf(m, l, 0), mgt_buf(m, l, 1), mean, invstd);
     }
-    o->bn_apply(s->be, rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
+    const mgt_bn_pass p = {rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1),
+                           f->r, f->act, NULL};
+    o->bn_apply(s->be, &p, y);
 }
 
-static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
-                     const float *y, float *dy, float *dx) {
-    (void)y;
+static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
+    const mgt_fused none = {.act = MGT_ACT_NONE};
+    forward_fused(m, l, s, x, &none, y);
+}
+
+static void backward_fused(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
+                           const mgt_fused *f, float *dy, float *dx) {
     const mgt_ops *o = s->be->ops;
     int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
     float *mean = l->state[0], *invstd = mean + c;
     float *dgamma = mgt_g(m, l, 0), *dbeta = mgt_g(m, l, 1);
     float count = (float)rows;
     const float *dg = dgamma, *db = dbeta;
+    const mgt_bn_pass p = {rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1),
+                           NULL, f->act, f->y};
     if (s->repro) { /* exact global sums, chunk by chunk (repro.h) */
         float *tmp = l->state[1];
-        mgt_repro_bn_grads(s, hw, c, x, dy, mean, invstd, dgamma, dbeta, tmp);
+        mgt_repro_bn_grads(s, hw, &p, dy, dgamma, dbeta, tmp);
         dg = tmp;
         db = tmp + c;
         count = (float)(s->global_n * hw);
     } else {
-        o->bn_bwd_reduce(s->be, rows, c, x, dy, mean, invstd, dgamma, dbeta);
+        o->bn_bwd_reduce(s->be, &p, dy, dgamma, dbeta);
     }
-    if (!dx)
+    if (!dx && !f->dr)
         return;
     if (synced(l, s) && !s->repro) {
         float *tmp = l->state[1];
@@ -125,11 +140,20 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         db = tmp + c;
         count = (float)(s->global_n * hw);
     }
-    o->bn_bwd_apply(s->be, rows, c, count, x, dy, mean, invstd, mgt_w(m, l, 0), dg, db, dx);
+    o->bn_bwd_apply(s->be, &p, count, dy, dg, db, dx, f->dr, f->accumulate);
+}
+
+static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, const float *y,
+                     float *dy, float *dx) {
+    (void)y;
+    const mgt_fused none = {.act = MGT_ACT_NONE};
+    backward_fused(m, l, s, x, &none, dy, dx);
 }
 
 const mgt_layer_type mgt_layer_batchnorm = {
     .name = "batchnorm", .keys = keys, .defaults = defaults, .set = set, .build = build,
     .alloc = alloc, .forward = forward, .backward = backward, .release = release,
     .bwd_reads = MGT_BWD_READS_X,
+    .forward_fused = forward_fused,
+    .backward_fused = backward_fused,
 };

@@ -123,21 +123,28 @@ static size_t scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {
     return be->ops->conv2d_scratch(&s);
 }
 
+/* A bias that the batchnorm after the layer cancels (fuse.c) is left out in training, and its
+ * gradient is zero, its exact value; evaluation adds it, as the running mean includes it. */
 static void forward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
     mgt_conv_shape s = geometry(l, st->n);
-    st->be->ops->conv2d_fwd(st->be, &s, x, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
+    const float *b = l->bias_cancelled && st->training ? NULL : mgt_w(m, l, 1);
+    st->be->ops->conv2d_fwd(st->be, &s, x, mgt_w(m, l, 0), b, y);
 }
 
 static void backward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x,
                      const float *y, float *dy, float *dx) {
     (void)y;
     mgt_conv_shape s = geometry(l, st->n);
-    st->be->ops->conv2d_bwd(st->be, &s, x, mgt_w(m, l, 0), dy, dx, mgt_g(m, l, 0),
-                            mgt_g(m, l, 1));
+    float *db = mgt_g(m, l, 1);
+    if (db && l->bias_cancelled) {
+        st->be->ops->zero(st->be, db, sizeof(float) * (size_t)s.oc);
+        db = NULL;
+    }
+    st->be->ops->conv2d_bwd(st->be, &s, x, mgt_w(m, l, 0), dy, dx, mgt_g(m, l, 0), db);
 }
 
 const mgt_layer_type mgt_layer_conv2d = {
     .name = "conv2d", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = mgt_conv_set, .build = build, .forward = forward, .backward = backward,
-    .scratch = scratch, .bwd_reads = MGT_BWD_READS_X,
+    .scratch = scratch, .bwd_reads = MGT_BWD_READS_X, .cancellable_bias = 1,
 };

@@ -105,9 +105,9 @@ static int sep_build(mgt_model *m, mgt_layer *l, mgt_err *err) {
 }
 
 /* The depthwise output (saved for the pointwise weights' gradient) and its gradient (work). */
-static void sep_temps(const mgt_layer *l, size_t *saved, size_t *work) {
+static void sep_temps(const mgt_layer *l, size_t act_bytes, size_t *saved, size_t *work) {
     const mgt_conv_shape d = dw_geometry(l, 1);
-    *saved = *work = (size_t)d.oh * (size_t)d.ow * (size_t)d.c;
+    *saved = *work = (size_t)d.oh * (size_t)d.ow * (size_t)d.c * act_bytes;
 }
 
 static size_t sep_scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {

@@ -31,7 +31,7 @@ static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *
     (void)m;
     int row = (int)mgt_shape_elems(l->in);
     if (y != x) /* in place where the planner allows it */
-        s->be->ops->copy(s->be, y, x, sizeof(float) * (size_t)s->n * (size_t)row);
+        s->be->ops->copy(s->be, y, x, mgt_dtype_size(s->be->act) * (size_t)s->n * (size_t)row);
     if (s->training)
         s->be->ops->dropout_fwd(s->be, s->n, row, l->cfg.rate, key(l, s),
                                 (uint64_t)s->first_sample, y);
@@ -43,7 +43,7 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
     if (!dx)
         return;
     int row = (int)mgt_shape_elems(l->in);
-    s->be->ops->copy(s->be, dx, dy, sizeof(float) * (size_t)s->n * (size_t)row);
+    s->be->ops->copy(s->be, dx, dy, mgt_dtype_size(s->be->act) * (size_t)s->n * (size_t)row);
     s->be->ops->dropout_bwd(s->be, s->n, row, l->cfg.rate, key(l, s),
                             (uint64_t)s->first_sample, dx);
 }

@@ -61,15 +61,15 @@ static void add_fwd(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *
 static void add_bwd(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy, float *const *dx,
                     const int *accumulate) {
     (void)m;
-    const size_t count = (size_t)s->n * (size_t)mgt_shape_elems(l->out);
-    for (int k = 0; k < l->ninputs; k++) {
-        if (!dx[k])
-            continue;
-        if (accumulate[k])
-            s->be->ops->add(s->be, count, dy, dx[k]);
-        else
-            s->be->ops->copy(s->be, dx[k], dy, count * sizeof(float));
-    }
+    const int row = (int)mgt_shape_elems(l->out);
+    for (int k = 0; k < l->ninputs; k++) /* dx = dy, or dx += dy: MGT_ACT_NONE's gradient */
+        if (dx[k] && dx[k] != dy)        /* not the planner giving dy's memory to this input */
+            s->be->ops->act_bwd(s->be, MGT_ACT_NONE, s->n, row, NULL, dy, dx[k], accumulate[k]);
+}
+
+/* Column `at` of an activation matrix (values of the backend's type, backend.h). */
+static float *act_col(const mgt_step *s, float *base, int at) {
+    return (float *)((char *)base + (size_t)at * mgt_dtype_size(s->be->act));
 }
 
 static int concat_build(mgt_model *m, mgt_layer *l, mgt_err *err) {
@@ -94,7 +94,7 @@ static void concat_fwd(mgt_model *m, mgt_layer *l, const mgt_step *s, const floa
     int at = 0;
     for (int k = 0; k < l->ninputs; k++) {
         const int c = mgt_layer_input_shape(m, l, k).c;
-        s->be->ops->copy_cols(s->be, rows, c, x[k], c, y + at, l->out.c, 0);
+        s->be->ops->copy_cols(s->be, rows, c, x[k], c, act_col(s, y, at), l->out.c, 0);
         at += c;
     }
 }
@@ -106,7 +106,8 @@ static void concat_bwd(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy,
     for (int k = 0; k < l->ninputs; k++) {
         const int c = mgt_layer_input_shape(m, l, k).c;
         if (dx[k])
-            s->be->ops->copy_cols(s->be, rows, c, dy + at, l->out.c, dx[k], c, accumulate[k]);
+            s->be->ops->copy_cols(s->be, rows, c, act_col(s, dy, at), l->out.c, dx[k], c,
+                                  accumulate[k]);
         at += c;
     }
 }
@@ -114,6 +115,7 @@ static void concat_bwd(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy,
 const mgt_layer_type mgt_layer_add = {
     .name = "add",
     .has_act = 1,
+    .residual_sum = 1,
     .set = no_keys,
     .build = add_build,
     .merge = 1,

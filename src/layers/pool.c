@@ -66,15 +66,16 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     return 0;
 }
 
-/* The argmax of each output (int32, the size of a float). */
-static void max_temps(const mgt_layer *l, size_t *saved, size_t *work) {
-    *saved = (size_t)mgt_shape_elems(l->out);
+/* The argmax of each output (int32). */
+static void max_temps(const mgt_layer *l, size_t act_bytes, size_t *saved, size_t *work) {
+    (void)act_bytes;
+    *saved = (size_t)mgt_shape_elems(l->out) * sizeof(int32_t);
     *work = 0;
 }
 
 /* The step's rows of the argmax (a chunk's under --reproducible, model.h: row0). */
 static int32_t *argmax(mgt_layer *l, const mgt_step *st) {
-    return (int32_t *)mgt_step_rows(l->saved, st, (size_t)mgt_shape_elems(l->out));
+    return mgt_step_bytes(l->saved, st, (size_t)mgt_shape_elems(l->out) * sizeof(int32_t));
 }
 
 static void max_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {

@@ -67,11 +67,13 @@ static void expect_conv(const char *what, mgt_backend *g, const conv_ref *r, int
     CHECK(q <= 1.0, "%s: error %.3g times its rounding bound (%zu values)", what, q, n);
 }
 
+static float *act_get(mgt_backend *g, const float *d, size_t n);
+
 /* The bf16 backend's convolution against the exact one of its rounded inputs (see the top):
  * within gamma(k) absref plus one rounding to bfloat16. <= 1 passes. */
 static void expect_bf16(const char *what, mgt_backend *g, const float *dev, const double *ref,
-                        const double *absref, size_t n, double k) {
-    const float *a = dget(g, dev, n);
+                        const double *absref, size_t n, double k, int act) {
+    const float *a = act ? act_get(g, dev, n) : dget(g, dev, n);
     const double gk = opcheck_gamma(k);
     double worst = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -137,6 +139,45 @@ static float *bf16_copy(const float *x, size_t n) {
     return r;
 }
 
+/* ---- activations of the backend's type (backend.h: bfloat16 on a --precision bf16 backend) ----
+ * act_put: a device copy of n host values as the backend holds activations (rounded to bfloat16
+ * by the test's own rounding there: the host values the reference must then use are
+ * bf16_copy's); act_get: n device activations widened to float; act_nan: n NaN activations. */
+static float *act_put(mgt_backend *g, const float *h, size_t n) {
+    if (g->act != MGT_BF16)
+        return dput(g, h, n);
+    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
+    for (size_t i = 0; i < n; i++) {
+        const float r = bf16_round(h[i]);
+        uint32_t u;
+        memcpy(&u, &r, sizeof u);
+        b[i] = (uint16_t)(u >> 16); /* exact: r is a bfloat16 value */
+    }
+    float *d = dmem(g, n * sizeof(uint16_t));
+    g->ops->to_device(g, d, b, n * sizeof(uint16_t));
+    return d;
+}
+
+static float *act_get(mgt_backend *g, const float *d, size_t n) {
+    if (g->act != MGT_BF16)
+        return dget(g, d, n);
+    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
+    g->ops->to_host(g, b, d, n * sizeof(uint16_t));
+    float *h = hf(n);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)b[i] << 16;
+        memcpy(&h[i], &u, sizeof u);
+    }
+    return h;
+}
+
+static float *act_nan(mgt_backend *g, size_t n) {
+    float *h = hf(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    return act_put(g, h, n);
+}
+
 /* ---- dense ---- */
 
 /* Exact results and sums of |terms|: y = x W^T + b, dx = dy W, dW = dy^T x (products with dy),
@@ -171,10 +212,11 @@ static dense_ref dense_ref_make(int n, int in, int out, const float *x, const fl
     return r;
 }
 
-/* bf16: p's GPU backend is a --precision bf16 one; the reference is then that of the inputs
- * rounded to bfloat16 (the bias unrounded: it is added in float; db sums the float dy), and the
- * products' bounds double (see the top: tensor cores may truncate); the outputs are the GEMM's
- * float accumulator, never rounded to bfloat16. */
+/* bf16: p's GPU backend is a --precision bf16 one: x, dy, y and dx are bfloat16 activations; the
+ * reference is then that of x, W and dy rounded to bfloat16 (the bias rows too: they are written
+ * into the bfloat16 y first), with the products' bounds doubled (see the top: tensor cores may
+ * truncate) and, for y and dx, one rounding to bfloat16 as cuBLAS stores them; dW and db are
+ * float. */
 static void test_dense(pair *p, int n, int in, int out, int bias, int bf16) {
     mgt_backend *g = &p->gpu;
     char what[128];
@@ -183,15 +225,16 @@ static void test_dense(pair *p, int n, int in, int out, int bias, int bf16) {
     float *dy = hrand((size_t)n * out, -1, 1);
     const dense_ref r =
         bf16 ? dense_ref_make(n, in, out, bf16_copy(x, (size_t)n * in),
-                              bf16_copy(w, (size_t)out * in), b, bf16_copy(dy, (size_t)n * out), dy)
+                              bf16_copy(w, (size_t)out * in), b ? bf16_copy(b, (size_t)out) : NULL,
+                              bf16_copy(dy, (size_t)n * out), bf16_copy(dy, (size_t)n * out))
              : dense_ref_make(n, in, out, x, w, b, dy, dy);
     const double *y = r.y, *ya = r.ya, *dx = r.dx, *dxa = r.dxa, *dw = r.dw, *dwa = r.dwa,
                  *db = r.db, *dba = r.dba;
     const double m = bf16 ? 2.0 : 1.0;
 
-    float *gx = dput(g, x, (size_t)n * in), *gw = dput(g, w, (size_t)out * in);
-    float *gb = bias ? dput(g, b, (size_t)out) : NULL, *gdy = dput(g, dy, (size_t)n * out);
-    float *gy = dnan(g, (size_t)n * out), *gdx = dnan(g, (size_t)n * in);
+    float *gx = act_put(g, x, (size_t)n * in), *gw = dput(g, w, (size_t)out * in);
+    float *gb = bias ? dput(g, b, (size_t)out) : NULL, *gdy = act_put(g, dy, (size_t)n * out);
+    float *gy = act_nan(g, (size_t)n * out), *gdx = act_nan(g, (size_t)n * in);
     float *gdw = dnan(g, (size_t)out * in), *gdb = dnan(g, (size_t)out);
     g->ops->dense_fwd(g, n, in, out, gx, gw, gb, gy);
     g->ops->dense_bwd(g, n, in, out, gx, gw, gdy, gdx, gdw, gdb);
@@ -199,8 +242,13 @@ static void test_dense(pair *p, int n, int in, int out, int bias, int bf16) {
              out, bias);
     /* y: in products and the bias (the GEMM adds onto the bias rows), dx: out products, dW: n
      * products, db: n terms */
-    expect_bound(what, g, gy, y, ya, (size_t)n * out, m * (in + 1.0));
-    expect_bound("dense_bwd dx", g, gdx, dx, dxa, (size_t)n * in, m * out);
+    if (bf16) {
+        expect_bf16(what, g, gy, y, ya, (size_t)n * out, m * (in + 1.0), 1);
+        expect_bf16("dense_bwd dx", g, gdx, dx, dxa, (size_t)n * in, m * out, 1);
+    } else {
+        expect_bound(what, g, gy, y, ya, (size_t)n * out, m * (in + 1.0));
+        expect_bound("dense_bwd dx", g, gdx, dx, dxa, (size_t)n * in, m * out);
+    }
     expect_bound("dense_bwd dW", g, gdw, dw, dwa, (size_t)out * in, m * n);
     expect_bound("dense_bwd db", g, gdb, db, dba, (size_t)out, n);
 
@@ -370,42 +418,49 @@ static void test_conv(pair *p, const conv_case *k, int bf16_backend, int measure
     CHECK(g->ops->reserve(g, g->ops->conv2d_scratch(&s)) == 0, "%s: GPU reserve", what);
     float *x = hrand(nx, -1, 1), *w = hrand(nw, -0.5f, 0.5f);
     float *b = k->bias ? hrand((size_t)s.oc, -1, 1) : NULL, *dy = hrand(ny, -1, 1);
-    const conv_ref r =
-        bf16 ? conv_ref_make(&s, bf16_copy(x, nx), bf16_copy(w, nw), b, bf16_copy(dy, ny))
-             : conv_ref_make(&s, x, w, b, dy);
+    /* a bf16 backend's activations (x, dy; y and dx as stored) are bfloat16, whatever cuDNN
+     * computes in: the reference takes x and dy rounded, and W where cuDNN runs bfloat16 data;
+     * where it runs float data (emu_bf16_off) y and dx are still rounded once to bfloat16 */
+    const int act16 = bf16_backend;
+    float *xr = act16 ? bf16_copy(x, nx) : x, *dyr = act16 ? bf16_copy(dy, ny) : dy;
+    float *br = b && bf16 ? bf16_copy(b, (size_t)s.oc) : b; /* written into bfloat16 y first */
+    const conv_ref r = conv_ref_make(&s, xr, bf16 ? bf16_copy(w, nw) : w, br, dyr);
     const double taps = (double)s.kh * s.kw, rows = (double)s.n * s.oh * s.ow;
-    double *db = dbuf((size_t)s.oc), *dba = dbuf((size_t)s.oc); /* of the float dy */
+    double *db = dbuf((size_t)s.oc), *dba = dbuf((size_t)s.oc); /* of dy as given */
     for (size_t i = 0; i < ny; i++) {
-        db[i % (size_t)s.oc] += dy[i];
-        dba[i % (size_t)s.oc] += fabs(dy[i]);
+        db[i % (size_t)s.oc] += dyr[i];
+        dba[i % (size_t)s.oc] += fabs(dyr[i]);
     }
-/* each output against its bound: the convolution's own, or with bf16 the rounded inputs' */
-#define EXPECT(what_, which_, dev_, n_, ref_, abs_, k_)                                            \
+/* each output against its bound: the convolution's own, or with bf16 the rounded inputs' (the
+ * k doubled where cuDNN computes in bfloat16), plus the output's rounding where it is an
+ * activation of the bf16 backend */
+#define EXPECT(what_, which_, dev_, n_, ref_, abs_, k_, act_)                                      \
     do {                                                                                           \
-        if (bf16)                                                                                  \
-            expect_bf16(what_, g, dev_, r.ref_, r.abs_, n_, 2.0 * (k_));                           \
+        if (act16 && ((act_) || bf16))                                                             \
+            expect_bf16(what_, g, dev_, r.ref_, r.abs_, n_, (bf16 ? 2.0 : 1.0) * (k_), act_);      \
         else                                                                                       \
             expect_conv(what_, g, &r, which_, dev_, n_);                                           \
     } while (0)
 
-    float *gx = dput(g, x, nx), *gw = dput(g, w, nw), *gb = b ? dput(g, b, (size_t)s.oc) : NULL;
-    float *gdy = dput(g, dy, ny), *gy = dnan(g, ny), *gdx = dnan(g, nx), *gdw = dnan(g, nw);
-    float *gdb = dnan(g, (size_t)s.oc);
+    float *gx = act_put(g, x, nx), *gw = dput(g, w, nw), *gb = b ? dput(g, b, (size_t)s.oc) : NULL;
+    float *gdy = act_put(g, dy, ny), *gy = act_nan(g, ny), *gdx = act_nan(g, nx);
+    float *gdw = dnan(g, nw), *gdb = dnan(g, (size_t)s.oc);
+    const size_t es = mgt_dtype_size(g->act);
     g->ops->conv2d_fwd(g, &s, gx, gw, gb, gy);
-    EXPECT(what, CONV_Y, gy, ny, y, ya, taps * s.c + 1);
-    float *first = dget(g, gy, ny);
+    EXPECT(what, CONV_Y, gy, ny, y, ya, taps * s.c + 1, 1);
+    float *first = hbuf(ny * es);
+    g->ops->to_host(g, first, gy, ny * es);
     g->ops->conv2d_fwd(g, &s, gx, gw, gb, gy); /* the cached plan: the same bits again */
-    expect_same("conv forward repeated (cached plan, deterministic)", g, gy, first,
-                ny * sizeof(float));
+    expect_same("conv forward repeated (cached plan, deterministic)", g, gy, first, ny * es);
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, gdx, gdw, gdb);
-    EXPECT("conv_bwd dx", CONV_DX, gdx, nx, dx, dxa, taps * s.oc + taps);
-    EXPECT("conv_bwd dW", CONV_DW, gdw, nw, dw, dwa, rows + 1);
+    EXPECT("conv_bwd dx", CONV_DX, gdx, nx, dx, dxa, taps * s.oc + taps, 1);
+    EXPECT("conv_bwd dW", CONV_DW, gdw, nw, dw, dwa, rows + 1, 0);
     expect_bound("conv_bwd db", g, gdb, db, dba, (size_t)s.oc, rows);
     check_choice(g, &s, bf16_backend, measured);
 
     float *gdw2 = dnan(g, nw);
     g->ops->conv2d_bwd(g, &s, gx, gw, gdy, NULL, gdw2, NULL);
-    EXPECT("conv_bwd dW (dx NULL, db NULL)", CONV_DW, gdw2, nw, dw, dwa, rows + 1);
+    EXPECT("conv_bwd dW (dx NULL, db NULL)", CONV_DW, gdw2, nw, dw, dwa, rows + 1, 0);
 #undef EXPECT
     mgt_conv_shape s0 = s;
     s0.n = 0;
@@ -617,8 +672,8 @@ static void test_bn(pair *p, int rows, int c) {
     float *grm = dput(g, rm, nc), *grv = dput(g, rv, nc);
     float *gsum2 = dput(g, sum, nc), *gsq2 = dput(g, sumsq, nc);
     float *gmean = dnan(g, nc), *ginv = dnan(g, nc);
-    cb->ops->bn_finalize(cb, c, count, sum, sumsq, eps, mom, mean, invstd, rm, rv);
-    g->ops->bn_finalize(g, c, count, gsum2, gsq2, eps, mom, gmean, ginv, grm, grv);
+    cb->ops->bn_finalize(cb, c, count, sum, sumsq, eps, mom, NULL, mean, invstd, rm, rv);
+    g->ops->bn_finalize(g, c, count, gsum2, gsq2, eps, mom, NULL, gmean, ginv, grm, grv);
     /* exact (double, from the float sums): bn_math.h computes in double and rounds each result
      * to float once, so k = 1; the double arithmetic's own error, even after var's cancellation
      * (E[x^2] and mean^2 are of the size of var for this data), is within bound_ratio's 2^-40 */
@@ -634,6 +689,16 @@ static void test_bn(pair *p, int rows, int c) {
     expect_rounded("bn_finalize invstd", g, ginv, ie, nc, 1);
     expect_rounded("bn_finalize running_mean", g, grm, rme, nc, 1);
     expect_rounded("bn_finalize running_var", g, grv, rve, nc, 1);
+    /* with a shift (a cancelled bias): the running mean takes the batch mean plus it, the rest
+     * is the same */
+    float *shift = hrand(nc, -2, 2), *gshift = dput(g, shift, nc);
+    float *grm4 = dput(g, rm0, nc), *gm4 = dnan(g, nc), *gi4 = dnan(g, nc);
+    g->ops->bn_finalize(g, c, count, gsum2, gsq2, eps, mom, gshift, gm4, gi4, grm4, NULL);
+    double *rm4 = dbuf(nc);
+    for (size_t j = 0; j < nc; j++)
+        rm4[j] = (double)mom * rm0[j] + (1.0 - (double)mom) * (me[j] + shift[j]);
+    expect_rounded("bn_finalize running_mean with a shift", g, grm4, rm4, nc, 1);
+    expect_rounded("bn_finalize mean with a shift (the batch's own)", g, gm4, me, nc, 1);
     /* inference statistics from the GPU's running ones: the mean as it is, invstd rounded once */
     const float *hrm = dget(g, grm, nc), *hrv = dget(g, grv, nc);
     for (size_t j = 0; j < nc; j++)
@@ -659,14 +724,17 @@ static void test_bn(pair *p, int rows, int c) {
         y1[i] = d;
         y1a[i] = fabs(d);
     }
-    g->ops->bn_apply(g, rows, c, gx, gm, gi, gg, gbeta, gy);
+    const mgt_bn_pass pg = {rows, c, gx, gm, gi, gg, gbeta, NULL, MGT_ACT_NONE, NULL};
+    g->ops->bn_apply(g, &pg, gy);
     expect_bound("bn_apply", g, gy, ye, ya, nx, 4);
-    g->ops->bn_apply(g, rows, c, gx, gm, gi, NULL, NULL, gy);
+    const mgt_bn_pass pn = {rows, c, gx, gm, gi, NULL, NULL, NULL, MGT_ACT_NONE, NULL};
+    g->ops->bn_apply(g, &pn, gy);
     expect_bound("bn_apply (no gamma, beta)", g, gy, y1, y1a, nx, 4);
 
     float *dgamma = hf(nc), *dbeta = hf(nc), *gdg = dnan(g, nc), *gdb = dnan(g, nc);
-    cb->ops->bn_bwd_reduce(cb, rows, c, x, dy, mean, invstd, dgamma, dbeta);
-    g->ops->bn_bwd_reduce(g, rows, c, gx, gdy, gm, gi, gdg, gdb);
+    const mgt_bn_pass pc = {rows, c, x, mean, invstd, gamma, beta, NULL, MGT_ACT_NONE, NULL};
+    cb->ops->bn_bwd_reduce(cb, &pc, dy, dgamma, dbeta);
+    g->ops->bn_bwd_reduce(g, &pg, gdy, gdg, gdb);
     /* exact, from the float mean and invstd: dbeta = sum dy (rows terms), dgamma = sum dy xhat
      * with xhat = (x - mean) invstd (the difference, the scaling and the product: rows + 3) */
     double *dbe = dbuf(nc), *dba = dbuf(nc), *dge = dbuf(nc), *dga = dbuf(nc);
@@ -681,12 +749,12 @@ static void test_bn(pair *p, int rows, int c) {
     expect_bound("bn_bwd_reduce dgamma", g, gdg, dge, dga, nc, rows + 3.0);
     expect_bound("bn_bwd_reduce dbeta", g, gdb, dbe, dba, nc, rows);
     float *gdb3 = dnan(g, nc);
-    g->ops->bn_bwd_reduce(g, rows, c, gx, gdy, gm, gi, NULL, gdb3);
+    g->ops->bn_bwd_reduce(g, &pg, gdy, NULL, gdb3);
     expect_bound("bn_bwd_reduce dbeta (dgamma NULL)", g, gdb3, dbe, dba, nc, rows);
 
     float *gdx = dnan(g, nx), *gdg2 = dput(g, dgamma, nc);
     float *gdb2 = dput(g, dbeta, nc);
-    g->ops->bn_bwd_apply(g, rows, c, count, gx, gdy, gm, gi, gg, gdg2, gdb2, gdx);
+    g->ops->bn_bwd_apply(g, &pg, count, gdy, gdg2, gdb2, gdx, NULL, 0);
     /* exact dx = gamma invstd (dy - (dbeta + xhat dgamma) / count), xhat = (x - mean) invstd,
      * from the float inputs; the float expression rounds at most 9 times on the way (xhat 2,
      * its product with dgamma, the sum, 1/count and the product by it, the difference, gamma
@@ -701,11 +769,84 @@ static void test_bn(pair *p, int rows, int c) {
     }
     expect_bound("bn_bwd_apply", g, gdx, dxe, dxa, nx, 9);
 
+    /* A fusion group's passes: the residual sum and the ReLU in the same kernels. Forward
+     * against the exact z = (x - mean) invstd gamma + beta + r and its ReLU: one more rounding
+     * for the sum, relative to the magnitudes with |r| (the ReLU is 1-Lipschitz: a z rounded
+     * across 0 is within the bound). Backward: the ReLU's mask is the forward's (the kernels
+     * recompute z exactly as forward did; y > 0 of the GPU's own output is that mask), then the
+     * sums and dx of the masked dy as above; the residual's gradient is dz itself, or added to
+     * what dr held (one rounding). */
+    float *res = hrand(nx, -1, 1), *gres = dput(g, res, nx);
+    for (int v = 1; v < 4; v++) {
+        const int with_r = v & 1, relu = v >> 1;
+        const mgt_bn_pass pf = {rows,
+                                c,
+                                gx,
+                                gm,
+                                gi,
+                                gg,
+                                gbeta,
+                                with_r ? gres : NULL,
+                                relu ? MGT_ACT_RELU : MGT_ACT_NONE,
+                                NULL};
+        char what[96];
+        snprintf(what, sizeof what, "bn_apply%s%s", with_r ? " + residual" : "",
+                 relu ? " + relu" : "");
+        float *gyf = dnan(g, nx);
+        g->ops->bn_apply(g, &pf, gyf);
+        double *fe = dbuf(nx), *fa = dbuf(nx);
+        for (size_t i = 0; i < nx; i++) {
+            const double z = ye[i] + (with_r ? res[i] : 0.0);
+            fe[i] = relu ? fmax(z, 0.0) : z;
+            fa[i] = ya[i] + (with_r ? fabs(res[i]) : 0.0);
+        }
+        expect_bound(what, g, gyf, fe, fa, nx, 5);
+        const float *hy = dget(g, gyf, nx);
+        float *dz = hf(nx);
+        double *rbe = dbuf(nc), *rba = dbuf(nc), *rge = dbuf(nc), *rga = dbuf(nc);
+        for (size_t i = 0; i < nx; i++) {
+            const size_t j = i % nc;
+            dz[i] = !relu || hy[i] > 0.0f ? dy[i] : 0.0f;
+            const double xhat = ((double)x[i] - mean[j]) * invstd[j];
+            rbe[j] += dz[i];
+            rba[j] += fabs(dz[i]);
+            rge[j] += dz[i] * xhat;
+            rga[j] += fabs(dz[i] * xhat);
+        }
+        float *gdgf = dnan(g, nc), *gdbf = dnan(g, nc);
+        g->ops->bn_bwd_reduce(g, &pf, gdy, gdgf, gdbf);
+        snprintf(what, sizeof what, "bn_bwd_reduce%s%s dgamma", with_r ? " + residual" : "",
+                 relu ? " + relu" : "");
+        expect_bound(what, g, gdgf, rge, rga, nc, rows + 3.0);
+        expect_bound("... dbeta", g, gdbf, rbe, rba, nc, rows);
+        float *gdxf = dnan(g, nx), *gdrf = dnan(g, nx);
+        g->ops->bn_bwd_apply(g, &pf, count, gdy, gdg2, gdb2, gdxf, gdrf, 0);
+        double *fxe = dbuf(nx), *fxa = dbuf(nx);
+        for (size_t i = 0; i < nx; i++) {
+            const size_t j = i % nc;
+            const double xhat = ((double)x[i] - mean[j]) * invstd[j],
+                         gi_ = (double)gamma[j] * invstd[j];
+            fxe[i] = gi_ * (dz[i] - (dbeta[j] + xhat * dgamma[j]) / count);
+            fxa[i] = fabs(gi_) * (fabs(dz[i]) + (fabs(dbeta[j]) + fabs(xhat * dgamma[j])) / count);
+        }
+        expect_bound("bn_bwd_apply of the masked dy", g, gdxf, fxe, fxa, nx, 9);
+        expect_same("bn_bwd_apply: the residual's gradient is dz", g, gdrf, dz, nx * sizeof(float));
+        float *old = hrand(nx, -1, 1), *gacc = dput(g, old, nx);
+        g->ops->bn_bwd_apply(g, &pf, count, gdy, gdg2, gdb2, NULL, gacc, 1); /* dx NULL */
+        double *ae = dbuf(nx), *aa = dbuf(nx);
+        for (size_t i = 0; i < nx; i++) {
+            ae[i] = (double)old[i] + dz[i];
+            aa[i] = fabs((double)old[i]) + fabs(dz[i]);
+        }
+        expect_bound("bn_bwd_apply: dz added to the residual's gradient", g, gacc, ae, aa, nx, 1);
+    }
+
     /* rows == 0: sums and parameter gradients are zeros */
     float *gz1 = dnan(g, nc), *gz2 = dnan(g, nc);
     g->ops->bn_stats(g, 0, c, gx, gz1, gz2);
     expect_same("bn_stats rows=0", g, gz1, hf(nc), nc * sizeof(float));
-    g->ops->bn_bwd_reduce(g, 0, c, gx, gdy, gm, gi, gz1, gz2);
+    const mgt_bn_pass p0 = {0, c, gx, gm, gi, gg, gbeta, NULL, MGT_ACT_NONE, NULL};
+    g->ops->bn_bwd_reduce(g, &p0, gdy, gz1, gz2);
     expect_same("bn_bwd_reduce rows=0 dgamma", g, gz1, hf(nc), nc * sizeof(float));
     expect_same("bn_bwd_reduce rows=0 dbeta", g, gz2, hf(nc), nc * sizeof(float));
     /* count == 0 in finalize: neutral statistics */
@@ -713,7 +854,7 @@ static void test_bn(pair *p, int rows, int c) {
     double *i3 = dbuf(nc);
     for (size_t j = 0; j < nc; j++)
         i3[j] = 1.0 / sqrt((double)eps);
-    g->ops->bn_finalize(g, c, 0.0f, gsum2, gsq2, eps, mom, gm3, gi3, NULL, NULL);
+    g->ops->bn_finalize(g, c, 0.0f, gsum2, gsq2, eps, mom, NULL, gm3, gi3, NULL, NULL);
     expect_same("bn_finalize count=0 mean", g, gm3, hf(nc), nc * sizeof(float));
     expect_rounded("bn_finalize count=0 invstd", g, gi3, i3, nc, 1);
     dfree_all();
@@ -764,8 +905,8 @@ static void test_act(pair *p, mgt_act act, int n, int row) {
     const size_t nx = (size_t)n * row;
     float *x = hrand(nx, -4, 4), *dy = hrand(nx, -1, 1);
     float *gyy = dput(g, x, nx);
-    g->ops->act_fwd(g, act, n, row, gyy);
-    const float *y = dget(g, gyy, nx); /* the backward's input, checked first */
+    g->ops->act_fwd(g, act, n, row, gyy, gyy); /* in place */
+    const float *y = dget(g, gyy, nx);         /* the backward's input, checked first */
     double *ye = dbuf(nx), *ya = dbuf(nx), *de = dbuf(nx), *da = dbuf(nx);
     double kf = 0, kb = act == MGT_ACT_RELU ? 0 : 3;
     for (int i = 0; i < n; i++) {
@@ -815,9 +956,25 @@ static void test_act(pair *p, mgt_act act, int n, int row) {
     snprintf(what, sizeof what, "act %d fwd n=%d row=%d", (int)act, n, row);
     expect_bound(what, g, gyy, ye, ya, nx, kf);
     float *gy = dput(g, y, nx), *gd = dput(g, dy, nx);
-    g->ops->act_bwd(g, act, n, row, gy, gd);
+    g->ops->act_bwd(g, act, n, row, gy, gd, gd, 0); /* in place */
     snprintf(what, sizeof what, "act %d bwd n=%d row=%d", (int)act, n, row);
     expect_bound(what, g, gd, de, da, nx, kb);
+    /* out of place: the same bits as in place; and added to what dx holds (one more rounding,
+     * relative to the sum of the magnitudes) */
+    float *gx2 = dput(g, x, nx), *gy2 = dnan(g, nx);
+    g->ops->act_fwd(g, act, n, row, gx2, gy2);
+    expect_same("act fwd out of place = in place", g, gy2, y, nx * sizeof(float));
+    float *gd0 = dput(g, dy, nx), *gd2 = dnan(g, nx);
+    g->ops->act_bwd(g, act, n, row, gy, gd0, gd2, 0);
+    expect_same("act bwd out of place = in place", g, gd2, dget(g, gd, nx), nx * sizeof(float));
+    float *old = hrand(nx, -1, 1), *gacc = dput(g, old, nx);
+    g->ops->act_bwd(g, act, n, row, gy, gd0, gacc, 1);
+    double *ae = dbuf(nx), *aa = dbuf(nx);
+    for (size_t i = 0; i < nx; i++) {
+        ae[i] = old[i] + de[i];
+        aa[i] = fabs((double)old[i]) + da[i];
+    }
+    expect_bound("act bwd accumulated", g, gacc, ae, aa, nx, kb + 1);
     dfree_all();
     hfree_all();
 }
@@ -1210,6 +1367,213 @@ static void test_bf16_convert(pair *p) {
     hfree_all();
 }
 
+/* ---- bfloat16 activations: every op that reads or writes them, against the CPU ----
+ * A --precision bf16 backend holds activations in bfloat16 (backend.h). Each op here gets inputs
+ * rounded to bfloat16 (the test's own rounding, act_put), the CPU reference gets the same
+ * rounded values in float, and the GPU's result must be within the reference's own float
+ * rounding (tol, relative to the output's largest value: the sums and expressions are the same,
+ * in another order or with a fused multiply-add) plus, for an output stored as an activation,
+ * one rounding to bfloat16 of each value (to nearest even, 2^-8 relative). Exact operations
+ * (moves, maxima, ReLU) must match the rounded reference bit for bit. */
+static void expect_act(const char *what, mgt_backend *g, const float *dev, const float *ref,
+                       size_t n, double tol, int act) {
+    const float *a = act ? act_get(g, dev, n) : dget(g, dev, n);
+    double scale = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double b = (act ? 0x1p-8 * fabs((double)ref[i]) : 0.0) + tol * scale + 1e-30;
+        const double d = fabs((double)a[i] - ref[i]);
+        const double q = isnan(a[i]) != isnan(ref[i]) ? INFINITY : isnan(a[i]) ? 0.0 : d / b;
+        worst = q > worst ? q : worst;
+    }
+    CHECK(worst <= 1.0, "%s: error %.3g times its bound (bfloat16 %s, %zu values)", what, worst,
+          act ? "output" : "input", n);
+}
+
+static void test_bf16_acts(pair *p) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const int n = 3, h = 7, w = 6, c = 12; /* c a multiple of 4 and 8: the vector paths */
+    const size_t nx = (size_t)n * h * w * c, nc = (size_t)c;
+    const int rows = n * h * w;
+    printf("  bfloat16 activations n=%d %dx%dx%d\n", n, h, w, c);
+    float *x = hrand(nx, -2, 2), *dy = hrand(nx, -1, 1), *r = hrand(nx, -1, 1);
+    float *xr = bf16_copy(x, nx), *dyr = bf16_copy(dy, nx), *rr = bf16_copy(r, nx);
+    float *gx = act_put(g, x, nx), *gdy = act_put(g, dy, nx), *gr = act_put(g, r, nx);
+    float *ref = hf(nx), *ref2 = hf(nx);
+
+    /* the casts: into bfloat16 as the test rounds, back exactly; the softmax in float */
+    float *gf = dput(g, x, nx), *gb = act_nan(g, nx), *gw = dnan(g, nx);
+    g->ops->act_from_f32(g, nx, gf, gb);
+    expect_act("act_from_f32: rounded to nearest even", g, gb, xr, nx, 0.0, 1);
+    g->ops->act_to_f32(g, MGT_ACT_NONE, rows, c, gb, gw);
+    expect_same("act_to_f32: widened exactly", g, gw, xr, nx * sizeof(float));
+    g->ops->act_to_f32(g, MGT_ACT_SOFTMAX, rows, c, gb, gw);
+    cb->ops->act_fwd(cb, MGT_ACT_SOFTMAX, rows, c, xr, ref);
+    expect_act("act_to_f32 softmax (float)", g, gw, ref, nx, 1e-6, 0);
+
+    /* batch normalisation and its fusion groups */
+    float *mean = hrand(nc, -0.3f, 0.3f), *invstd = hrand(nc, 0.5f, 1.5f);
+    float *gamma = hrand(nc, 0.5f, 1.5f), *beta = hrand(nc, -0.5f, 0.5f);
+    float *gm = dput(g, mean, nc), *gi = dput(g, invstd, nc), *gg = dput(g, gamma, nc);
+    float *gbt = dput(g, beta, nc);
+    float *s1 = hf(nc), *s2 = hf(nc), *gs1 = dnan(g, nc), *gs2 = dnan(g, nc);
+    cb->ops->bn_stats(cb, rows, c, xr, s1, s2);
+    g->ops->bn_stats(g, rows, c, gx, gs1, gs2);
+    expect_act("bn_stats sum", g, gs1, s1, nc, 1e-6, 0);
+    expect_act("bn_stats sumsq", g, gs2, s2, nc, 1e-6, 0);
+    for (int v = 0; v < 4; v++) {
+        const int with_r = v & 1, relu = v >> 1;
+        const mgt_bn_pass pc = {rows,
+                                c,
+                                xr,
+                                mean,
+                                invstd,
+                                gamma,
+                                beta,
+                                with_r ? rr : NULL,
+                                relu ? MGT_ACT_RELU : MGT_ACT_NONE,
+                                NULL};
+        const mgt_bn_pass pg = {
+            rows, c, gx, gm, gi, gg, gbt, with_r ? gr : NULL, relu ? MGT_ACT_RELU : MGT_ACT_NONE,
+            NULL};
+        char what[80];
+        snprintf(what, sizeof what, "bf16 bn_apply%s%s", with_r ? " + residual" : "",
+                 relu ? " + relu" : "");
+        float *gy = act_nan(g, nx);
+        cb->ops->bn_apply(cb, &pc, ref);
+        g->ops->bn_apply(g, &pg, gy);
+        expect_act(what, g, gy, ref, nx, 1e-6, 1);
+        /* backward: the mask as the GPU's forward decided it (y > 0), read from y or recomputed */
+        const float *hy = act_get(g, gy, nx);
+        float *dz = hf(nx);
+        for (size_t i = 0; i < nx; i++)
+            dz[i] = !relu || hy[i] > 0.0f ? dyr[i] : 0.0f;
+        const mgt_bn_pass pn = {rows, c, xr, mean, invstd, gamma, beta, NULL, MGT_ACT_NONE, NULL};
+        float *dg = hf(nc), *db = hf(nc), *gdg = dnan(g, nc), *gdb = dnan(g, nc);
+        cb->ops->bn_bwd_reduce(cb, &pn, dz, dg, db);
+        for (int from_y = 0; from_y < 1 + relu; from_y++) {
+            mgt_bn_pass pb = pg;
+            pb.r = from_y ? NULL : pg.r;
+            pb.y = from_y ? gy : NULL;
+            g->ops->bn_bwd_reduce(g, &pb, gdy, gdg, gdb);
+            expect_act("bf16 bn_bwd_reduce dgamma", g, gdg, dg, nc, 1e-5, 0);
+            expect_act("bf16 bn_bwd_reduce dbeta", g, gdb, db, nc, 1e-5, 0);
+            float *gdx = act_nan(g, nx), *gacc = act_put(g, r, nx);
+            float *dgd = dput(g, dg, nc), *dbd = dput(g, db, nc);
+            g->ops->bn_bwd_apply(g, &pb, (float)rows, gdy, dgd, dbd, gdx, gacc, 1);
+            cb->ops->bn_bwd_apply(cb, &pn, (float)rows, dz, dg, db, ref, NULL, 0);
+            expect_act("bf16 bn_bwd_apply dx", g, gdx, ref, nx, 1e-5, 1);
+            for (size_t i = 0; i < nx; i++)
+                ref2[i] = rr[i] + dz[i];
+            expect_act("bf16 bn_bwd_apply: dz added to the residual's gradient", g, gacc, ref2, nx,
+                       1e-6, 1);
+        }
+    }
+
+    /* activations, their gradients (in place, out of place, added), dropout */
+    const mgt_act acts[] = {MGT_ACT_RELU, MGT_ACT_TANH, MGT_ACT_SOFTMAX, MGT_ACT_NONE};
+    for (int a = 0; a < 4; a++) {
+        float *gy = act_nan(g, nx), *gd = act_nan(g, nx), *gacc = act_put(g, r, nx);
+        cb->ops->act_fwd(cb, acts[a], rows, c, xr, ref);
+        g->ops->act_fwd(g, acts[a], rows, c, gx, gy);
+        expect_act("bf16 act_fwd", g, gy, ref, nx, acts[a] == MGT_ACT_RELU ? 0.0 : 1e-6, 1);
+        float *yr = act_get(g, gy, nx); /* the backward's y: the GPU's, as stored */
+        cb->ops->act_bwd(cb, acts[a], rows, c, yr, dyr, ref, 0);
+        g->ops->act_bwd(g, acts[a], rows, c, gy, gdy, gd, 0);
+        expect_act("bf16 act_bwd", g, gd, ref, nx, acts[a] == MGT_ACT_RELU ? 0.0 : 1e-6, 1);
+        cb->ops->act_bwd(cb, acts[a], rows, c, yr, dyr, rr, 1); /* rr += */
+        g->ops->act_bwd(g, acts[a], rows, c, gy, gdy, gacc, 1);
+        expect_act("bf16 act_bwd accumulated", g, gacc, rr, nx, 1e-6, 1);
+        memcpy(rr, bf16_copy(r, nx), nx * sizeof(float));
+    }
+    float *gdrop = act_put(g, x, nx);
+    memcpy(ref, xr, nx * sizeof(float));
+    cb->ops->dropout_fwd(cb, n, h * w * c, 0.3f, 77, 5, ref);
+    g->ops->dropout_fwd(g, n, h * w * c, 0.3f, 77, 5, gdrop);
+    expect_act("bf16 dropout", g, gdrop, ref, nx, 0.0, 1);
+
+    /* pooling: max (exact: a maximum of bfloat16 values is one), average */
+    const mgt_pool_shape ps = {.n = n,
+                               .h = h,
+                               .w = w,
+                               .c = c,
+                               .size = 3,
+                               .stride = 2,
+                               .oh = (h - 3) / 2 + 1,
+                               .ow = (w - 3) / 2 + 1};
+    const size_t np = (size_t)n * ps.oh * ps.ow * c;
+    int32_t *am = hbuf(np * sizeof(int32_t)), *gam = dmem(g, np * sizeof(int32_t));
+    float *gpy = act_nan(g, np), *gpd = act_nan(g, nx), *pdy = hrand(np, -1, 1);
+    float *pdyr = bf16_copy(pdy, np), *gpdy = act_put(g, pdy, np);
+    cb->ops->maxpool_fwd(cb, &ps, xr, ref, am);
+    g->ops->maxpool_fwd(g, &ps, gx, gpy, gam);
+    expect_act("bf16 maxpool fwd", g, gpy, ref, np, 0.0, 1);
+    expect_same("bf16 maxpool argmax", g, gam, am, np * sizeof(int32_t));
+    cb->ops->maxpool_bwd(cb, &ps, pdyr, am, ref);
+    g->ops->maxpool_bwd(g, &ps, gpdy, gam, gpd);
+    expect_act("bf16 maxpool bwd", g, gpd, ref, nx, 1e-6, 1);
+    cb->ops->avgpool_fwd(cb, &ps, xr, ref);
+    g->ops->avgpool_fwd(g, &ps, gx, gpy);
+    expect_act("bf16 avgpool fwd", g, gpy, ref, np, 1e-6, 1);
+    cb->ops->avgpool_bwd(cb, &ps, pdyr, ref);
+    g->ops->avgpool_bwd(g, &ps, gpdy, gpd);
+    expect_act("bf16 avgpool bwd", g, gpd, ref, nx, 1e-6, 1);
+
+    /* the graph ops: sums, column copies, padding, global pooling, the flatten transposes */
+    float *ga = act_nan(g, nx);
+    cb->ops->add2(cb, nx, xr, rr, ref);
+    g->ops->add2(g, nx, gx, gr, ga);
+    expect_act("bf16 add2", g, ga, ref, nx, 0.0, 1);
+    float *gcc = act_put(g, r, nx);
+    memcpy(ref, rr, nx * sizeof(float));
+    cb->ops->copy_cols(cb, (size_t)rows, c / 2, xr + 1, c, ref + 2, c, 1);
+    g->ops->copy_cols(g, (size_t)rows, c / 2, (const float *)((const char *)gx + 2), c,
+                      (float *)((char *)gcc + 4), c, 1);
+    expect_act("bf16 copy_cols, added", g, gcc, ref, nx, 0.0, 1);
+    const mgt_pad_shape pad = {n, h, w, c, 1, 2, 0, 1};
+    const size_t npad = (size_t)n * (h + 3) * (w + 1) * c;
+    float *gpad = act_nan(g, npad), *gback = act_nan(g, nx), *padded = hf(npad);
+    cb->ops->pad_fwd(cb, &pad, xr, padded);
+    g->ops->pad_fwd(g, &pad, gx, gpad);
+    expect_act("bf16 zero padding", g, gpad, padded, npad, 0.0, 1);
+    cb->ops->pad_bwd(cb, &pad, padded, ref);
+    g->ops->pad_bwd(g, &pad, gpad, gback);
+    expect_act("bf16 zero padding's adjoint", g, gback, ref, nx, 0.0, 1);
+    float *gap = act_nan(g, (size_t)n * c), *gapd = act_nan(g, nx);
+    cb->ops->gap_fwd(cb, n, h * w, c, xr, ref);
+    g->ops->gap_fwd(g, n, h * w, c, gx, gap);
+    expect_act("bf16 global average pooling", g, gap, ref, (size_t)n * c, 1e-6, 1);
+    cb->ops->gap_bwd(cb, n, h * w, c, dyr, ref);
+    g->ops->gap_bwd(g, n, h * w, c, gdy, gapd);
+    expect_act("bf16 global average pooling's gradient", g, gapd, ref, nx, 1e-6, 1);
+    float *gt = act_nan(g, nx);
+    cb->ops->nhwc_to_chw(cb, n, h, w, c, xr, ref);
+    g->ops->nhwc_to_chw(g, n, h, w, c, gx, gt);
+    expect_act("bf16 NHWC to CHW", g, gt, ref, nx, 0.0, 1);
+
+    /* depthwise convolution: the 3x3 kernels' vector path (c = 12) and the general one (5x5) */
+    for (int k = 3; k <= 5; k += 2) {
+        const mgt_conv_shape s = mgt_conv2d_geometry(n, h, w, c, c, k, k, 1, 1);
+        const size_t nw = (size_t)c * k * k;
+        float *wt = hrand(nw, -1, 1), *gwt = dput(g, wt, nw);
+        CHECK(cb->ops->reserve(cb, cb->ops->dwconv_scratch(cb, &s)) == 0, "CPU reserve");
+        CHECK(g->ops->reserve(g, g->ops->dwconv_scratch(g, &s)) == 0, "GPU reserve");
+        float *gy = act_nan(g, nx), *gdx = act_nan(g, nx), *gdw = dnan(g, nw);
+        float *dwr = hf(nw), *gdb = dnan(g, nc), *dbr = hf(nc);
+        cb->ops->dwconv_fwd(cb, &s, xr, wt, NULL, ref);
+        g->ops->dwconv_fwd(g, &s, gx, gwt, NULL, gy);
+        expect_act("bf16 depthwise forward", g, gy, ref, nx, 1e-5, 1);
+        cb->ops->dwconv_bwd(cb, &s, xr, wt, dyr, ref, dwr, dbr);
+        g->ops->dwconv_bwd(g, &s, gx, gwt, gdy, gdx, gdw, gdb);
+        expect_act("bf16 depthwise dx", g, gdx, ref, nx, 1e-5, 1);
+        expect_act("bf16 depthwise dW", g, gdw, dwr, nw, 1e-5, 0);
+        expect_act("bf16 depthwise db", g, gdb, dbr, nc, 1e-5, 0);
+    }
+    dfree_all();
+    hfree_all();
+}
+
 int main(void) {
     require_gpu();
     pair p;
@@ -1268,6 +1632,7 @@ int main(void) {
     test_bn(&p, 1000, 7);
     test_bn(&p, 5, 300);
     test_bn(&p, 50000, 32);
+    test_bn(&p, 3000, 728); /* Xception's middle flow: several column blocks, few chunks */
 
     test_dropout(&p, 13, 77, 0.3f, 1234567);
     test_dropout(&p, 64, 1000, 0.5f, (uint64_t)1 << 40);
@@ -1338,6 +1703,7 @@ int main(void) {
                   "on the emulator: 6 documented directions and both kinds of choice (%d, %d, %d)",
                   bf16_required, bf16_chose_tensor, bf16_chose_default);
     }
+    test_bf16_acts(&p);
     pair_free(&p);
 
     /* --reproducible: cuDNN's deterministic heuristics, tried in order until one runs */

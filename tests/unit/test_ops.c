@@ -546,9 +546,11 @@ static double bn_obj(void *p) {
     poison(b->mean, b->c);
     poison(b->invstd, b->c);
     o->bn_stats(b->be, b->rows, b->c, b->x, b->sum, b->sumsq);
-    o->bn_finalize(b->be, b->c, (float)b->rows, b->sum, b->sumsq, b->eps, 0.9f, b->mean, b->invstd,
-                   NULL, NULL);
-    o->bn_apply(b->be, b->rows, b->c, b->x, b->mean, b->invstd, b->gamma, b->beta, b->y);
+    o->bn_finalize(b->be, b->c, (float)b->rows, b->sum, b->sumsq, b->eps, 0.9f, NULL, b->mean,
+                   b->invstd, NULL, NULL);
+    const mgt_bn_pass bp = {b->rows,  b->c,    b->x, b->mean,      b->invstd,
+                            b->gamma, b->beta, NULL, MGT_ACT_NONE, NULL};
+    o->bn_apply(b->be, &bp, b->y);
     return dot(b->y, b->r, (size_t)b->rows * b->c);
 }
 
@@ -610,9 +612,10 @@ static void test_bn(mgt_backend *be) {
         poison(dgamma, b.c);
         poison(dbeta, b.c);
         poison(dx, nx);
-        o->bn_bwd_reduce(be, b.rows, b.c, b.x, b.r, b.mean, b.invstd, dgamma, dbeta);
-        o->bn_bwd_apply(be, b.rows, b.c, (float)b.rows, b.x, b.r, b.mean, b.invstd, b.gamma, dgamma,
-                        dbeta, dx);
+        const mgt_bn_pass p = {b.rows,  b.c,    b.x,  b.mean,       b.invstd,
+                               b.gamma, b.beta, NULL, MGT_ACT_NONE, NULL};
+        o->bn_bwd_reduce(be, &p, b.r, dgamma, dbeta);
+        o->bn_bwd_apply(be, &p, (float)b.rows, b.r, dgamma, dbeta, dx, NULL, 0);
         fd_check("bn dx", bn_obj, &b, b.x, nx, dx);
         fd_check("bn dgamma", bn_obj, &b, b.gamma, b.c, dgamma);
         fd_check("bn dbeta", bn_obj, &b, b.beta, b.c, dbeta);
@@ -654,7 +657,7 @@ static void test_bn(mgt_backend *be) {
         const float sum[2] = {6.0f, 0.0f}, sumsq[2] = {14.0f, 8.0f};
         float mean[2], invstd[2], rm[2] = {1.0f, -1.0f}, rv[2] = {2.0f, 0.5f};
         const float eps = 1e-3f, mom = 0.9f;
-        o->bn_finalize(be, 2, 3.0f, sum, sumsq, eps, mom, mean, invstd, rm, rv);
+        o->bn_finalize(be, 2, 3.0f, sum, sumsq, eps, mom, NULL, mean, invstd, rm, rv);
         /* finalize works in double from float inputs and rounds each result once: k = 1 on the
          * value itself (expected values use the same float eps and momentum) */
         const double var0 = 14.0 / 3 - 4.0, var1 = 8.0 / 3, md = (double)mom;
@@ -673,7 +676,7 @@ static void test_bn(mgt_backend *be) {
         float rm0[2] = {rm[0], rm[1]}, rv0[2] = {rv[0], rv[1]};
         const float zeros[2] = {0, 0};
         mean[0] = mean[1] = invstd[0] = invstd[1] = NAN;
-        o->bn_finalize(be, 2, 0.0f, zeros, zeros, eps, mom, mean, invstd, rm, rv);
+        o->bn_finalize(be, 2, 0.0f, zeros, zeros, eps, mom, NULL, mean, invstd, rm, rv);
         CHECK(mean[0] == 0.0f && mean[1] == 0.0f && near(invstd[0], 1 / sqrt(eps), 1, 32) &&
                   near(invstd[1], 1 / sqrt(eps), 1, 32),
               "bn_finalize count=0: mean %g %g invstd %g %g (want 0, 1/sqrt(eps)=%g)", mean[0],
@@ -681,7 +684,7 @@ static void test_bn(mgt_backend *be) {
         CHECK(rm[0] == rm0[0] && rm[1] == rm0[1] && rv[0] == rv0[0] && rv[1] == rv0[1],
               "bn_finalize count=0 changed the running statistics");
         /* running_mean NULL: no update and no crash */
-        o->bn_finalize(be, 2, 3.0f, sum, sumsq, eps, mom, mean, invstd, NULL, NULL);
+        o->bn_finalize(be, 2, 3.0f, sum, sumsq, eps, mom, NULL, mean, invstd, NULL, NULL);
         CHECK(mean[0] == 2.0f, "bn_finalize without running stats: mean %g", mean[0]);
         /* inference statistics */
         o->bn_running(be, 2, eps, rm, rv, mean, invstd);
@@ -699,7 +702,8 @@ static void test_bn(mgt_backend *be) {
         poison(dg, 3);
         poison(dbt, 3);
         o->bn_stats(be, 0, 3, dummy, sum, sumsq);
-        o->bn_bwd_reduce(be, 0, 3, dummy, dummy, one, one, dg, dbt);
+        const mgt_bn_pass p0 = {0, 3, dummy, one, one, NULL, NULL, NULL, MGT_ACT_NONE, NULL};
+        o->bn_bwd_reduce(be, &p0, dummy, dg, dbt);
         CHECK(all_zero(sum, 3) && all_zero(sumsq, 3), "bn_stats rows=0: sums not zero");
         CHECK(all_zero(dg, 3) && all_zero(dbt, 3), "bn_bwd_reduce rows=0: dgamma/dbeta not zero");
     }
@@ -829,8 +833,7 @@ typedef struct {
 static double act_obj(void *p) {
     act_ctx *a = p;
     const size_t cnt = (size_t)a->n * a->row;
-    memcpy(a->y, a->x, cnt * sizeof(float));
-    a->be->ops->act_fwd(a->be, a->act, a->n, a->row, a->y);
+    a->be->ops->act_fwd(a->be, a->act, a->n, a->row, a->x, a->y);
     return dot(a->y, a->r, cnt);
 }
 
@@ -889,8 +892,7 @@ static void test_act(mgt_backend *be) {
         CHECK(act_ok, "%s forward vs reference: rel err %.3g", names[t], act_worst);
         /* backward from y */
         float *dx = fbuf(cnt);
-        memcpy(dx, a.r, cnt * sizeof(float));
-        be->ops->act_bwd(be, acts[t], a.n, a.row, a.y, dx);
+        be->ops->act_bwd(be, acts[t], a.n, a.row, a.y, a.r, dx, 0);
         char what[64];
         snprintf(what, sizeof what, "%s dx", names[t]);
         fd_check(what, act_obj, &a, a.x, cnt, dx);
@@ -900,10 +902,10 @@ static void test_act(mgt_backend *be) {
     {
         float s[4] = {-200.0f, -90.0f, 90.0f, 200.0f},
               sm[6] = {1000.0f, 0.0f, -1000.0f, -1000.0f, -1000.0f, -999.0f};
-        be->ops->act_fwd(be, MGT_ACT_SIGMOID, 1, 4, s);
+        be->ops->act_fwd(be, MGT_ACT_SIGMOID, 1, 4, s, s);
         CHECK(all_finite(s, 4) && s[0] >= 0.0f && s[0] < 1e-30f && s[3] == 1.0f,
               "sigmoid extremes: %g %g %g %g", s[0], s[1], s[2], s[3]);
-        be->ops->act_fwd(be, MGT_ACT_SOFTMAX, 2, 3, sm);
+        be->ops->act_fwd(be, MGT_ACT_SOFTMAX, 2, 3, sm, sm);
         /* e / (e + 2) with e = exp(1) after the shift by the row maximum (k = 7, as above) */
         CHECK(all_finite(sm, 6) && sm[0] == 1.0f && near(sm[5], exp(1.0) / (exp(1.0) + 2), 7, 1),
               "softmax extremes: %g %g %g | %g %g %g", sm[0], sm[1], sm[2], sm[3], sm[4], sm[5]);
@@ -1289,10 +1291,8 @@ static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t
         float *y = out[m], *g = out[m + 1];
         len[m] = len[m + 1] = cnt;
         m += 2;
-        memcpy(y, k->x, sizeof(float) * cnt);
-        o->act_fwd(be, acts[a], k->n, row, y);
-        memcpy(g, k->dy, sizeof(float) * cnt);
-        o->act_bwd(be, acts[a], k->n, row, y, g);
+        o->act_fwd(be, acts[a], k->n, row, k->x, y);
+        o->act_bwd(be, acts[a], k->n, row, y, k->dy, g, 0);
     }
     float *d = out[m], *e = out[m + 1];
     len[m] = len[m + 1] = cnt;
@@ -1318,11 +1318,12 @@ static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t
     float *sum = v, *sumsq = v + k->c, *mean = v + 2 * k->c, *invstd = v + 3 * k->c;
     float *dgamma = v + 4 * k->c, *dbeta = v + 5 * k->c;
     o->bn_stats(be, rows, k->c, k->x, sum, sumsq);
-    o->bn_finalize(be, k->c, (float)rows, sum, sumsq, 1e-3f, 0.9f, mean, invstd, NULL, NULL);
-    o->bn_apply(be, rows, k->c, k->x, mean, invstd, k->gamma, k->beta, y);
-    o->bn_bwd_reduce(be, rows, k->c, k->x, k->dy, mean, invstd, dgamma, dbeta);
-    o->bn_bwd_apply(be, rows, k->c, (float)rows, k->x, k->dy, mean, invstd, k->gamma, dgamma, dbeta,
-                    dx);
+    o->bn_finalize(be, k->c, (float)rows, sum, sumsq, 1e-3f, 0.9f, NULL, mean, invstd, NULL, NULL);
+    const mgt_bn_pass bp = {rows,     k->c,    k->x, mean,         invstd,
+                            k->gamma, k->beta, NULL, MGT_ACT_NONE, NULL};
+    o->bn_apply(be, &bp, y);
+    o->bn_bwd_reduce(be, &bp, k->dy, dgamma, dbeta);
+    o->bn_bwd_apply(be, &bp, (float)rows, k->dy, dgamma, dbeta, dx, NULL, 0);
     /* pooling: 2x2 stride 2 and overlapping 3x3 stride 2 windows; the argmax indices are
      * compared too */
     for (int pz = 2; pz <= 3; pz++) {

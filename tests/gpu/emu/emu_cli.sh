@@ -118,11 +118,15 @@ near_fp32() { # near_fp32 FLAG RUN_DIR OUTPUT: other weights than FP32's, a loss
   fi
 }
 near_fp32 --tf32 "$T/tf" "$out"
-# --precision bf16: bfloat16 GEMM and convolution inputs with float accumulation. The weights
-# change; the loss after 8 steps stays within 2% of FP32's (one bfloat16 rounding of each input,
-# at most 2^-8 relative, moves each product by about that much, and the steps are RMSprop's
-# bounded ones); the profile says so, per convolution too; and the step loop allocates nothing
-# (the workspace grows by the bfloat16 copies at the first step only).
+# --precision bf16: activations stored in bfloat16 between layers, GEMMs and convolutions on them
+# with float accumulation. The weights change; the loss after 8 steps stays within 2% of FP32's:
+# each stored activation is rounded once, to nearest even (at most 2^-8 relative, unbiased), and
+# smallconv stores 7 of them between its input and its logits, so a logit moves by at most
+# 7 x 2^-8 (2.7%) of the magnitudes it sums where every rounding adds up, and by about
+# sqrt(7/3) x 2^-8 (0.6%) with independent roundings; the loss, a mean over the batch of a
+# function whose slope in each logit is at most 1, moves by about that, and the steps are
+# RMSprop's bounded ones. The profile says so, per convolution too; and the step loop allocates
+# nothing (the workspace grows by the bfloat16 weights at the first step only).
 out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
   --profile --out "$T/bf" 2>&1)
 near_fp32 "--precision bf16" "$T/bf" "$out"

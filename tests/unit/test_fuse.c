@@ -1,0 +1,308 @@
+/* test_fuse.c: the fusion groups (fuse.c) and the planner's shared gradients change no result, on
+ * the CPU backend, the reference.
+ *
+ * A graph with every kind of group: batchnorm -> relu; batchnorm -> add (a residual read by two
+ * layers, so the group adds to its gradient) -> relu; two batchnorms summed by an add with
+ * activation = relu (the later one heads the group); batchnorm -> add without a relu, whose
+ * output feeds a stand-alone relu (one pass, adding into a gradient another layer wrote) and a
+ * plain add (whose gradient one input takes over instead of a copy). Then:
+ *   - the groups and the cancelled biases are the ones the rules give;
+ *   - with the convolutions' biases off, the model with its groups and the one without
+ *     (no_fusion) give the same loss, outputs, gradients and running statistics, bit for bit,
+ *     in training and in evaluation; so does the plan without shared memory (share = 0);
+ *   - the groups' inner tensors take no memory: fewer bytes are planned, the arena is no
+ *     larger (ResNet-50 at 224x224x3, batch 32: 2,470 MiB instead of 2,556);
+ *   - with the biases on, the CPU backend keeps them: the same bits again;
+ *   - with the biases on and a backend that cancels them (each convolution's only reader a
+ *     batchnorm), the cancelled biases get a gradient of exactly zero, everything else agrees
+ *     with the unfused model within float rounding (the normalisation's input moves by a
+ *     constant per channel), and the running means still include the biases;
+ *   - the gradients' listener hears every layer with parameters once, from the last to the
+ *     first, each range final when heard. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "model.h"
+#include "tally.h"
+#include "train_cfg.h"
+
+#define BIAS "BIAS"
+/* the [train] section of the last model read */
+static mgt_train_cfg cfg;
+static const char *graph_text =
+    "[input]\nshape = 6,6,3\n"
+    "[conv2d]\nname = c0\nfilters = 8\nkernel = 3\npadding = same\nuse_bias = " BIAS "\n"
+    "[batchnorm]\nname = b0\n"
+    "[activation]\nname = a0\ntype = relu\n"
+    "[conv2d]\nname = c1\nfilters = 8\nkernel = 3\npadding = same\nuse_bias = " BIAS "\n"
+    "[batchnorm]\nname = b1\n"
+    "[add]\nname = s1\ninputs = b1, a0\n"
+    "[activation]\nname = a1\ntype = relu\n"
+    "[conv2d]\nname = c2\nfilters = 8\nkernel = 1\nuse_bias = " BIAS "\n"
+    "[batchnorm]\nname = b2\n"
+    "[conv2d]\nname = c3\ninput = a1\nfilters = 8\nkernel = 1\nuse_bias = " BIAS "\n"
+    "[batchnorm]\nname = b3\n"
+    "[add]\nname = s2\ninputs = b2, b3\nactivation = relu\n"
+    "[conv2d]\nname = c4\nfilters = 8\nkernel = 3\npadding = same\nuse_bias = " BIAS "\n"
+    "[batchnorm]\nname = b4\n"
+    "[add]\nname = s3\ninputs = s2, b4\n"
+    "[activation]\nname = a3\ntype = relu\n"
+    "[conv2d]\nname = c5\nfilters = 8\nkernel = 3\npadding = same\nactivation = tanh\n"
+    "[add]\nname = s4\ninputs = c5, s3\n"
+    "[global_avgpool]\nname = g\n"
+    "[dense]\nname = out\nunits = 4\n"
+    "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 5\n"
+    "seed = 3\n";
+
+enum { MAX_HEARD = 32 };
+
+typedef struct heard {
+    const mgt_model *m;
+    int n, order_ok;
+    int layer[MAX_HEARD];
+    size_t offset[MAX_HEARD], count[MAX_HEARD];
+    float *copy[MAX_HEARD];
+} heard;
+
+static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count) {
+    heard *h = ctx;
+    if (h->n >= MAX_HEARD)
+        return;
+    const int k = h->n++;
+    if (k > 0 && offset + count > h->offset[k - 1])
+        h->order_ok = 0;
+    h->layer[k] = l->index;
+    h->offset[k] = offset;
+    h->count[k] = count;
+    h->copy[k] = malloc(count * sizeof(float) + 1);
+    if (h->copy[k])
+        memcpy(h->copy[k], h->m->g + offset, count * sizeof(float));
+}
+
+static double step(mgt_model *m, mgt_backend *be, int training, heard *h) {
+    const int n = (int)cfg.batch_size;
+    const mgt_step s = {.in = {m->x, m->labels, m->targets},
+                        .be = be,
+                        .n = n,
+                        .training = training,
+                        .global_n = n,
+                        .seed = cfg.seed,
+                        .grads_ready = h ? on_ready : NULL,
+                        .grads_ctx = h};
+    be->ops->zero(be, m->sums, MGT_NSUMS * sizeof(float));
+    mgt_model_forward(m, &s);
+    mgt_model_loss_backward(m, &s, training);
+    return m->sums[0];
+}
+
+/* The graph with use_bias = bias, fused or not, sharing memory or not, filled alike. */
+static int setup(mgt_model *m, mgt_backend *be, int bias, int fuse, int share) {
+    char text[4096];
+    const char *src = graph_text;
+    size_t n = 0;
+    while (*src && n + 8 < sizeof text) { /* every BIAS marker becomes true or false */
+        if (!strncmp(src, BIAS, strlen(BIAS))) {
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s", bias ? "true" : "false");
+            src += strlen(BIAS);
+        } else {
+            text[n++] = *src++;
+        }
+    }
+    text[n] = 0;
+    mgt_err e;
+    if (mgt_model_file_parse(m, &cfg, "fuse.cfg", text, &e) < 0) {
+        fprintf(stderr, "parse: %s\n", e.msg);
+        return -1;
+    }
+    m->no_fusion = !fuse;
+    m->no_memory_sharing = !share;
+    if (mgt_model_alloc(m, be, (int)cfg.batch_size, &e) < 0) {
+        fprintf(stderr, "alloc: %s\n", e.msg);
+        return -1;
+    }
+    mgt_model_init_host(m, cfg.seed, m->w, m->buf);
+    for (int i = 0; i < m->nparams; i++) /* biases, gammas, betas away from their defaults */
+        if (m->params[i].init != MGT_INIT_GLOROT)
+            for (size_t j = 0; j < m->params[i].count; j++)
+                m->w[m->params[i].offset + j] += 0.3f * (2.0f * mgt_uniform(17, j + 97 * i) - 1.0f);
+    const size_t in = (size_t)mgt_shape_elems(m->input) * (size_t)cfg.batch_size;
+    for (size_t i = 0; i < in; i++)
+        m->x[i] = 2.0f * mgt_uniform(11, i) - 1.0f;
+    for (int i = 0; i < cfg.batch_size; i++)
+        m->labels[i] = (i * 3) % m->classes;
+    return 0;
+}
+
+static int at(const mgt_model *m, const char *name) {
+    for (int i = 0; i < m->nlayers; i++)
+        if (!strcmp(m->layers[i].name, name))
+            return i;
+    return -1;
+}
+
+static void test_groups(tally *t, const mgt_model *m) {
+    const int q0 = m->group_of[at(m, "b0")], q1 = m->group_of[at(m, "b1")];
+    const int q3 = m->group_of[at(m, "b3")], q4 = m->group_of[at(m, "b4")];
+    CHECK(t, m->ngroups == 4);
+    CHECK(t, q0 >= 0 && m->groups[q0].tail == at(m, "a0") && m->groups[q0].add < 0 &&
+                 m->group_of[at(m, "a0")] == q0);
+    CHECK(t, q1 >= 0 && m->groups[q1].add == at(m, "s1") && m->groups[q1].res == 1 &&
+                 m->groups[q1].tail == at(m, "a1"));
+    /* of the two batchnorms summed by s2, the later heads the group; s2's own ReLU ends it */
+    CHECK(t, m->group_of[at(m, "b2")] < 0 && q3 >= 0 && m->groups[q3].add == at(m, "s2") &&
+                 m->groups[q3].act == at(m, "s2") && m->groups[q3].tail == at(m, "s2"));
+    /* s3 has two readers: no ReLU joins it, a3 runs alone; s4 sums no batchnorm */
+    CHECK(t, q4 >= 0 && m->groups[q4].tail == at(m, "s3") && m->groups[q4].act < 0);
+    CHECK(t, m->group_of[at(m, "a3")] < 0 && m->group_of[at(m, "s4")] < 0);
+    /* inner tensors have no memory; a group's output is its tail's */
+    CHECK(t, !m->layers[at(m, "b0")].y && !m->layers[at(m, "b1")].y && !m->layers[at(m, "s1")].y);
+    CHECK(t, m->layers[at(m, "a1")].y && m->layers[at(m, "s3")].y);
+}
+
+static int same(const float *a, const float *b, size_t n) {
+    return !memcmp(a, b, n * sizeof(float));
+}
+
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        s = fmax(s, fabs((double)b[i]));
+    }
+    return s > 0 ? d / s : d;
+}
+
+/* An evaluation step of both models: their outputs' largest difference, relative to u's
+ * largest value (0: the same bits, or values equal as floats). */
+static double eval_diff(mgt_model *f, mgt_model *u, mgt_backend *be) {
+    step(f, be, 0, NULL);
+    step(u, be, 0, NULL);
+    const size_t nout = (size_t)cfg.batch_size * (size_t)f->classes;
+    const float *a = f->layers[f->nlayers - 1].y, *b = u->layers[u->nlayers - 1].y;
+    return same(a, b, nout) ? 0.0 : fmax(rel_diff(a, b, nout), 1e-30);
+}
+
+static void test_same_bits(tally *t) {
+    mgt_backend be;
+    mgt_model f, u, z;
+    if (mgt_cpu_backend_init(&be, 1) < 0 || setup(&f, &be, 0, 1, 1) < 0 ||
+        setup(&u, &be, 0, 0, 1) < 0 || setup(&z, &be, 0, 1, 0) < 0)
+        exit(2);
+    test_groups(t, &f);
+    CHECK(t, u.ngroups == 0 && f.plan.unplanned < u.plan.unplanned && f.plan.arena <= u.plan.arena);
+    for (int i = 0; i < f.nlayers; i++)
+        CHECK(t, !f.layers[i].bias_cancelled); /* no biases here */
+    heard h = {.m = &f, .order_ok = 1};
+    const double lf = step(&f, &be, 1, &h), lu = step(&u, &be, 1, NULL),
+                 lz = step(&z, &be, 1, NULL);
+    const size_t nout = (size_t)cfg.batch_size * (size_t)f.classes;
+    CHECK(t, lf == lu && lf == lz);
+    CHECK(t, same(f.g, u.g, f.param_count) && same(f.g, z.g, f.param_count));
+    CHECK(t, same(f.layers[f.nlayers - 1].y, u.layers[u.nlayers - 1].y, nout));
+    CHECK(t, same(f.buf, u.buf, f.buffer_count) && same(f.buf, z.buf, f.buffer_count));
+    /* the listener: every layer with parameters, once, last to first, final when heard */
+    int want = 0;
+    for (int i = f.nlayers - 1; i >= 0; i--)
+        if (f.layers[i].param[0] >= 0) {
+            CHECK(t, want < h.n && h.layer[want] == i);
+            want++;
+        }
+    CHECK(t, h.n == want && h.order_ok);
+    for (int k = 0; k < h.n; k++) {
+        CHECK(t, h.copy[k] && same(h.copy[k], f.g + h.offset[k], h.count[k]));
+        free(h.copy[k]);
+    }
+    /* evaluation: the running statistics, the same bits */
+    CHECK(t, eval_diff(&f, &u, &be) == 0.0);
+    mgt_model_free(&f);
+    mgt_model_free(&u);
+    mgt_model_free(&z);
+    mgt_backend_destroy(&be);
+}
+
+/* The CPU backend, the reference, keeps the biases: with them on, the groups still give the
+ * unfused model's bits. */
+static void test_cpu_keeps_bias(tally *t) {
+    mgt_backend be;
+    mgt_model f, u;
+    if (mgt_cpu_backend_init(&be, 1) < 0 || setup(&f, &be, 1, 1, 1) < 0 ||
+        setup(&u, &be, 1, 0, 1) < 0)
+        exit(2);
+    CHECK(t, !be.cancel_bias && f.ngroups == 4);
+    for (int i = 0; i < f.nlayers; i++)
+        CHECK(t, !f.layers[i].bias_cancelled && f.bias_of[i] < 0);
+    const double lf = step(&f, &be, 1, NULL), lu = step(&u, &be, 1, NULL);
+    CHECK(t, lf == lu && same(f.g, u.g, f.param_count) && same(f.buf, u.buf, f.buffer_count));
+    CHECK(t, eval_diff(&f, &u, &be) == 0.0);
+    mgt_model_free(&f);
+    mgt_model_free(&u);
+    mgt_backend_destroy(&be);
+}
+
+/* A backend that cancels the biases (the GPU's choice, asked of the CPU backend here). */
+static void test_cancelled_bias(tally *t) {
+    mgt_backend be;
+    mgt_model f, u;
+    if (mgt_cpu_backend_init(&be, 1) < 0)
+        exit(2);
+    be.cancel_bias = 1;
+    if (setup(&f, &be, 1, 1, 1) < 0 || setup(&u, &be, 1, 0, 1) < 0)
+        exit(2);
+    static const char *const cancelled[] = {"c0", "c1", "c2", "c3", "c4"};
+    CHECK(t, f.ngroups == 5 && f.group_of[at(&f, "b2")] >= 0); /* b2: a group of itself */
+    for (int k = 0; k < 5; k++)
+        CHECK(t, f.layers[at(&f, cancelled[k])].bias_cancelled &&
+                     !u.layers[at(&u, cancelled[k])].bias_cancelled);
+    CHECK(t, !f.layers[at(&f, "c5")].bias_cancelled); /* its reader is an add */
+    /* Bounds: a float32 step of this size (sums of at most 6 x 6 x 5 terms per channel) rounds
+     * its values by some 1e-6 of their size; moving the normalisation's input by a constant
+     * changes only that rounding, so 1e-4 of each tensor's largest value has room to spare,
+     * while a bias left out without the shift, or a lost residual, is off by far more. */
+    const double lf = step(&f, &be, 1, NULL), lu = step(&u, &be, 1, NULL);
+    CHECK(t, fabs(lf - lu) <= 1e-4 * fabs(lu));
+    for (int p = 0; p < f.nparams; p++) {
+        const mgt_param *q = &f.params[p];
+        const float *gf = f.g + q->offset, *gu = u.g + q->offset;
+        int is_cancelled = 0;
+        for (int k = 0; k < 5; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s.bias", cancelled[k]);
+            is_cancelled |= !strcmp(q->name, name);
+        }
+        if (is_cancelled) {
+            float zeros[8] = {0};
+            CHECK(t, q->count <= 8 && same(gf, zeros, q->count));
+            /* the unfused gradient is rounding noise around that zero */
+            double big = 0;
+            for (int i = 0; i < f.nparams; i++)
+                for (size_t j = 0; j < f.params[i].count; j++)
+                    big = fmax(big, fabs(u.g[f.params[i].offset + j]));
+            double noise = 0;
+            for (size_t j = 0; j < q->count; j++)
+                noise = fmax(noise, fabs(gu[j]));
+            CHECK(t, noise <= 1e-4 * big);
+        } else {
+            const double d = rel_diff(gf, gu, q->count);
+            if (d > 1e-4)
+                fprintf(stderr, "  %s: %.3g of its largest gradient\n", q->name, d);
+            CHECK(t, d <= 1e-4);
+        }
+    }
+    /* running means hold the biases: the same statistics as the unfused model's */
+    CHECK(t, rel_diff(f.buf, u.buf, f.buffer_count) <= 1e-5);
+    CHECK(t, eval_diff(&f, &u, &be) <= 1e-4);
+    mgt_model_free(&f);
+    mgt_model_free(&u);
+    mgt_backend_destroy(&be);
+}
+
+int main(void) {
+    tally t = {0, 0};
+    test_same_bits(&t);
+    test_cpu_keeps_bias(&t);
+    test_cancelled_bias(&t);
+    printf("test_fuse: %d passed, %d failed\n", t.pass, t.fail);
+    return t.fail ? 1 : 0;
+}
