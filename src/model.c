@@ -881,11 +881,12 @@ static void commas(size_t v, char *buf, size_t n) {
     buf[j] = 0;
 }
 
+/* bytes in MiB to the nearest tenth, as printf's %.1f rounds (the memory estimate's figures) */
 static void mib(size_t bytes, char *buf, size_t n) {
-    const double v = (double)bytes / (1 << 20);
+    const size_t tenths = (size_t)((double)bytes / (1 << 20) * 10 + 0.5);
     char whole[32];
-    commas((size_t)v, whole, sizeof whole);
-    snprintf(buf, n, "%s.%d MiB", whole, (int)((v - (double)(size_t)v) * 10));
+    commas(tenths / 10, whole, sizeof whole);
+    snprintf(buf, n, "%s.%d MiB", whole, (int)(tenths % 10));
 }
 
 /* Keras' table, with the inputs of each layer ("Connected to") since a layer may take any layer
