@@ -62,6 +62,84 @@ static double elems(mgt_shape s) {
     return (double)s.h * s.w * s.c;
 }
 
+/* The fusion group layer i runs in (fuse.c), into *g, and whether i is a convolution whose bias
+ * a batchnorm cancels, into *cancelled: the model's own once it is allocated, else found now (as
+ * the model would find them on its backend, none cancelled without one). Returns the group's
+ * index, -1 for none. */
+static int group_at(const mgt_model *m, int i, mgt_group *g, int *cancelled) {
+    *cancelled = i >= 0 && i < m->nlayers && m->layers[i].bias_cancelled;
+    if (m->group_of) {
+        const int q = m->group_of[i];
+        if (q >= 0)
+            *g = m->groups[q];
+        return q;
+    }
+    const size_t L = (size_t)(m->nlayers > 0 ? m->nlayers : 1);
+    mgt_group *gs = malloc(sizeof *gs * L);
+    int *of = malloc(sizeof *of * L), *bias = malloc(sizeof *bias * L);
+    if (!gs || !of || !bias)
+        mgt_die("out of host memory for the fusion groups of %d layers", m->nlayers);
+    mgt_fuse_find(m, gs, of, bias);
+    const int q = of[i];
+    if (q >= 0)
+        *g = gs[q];
+    for (int b = 0; b < m->nlayers; b++)
+        *cancelled |= bias[b] == i;
+    free(gs), free(of), free(bias);
+    return q;
+}
+
+int mgt_layer_group(const mgt_model *m, int i, mgt_group *g) {
+    int cancelled;
+    return group_at(m, i, g, &cancelled);
+}
+
+void mgt_layer_label(const mgt_model *m, int i, char *buf, size_t n) {
+    const mgt_layer *l = &m->layers[i];
+    mgt_group g;
+    if (mgt_layer_group(m, i, &g) < 0) {
+        snprintf(buf, n, "%s", l->type->name);
+    } else if (g.tail != i) {
+        snprintf(buf, n, "%s (runs in %s)", l->type->name, m->layers[g.tail].name);
+    } else {
+        const int part[] = {g.bn, g.add, g.act};
+        int len = snprintf(buf, n, "%s (group:", l->type->name);
+        for (int k = 0, first = 1; k < 3 && len >= 0 && (size_t)len < n; k++)
+            if (part[k] >= 0 && (k == 0 || part[k] != part[k - 1])) {
+                len += snprintf(buf + len, n - (size_t)len, "%s%s", first ? " " : " + ",
+                                m->layers[part[k]].name);
+                first = 0;
+            }
+        if (len >= 0 && (size_t)len < n)
+            snprintf(buf + len, n - (size_t)len, ")");
+    }
+}
+
+/* A fusion group's passes, counted at its tail (the group's other layers count nothing): one
+ * pass forward, the batchnorm's input and the residual read, the tail's output written; backward
+ * x and the tail's output gradient read (and the tail's output, where the ReLU's mask comes from
+ * it: model.c's mask_from_y), the batchnorm's input gradient and the residual's written (each
+ * re-read where it adds to one already there), the batchnorm's statistics and parameters as for
+ * a batchnorm alone. */
+static void group_cost(const mgt_model *m, const mgt_group *g, const int *ng, double nn, double e,
+                       mgt_cost *fwd, mgt_cost *bwd) {
+    const mgt_layer *bn = &m->layers[g->bn];
+    const double X = nn * elems(bn->in), C = bn->in.c;
+    const int relu = g->act >= 0, add = g->add >= 0;
+    fwd->flops = 6 * X + (add ? X : 0) + (relu ? X : 0);
+    fwd->bytes = e * (X + (add ? X : 0) + X) + 4 * 4 * C;
+    bwd->flops = 10 * X + (relu ? X : 0);
+    bwd->bytes = e * (X + X + (add && relu ? X : 0)) + 4 * 4 * C;
+    const int in = bn->inputs[0];
+    if (in >= 0 && ng[in])
+        bwd->bytes += e * X * (accumulates(m, g->bn, 0) ? 2 : 1);
+    const int r = add ? m->layers[g->add].inputs[g->res] : -1;
+    if (r >= 0 && ng[r]) {
+        bwd->flops += X;
+        bwd->bytes += e * X * (accumulates(m, g->add, g->res) ? 2 : 1);
+    }
+}
+
 void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *fwd, mgt_cost *bwd) {
     const mgt_layer *l = &m->layers[i];
     const char *t = l->type->name;
@@ -78,6 +156,18 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
     if (!ng)
         mgt_die("out of host memory for the costs of %d layers", m->nlayers);
     const int runs = ng[i];
+    mgt_group g;
+    int cancelled;
+    if (group_at(m, i, &g, &cancelled) >= 0) { /* all of it at the tail, nothing elsewhere */
+        if (g.tail == i)
+            group_cost(m, &g, ng, nn, e, fwd, bwd);
+        if (!runs)
+            memset(bwd, 0, sizeof *bwd);
+        free(ng);
+        return;
+    }
+    /* a bias a batchnorm cancels is left out, its gradient written as zeros (fuse.c) */
+    const int bias = l->cfg.bias && !cancelled;
     double dx = 0, dx_acc = 0; /* input values whose gradient is written, and re-read to add */
     for (int k = 0; k < l->ninputs; k++) {
         const int j = l->inputs[k];
@@ -111,11 +201,11 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
             mac_mma = (double)d.n * d.oh * d.ow * d.c * l->cfg.filters;
     }
     if (mac || mac_mma) { /* the products: y = x * W (+ b) */
-        fwd->flops += 2 * (mac + mac_mma) + (l->cfg.bias ? Y : 0);
+        fwd->flops += 2 * (mac + mac_mma) + (bias ? Y : 0);
         fwd->mma = 2 * mac_mma;
         fwd->bytes = e * (X + Y) + 4 * P;
         /* dW (and db) from x and dy; dx from dy and W where needed */
-        bwd->flops = 2 * (mac + mac_mma) * (dx > 0 ? 2 : 1) + (l->cfg.bias ? Y : 0);
+        bwd->flops = 2 * (mac + mac_mma) * (dx > 0 ? 2 : 1) + (bias ? Y : 0);
         bwd->mma = 2 * mac_mma * (dx > 0 ? 2 : 1);
         bwd->bytes = e * (Y + X + dx + dx_acc) + 4 * 2 * P;
     } else if (!strcmp(t, "batchnorm")) {
@@ -223,8 +313,9 @@ void mgt_floor_table(const mgt_model *m, int n, int act_bytes, const mgt_rates *
         const mgt_layer *l = &m->layers[i];
         mgt_cost cf, cb;
         mgt_layer_cost(m, i, n, act_bytes, &cf, &cb);
-        fprintf(f, "| %d | %s | %s | %dx%dx%d |", i, l->name, l->type->name, l->out.h, l->out.w,
-                l->out.c);
+        char kind[320];
+        mgt_layer_label(m, i, kind, sizeof kind);
+        fprintf(f, "| %d | %s | %s | %dx%dx%d |", i, l->name, kind, l->out.h, l->out.w, l->out.c);
         row_cells(&cf, r, f, &tf);
         row_cells(&cb, r, f, &tb);
         fprintf(f, "\n");
@@ -259,7 +350,9 @@ int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, const mgt
         return -1;
     mgt_plan p;
     mgt_err err;
-    if (mgt_model_plan(m, n, !m->no_memory_sharing, &p, &err) < 0)
+    mgt_model sized = *m; /* planned with the run's activation type (model.h: act_bytes) */
+    sized.act_bytes = bf16 ? 2 : 4;
+    if (mgt_model_plan(&sized, n, !m->no_memory_sharing, &p, &err) < 0)
         return -1;
     e->act = (double)p.arena;
     mgt_plan_free(&p);
@@ -270,6 +363,8 @@ int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, const mgt
         if (!strcmp(m->layers[i].type->name, "batchnorm"))
             e->params += 4 * 4 * (double)m->layers[i].in.c;
     e->batch = nn * (4 * (double)mgt_shape_elems(m->input) + 4 + 8 * k + 2 * 8);
+    if (bf16) /* the input in bfloat16, the output and its gradient in float32 (model.h) */
+        e->batch += nn * (2 * (double)mgt_shape_elems(m->input) + 8 * k);
     for (int i = 0; i < m->nlayers; i++) {
         const mgt_layer *l = &m->layers[i];
         const char *t = l->type->name;

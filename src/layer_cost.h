@@ -11,7 +11,10 @@
  * input's gradient (the model's input, or no parameters below) it is not counted, as mgtrain
  * skips it; the gradient of a sum is its output gradient itself (add: nothing to move), a
  * concatenation's is its slices (read and written once). A tensor with several consumers gets
- * its gradient summed: the consumer that adds reads the sum so far once more.
+ * its gradient summed: the consumer that adds reads the sum so far once more. A fusion group
+ * (fuse.c: a batchnorm with the ReLU and residual sum after it) is one pass each way, counted at
+ * its last layer, where it runs; its other layers count nothing. A convolution's bias that a
+ * batchnorm cancels (on a backend that leaves it out) costs no FLOPs.
  * FLOPs count a multiply-add as 2. `mma` is the part a matrix unit can do (the products of
  * convolutions and dense layers); the rest (depthwise convolutions, normalisation, pooling,
  * element-wise work) runs on the ordinary cores.
@@ -44,6 +47,12 @@ const mgt_rates *mgt_rates_h100(const char *precision);
 
 /* Layer i's forward and backward at a local batch of n, activations act_bytes a value. */
 void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *fwd, mgt_cost *bwd);
+/* The fusion group layer i runs in (the model's, or as the model will find them), into *g;
+ * returns its index, or -1 when the layer runs alone. */
+int mgt_layer_group(const mgt_model *m, int i, mgt_group *g);
+/* The type cell of layer i's row in the tables: its type, with "(runs in TAIL)" for a layer
+ * inside a fusion group and "(group: BN + ADD + ACT)" at the group's last layer. */
+void mgt_layer_label(const mgt_model *m, int i, char *buf, size_t n);
 /* The loss (softmax + cross-entropy and its gradient) and the optimizer opt's update of every
  * parameter (read w, g and each state slot, write w and the slots). */
 mgt_cost mgt_loss_cost(const mgt_model *m, int n);

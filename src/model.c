@@ -938,19 +938,22 @@ void mgt_model_summary(const mgt_model *m, FILE *f) {
     fprintf(f, "Non-trainable params: %s (batchnorm moving statistics)\n", c);
 }
 
-void mgt_model_summary_memory(const mgt_model *m, int64_t global_batch, FILE *f) {
+void mgt_model_summary_memory(const mgt_model *m, int64_t global_batch, size_t act_bytes,
+                              FILE *f) {
     mgt_plan p;
     mgt_err e;
     const int batch = global_batch < INT32_MAX ? (int)global_batch : INT32_MAX;
-    if (mgt_model_plan(m, batch, 1, &p, &e) == 0) {
+    mgt_model sized = *m; /* planned for activations of act_bytes (model.h) */
+    sized.act_bytes = act_bytes;
+    if (mgt_model_plan(&sized, batch, 1, &p, &e) == 0) {
         char a[48], b[48], q[48];
         mib(p.arena, a, sizeof a);
         mib(p.unplanned, b, sizeof b);
         mib(p.live_peak, q, sizeof q);
         fprintf(f,
                 "Activation memory of one rank training a batch of %d: %s planned (%s with "
-                "a buffer per tensor; at most %s alive at once)\n",
-                batch, a, b, q);
+                "a buffer per tensor; at most %s alive at once%s)\n",
+                batch, a, b, q, act_bytes == 2 ? "; bfloat16 activations" : "");
         mgt_plan_free(&p);
     }
 }

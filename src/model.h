@@ -436,8 +436,8 @@ void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out);
 /* Prints the layer table (name, type, output shape, parameters, inputs) and the totals. */
 void mgt_model_summary(const mgt_model *m, FILE *f);
 /* Prints the activation memory of one rank training a global batch of `batch`, planned and
- * unplanned. */
-void mgt_model_summary_memory(const mgt_model *m, int64_t batch, FILE *f);
+ * unplanned, for activations of act_bytes a value (4, or 2 with --precision bf16 on a GPU). */
+void mgt_model_summary_memory(const mgt_model *m, int64_t batch, size_t act_bytes, FILE *f);
 
 /* Weights file I/O in PyTorch layout/names: writes params and buffers from host arrays; reads and
  * checks names and shapes against the model. */

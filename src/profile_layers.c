@@ -207,22 +207,25 @@ void mgt_profile_marks_report(mgt_profile *p) {
         const int L = m->nlayers, n = m->max_batch;
         const mgt_rates *r = mgt_rates_h100(lp->precision);
         printf("Per layer on the device (rank 0, ms per step over %lld steps at a batch of %d; "
-               "GB/s and TFLOP/s against each pass's own bytes and FLOPs (layer_cost.h), and "
-               "the share of its floor at %s):\n",
-               (long long)rows, n, r ? r->name : lp->precision);
+               "GB/s and TFLOP/s against each pass's own bytes and FLOPs (layer_cost.h, "
+               "activations %zu bytes a value; a fusion group's at its last layer), and the "
+               "share of its floor at %s):\n",
+               (long long)rows, n, mgt_dtype_size(lp->be->act), r ? r->name : lp->precision);
         printf("| # | layer | type | fwd ms | GB/s | TFLOP/s | of floor | bwd ms | GB/s | TFLOP/s "
                "| of floor | cuDNN |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         double sf = 0, sb = 0;
         for (int i = 0; i < L; i++) {
             const mgt_layer *l = &m->layers[i];
             mgt_cost cf, cb;
-            mgt_layer_cost(m, i, n, 4, &cf, &cb);
+            mgt_layer_cost(m, i, n, (int)mgt_dtype_size(lp->be->act), &cf, &cb);
             const double f = mean[MGT_MARK_LAYERS + i], b = mean[MGT_MARK_LAYERS + L + i];
             sf += f;
             sb += b;
             char algos[256];
             layer_algos(lp, l, n, algos, sizeof algos);
-            printf("| %d | %s | %s |", i, l->name, l->type->name);
+            char kind[320];
+            mgt_layer_label(m, i, kind, sizeof kind);
+            printf("| %d | %s | %s |", i, l->name, kind);
             pass_cells(f, &cf, r);
             pass_cells(b, &cb, r);
             printf(" %s |\n", algos);

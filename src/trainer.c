@@ -535,7 +535,7 @@ int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
         mgt_model_summary(&s->m, stdout);
         const mgt_run_plan *p = &s->p;
         mgt_train_summary(&p->train, stdout);
-        mgt_model_summary_memory(&s->m, p->step.pipeline.batch, stdout);
+        mgt_model_summary_memory(&s->m, p->step.pipeline.batch, p->place.bf16 ? 2 : 4, stdout);
         const int64_t b = p->step.pipeline.batch;
         const int n = b < INT32_MAX ? (int)b : INT32_MAX;
         mgt_memory_print(&s->m, n, p->place.bf16, p->place.tf32, &p->step.optim,

@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (null) {
         mgt_model_summary(&m, null);
         mgt_train_summary(&train, null);
-        mgt_model_summary_memory(&m, train.batch_size, null);
+        mgt_model_summary_memory(&m, train.batch_size, 4, null);
         fclose(null);
     }
     const int batches[3] = {1, (int)train.batch_size, 1 << 24};

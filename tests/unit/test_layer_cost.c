@@ -45,6 +45,59 @@ static mgt_cost bwd_of(const mgt_model *m, int i, int e) {
     return b;
 }
 
+/* Fusion groups (fuse.c): b + a (batchnorm, ReLU) and b2 + s + r (batchnorm, residual sum of
+ * a, ReLU): each counted at its last layer, one pass each way, nothing at the others. */
+static const char *grouped =
+    "[input]\nshape = 4,4,2\n"
+    "[conv2d]\nname = c\nfilters = 3\nkernel = 1\n"
+    "[batchnorm]\nname = b\n"
+    "[activation]\nname = a\ntype = relu\n"
+    "[conv2d]\nname = c2\nfilters = 3\nkernel = 1\n"
+    "[batchnorm]\nname = b2\n"
+    "[add]\nname = s\ninputs = b2, a\n"
+    "[activation]\nname = r\ntype = relu\n"
+    "[global_avgpool]\nname = g\n"
+    "[dense]\nname = out\nunits = 5\n"
+    "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 4\n";
+
+static void test_groups(tally *t) {
+    mgt_model m;
+    mgt_train_cfg train;
+    mgt_err e;
+    if (mgt_model_file_parse(&m, &train, "groups.cfg", grouped, &e) < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        CHECK(t, 0);
+        return;
+    }
+    const double X = N * 4 * 4 * 3, C = 3;
+    for (int i = 0; i < 7; i++)
+        if (i == 1 || i == 4 || i == 5) { /* b, b2, s: inside a group */
+            const mgt_cost f = fwd_of(&m, i, 4), b = bwd_of(&m, i, 4);
+            CHECK(t, f.bytes == 0 && f.flops == 0 && b.bytes == 0 && b.flops == 0);
+        }
+    /* b + a: x read, y written; backward x and dy read, dx written (c has weights) */
+    mgt_cost f = fwd_of(&m, 2, 4), b = bwd_of(&m, 2, 4);
+    CHECK(t, near(f.bytes, 4 * 2 * X + 16 * C) && near(f.flops, 7 * X));
+    CHECK(t, near(b.bytes, 4 * 3 * X + 16 * C) && near(b.flops, 11 * X));
+    CHECK(t, near(fwd_of(&m, 2, 2).bytes, 2 * 2 * X + 16 * C));
+    /* b2 + s + r: x and the residual read, y written; backward x, dy and y (the ReLU's mask)
+     * read, dx and the residual's gradient written (the first of a's two) */
+    f = fwd_of(&m, 6, 4), b = bwd_of(&m, 6, 4);
+    CHECK(t, near(f.bytes, 4 * 3 * X + 16 * C) && near(f.flops, 8 * X));
+    CHECK(t, near(b.bytes, 4 * 5 * X + 16 * C) && near(b.flops, 12 * X));
+    char kind[320];
+    mgt_layer_label(&m, 1, kind, sizeof kind);
+    CHECK(t, !strcmp(kind, "batchnorm (runs in a)"));
+    mgt_layer_label(&m, 6, kind, sizeof kind);
+    CHECK(t, !strcmp(kind, "activation (group: b2 + s + r)"));
+    mgt_layer_label(&m, 3, kind, sizeof kind);
+    CHECK(t, !strcmp(kind, "conv2d"));
+    /* without fusion each layer counts its own pass */
+    m.no_fusion = 1;
+    CHECK(t, near(fwd_of(&m, 1, 4).bytes, 4 * 2 * X + 16 * C) && fwd_of(&m, 5, 4).bytes > 0);
+    mgt_model_free(&m);
+}
+
 int main(void) {
     tally t = {0, 0};
     mgt_model m;
@@ -136,7 +189,22 @@ int main(void) {
             printf("memory estimate: no GPU backend in this build, not checked\n");
         }
     }
+    /* the memory estimate with bf16 activations: the plan of 2-byte values */
+    {
+        mgt_mem_estimate me;
+        const mgt_optim_cfg opt = mgt_train_optim(&train);
+        if (mgt_memory_estimate(&m, N, 1, 0, &opt, train.accum_steps, &me) == 0) {
+            mgt_model half = m;
+            half.act_bytes = 2;
+            mgt_plan p, q;
+            CHECK(&t, mgt_model_plan(&half, N, 1, &p, &e) == 0 && mgt_model_plan(&m, N, 1, &q, &e) == 0);
+            CHECK(&t, me.act == (double)p.arena && p.arena < q.arena);
+            mgt_plan_free(&p);
+            mgt_plan_free(&q);
+        }
+    }
     mgt_model_free(&m);
+    test_groups(&t);
     printf("test_layer_cost: %d checks passed%s\n", t.pass, t.fail ? "" : "");
     if (t.fail)
         fprintf(stderr, "test_layer_cost: %d checks FAILED\n", t.fail);
