@@ -95,8 +95,9 @@ static const flag flags[] = {
      "sockets); slower than one rank per GPU, to check multi-rank training on fewer GPUs"},
     {"tf32", NULL, C_ALL, "off (fp32)", "let cuDNN and cuBLAS use TF32"},
     {"precision", "fp32|bf16", C_ALL, "fp32",
-     "GPUs: bf16 = mixed precision: dense layers and convolutions on bfloat16 inputs with fp32 "
-     "accumulation; weights, optimizer state and the other ops stay fp32"},
+     "GPUs: bf16 = mixed precision: activations stored in bfloat16, dense layers and "
+     "convolutions on them with fp32 accumulation; weights, optimizer state and statistics stay "
+     "fp32"},
     {"conv-algo", "auto|direct|winograd", C_TRAIN | C_EVAL | C_PREDICT, "[conv2d] algo (auto)",
      "convolution algorithm of every conv2d layer: direct never uses Winograd (exact zeros stay "
      "zero, as in PyTorch), winograd where a layer is 3x3 stride 1"},
