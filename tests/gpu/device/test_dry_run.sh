@@ -102,6 +102,7 @@ for p in share_route share_pipeline share_repro share_refuse share_kill share_co
 done
 row "$S" images_data_wait SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
 row "$S" gpu-speed SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
+row "$S" gpu_kernels SKIPPED "dry run: SKIPPED: no usable GPU"
 row "$S" gpu-peer SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
 row "$S" gpu-peer-tf32 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
 row "$S" gpu-peer-bf16 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
@@ -109,11 +110,11 @@ row "$S" gpu-peer-bf16 SKIPPED "stopped where a GPU is needed: peer: no Python w
 nbf16=$(sed -n '/^# \(mlp\|convnet\)_bf16_\|^# gpu-peer-bf16$/{n;p}' "$S" | grep -c -- ' --precision bf16')
 [ "$nbf16" -eq 4 ] && ok "the 3 bf16 training runs and the bf16 peer run with --precision bf16" \
   || bad "$nbf16 of 4 bf16 commands carry --precision bf16"
-grep -q "^- verdict: 3 PASS, 0 FAIL, \(29\|30\) SKIPPED of \(32\|33\) parts (finished)" "$S" \
+grep -q "^- verdict: 3 PASS, 0 FAIL, \(30\|31\) SKIPPED of \(33\|34\) parts (finished)" "$S" \
   && ok "verdict line: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
 # The order and the shares: the correctness parts first, the speed parts (peer) last.
 last_correct=$(grep -nE '^\| (convnet_reproducible_twice|share_compare) \|' "$S" | tail -n1 | cut -d: -f1)
-first_peer=$(grep -nE '^\| (images_data_wait|gpu-speed|gpu-peer) \|' "$S" | head -n1 | cut -d: -f1)
+first_peer=$(grep -nE '^\| (images_data_wait|gpu-speed|gpu_kernels|gpu-peer) \|' "$S" | head -n1 | cut -d: -f1)
 [ -n "$last_correct" ] && [ -n "$first_peer" ] && [ "$last_correct" -lt "$first_peer" ] \
   && ok "the correctness parts run before the speed parts" || bad "part order: $(grep -c '^| ' "$S") rows"
 # What comes back from the GPU machine: at most 8 files, none above 16 MiB, no folders; ready to
