@@ -25,6 +25,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "modelstep.h"
 #include "tally.h"
 #include "train_cfg.h"
 
@@ -56,45 +57,8 @@ static const char *graph_text =
     "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 5\n"
     "seed = 3\n";
 
-enum { MAX_HEARD = 32 };
-
-typedef struct heard {
-    const mgt_model *m;
-    int n, order_ok;
-    int layer[MAX_HEARD];
-    size_t offset[MAX_HEARD], count[MAX_HEARD];
-    float *copy[MAX_HEARD];
-} heard;
-
-static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count) {
-    heard *h = ctx;
-    if (h->n >= MAX_HEARD)
-        return;
-    const int k = h->n++;
-    if (k > 0 && offset + count > h->offset[k - 1])
-        h->order_ok = 0;
-    h->layer[k] = l->index;
-    h->offset[k] = offset;
-    h->count[k] = count;
-    h->copy[k] = malloc(count * sizeof(float) + 1);
-    if (h->copy[k])
-        memcpy(h->copy[k], h->m->g + offset, count * sizeof(float));
-}
-
 static double step(mgt_model *m, mgt_backend *be, int training, heard *h) {
-    const int n = (int)cfg.batch_size;
-    const mgt_step s = {.in = {m->x, m->labels, m->targets},
-                        .be = be,
-                        .n = n,
-                        .training = training,
-                        .global_n = n,
-                        .seed = cfg.seed,
-                        .grads_ready = h ? on_ready : NULL,
-                        .grads_ctx = h};
-    be->ops->zero(be, m->sums, MGT_NSUMS * sizeof(float));
-    mgt_model_forward(m, &s);
-    mgt_model_loss_backward(m, &s, training);
-    return m->sums[0];
+    return model_step(m, be, (int)cfg.batch_size, cfg.seed, training, training, h);
 }
 
 /* The graph with use_bias = bias, fused or not, sharing memory or not, filled alike. */

@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "modelstep.h"
 #include "tally.h"
 #include "train_cfg.h"
 
@@ -40,49 +41,13 @@ static const char *graph_text =
     "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 4\n"
     "seed = 5\n";
 
-enum { MAX_HEARD = 32 };
-
 /* The model file's [train] section: the batch and the seed. */
 static mgt_train_cfg cfg;
 
-typedef struct heard {
-    tally *t;
-    const mgt_model *m;
-    int n, layer[MAX_HEARD];
-    float *copy[MAX_HEARD];
-    size_t offset[MAX_HEARD], count[MAX_HEARD];
-} heard;
-
-static void on_ready(void *ctx, const mgt_layer *l, size_t offset, size_t count) {
-    heard *h = ctx;
-    if (h->n == MAX_HEARD)
-        return;
-    const int k = h->n++;
-    h->layer[k] = l->index;
-    h->offset[k] = offset;
-    h->count[k] = count;
-    h->copy[k] = malloc(count * sizeof(float) + 1);
-    if (h->copy[k])
-        memcpy(h->copy[k], h->m->g + offset, count * sizeof(float));
-}
-
-/* One forward (and with `train`, backward) over the batch in m's buffers; returns the loss sum. */
+/* One forward in training mode (and with `train`, backward) over the batch in m's buffers;
+ * returns the loss sum. */
 static double step(mgt_model *m, mgt_backend *be, int train, heard *h) {
-    const int n = (int)cfg.batch_size;
-    const mgt_step s = {.in = {m->x, m->labels, m->targets},
-                        .be = be,
-                        .n = n,
-                        .training = 1,
-                        .global_step = 0,
-                        .first_sample = 0,
-                        .global_n = n,
-                        .seed = cfg.seed,
-                        .grads_ready = h ? on_ready : NULL,
-                        .grads_ctx = h};
-    be->ops->zero(be, m->sums, 2 * sizeof(float));
-    mgt_model_forward(m, &s);
-    mgt_model_loss_backward(m, &s, train);
-    return m->sums[0];
+    return model_step(m, be, (int)cfg.batch_size, cfg.seed, 1, train, h);
 }
 
 static int setup(mgt_model *m, mgt_backend *be, int share) {
@@ -186,7 +151,7 @@ static void test_model(tally *t) {
 
     /* shared and unshared memory: the same numbers, bit for bit */
     memcpy(u.buf, m.buf, m.buffer_count * sizeof(float)); /* m's statistics moved under fd */
-    heard h = {.t = t, .m = &m};
+    heard h = {.m = &m};
     const double lm = step(&m, &be, 1, &h), lu = step(&u, &be0, 1, NULL);
     const size_t nout = (size_t)cfg.batch_size * (size_t)m.classes;
     CHECK(t, lm == lu);
