@@ -20,6 +20,16 @@ emu() { # emu GPUS NP ARGS...
     "$MGT_BIN" "$@"
 }
 hash_of() { sha256sum "$1" 2>/dev/null | cut -c1-16; }
+# same_as_one PREFIX WHAT: the weights of the runs PREFIX2 and PREFIX3 (2 and 3 GPUs) are PREFIX1's
+same_as_one() {
+  local h1 h np
+  h1=$(hash_of "${1}1/weights.safetensors")
+  for np in 2 3; do
+    h=$(hash_of "$1$np/weights.safetensors")
+    [ -n "$h1" ] && [ "$h" = "$h1" ] && ok "$2: $np GPUs = 1 GPU, byte for byte ($h)" \
+      || bad "$2 on $np GPUs: weights $h, on 1 GPU $h1"
+  done
+}
 
 # 1. The ConvNet, 10 Adam steps, on 1, 2 and 3 GPUs (100 samples in 7 chunks: 7, 4+3, 3+2+2).
 for np in 1 2 3; do
@@ -35,13 +45,7 @@ n_all=$(grep -cE "^cuDNN conv " <<<"$one")
 [ "$n_all" -gt 0 ] && [ "$n_det" = "$n_all" ] \
   && ok "every convolution direction runs a deterministic cuDNN algorithm ($n_det lines)" \
   || bad "cuDNN algorithms under --reproducible: $(grep -E '^cuDNN' <<<"$one")"
-h1=$(hash_of "$T/c1/weights.safetensors")
-for np in 2 3; do
-  h=$(hash_of "$T/c$np/weights.safetensors")
-  [ -n "$h1" ] && [ "$h" = "$h1" ] \
-    && ok "ConvNet (ReLU, max pooling, sync BatchNorm, dropout), 10 Adam steps: $np GPUs = 1 GPU, byte for byte ($h)" \
-    || bad "ConvNet on $np GPUs: weights $h, on 1 GPU $h1"
-done
+same_as_one "$T/c" "ConvNet (ReLU, max pooling, sync BatchNorm, dropout), 10 Adam steps"
 
 # 2. The MLP with --precision bf16, 12 steps of 100 samples in 13 chunks of 8, on 1 and 3 GPUs.
 for np in 1 3; do
@@ -146,20 +150,14 @@ for np in 1 2 3; do
     --no-validation --reproducible --repro-chunk 4 --verbose 0 --out "$T/f$np" >"$T/f$np.log" 2>&1 \
     || { bad "fusion groups on $np GPUs"; tail -3 "$T/f$np.log"; }
 done
-hf=$(hash_of "$T/f1/weights.safetensors")
-for np in 2 3; do
-  h=$(hash_of "$T/f$np/weights.safetensors")
-  [ -n "$hf" ] && [ "$h" = "$hf" ] \
-    && ok "fusion groups, cancelled biases, depthwise: $np GPUs = 1 GPU, byte for byte ($h)" \
-    || bad "fusion groups on $np GPUs: weights $h, on 1 GPU $hf"
-done
+same_as_one "$T/f" "fusion groups, cancelled biases, depthwise"
 
 # 4. Stopped after 6 steps on 2 GPUs (--max-steps, then --resume to 10) and resumed on 3: the
 #    weights of the uninterrupted 10 steps.
 emu 3 2 train "${cnn[@]}" --max-steps 6 --out "$T/r" >"$T/r1.log" 2>&1 || { bad "first part"; tail -3 "$T/r1.log"; }
 emu 3 3 train "${cnn[@]}" --max-steps 10 --resume --out "$T/r" >"$T/r2.log" 2>&1 \
   || { bad "resumed part"; tail -3 "$T/r2.log"; }
-h=$(hash_of "$T/r/weights.safetensors")
+h=$(hash_of "$T/r/weights.safetensors") h1=$(hash_of "$T/c1/weights.safetensors")
 [ -n "$h1" ] && [ "$h" = "$h1" ] \
   && ok "6 steps on 2 GPUs, resumed on 3 to step 10: the uninterrupted run's bytes ($h)" \
   || bad "stopped and resumed: $h, uninterrupted $h1"
