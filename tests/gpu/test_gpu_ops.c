@@ -644,6 +644,21 @@ static void test_dwconv(pair *p, const int *q) {
 
 /* ---- batch normalisation: each op on the same inputs on both sides ---- */
 
+/* BatchNorm's exact dx = gamma invstd (dy - (dbeta + xhat dgamma) / count), xhat = (x - mean)
+ * invstd, from the float inputs, into dxe, and the same expression on absolute values into dxa
+ * (the scale of its rounding error): n values of c channels. */
+static void bn_dx_ref(size_t n, size_t c, const float *x, const float *mean, const float *invstd,
+                      const float *gamma, const float *dy, const float *dbeta,
+                      const float *dgamma, double count, double *dxe, double *dxa) {
+    for (size_t i = 0; i < n; i++) {
+        const size_t j = i % c;
+        const double xhat = ((double)x[i] - mean[j]) * invstd[j],
+                     gi_ = (double)gamma[j] * invstd[j];
+        dxe[i] = gi_ * (dy[i] - (dbeta[j] + xhat * dgamma[j]) / count);
+        dxa[i] = fabs(gi_) * (fabs(dy[i]) + (fabs(dbeta[j]) + fabs(xhat * dgamma[j])) / count);
+    }
+}
+
 static void test_bn(pair *p, int rows, int c) {
     mgt_backend *cb = &p->cpu, *g = &p->gpu;
     const size_t nx = (size_t)rows * c, nc = (size_t)c;
@@ -755,18 +770,11 @@ static void test_bn(pair *p, int rows, int c) {
     float *gdx = dnan(g, nx), *gdg2 = dput(g, dgamma, nc);
     float *gdb2 = dput(g, dbeta, nc);
     g->ops->bn_bwd_apply(g, &pg, count, gdy, gdg2, gdb2, gdx, NULL, 0);
-    /* exact dx = gamma invstd (dy - (dbeta + xhat dgamma) / count), xhat = (x - mean) invstd,
-     * from the float inputs; the float expression rounds at most 9 times on the way (xhat 2,
+    /* exact dx (bn_dx_ref); the float expression rounds at most 9 times on the way (xhat 2,
      * its product with dgamma, the sum, 1/count and the product by it, the difference, gamma
      * invstd and the last product): gamma(9) times the same expression on absolute values */
     double *dxe = dbuf(nx), *dxa = dbuf(nx);
-    for (size_t i = 0; i < nx; i++) {
-        const size_t j = i % nc;
-        const double xhat = ((double)x[i] - mean[j]) * invstd[j],
-                     gi_ = (double)gamma[j] * invstd[j];
-        dxe[i] = gi_ * (dy[i] - (dbeta[j] + xhat * dgamma[j]) / count);
-        dxa[i] = fabs(gi_) * (fabs(dy[i]) + (fabs(dbeta[j]) + fabs(xhat * dgamma[j])) / count);
-    }
+    bn_dx_ref(nx, nc, x, mean, invstd, gamma, dy, dbeta, dgamma, count, dxe, dxa);
     expect_bound("bn_bwd_apply", g, gdx, dxe, dxa, nx, 9);
 
     /* A fusion group's passes: the residual sum and the ReLU in the same kernels. Forward
@@ -822,13 +830,7 @@ static void test_bn(pair *p, int rows, int c) {
         float *gdxf = dnan(g, nx), *gdrf = dnan(g, nx);
         g->ops->bn_bwd_apply(g, &pf, count, gdy, gdg2, gdb2, gdxf, gdrf, 0);
         double *fxe = dbuf(nx), *fxa = dbuf(nx);
-        for (size_t i = 0; i < nx; i++) {
-            const size_t j = i % nc;
-            const double xhat = ((double)x[i] - mean[j]) * invstd[j],
-                         gi_ = (double)gamma[j] * invstd[j];
-            fxe[i] = gi_ * (dz[i] - (dbeta[j] + xhat * dgamma[j]) / count);
-            fxa[i] = fabs(gi_) * (fabs(dz[i]) + (fabs(dbeta[j]) + fabs(xhat * dgamma[j])) / count);
-        }
+        bn_dx_ref(nx, nc, x, mean, invstd, gamma, dz, dbeta, dgamma, count, fxe, fxa);
         expect_bound("bn_bwd_apply of the masked dy", g, gdxf, fxe, fxa, nx, 9);
         expect_same("bn_bwd_apply: the residual's gradient is dz", g, gdrf, dz, nx * sizeof(float));
         float *old = hrand(nx, -1, 1), *gacc = dput(g, old, nx);

@@ -1,5 +1,5 @@
 /* modelstep.h: what the model tests share (test_graph.c, test_fuse.c): one step of a model over
- * the batch in its own buffers, and a listener that records the gradient ranges handed over
+ * the batch in its own buffers, a layer by its name, and a listener that records the gradient ranges handed over
  * during backward (grads_ready) with a copy of each as it was when heard. */
 #ifndef MGT_TEST_MODELSTEP_H
 #define MGT_TEST_MODELSTEP_H
@@ -10,6 +10,14 @@
 #include "model.h"
 
 enum { MAX_HEARD = 32 };
+
+/* The index of the layer named `name`, or -1. */
+static int layer_at(const mgt_model *m, const char *name) {
+    for (int i = 0; i < m->nlayers; i++)
+        if (!strcmp(m->layers[i].name, name))
+            return i;
+    return -1;
+}
 
 /* The ranges heard, in order; order_ok stays 1 while each lies below the one before (the
  * listener's contract: highest offset first), if it was 1 to begin with. */

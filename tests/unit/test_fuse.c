@@ -99,30 +99,25 @@ static int setup(mgt_model *m, mgt_backend *be, int bias, int fuse, int share) {
     return 0;
 }
 
-static int at(const mgt_model *m, const char *name) {
-    for (int i = 0; i < m->nlayers; i++)
-        if (!strcmp(m->layers[i].name, name))
-            return i;
-    return -1;
-}
-
 static void test_groups(tally *t, const mgt_model *m) {
-    const int q0 = m->group_of[at(m, "b0")], q1 = m->group_of[at(m, "b1")];
-    const int q3 = m->group_of[at(m, "b3")], q4 = m->group_of[at(m, "b4")];
+    const int q0 = m->group_of[layer_at(m, "b0")], q1 = m->group_of[layer_at(m, "b1")];
+    const int q3 = m->group_of[layer_at(m, "b3")], q4 = m->group_of[layer_at(m, "b4")];
     CHECK(t, m->ngroups == 4);
-    CHECK(t, q0 >= 0 && m->groups[q0].tail == at(m, "a0") && m->groups[q0].add < 0 &&
-                 m->group_of[at(m, "a0")] == q0);
-    CHECK(t, q1 >= 0 && m->groups[q1].add == at(m, "s1") && m->groups[q1].res == 1 &&
-                 m->groups[q1].tail == at(m, "a1"));
+    CHECK(t, q0 >= 0 && m->groups[q0].tail == layer_at(m, "a0") && m->groups[q0].add < 0 &&
+                 m->group_of[layer_at(m, "a0")] == q0);
+    CHECK(t, q1 >= 0 && m->groups[q1].add == layer_at(m, "s1") && m->groups[q1].res == 1 &&
+                 m->groups[q1].tail == layer_at(m, "a1"));
     /* of the two batchnorms summed by s2, the later heads the group; s2's own ReLU ends it */
-    CHECK(t, m->group_of[at(m, "b2")] < 0 && q3 >= 0 && m->groups[q3].add == at(m, "s2") &&
-                 m->groups[q3].act == at(m, "s2") && m->groups[q3].tail == at(m, "s2"));
+    CHECK(t, m->group_of[layer_at(m, "b2")] < 0 && q3 >= 0 &&
+                 m->groups[q3].add == layer_at(m, "s2") && m->groups[q3].act == layer_at(m, "s2") &&
+                 m->groups[q3].tail == layer_at(m, "s2"));
     /* s3 has two readers: no ReLU joins it, a3 runs alone; s4 sums no batchnorm */
-    CHECK(t, q4 >= 0 && m->groups[q4].tail == at(m, "s3") && m->groups[q4].act < 0);
-    CHECK(t, m->group_of[at(m, "a3")] < 0 && m->group_of[at(m, "s4")] < 0);
+    CHECK(t, q4 >= 0 && m->groups[q4].tail == layer_at(m, "s3") && m->groups[q4].act < 0);
+    CHECK(t, m->group_of[layer_at(m, "a3")] < 0 && m->group_of[layer_at(m, "s4")] < 0);
     /* inner tensors have no memory; a group's output is its tail's */
-    CHECK(t, !m->layers[at(m, "b0")].y && !m->layers[at(m, "b1")].y && !m->layers[at(m, "s1")].y);
-    CHECK(t, m->layers[at(m, "a1")].y && m->layers[at(m, "s3")].y);
+    CHECK(t, !m->layers[layer_at(m, "b0")].y && !m->layers[layer_at(m, "b1")].y &&
+                 !m->layers[layer_at(m, "s1")].y);
+    CHECK(t, m->layers[layer_at(m, "a1")].y && m->layers[layer_at(m, "s3")].y);
 }
 
 static int same(const float *a, const float *b, size_t n) {
@@ -215,11 +210,11 @@ static void test_cancelled_bias(tally *t) {
     if (setup(&f, &be, 1, 1, 1) < 0 || setup(&u, &be, 1, 0, 1) < 0)
         exit(2);
     static const char *const cancelled[] = {"c0", "c1", "c2", "c3", "c4"};
-    CHECK(t, f.ngroups == 5 && f.group_of[at(&f, "b2")] >= 0); /* b2: a group of itself */
+    CHECK(t, f.ngroups == 5 && f.group_of[layer_at(&f, "b2")] >= 0); /* b2: a group of itself */
     for (int k = 0; k < 5; k++)
-        CHECK(t, f.layers[at(&f, cancelled[k])].bias_cancelled &&
-                     !u.layers[at(&u, cancelled[k])].bias_cancelled);
-    CHECK(t, !f.layers[at(&f, "c5")].bias_cancelled); /* its reader is an add */
+        CHECK(t, f.layers[layer_at(&f, cancelled[k])].bias_cancelled &&
+                     !u.layers[layer_at(&u, cancelled[k])].bias_cancelled);
+    CHECK(t, !f.layers[layer_at(&f, "c5")].bias_cancelled); /* its reader is an add */
     /* Bounds: a float32 step of this size (sums of at most 6 x 6 x 5 terms per channel) rounds
      * its values by some 1e-6 of their size; moving the normalisation's input by a constant
      * changes only that rounding, so 1e-4 of each tensor's largest value has room to spare,

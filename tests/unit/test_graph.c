@@ -75,13 +75,6 @@ static int setup(mgt_model *m, mgt_backend *be, int share) {
     return 0;
 }
 
-static int layer_at(const mgt_model *m, const char *name) {
-    for (int i = 0; i < m->nlayers; i++)
-        if (!strcmp(m->layers[i].name, name))
-            return i;
-    return -1;
-}
-
 /* Central differences of the float32 loss sum, per parameter tensor, on up to 12 components of
  * each. The step 1e-2 makes the truncation error (h^2/6 times the third derivative: the model is
  * smooth, tanh/sigmoid and no maximum) about 1e-5 and the float rounding of the loss (~1e-6
