@@ -1,6 +1,6 @@
 /* modelstep.h: what the model tests share (test_graph.c, test_fuse.c): one step of a model over
- * the batch in its own buffers, a layer by its name, and a listener that records the gradient ranges handed over
- * during backward (grads_ready) with a copy of each as it was when heard. */
+ * the batch in its own buffers, a layer by its name, and a listener that records the gradient
+ * ranges handed over during backward (grads_ready) with a copy of each as it was when heard. */
 #ifndef MGT_TEST_MODELSTEP_H
 #define MGT_TEST_MODELSTEP_H
 
