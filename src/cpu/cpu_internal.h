@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../simd.h"
 #include "backend.h"
 
 /* cpu_lanes.c: worker threads started with the backend, for passes split in lanes. */
@@ -49,24 +50,6 @@ void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int 
                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc);
 
-/* The hot loops are compiled three times, for x86-64-v4 (AVX-512: 64-bit multiplies, masks
- * and 32 vector registers; GCC still prefers 256-bit vectors there), for x86-64-v3 (AVX2, FMA)
- * and for the build's own target, and the dynamic loader picks one per CPU (GCC's function
- * multi-versioning, an ifunc): one binary runs on every x86-64 CPU and still vectorises its
- * loops 8 wide where it can. Where the build already targets one of these levels
- * (MGT_ARCH=x86-64-v3, native, ...) the levels below it are left out; other compilers and CPUs
- * get the build's target alone. On CPUs of different levels the results of these loops may
- * differ in the last bits (contraction into FMA), as OpenBLAS's kernels do between CPUs.
- * Measured on a 2-core AMD EPYC (Zen 4): dropout's counter-based mask, two 64-bit mixes per
- * element, runs 10 times faster in the x86-64-v4 variant (vpmullq) than in the x86-64-v3 one,
- * where GCC leaves the 64-bit multiplies scalar. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)
-#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX512F__)
-#define MGT_SIMD __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define MGT_SIMD
-#endif
 
 typedef struct mgt_cpu_impl {
     /* Scratch for the ops' own use (the convolution's column buffer). 64-byte aligned; only

@@ -37,10 +37,14 @@ MGT_HD static inline int32_t mgt_syn_label(uint64_t label_key, uint64_t i, int c
     return (int32_t)(((mgt_rand64(label_key, i) >> 32) * (uint64_t)classes) >> 32);
 }
 
+/* The value of a template byte tb and a noise byte ub (0..255 each): exact in float32. */
+MGT_HD static inline float mgt_syn_value_of(uint32_t tb, uint32_t ub) {
+    return (float)(tb + MGT_SYN_NOISE * ub + 8u) * (1.0f / 4096.0f);
+}
+
 /* Value k (0..7) of a draw pair: byte k of the template draw t and of the noise draw u. */
 MGT_HD static inline float mgt_syn_value(uint64_t t, uint64_t u, int k) {
-    const uint32_t tb = (uint32_t)(t >> (8 * k)) & 255u, ub = (uint32_t)(u >> (8 * k)) & 255u;
-    return (float)(tb + MGT_SYN_NOISE * ub + 8u) * (1.0f / 4096.0f);
+    return mgt_syn_value_of((uint32_t)(t >> (8 * k)) & 255u, (uint32_t)(u >> (8 * k)) & 255u);
 }
 
 #endif

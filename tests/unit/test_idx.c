@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "data/dataset.h"
+#include "data/synthetic_def.h"
 
 /* Speeds are printed, never asserted: a loaded machine must not fail the suite. */
 
@@ -384,6 +385,33 @@ static void gather_all(const mgt_dataset *ds, float *x, int32_t *y) {
     }
 }
 
+/* The gather writes what synthetic_def.h defines, value by value: for a sample of 30x30x3 (337
+ * whole draws, several blocks of the batched path, and a last partial draw of 4 values). */
+static void test_synthetic_definition(tally *t) {
+    enum { H = 30, W = 30, C = 3, E = H * W * C, N = 3 };
+    mgt_dataset ds;
+    mgt_dataset_synthetic(&ds, 100, H, W, C, 7, 5, 1);
+    const int64_t idx[N] = {99, 0, 41};
+    static float x[N * E];
+    int32_t y[N];
+    mgt_dataset_gather(&ds, idx, N, x, y);
+    uint64_t pkey, tkey;
+    mgt_dataset_synthetic_keys(&ds, &pkey, &tkey);
+    const uint64_t words = (E + 7) / 8;
+    int same = 1;
+    for (int s = 0; s < N; s++) {
+        const int32_t label = mgt_syn_label(mgt_syn_label_key(pkey), (uint64_t)idx[s], 7);
+        same &= y[s] == label;
+        for (int j = 0; j < E; j++) {
+            const uint64_t w = (uint64_t)j / 8;
+            const float v = mgt_syn_value(mgt_rand64(tkey, (uint64_t)label * words + w),
+                                          mgt_rand64(pkey, (uint64_t)idx[s] * words + w), j % 8);
+            same &= memcmp(&v, &x[s * E + j], sizeof v) == 0;
+        }
+    }
+    CHECK(t, same);
+}
+
 static void test_synthetic(tally *t) {
     enum { SN = 4000, SE = 784, SC = 10 };
     mgt_dataset tr, te;
@@ -611,6 +639,7 @@ int main(void) {
     test_idx_files(t, root);
     test_idx_large_gz(t, root);
     test_synthetic(t);
+    test_synthetic_definition(t);
     test_fashion_mnist(t);
 
     char cmd[600];
