@@ -263,6 +263,16 @@ static void test_conv_grads(void) {
         test_conv_cfg(&cfgs[i]);
 }
 
+/* What im2col's scratch holds besides the columns: the weights in the columns' (kh, kw, c)
+ * order, oc*K floats rounded up to 16, unless that order is OIHW's (one channel, or a 1x1
+ * window). */
+static size_t conv_w_bytes(const mgt_conv_shape *s) {
+    const size_t K = (size_t)s->c * s->kh * s->kw;
+    if (s->c == 1 || s->kh * s->kw == 1)
+        return 0;
+    return ((size_t)s->oc * K + 15) / 16 * 16 * sizeof(float);
+}
+
 /* The same convolution with one big chunk, small chunks that split samples, one-sample chunks
  * and no scratch at all (direct fallback) must each be right. `im2col`: the shape takes the im2col
  * path, whose scratch sizes are checked exactly; otherwise it takes Winograd (3x3, stride 1), which
@@ -280,8 +290,9 @@ static void test_conv_chunking_cfg(const conv_cfg *k, int im2col) {
 
     mgt_conv_shape one = s;
     one.n = 1;
-    const size_t full = (size_t)s.n * s.oh * s.ow * K * sizeof(float);
-    size_t sizes[] = {full, 7 * K * sizeof(float), K * sizeof(float), 0, 0};
+    const size_t wb = conv_w_bytes(&s);
+    const size_t full = wb + (size_t)s.n * s.oh * s.ow * K * sizeof(float);
+    size_t sizes[] = {full, wb + 7 * K * sizeof(float), wb + K * sizeof(float), 0, 0};
     /* sizes: whole batch, 7 rows (chunks straddle samples), 1 row, then one sample
      * (conv2d_scratch of n = 1), then none at all */
     const char *label[] = {"whole batch", "7 rows", "1 row", "one sample", "no scratch"};
@@ -297,10 +308,11 @@ static void test_conv_chunking_cfg(const conv_cfg *k, int im2col) {
                   "conv2d_scratch of a small batch should cover the whole batch: %zu vs %zu",
                   be.ops->conv2d_scratch(&s), full);
         if (v == 3)
-            CHECK(im2col ? bytes == (size_t)s.oh * s.ow * K * sizeof(float)
+            CHECK(im2col ? bytes == wb + (size_t)s.oh * s.ow * K * sizeof(float)
                          : bytes >= (size_t)s.oh * s.ow * K * sizeof(float),
-                  "conv2d_scratch(n=1) = %zu, expected one sample's columns %zu", bytes,
-                  (size_t)s.oh * s.ow * K * sizeof(float));
+                  "conv2d_scratch(n=1) = %zu, expected the weights' %zu and one sample's columns "
+                  "%zu",
+                  bytes, wb, (size_t)s.oh * s.ow * K * sizeof(float));
         if (bytes)
             CHECK(be.ops->reserve(&be, bytes) == 0, "reserve(%zu) failed", bytes);
         y[v] = fbuf(ny), dx[v] = fbuf(nx), dw[v] = fbuf(nw), db[v] = fbuf(s.oc);
@@ -352,16 +364,18 @@ static void test_conv_chunking(void) {
         const conv_cfg big5 = {128, 26, 26, 32, 256, 5, 5, 1, 0, 0, 0, 0, 1}; /* no Winograd */
         const mgt_conv_shape b5 = conv_shape_of(&big5);
         const size_t per5 = (size_t)b5.oh * b5.ow * b5.c * 25 * sizeof(float);
-        const size_t sz5 = be.ops->conv2d_scratch(&b5);
+        const size_t sz5 = be.ops->conv2d_scratch(&b5) - conv_w_bytes(&b5);
         CHECK(sz5 >= per5 && sz5 <= ((size_t)16 << 20) && sz5 % per5 == 0,
-              "conv2d_scratch(big 5x5) = %zu: want whole samples of %zu bytes, at most 16 MB", sz5,
-              per5);
+              "conv2d_scratch(big 5x5) = %zu + the weights: want whole samples of %zu bytes, at "
+              "most 16 MB",
+              sz5, per5);
         const conv_cfg huge = {4, 200, 200, 64, 8, 3, 3, 1, 1, 1, 1, 1, 0};
         const mgt_conv_shape hs = conv_shape_of(&huge);
         const size_t per_h = (size_t)hs.oh * hs.ow * hs.c * 9 * sizeof(float);
-        CHECK(be.ops->conv2d_scratch(&hs) == per_h,
-              "conv2d_scratch with one sample over 16 MB = %zu, expected one sample %zu",
-              be.ops->conv2d_scratch(&hs), per_h);
+        CHECK(be.ops->conv2d_scratch(&hs) == conv_w_bytes(&hs) + per_h,
+              "conv2d_scratch with one sample over 16 MB = %zu, expected the weights' %zu and "
+              "one sample %zu",
+              be.ops->conv2d_scratch(&hs), conv_w_bytes(&hs), per_h);
         mgt_backend_destroy(&be);
     }
     tmp_free_all();
