@@ -148,15 +148,21 @@ static void one_hot(int classes, const int32_t *labels, int n, float *t) {
 }
 
 /* Host inputs and labels into set 0 on the compute queue, with one-hot targets if the loss
- * reads them. */
+ * reads them. Where host memory is the backend's (no staging ops: the CPU), the ops read the
+ * host buffers themselves: they stay as they are until the next batch is asked for, and the
+ * ops of this one have all run by then (the MLP at batch 256 copied 0.8 MB a step for
+ * nothing). */
 static mgt_input upload(mgt_stage *s, const float *x, const int32_t *labels, int n) {
     const mgt_ops *o = s->be->ops;
+    const int host = o->stage == NULL;
+    if (s->one_hot)
+        one_hot(s->classes, labels, n, s->ht);
+    if (host)
+        return (mgt_input){x, labels, s->one_hot ? s->ht : NULL};
     o->to_device(s->be, s->x[0], x, sizeof(float) * (size_t)s->elems * (size_t)n);
     o->to_device(s->be, s->l[0], labels, sizeof(int32_t) * (size_t)n);
-    if (s->one_hot) {
-        one_hot(s->classes, labels, n, s->ht);
+    if (s->one_hot)
         o->to_device(s->be, s->t[0], s->ht, sizeof(float) * (size_t)s->classes * (size_t)n);
-    }
     return (mgt_input){s->x[0], s->l[0], s->one_hot ? s->t[0] : NULL};
 }
 
