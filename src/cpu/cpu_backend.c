@@ -146,11 +146,19 @@ void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
             memset(dx, 0, sizeof(float) * (size_t)n * in);
         return;
     }
+    const mgt_cpu_gemm_args gx = {CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
+                                  0.0f, dx, in};
+    if (dw && dx && n > 0) {
+        const mgt_cpu_gemm_args gw = {CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+                                      0.0f, dw, in};
+        mgt_cpu_gemm_pair(lanes, &gw, &gx);
+        return;
+    }
     if (dw)
         mgt_cpu_dense_bwd_rows(be, n, in, out, 0, out, x, dy, dw);
     if (dx && n > 0)
-        mgt_cpu_gemm(lanes, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx,
-                     in);
+        mgt_cpu_gemm(lanes, gx.ta, gx.tb, gx.M, gx.N, gx.K, gx.alpha, gx.A, gx.lda, gx.B, gx.ldb,
+                     gx.beta, gx.C, gx.ldc);
 }
 
 /* ---- Flatten layout ---------------------------------------------------------------------- */

@@ -49,6 +49,24 @@ void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
 void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc);
+/* One cblas_sgemm call's arguments (row-major). */
+typedef struct mgt_cpu_gemm_args {
+    CBLAS_TRANSPOSE ta, tb;
+    int M, N, K;
+    float alpha;
+    const float *A;
+    int lda;
+    const float *B;
+    int ldb;
+    float beta;
+    float *C;
+    int ldc;
+} mgt_cpu_gemm_args;
+/* Two independent products (a backward's weight and input gradients): where mgt_cpu_gemm would
+ * cut neither in more than two parts, each is one call, the two on two lanes at once (or one
+ * after the other on one lane), so that no operand is packed twice; larger ones are each split
+ * as mgt_cpu_gemm splits them. Which way is fixed by the shapes alone. */
+void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b);
 
 
 typedef struct mgt_cpu_impl {
