@@ -540,6 +540,11 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
         for (int k = 0; k < m->layers[i].ninputs; k++)
             if (m->layers[i].inputs[k] < 0)
                 m->input_reader = i;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        mgt_layer *l = &m->layers[i];
+        l->input_view = !m->x_act && l->ninputs == 1 && l->inputs[0] < 0 && l->type->same_bytes &&
+                        l->type->same_bytes(l) && (!m->group_of || m->group_of[i] < 0);
+    }
 #undef ALLOC
     char *arena = (char *)m->act;
     m->grad_acc = m->plan.acc != SIZE_MAX ? (float *)(arena + m->plan.acc) : NULL;
@@ -621,6 +626,8 @@ static float *f32_rows(float *base, const mgt_step *s, size_t per_sample) {
 }
 
 static const float *input_of(const mgt_model *m, const mgt_step *s, int j) {
+    if (j >= 0 && m->layers[j].input_view)
+        j = -1;
     if (j >= 0)
         return rows_of(m->layers[j].y, s, m->layers[j].out);
     return m->x_act ? rows_of(m->x_act, s, m->input)
@@ -664,6 +671,8 @@ void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s) {
             group_forward(m, &m->groups[q], s);
         return;
     }
+    if (l->input_view)
+        return;
     float *y = rows_of(l->y, s, l->out);
     const int row = (int)mgt_shape_elems(l->out);
     if (l->type->identity) { /* y = act(x), one pass (none at all in place without an act) */

@@ -166,6 +166,10 @@ typedef struct mgt_layer_type {
     /* The output may take the input's memory (an elementwise op whose backward reads neither x
      * nor y): the planner lets it where nothing else needs the input afterwards. */
     int inplace;
+    /* May be NULL. 1 when the output holds the input's bytes unchanged (a flatten of one channel
+     * or of one pixel per sample): where that input is the model's float32 input, the layer is a
+     * view of it (mgt_layer.input_view). */
+    int (*same_bytes)(const mgt_layer *l);
     /* Per-sample bytes of layer-private memory the planner places, where an activation value
      * takes act_bytes (mgt_dtype_size of the backend's): `saved` lives from the layer's forward
      * to its backward (l->saved), `work` during its backward only (l->work). May be NULL. */
@@ -277,6 +281,10 @@ struct mgt_layer {
     float *saved, *work; /* the planner's layer-private memory (temps), or NULL */
     void *state[4];      /* layer-private backend memory (mean, invstd, ...) */
     int bias_cancelled;  /* cancellable_bias: a batchnorm cancels the bias (fuse.c) */
+    /* A view of the model's input (same_bytes, reading the float32 input, not the last layer):
+     * its forward does nothing and its readers read the step's input itself, as PyTorch's
+     * flatten of a contiguous tensor is a view (the MLP's copied 0.8 MB a step at batch 256). */
+    int input_view;
 };
 
 /* The activation memory plan (mgt_model_plan): where each tensor lives in the arena. Blocks are

@@ -28,6 +28,12 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         s->be->ops->chw_to_nhwc(s->be, s->n, l->in.h, l->in.w, l->in.c, dy, dx);
 }
 
+/* NHWC and C, H, W order are the same with one channel or one pixel. */
+static int same_bytes(const mgt_layer *l) {
+    return l->in.c == 1 || (int64_t)l->in.h * l->in.w == 1;
+}
+
 const mgt_layer_type mgt_layer_flatten = {
     .name = "flatten", .set = set, .build = build, .forward = forward, .backward = backward,
+    .same_bytes = same_bytes,
 };
