@@ -95,6 +95,12 @@ typedef struct mgt_backend {
     int cancel_bias;
 } mgt_backend;
 
+/* Whether an h x w x c sample's NHWC and C, H, W orders are the same bytes: one channel, or one
+ * pixel (nhwc_to_chw and chw_to_nhwc are then plain copies). */
+static inline int mgt_nhwc_is_chw(int h, int w, int c) {
+    return c == 1 || (size_t)h * (size_t)w == 1;
+}
+
 struct mgt_ops {
     const char *name; /* "cpu", "gpu" */
 

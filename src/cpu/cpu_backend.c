@@ -179,16 +179,13 @@ static void transpose_tiled(size_t rows, size_t cols, const float *restrict src,
     }
 }
 
-/* With one channel, or one pixel, the two orders are the same: a plain copy (an MLP's 28x28x1
- * input is 784 one-float rows, which the tiled loop moved a float at a time, 5 times slower than
- * memcpy). */
-static int layout_same(int h, int w, int c) {
-    return c == 1 || (size_t)h * w == 1;
-}
+/* With one channel, or one pixel (mgt_nhwc_is_chw), the two orders are the same: a plain copy
+ * (an MLP's 28x28x1 input is 784 one-float rows, which the tiled loop moved a float at a time, 5
+ * times slower than memcpy). */
 
 void mgt_cpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
     const size_t hw = (size_t)h * w, per = hw * c;
-    if (n > 0 && layout_same(h, w, c)) {
+    if (n > 0 && mgt_nhwc_is_chw(h, w, c)) {
         cpu_copy(be, y, x, sizeof(float) * per * (size_t)n);
         return;
     }
@@ -198,7 +195,7 @@ void mgt_cpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const floa
 
 void mgt_cpu_chw_to_nhwc(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y) {
     const size_t hw = (size_t)h * w, per = hw * c;
-    if (n > 0 && layout_same(h, w, c)) {
+    if (n > 0 && mgt_nhwc_is_chw(h, w, c)) {
         cpu_copy(be, y, x, sizeof(float) * per * (size_t)n);
         return;
     }

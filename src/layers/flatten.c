@@ -28,9 +28,8 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         s->be->ops->chw_to_nhwc(s->be, s->n, l->in.h, l->in.w, l->in.c, dy, dx);
 }
 
-/* NHWC and C, H, W order are the same with one channel or one pixel. */
 static int same_bytes(const mgt_layer *l) {
-    return l->in.c == 1 || (int64_t)l->in.h * l->in.w == 1;
+    return mgt_nhwc_is_chw(l->in.h, l->in.w, l->in.c);
 }
 
 const mgt_layer_type mgt_layer_flatten = {
