@@ -31,7 +31,7 @@ done
 odd=0
 for i in $(seq 5); do # without -q mpirun adds its notice, after our line, and never an abort banner
   out=$(mpi 2 --epoch 3 2>&1); rc=$?
-  if [ $rc -ne 2 ] || [ "$(grep -c "unknown flag" <<<"$out")" -ne 1 ] || ! head -1 <<<"$out" | grep -q "^mgtrain: unknown flag" ||
+  if [ $rc -ne 2 ] || [ "$(grep -c "unknown flag" <<<"$out")" -ne 1 ] || ! head -1 <<<"$out" | grep "^mgtrain: unknown flag" >/dev/null ||
      grep -qE "MPI_ABORT|ORTE_ERROR_LOG|^rank [0-9]" <<<"$out"; then
     odd=$((odd + 1)); echo "run $i: exit $rc:"; echo "$out" | head -12
   fi
@@ -244,5 +244,5 @@ expect_fail "unknown device" "--device tpu: unknown; use cpu, gpu or auto" "$MGT
 
 # More ranks than samples per global batch.
 expect_fail "too many ranks" "3 ranks but the global batch is 2: .*start at most 2 ranks" mpi 3 --data synthetic --batch-size 2
-ls -a mlp ok | grep -q tmp && bad "temporary files left behind" || ok "no temporary files anywhere"
+ls -a mlp ok | grep tmp >/dev/null && bad "temporary files left behind" || ok "no temporary files anywhere"
 finish

@@ -70,7 +70,7 @@ OPENBLAS_CORETYPE=$want OPENBLAS_VERBOSE=2 "$MGT_BIN" "${run[@]}" --out one >one
 # sanitized libmgt: ASan must be the first library; tests/sanitize's install test has the same
 # reason to be left out.)
 MPICC=$(pkg-config --cflags --libs ompi-c 2>/dev/null)
-if ldd "$MGT_BUILD/libmgt.so" 2>/dev/null | grep -q libasan; then
+if ldd "$MGT_BUILD/libmgt.so" 2>/dev/null | grep libasan >/dev/null; then
   echo "note: a build with AddressSanitizer; the check of libmgt in a program of its own does not apply"
 elif cc -std=c17 -o train_lib "$MGT_SRC/tests/install/train_installed.c" -I"$MGT_SRC/include" \
   -L"$MGT_BUILD" -Wl,-rpath,"$MGT_BUILD" -lmgt $MPICC >cc.log 2>&1; then

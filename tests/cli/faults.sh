@@ -14,7 +14,7 @@ took=$(( $(date +%s) - start ))
 [ $rc -ne 0 ] && [ $took -le 30 ] && ok "rank 1 exiting at step 5: mpirun exit $rc after ${took}s" || { bad "exit fault: rc $rc after ${took}s"; cat exit.log; }
 grep -q "rank 1: MGT_FAULT: exiting at step 5" exit.log && ok "the dying rank says so" || bad "no message from rank 1"
 "$MGT_BIN" eval --weights run/checkpoint.safetensors --data synthetic >eval.log 2>&1 && ok "last checkpoint still loads: $(tail -1 eval.log)" || { bad "checkpoint does not load"; cat eval.log; }
-ls run | grep -q tmp && bad "temporary files left: $(ls run)" || ok "no temporary files left"
+ls run | grep tmp >/dev/null && bad "temporary files left: $(ls run)" || ok "no temporary files left"
 
 start=$(date +%s)
 MGT_FAULT=1:3:sleep mpi 2 $N --out stop --comm-timeout 5 >sleep.log 2>&1; rc=$?

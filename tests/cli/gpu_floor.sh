@@ -17,7 +17,7 @@ XC=(--model "$MGT_SRC/examples/xception.cfg" --input-shape 224,224,3)
   || { bad "summary --floor of ResNet-50"; tail -5 r50.txt; }
 "$MGT_BIN" summary "${XC[@]}" --batch-size 128 --precision bf16 --floor >xc.txt 2>&1 \
   || { bad "summary --floor of Xception"; tail -5 xc.txt; }
-if "$MGT_BIN" --version | grep -qi 'cuda'; then
+if "$MGT_BIN" --version | grep -i 'cuda' >/dev/null; then
   for f in r50 xc; do
     line=$(grep '^GPU memory of one rank' "$f.txt")
     grep -q 'fits an 80 GB H100' <<<"$line" && ok "$f: ${line#GPU memory of one rank }" \

@@ -41,7 +41,7 @@ np=$(( $(nproc) + 1 ))
 "${noenv[@]}" timeout 300 "$MGTRUN" -np $np "${root[@]}" "$MGT_BIN" --data synthetic --synthetic-samples 2000 \
   --max-steps 2 --verbose 2 --out over >over.log 2>&1; rc=$?
 [ $rc -eq 0 ] && grep -q "world: $np ranks" over.log && ok "-np $np on $(nproc) cores runs $np ranks" || { bad "-np $np: exit $rc"; cat over.log; }
-grep '^+ mpirun' over.log | grep -q -- '--oversubscribe' && ok "-np $np adds --oversubscribe" || bad "no --oversubscribe for $np ranks on $(nproc) cores"
+grep '^+ mpirun' over.log | grep -- '--oversubscribe' >/dev/null && ok "-np $np adds --oversubscribe" || bad "no --oversubscribe for $np ranks on $(nproc) cores"
 
 # Without -np: one rank per GPU, or 2 on a machine without GPUs.
 if ! command -v nvidia-smi >/dev/null; then

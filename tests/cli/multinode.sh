@@ -93,7 +93,7 @@ after=$(link_bytes node2)
 # on the rank count and message size only, not on the transport, so every sum is taken in the
 # same order; each rank has one BLAS thread in both runs (2 cores shared by 2 or by 4 ranks).
 same "weights, 2 nodes x 2 ranks against 1 node x 4 ranks" r22/weights.safetensors r14/weights.safetensors 0
-grep -c '(1 BLAS thread)' r22.log r14.log | grep -qv ':4$' && bad "BLAS threads differ from 1 per rank" \
+grep -c '(1 BLAS thread)' r22.log r14.log | grep -v ':4$' >/dev/null && bad "BLAS threads differ from 1 per rank" \
   || ok "1 BLAS thread per rank in both runs"
 
 # --- GPU placement per node, on emulated GPUs ----------------------------------------------

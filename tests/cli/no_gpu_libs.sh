@@ -43,7 +43,7 @@ fi
 # Without NVIDIA's driver, --device auto does not even load the GPU backend (its libraries alone
 # take a second or more of every process's start under the sanitizers): the dynamic loader's own
 # log of the files it opens names none of them.
-if [ ! -e /dev/nvidiactl ] && [ ! -e /dev/dxg ] && ! /sbin/ldconfig -p | grep -q 'libcuda\.so\.1 '; then
+if [ ! -e /dev/nvidiactl ] && [ ! -e /dev/dxg ] && ! /sbin/ldconfig -p | grep 'libcuda\.so\.1 ' >/dev/null; then
   opened=$(LD_DEBUG=files "$MGT_BIN" "${R[@]}" --out ldauto 2>&1 | grep -oE "file=[^ ]*" | sort -u)
   grep -q "file=libopenblas" <<<"$opened" || bad "LD_DEBUG=files shows no library at all: $opened"
   grep -qE "file=(libmgt_gpu|$GPU_LIBS)" <<<"$opened" \
@@ -60,7 +60,7 @@ out=$(alone/mgtrain --device gpu "${R[@]}" --out agpu 2>&1); rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] &&
   grep -q "^mgtrain: --device gpu: no usable GPU on .*the GPU backend cannot be loaded: libmgt_gpu.so: cannot open shared object file.*run with --device cpu" <<<"$out" \
   && ok "... and --device gpu names the missing library in one line" || { bad "--device gpu without libmgt_gpu.so: exit $rc"; echo "$out"; }
-alone/mgtrain --version | grep -q "^gpu backend: cannot be loaded here (libmgt_gpu.so: cannot open shared object file" \
+alone/mgtrain --version | grep "^gpu backend: cannot be loaded here (libmgt_gpu.so: cannot open shared object file" >/dev/null \
   && ok "... and --version says so" || { bad "--version without libmgt_gpu.so"; alone/mgtrain --version; }
 
 # The GPU libraries gone: every folder the backend's library finds them in is hidden (an empty

@@ -105,5 +105,5 @@ if unshare -m true 2>/dev/null; then
 else
   echo "note: unshare -m is not permitted here (not root?); the read-only folder check does not run"
 fi
-ls -a . run | grep -q '\.tmp\.' && bad "temporary files left: $(ls -a . run | grep '\.tmp\.')" || ok "no temporary file left"
+ls -a . run | grep '\.tmp\.' >/dev/null && bad "temporary files left: $(ls -a . run | grep '\.tmp\.')" || ok "no temporary file left"
 finish

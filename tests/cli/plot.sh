@@ -36,7 +36,7 @@ if [ -s "$png" ]; then
 else
   bad "no run/curves.png"
 fi
-ls -a run | grep -q tmp && bad "temporary file left: $(ls -a run)" || ok "no temporary file left"
+ls -a run | grep tmp >/dev/null && bad "temporary file left: $(ls -a run)" || ok "no temporary file left"
 
 # The pixels: gnuplot's first two line colours (train dark violet #9400d3, validation #009e73)
 # in the loss and accuracy panels, the train colour in the rate's (the rate at each epoch's end),
@@ -121,5 +121,5 @@ expect_fail "plot of a folder without metrics" "empty/metrics.csv: No such file 
 expect_fail "plot of a missing folder" "nope/metrics.csv: No such file or directory" "$MGT_BIN" plot nope
 mkdir junk && printf 'this is not\na metrics file\n' >junk/metrics.csv
 expect_fail "plot of a file that is not mgtrain's metrics" "gnuplot failed drawing junk/curves.png" "$MGT_BIN" plot junk
-ls -a junk | grep -qE 'curves|tmp' && bad "files left in junk/: $(ls -a junk)" || ok "nothing left after gnuplot fails"
+ls -a junk | grep -E 'curves|tmp' >/dev/null && bad "files left in junk/: $(ls -a junk)" || ok "nothing left after gnuplot fails"
 finish

@@ -39,7 +39,7 @@ check_stop() {
   [ "$(meta "$dir/checkpoint.safetensors" step 2>/dev/null)" = "$step" ] &&
     ok "$name: the checkpoint is at step $step" ||
     bad "$name: checkpoint at step $(meta "$dir/checkpoint.safetensors" step 2>&1), message says $step"
-  ls "$dir" | grep -q '\.tmp\.' && bad "$name: temporary files left: $(ls "$dir")" || true
+  ls "$dir" | grep '\.tmp\.' >/dev/null && bad "$name: temporary files left: $(ls "$dir")" || true
 }
 
 # start DIR ARGS...: 2 ranks of mgtrain ARGS --out DIR in the background (pid MP, output in

@@ -37,7 +37,7 @@ slurm_cleanup() {
   [ -n "$SLURM_WATCHER" ] && kill "$SLURM_WATCHER" 2>/dev/null
   if [ ${#SLURM_JOBS[@]} -gt 0 ] && "${SLURM_ON[@]}" squeue -h >/dev/null 2>&1; then
     "${SLURM_ON[@]}" scancel "${SLURM_JOBS[@]}" 2>/dev/null
-    for _ in $(seq 20); do "${SLURM_ON[@]}" squeue -h 2>/dev/null | grep -q . || break; sleep 0.5; done
+    for _ in $(seq 20); do "${SLURM_ON[@]}" squeue -h 2>/dev/null | grep . >/dev/null || break; sleep 0.5; done
   fi
   local d p left
   for d in "${SLURM_DAEMONS[@]}" $MUNGED_PID; do kill "${d%%:*}" 2>/dev/null; done
@@ -182,7 +182,7 @@ slurm_wait_idle() { # slurm_wait_idle NODE...: all idle within 120 s, or the tes
     show "$T"/*.log "$T"/*.out
     die "nodes not idle within 120 s: ${state:-no answer from sinfo}"
   fi
-  "${SLURM_ON[@]}" srun --mpi=list 2>&1 | grep -qw pmix && ok "srun has the PMIx plugin" ||
+  "${SLURM_ON[@]}" srun --mpi=list 2>&1 | grep -w pmix >/dev/null && ok "srun has the PMIx plugin" ||
     bad "srun --mpi=list has no pmix: $("${SLURM_ON[@]}" srun --mpi=list 2>&1 | tr '\n' ' ')"
 }
 

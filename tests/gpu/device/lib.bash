@@ -191,7 +191,7 @@ dev_kit_derive() {
     local -A taken=()
     local queue=() files=("$@") needs=() bad=0 f soname path pkg
     for pkg in "${DEV_DEB_ROOTS[@]}"; do
-        if ! dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
+        if ! dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep 'ok installed' >/dev/null; then
             echo "the kit's package $pkg is not installed here: run launch/install-deps $pkg" >&2
             return 1
         fi
