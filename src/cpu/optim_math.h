@@ -36,6 +36,41 @@ typedef struct mgt_opt_hyper {
     float scale; /* 1 / global batch */
 } mgt_opt_hyper;
 
+/* State below the smallest normal float (2^-126, about 1.2e-38) is stored as zero.
+ *
+ * The state of a parameter whose gradient stops (a ReLU unit that no longer fires, an input that
+ * is always 0) decays geometrically: Adam's first moment by beta_1 = 0.9 a step reaches 2^-126
+ * some 700 steps after its last gradient, then spends about 150 more steps in the subnormal range
+ * before it rounds to 0. x86 cores compute with subnormal operands or results in microcode, at
+ * about a hundred times the cost of a normal operation, and a vector pays that if any of its
+ * elements is subnormal. Training the MLP (batch 256, synthetic data), 157,000 of Adam's 269,000
+ * first moments reached it together, around step 700: the update took 0.5-0.9 ms a step there,
+ * against 0.17-0.19 before, and 0.45 ms on average over 4 epochs (2-core Xeon). With the flush
+ * (and Adam's lr * m below, subnormal in the same steps) it stays at 0.15-0.23 ms. TensorFlow's
+ * CPU kernels avoid this by running with flush-to-zero set; these rules do it for their own state
+ * only, so that nothing else rounds differently.
+ *
+ * What a flushed value would have done is below what a weight can show. A velocity (SGD's
+ * momentum) is added to w, and below 2^-126 it is less than half a unit in the last place of any
+ * |w| above 2^-102. The moments reach w only through lr * m / (sqrt(v) + epsilon) (RMSprop:
+ * lr * gt / sqrt(ms + epsilon)): with epsilon at or above MGT_OPT_FLUSH_EPS, a v below 2^-126 has
+ * sqrt(v) < 2^-63, and v or ms is less than half a unit in the last place of epsilon, so the
+ * denominator is the same float; and an m below 2^-126 moves w by less than lr * 2^-93. Below
+ * that epsilon (one chosen for tiny gradients, where sqrt(v) and epsilon compete) the moments are
+ * kept as computed. The rule is the same on every backend and every element, so results stay the
+ * same on any number of ranks and threads. */
+#define MGT_OPT_FLOAT_MIN 0x1p-126f
+#define MGT_OPT_FLUSH_EPS 0x1p-33f /* about 1.2e-10; Keras' default epsilon is 1e-7 */
+
+MGT_HD static inline float mgt_opt_flush(float x) {
+    return fabsf(x) < MGT_OPT_FLOAT_MIN ? 0.0f : x;
+}
+
+/* A moment, flushed where the rule's epsilon lets it be (see above). */
+MGT_HD static inline float mgt_opt_flush_by(float x, const mgt_opt_hyper *h) {
+    return h->s.epsilon >= MGT_OPT_FLUSH_EPS ? mgt_opt_flush(x) : x;
+}
+
 /* Every rule updates one element w with its state s0, s1 (NULL where the optimizer keeps none). */
 
 /* Plain:     w -= lr * gt                                  (no velocity: momentum 0)
@@ -52,7 +87,7 @@ MGT_HD static inline void mgt_sgd_rule(float *w, float *vel, float *unused, floa
         *w -= h->lr * gt;
         return;
     }
-    const float v = h->s.momentum * *vel - h->lr * gt;
+    const float v = mgt_opt_flush(h->s.momentum * *vel - h->lr * gt);
     *vel = v;
     *w += h->s.nesterov ? h->s.momentum * v - h->lr * gt : v;
 }
@@ -63,7 +98,7 @@ MGT_HD static inline void mgt_rmsprop_rule(float *w, float *ms, float *unused, f
                                            const mgt_opt_hyper *h) {
     (void)unused;
     const float gt = g * h->scale + h->s.weight_decay * *w;
-    const float m = h->s.rho * *ms + (1.0f - h->s.rho) * gt * gt;
+    const float m = mgt_opt_flush_by(h->s.rho * *ms + (1.0f - h->s.rho) * gt * gt, h);
     *ms = m;
     *w -= h->lr * gt / sqrtf(m + h->s.epsilon);
 }
@@ -73,11 +108,17 @@ MGT_HD static inline void mgt_rmsprop_rule(float *w, float *ms, float *unused, f
 MGT_HD static inline void mgt_adam_rule(float *w, float *m, float *v, float g,
                                         const mgt_opt_hyper *h) {
     const float gt = g * h->scale + h->s.weight_decay * *w;
-    const float mi = h->s.beta1 * *m + (1.0f - h->s.beta1) * gt;
-    const float vi = h->s.beta2 * *v + (1.0f - h->s.beta2) * gt * gt;
+    const float mi = mgt_opt_flush_by(h->s.beta1 * *m + (1.0f - h->s.beta1) * gt, h);
+    const float vi = mgt_opt_flush_by(h->s.beta2 * *v + (1.0f - h->s.beta2) * gt * gt, h);
     *m = mi;
     *v = vi;
-    *w -= h->lr * mi / (sqrtf(vi) + h->s.epsilon);
+    /* A product lr * m below 2^-126 would be subnormal too (a decaying m's last 65 or so steps
+     * before it is flushed, at lr 1e-3): it is left out where the moments are flushed, as it
+     * would move w by less than 2^-126 / epsilon <= 2^-93. */
+    const float mu = fabsf(mi) < MGT_OPT_FLOAT_MIN / h->lr && h->s.epsilon >= MGT_OPT_FLUSH_EPS
+                         ? 0.0f
+                         : mi;
+    *w -= h->lr * mu / (sqrtf(vi) + h->s.epsilon);
 }
 
 /* The optimizers, X(ID, rule) each, in the order of optim.c's table. */

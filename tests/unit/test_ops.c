@@ -1238,6 +1238,55 @@ static void test_optim(mgt_backend *be) {
     }
 }
 
+/* Optimizer state below 2^-126 is stored as zero (optim_math.h), and a step whose lr * m would be
+ * below 2^-126 leaves w as it is, where epsilon >= MGT_OPT_FLUSH_EPS; with a smaller epsilon both
+ * are kept as computed. Each case is one element with a zero gradient, so every value follows
+ * from the rule's formula in single precision. */
+static void test_optim_flush(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    const float tiny = 0x1p-126f, zero_g = 0.0f;
+    for (int small_eps = 0; small_eps <= 1; small_eps++) {
+        const float eps = small_eps ? 1e-12f : 1e-7f;
+        mgt_opt_hyper h = {.s = {.momentum = 0.9f, .rho = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                 .epsilon = eps},
+                           .lr = 1e-3f,
+                           .scale = 1.0f};
+        /* Adam: m and v just above 2^-126 decay below it */
+        float w = 0.5f, m = 1.05f * tiny, v = 1.0005f * tiny;
+        float *slots[MGT_OPT_MAX_SLOTS] = {&m, &v};
+        volatile float m_want = 0.9f * (1.05f * tiny), v_want = 0.999f * (1.0005f * tiny);
+        o->optim_step(be, MGT_OPT_ADAM, 1, &w, &zero_g, slots, &h);
+        CHECK(small_eps ? m == m_want && v == v_want && m != 0.0f : m == 0.0f && v == 0.0f,
+              "adam, epsilon %g: m %a, v %a after decaying below 2^-126 (want %s)", eps, m, v,
+              small_eps ? "kept" : "0");
+        CHECK(w == 0.5f, "adam, epsilon %g: w %a moved by a subnormal moment", eps, w);
+        /* Adam: m normal but lr * m subnormal; w 0, so any step would show */
+        w = 0.0f, m = 0x1p-120f, v = 0.0f;
+        o->optim_step(be, MGT_OPT_ADAM, 1, &w, &zero_g, slots, &h);
+        volatile float lm = h.lr * (0.9f * 0x1p-120f);
+        volatile float w_want = -(lm / (0.0f + eps));
+        CHECK(m == 0.9f * 0x1p-120f, "adam: a normal m %a changed", m);
+        CHECK(small_eps ? w == w_want && w != 0.0f : w == 0.0f,
+              "adam, epsilon %g: w %a after a step of lr * m = %a (want %a)", eps, w, lm,
+              small_eps ? w_want : 0.0f);
+        /* RMSprop: ms decays below 2^-126 */
+        float ms = 1.05f * tiny;
+        float *rs[MGT_OPT_MAX_SLOTS] = {&ms, NULL};
+        w = 0.5f;
+        o->optim_step(be, MGT_OPT_RMSPROP, 1, &w, &zero_g, rs, &h);
+        volatile float ms_want = 0.9f * (1.05f * tiny);
+        CHECK(small_eps ? ms == ms_want && ms != 0.0f : ms == 0.0f,
+              "rmsprop, epsilon %g: ms %a after decaying below 2^-126", eps, ms);
+        /* SGD's velocity is flushed whatever epsilon (it is added to w) */
+        float vel = 1.05f * tiny;
+        float *ss[MGT_OPT_MAX_SLOTS] = {&vel, NULL};
+        w = 0.5f;
+        o->optim_step(be, MGT_OPT_SGD, 1, &w, &zero_g, ss, &h);
+        CHECK(vel == 0.0f && w == 0.5f, "sgd momentum, epsilon %g: velocity %a, w %a", eps, vel,
+              w);
+    }
+}
+
 /* =============================== memory ops =============================== */
 
 static void test_memory(mgt_backend *be) {
@@ -1591,6 +1640,7 @@ int main(void) {
     test_xent(&be);
     test_layout(&be);
     test_optim(&be);
+    test_optim_flush(&be);
     test_lanes();
     test_lanes_gemm();
     test_lanes_gemm_pair();
