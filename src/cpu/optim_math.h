@@ -11,6 +11,7 @@
 #ifndef MGT_OPTIM_MATH_H
 #define MGT_OPTIM_MATH_H
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 
@@ -59,16 +60,20 @@ typedef struct mgt_opt_hyper {
  * that epsilon (one chosen for tiny gradients, where sqrt(v) and epsilon compete) the moments are
  * kept as computed. The rule is the same on every backend and every element, so results stay the
  * same on any number of ranks and threads. */
-#define MGT_OPT_FLOAT_MIN 0x1p-126f
 #define MGT_OPT_FLUSH_EPS 0x1p-33f /* about 1.2e-10; Keras' default epsilon is 1e-7 */
 
 MGT_HD static inline float mgt_opt_flush(float x) {
-    return fabsf(x) < MGT_OPT_FLOAT_MIN ? 0.0f : x;
+    return fabsf(x) < FLT_MIN ? 0.0f : x; /* FLT_MIN: 2^-126 */
 }
 
-/* A moment, flushed where the rule's epsilon lets it be (see above). */
+/* Whether the rule's epsilon lets the moments be flushed (see above). */
+MGT_HD static inline int mgt_opt_flushing(const mgt_opt_hyper *h) {
+    return h->s.epsilon >= MGT_OPT_FLUSH_EPS;
+}
+
+/* A moment, flushed where the rule's epsilon lets it be. */
 MGT_HD static inline float mgt_opt_flush_by(float x, const mgt_opt_hyper *h) {
-    return h->s.epsilon >= MGT_OPT_FLUSH_EPS ? mgt_opt_flush(x) : x;
+    return mgt_opt_flushing(h) ? mgt_opt_flush(x) : x;
 }
 
 /* Every rule updates one element w with its state s0, s1 (NULL where the optimizer keeps none). */
@@ -115,9 +120,7 @@ MGT_HD static inline void mgt_adam_rule(float *w, float *m, float *v, float g,
     /* A product lr * m below 2^-126 would be subnormal too (a decaying m's last 65 or so steps
      * before it is flushed, at lr 1e-3): it is left out where the moments are flushed, as it
      * would move w by less than 2^-126 / epsilon <= 2^-93. */
-    const float mu = fabsf(mi) < MGT_OPT_FLOAT_MIN / h->lr && h->s.epsilon >= MGT_OPT_FLUSH_EPS
-                         ? 0.0f
-                         : mi;
+    const float mu = fabsf(mi) < FLT_MIN / h->lr && mgt_opt_flushing(h) ? 0.0f : mi;
     *w -= h->lr * mu / (sqrtf(vi) + h->s.epsilon);
 }
 
