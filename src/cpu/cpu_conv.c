@@ -32,8 +32,11 @@
  *
  * 3x3 stride-1 layers go through Winograd instead (cpu_winograd.c), for each of the three
  * products (forward, backward data, backward filter); mgt_cpu_conv_wino_tile() below says which
- * variant, and why. The scratch is sized for both paths, and whenever Winograd cannot run (too
- * little scratch reserved) the pass falls back to im2col, which always can. */
+ * variant, and why. Every other stride-1 product (all of them with algo DIRECT) is computed from
+ * NHWC in place by cpu_convk.c, without columns; im2col is left with the strided layers, the
+ * backward filter of output channels that are not a multiple of 32, and whatever the reserved
+ * scratch is too small for: it always can run. The scratch is sized for the paths a shape
+ * takes. */
 #include <cblas.h>
 #include <string.h>
 
@@ -140,8 +143,16 @@ size_t mgt_cpu_conv2d_scratch(const mgt_conv_shape *s) {
         return 0;
     const size_t cols = (conv_w_floats(s) + conv_target_rows(s) * conv_k(s)) * sizeof(float);
     const int m = mgt_cpu_conv_wino_tile(s);
-    const size_t wino = m ? mgt_cpu_wino_scratch(s, m) : 0;
-    return wino > cols ? wino : cols;
+    if (m) {
+        const size_t wino = mgt_cpu_wino_scratch(s, m);
+        return wino > cols ? wino : cols;
+    }
+    /* cpu_convk.c's passes; the columns only for a pass it does not take */
+    const size_t direct = mgt_cpu_convk_scratch(s);
+    if (mgt_cpu_convk_fits(s, MGT_CPU_CONVK_FORWARD) && mgt_cpu_convk_fits(s, MGT_CPU_CONVK_DATA) &&
+        mgt_cpu_convk_fits(s, MGT_CPU_CONVK_FILTER))
+        return direct;
+    return direct > cols ? direct : cols;
 }
 
 /* Rows per chunk the reserved scratch allows: the target, or fewer; 0 if not even one fits. */
@@ -393,6 +404,8 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
     const int m = mgt_cpu_conv_wino_tile(s);
     if (m && mgt_cpu_wino_fwd(im->scratch, im->scratch_bytes, im->lanes, m, s, x, w, b, y) == 0)
         return;
+    if (mgt_cpu_convk_fwd(im->scratch, im->scratch_bytes, im->lanes, s, x, w, b, y) == 0)
+        return;
     const size_t chunk = conv_chunk_rows(im, s);
     if (chunk == 0) {
         conv_direct_fwd(s, x, w, b, y);
@@ -441,6 +454,10 @@ void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         dw = NULL;
     if (m && dx &&
         mgt_cpu_wino_bwd_data(im->scratch, im->scratch_bytes, im->lanes, m, s, w, dy, dx) == 0)
+        dx = NULL;
+    if (dw && mgt_cpu_convk_bwd_filter(im->scratch, im->scratch_bytes, im->lanes, s, x, dy, dw) == 0)
+        dw = NULL;
+    if (dx && mgt_cpu_convk_bwd_data(im->scratch, im->scratch_bytes, im->lanes, s, w, dy, dx) == 0)
         dx = NULL;
     if (!dw && !dx)
         return;

@@ -7,6 +7,7 @@
  *   cpu_conv.c     convolution (im2col + OpenBLAS GEMM, chunked through the scratch buffer),
  *                  and the choice between that and Winograd;
  *   cpu_winograd.c 3x3 stride-1 convolution by Winograd F(2x2,3x3) / F(4x4,3x3);
+ *   cpu_convk.c    other stride-1 convolution, read straight from NHWC (no column matrix);
  *   cpu_pool.c     max / average pooling;
  *   cpu_graph.c    what graph models add: residual sums, concatenation, zero padding, global
  *                  average pooling;
@@ -132,6 +133,27 @@ int mgt_cpu_wino_gemm_count(void);
 const char *mgt_cpu_wino_gemm(int variant, int rows, int cols, int K, int acc, const float *a,
                               ptrdiff_t ai, ptrdiff_t ak, const float *b, ptrdiff_t bp,
                               ptrdiff_t bk, float *c, ptrdiff_t ldc);
+
+/* cpu_convk.c: stride-1 convolution read straight from NHWC (no column matrix), for what
+ * Winograd does not take. Each pass returns 0 when done and -1, having written nothing, when
+ * the shape does not qualify (mgt_cpu_convk_fits) or the scratch is too small. */
+enum { MGT_CPU_CONVK_FORWARD, MGT_CPU_CONVK_DATA, MGT_CPU_CONVK_FILTER };
+int mgt_cpu_convk_fits(const mgt_conv_shape *s, int pass);
+/* Scratch bytes any pass that fits needs (on up to 8 lanes); 0 when none fits. */
+size_t mgt_cpu_convk_scratch(const mgt_conv_shape *s);
+int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
+                      const mgt_conv_shape *s, const float *x, const float *w, const float *b,
+                      float *y);
+int mgt_cpu_convk_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
+                           const mgt_conv_shape *s, const float *w, const float *dy, float *dx);
+int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
+                             const mgt_conv_shape *s, const float *x, const float *dy, float *dw);
+/* For the tests: how many kernel variants this CPU runs (the base one, then x86-64-v3 and
+ * x86-64-v4 where the CPU has them; the passes use the last), and which one the calling
+ * thread's passes use from now on (its name), or, for a variant out of range, the default
+ * again (NULL). */
+int mgt_cpu_convk_variants(void);
+const char *mgt_cpu_convk_use(int variant);
 
 /* cpu_pool.c */
 void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y,

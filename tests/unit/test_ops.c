@@ -343,7 +343,7 @@ static void test_conv_chunking_cfg(const conv_cfg *k, int im2col) {
 
 static void test_conv_chunking(void) {
     /* n  h  w  c oc kh kw st pt pb pl pr bias */
-    const conv_cfg cols = {5, 9, 8, 3, 6, 3, 2, 1, 1, 1, 1, 0, 1};  /* 3x2: im2col */
+    const conv_cfg cols = {5, 9, 8, 3, 6, 3, 2, 2, 1, 1, 1, 0, 1};  /* 3x2 stride 2: im2col */
     const conv_cfg cols2 = {5, 9, 8, 3, 6, 3, 3, 2, 1, 1, 1, 1, 1}; /* stride 2: im2col */
     const conv_cfg wino = {5, 9, 8, 3, 6, 3, 3, 1, 1, 1, 1, 1, 1};  /* 3x3 stride 1: Winograd */
     test_conv_chunking_cfg(&cols, 1);
@@ -361,7 +361,8 @@ static void test_conv_chunking(void) {
         CHECK(sz >= per_sample && sz <= ((size_t)64 << 20),
               "conv2d_scratch(big) = %zu: want at least one sample's %zu bytes, at most 64 MB", sz,
               per_sample);
-        const conv_cfg big5 = {128, 26, 26, 32, 256, 5, 5, 1, 0, 0, 0, 0, 1}; /* no Winograd */
+        /* stride 2: neither Winograd nor cpu_convk.c */
+        const conv_cfg big5 = {128, 26, 26, 32, 256, 5, 5, 2, 0, 0, 0, 0, 1};
         const mgt_conv_shape b5 = conv_shape_of(&big5);
         const size_t per5 = (size_t)b5.oh * b5.ow * b5.c * 25 * sizeof(float);
         const size_t sz5 = be.ops->conv2d_scratch(&b5) - conv_w_bytes(&b5);
@@ -379,6 +380,103 @@ static void test_conv_chunking(void) {
         mgt_backend_destroy(&be);
     }
     tmp_free_all();
+}
+
+/* cpu_convk.c, the stride-1 passes that read NHWC in place (what --conv-algo direct and the
+ * shapes Winograd does not take run): every kernel variant this CPU has, within the rounding
+ * bound of a direct convolution, the same bits on 1, 2 and 3 lanes, the same bits as the op
+ * table's conv2d (which must have taken this path), and nothing written when the scratch is too
+ * small. Shapes: valid and padded, channel counts that leave partial blocks of 6 and of 32,
+ * rows narrower than a block, padding wider than the window, non-square windows. */
+static void test_convk_cfg(const conv_cfg *k) {
+    mgt_conv_shape s = conv_shape_of(k);
+    s.algo = MGT_CONV_DIRECT;
+    char name[160];
+    snprintf(name, sizeof name, "convk n%d %dx%dx%d oc%d k%dx%d pad(%d,%d,%d,%d) bias%d", k->n,
+             k->h, k->w, k->c, k->oc, k->kh, k->kw, k->pt, k->pb, k->pl, k->pr, k->bias);
+    const size_t nx = conv_nx(&s), nw = conv_nw(&s), ny = conv_ny(&s);
+    float *x = fbuf(nx), *w = fbuf(nw), *b = k->bias ? fbuf(s.oc) : NULL, *dy = fbuf(ny);
+    fill(x, nx, -1, 1);
+    fill(w, nw, -1, 1);
+    if (b)
+        fill(b, s.oc, -1, 1);
+    fill(dy, ny, -1, 1);
+    const conv_ref ref = conv_ref_make(&s, x, w, b, dy);
+    const int filter = mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_FILTER);
+    CHECK(mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_FORWARD) && mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_DATA),
+          "%s: stride 1 should fit forward and backward data", name);
+    CHECK(filter == (s.oc % 32 == 0), "%s: backward filter fits only whole blocks of 32", name);
+    const size_t bytes = mgt_cpu_convk_scratch(&s);
+    float *scratch = fbuf(bytes / sizeof(float) + 1);
+    float *y[3], *dx[3], *dw[3];
+    for (int v = 0; v < mgt_cpu_convk_variants(); v++) {
+        const char *vname = mgt_cpu_convk_use(v);
+        CHECK(vname != NULL, "%s: variant %d has no name", name, v);
+        for (int t = 0; t < 3; t++) {
+            mgt_cpu_lanes *lanes = t ? mgt_cpu_lanes_create(t + 1) : NULL;
+            y[t] = fbuf(ny), dx[t] = fbuf(nx), dw[t] = fbuf(nw);
+            poison(y[t], ny);
+            poison(dx[t], nx);
+            poison(dw[t], nw);
+            CHECK(mgt_cpu_convk_fwd(scratch, bytes, lanes, &s, x, w, b, y[t]) == 0 &&
+                      mgt_cpu_convk_bwd_data(scratch, bytes, lanes, &s, w, dy, dx[t]) == 0 &&
+                      (mgt_cpu_convk_bwd_filter(scratch, bytes, lanes, &s, x, dy, dw[t]) == 0) ==
+                          filter,
+                  "%s %s: a pass refused its shape or scratch", name, vname);
+            mgt_cpu_lanes_destroy(lanes);
+            const double ry = conv_ratio(&ref, 0, CONV_Y, y[t]);
+            const double rx = conv_ratio(&ref, 0, CONV_DX, dx[t]);
+            const double rw = filter ? conv_ratio(&ref, 0, CONV_DW, dw[t]) : 0.0;
+            CHECK(ry <= 1.0 && rx <= 1.0 && rw <= 1.0,
+                  "%s %s on %d lane(s): error y %.3g dx %.3g dW %.3g of the direct bound", name,
+                  vname, t + 1, ry, rx, rw);
+            CHECK(memcmp(y[t], y[0], ny * sizeof(float)) == 0 &&
+                      memcmp(dx[t], dx[0], nx * sizeof(float)) == 0 &&
+                      (!filter || memcmp(dw[t], dw[0], nw * sizeof(float)) == 0),
+                  "%s %s: %d lanes differ from one", name, vname, t + 1);
+        }
+        /* too little scratch: refused, nothing written */
+        float *yz = fbuf(ny), *dxz = fbuf(nx), *dwz = fbuf(nw);
+        poison(yz, ny);
+        poison(dxz, nx);
+        poison(dwz, nw);
+        CHECK(mgt_cpu_convk_fwd(scratch, 64, NULL, &s, x, w, b, yz) == -1 &&
+                  mgt_cpu_convk_bwd_data(scratch, 64, NULL, &s, w, dy, dxz) == -1 &&
+                  mgt_cpu_convk_bwd_filter(scratch, 64, NULL, &s, x, dy, dwz) == -1 &&
+                  isnan(yz[0]) && isnan(yz[ny - 1]) && isnan(dxz[0]) && isnan(dxz[nx - 1]) &&
+                  isnan(dwz[0]) && isnan(dwz[nw - 1]),
+              "%s %s: a pass ran, or wrote, without its scratch", name, vname);
+    }
+    mgt_cpu_convk_use(-1);
+    /* the op table takes this path for a direct convolution of stride 1 */
+    mgt_backend be = opcheck_cpu_backend("test_ops");
+    CHECK(be.ops->reserve(&be, be.ops->conv2d_scratch(&s)) == 0, "%s: reserve failed", name);
+    float *yo = fbuf(ny), *dxo = fbuf(nx), *dwo = fbuf(nw), *dbo = fbuf(s.oc);
+    be.ops->conv2d_fwd(&be, &s, x, w, b, yo);
+    be.ops->conv2d_bwd(&be, &s, x, w, dy, dxo, dwo, dbo);
+    mgt_backend_destroy(&be);
+    CHECK(memcmp(yo, y[0], ny * sizeof(float)) == 0 && memcmp(dxo, dx[0], nx * sizeof(float)) == 0 &&
+              (!filter || memcmp(dwo, dw[0], nw * sizeof(float)) == 0),
+          "%s: conv2d (algo direct) did not give cpu_convk.c's bits", name);
+    CHECK(conv_ratio(&ref, 0, CONV_DB, dbo) <= 1.0 && (filter || conv_ratio(&ref, 0, CONV_DW, dwo) <= 1.0),
+          "%s: conv2d's db or im2col dW outside the bound", name);
+    tmp_free_all();
+}
+
+static void test_convk(void) {
+    static const conv_cfg cfgs[] = {
+        /* n  h   w   c  oc kh kw st pt pb pl pr bias */
+        {2, 9, 10, 5, 32, 3, 3, 1, 0, 0, 0, 0, 1},  /* valid; channels in one block of 5 */
+        {2, 8, 9, 13, 64, 3, 3, 1, 1, 1, 1, 1, 0},  /* same, no bias; blocks of 6 and 7 -> 3 */
+        {3, 7, 7, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1},  /* oc 40: a partial block; dW by im2col */
+        {2, 5, 4, 33, 32, 2, 3, 1, 0, 1, 1, 1, 1},  /* 2x3, asymmetric padding, rows of 4 */
+        {1, 11, 13, 7, 96, 5, 5, 1, 2, 2, 2, 2, 1}, /* 5x5 same */
+        {2, 6, 8, 64, 32, 3, 1, 1, 1, 1, 0, 0, 1},  /* 3x1 */
+        {1, 4, 4, 3, 32, 3, 3, 1, 3, 3, 3, 3, 1},   /* padding past the window: rows of zeros */
+        {1, 3, 17, 9, 35, 1, 3, 1, 0, 0, 2, 0, 0},  /* 1x3, left padding only */
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+        test_convk_cfg(&cfgs[i]);
 }
 
 static void test_conv_n0(void) {
@@ -1632,6 +1730,7 @@ int main(void) {
     test_dense(&be);
     test_conv_grads();
     test_conv_chunking();
+    test_convk();
     test_conv_n0();
     test_pool(&be);
     test_bn(&be);
