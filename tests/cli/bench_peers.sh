@@ -32,10 +32,10 @@ for m in mlp convnet; do
   [ -n "$want" ] && [ "$got" = "$want" ] && ok "torch_peer $m: $got trainable parameters, as mgtrain summary" ||
     bad "torch_peer $m: $got trainable parameters, mgtrain summary '$want'"
 done
-port=$((30000 + $$ % 20000))
 for run in "index 1" "loader 2"; do
   set -- $run
-  port=$((port + 1))
+  # a port free now, from the OS (one derived from the PID was found taken by another process)
+  port=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
   out=$(timeout 120 "$PY" "$B/torch_peer.py" --model mlp --batches "$1" --world "$2" --batch-size 64 \
         --max-steps 3 --warmup 1 --data synthetic --port $port 2>&1)
   if "$PY" -c "
