@@ -36,7 +36,8 @@ typedef enum { MGT_ACT_NONE = 0, MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MG
 
 /* Which algorithm a convolution may use ([conv2d] algo, --conv-algo), as cuDNN's algorithm
  * choice: AUTO lets the backend take the fastest (on the CPU: Winograd for every 3x3 stride-1
- * layer, im2col + GEMM otherwise); DIRECT never uses Winograd, so the products are plain fp32
+ * layer, a direct convolution for the other stride-1 layers, im2col + GEMM for strided ones);
+ * DIRECT never uses Winograd, so the products are plain fp32
  * dot products (an all-zero window gives exactly 0, as PyTorch's CPU convolution does);
  * WINOGRAD asks for Winograd where the shape allows it. */
 typedef enum { MGT_CONV_AUTO = 0, MGT_CONV_DIRECT, MGT_CONV_WINOGRAD } mgt_conv_algo;

@@ -4,8 +4,8 @@
  * Files:
  *   cpu_backend.c  memory, scratch, the table, init/destroy, dense, flatten layout changes;
  *   cpu_blas.c     which OpenBLAS kernel runs, and choosing it where OpenBLAS cannot;
- *   cpu_conv.c     convolution (im2col + OpenBLAS GEMM, chunked through the scratch buffer),
- *                  and the choice between that and Winograd;
+ *   cpu_conv.c     convolution: the choice between Winograd, cpu_convk.c and im2col +
+ *                  OpenBLAS GEMM (chunked through the scratch buffer), and the last;
  *   cpu_winograd.c 3x3 stride-1 convolution by Winograd F(2x2,3x3) / F(4x4,3x3);
  *   cpu_convk.c    other stride-1 convolution, read straight from NHWC (no column matrix);
  *   cpu_pool.c     max / average pooling;
@@ -102,7 +102,7 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
                         const float *b, float *y);
 void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
                         const float *dy, float *dx, float *dw, float *db);
-/* The Winograd variant conv2d uses for this shape: output tile side 2 or 4, 0 for im2col. */
+/* The Winograd variant conv2d uses for this shape: output tile side 2 or 4, 0 for none. */
 int mgt_cpu_conv_wino_tile(const mgt_conv_shape *s);
 
 /* cpu_winograd.c: 3x3 stride-1 convolution (forward, backward data, backward filter) by

@@ -1,7 +1,7 @@
 /* cpu_winograd.c: 3x3, stride-1 convolutions by Winograd's minimal filtering F(m x m, 3 x 3)
  * (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016), m = 2 or 4, for
  * the forward pass, the backward-data pass and the backward-filter pass. cpu_conv.c decides
- * when to call it (and which m) and keeps im2col + GEMM for everything else.
+ * when to call it (and which m), and what runs everything else (cpu_convk.c, im2col + GEMM).
  *
  * Why: the big 3x3 layers are bound by their GEMMs, which OpenBLAS already runs near the
  * machine's peak, so the only way to go faster is fewer multiplications. Winograd computes an
