@@ -474,6 +474,9 @@ typedef struct {
     cv_dw_fn kern;
     int lanes, nct;    /* blocks of input channels */
     size_t items;      /* taps x nct x output blocks */
+    int x_major;       /* items in (channel block, tap, output block) order, else (output block,
+                        * tap, channel block): each lane's run then reads a part of the larger
+                        * of a sample's x and dy, and consecutive items share their lines */
     const float *x, *dy;
     float *acc;        /* [tap][k][oc] */
 } dw_job;
@@ -483,13 +486,20 @@ static void dw_lane(void *p, int lane) {
     const mgt_conv_shape *s = j->s;
     const size_t t0 = j->items * (size_t)lane / (size_t)j->lanes;
     const size_t t1 = j->items * (size_t)(lane + 1) / (size_t)j->lanes;
-    const int c = s->c, oc = s->oc, nob = oc / CK_N;
+    const int c = s->c, oc = s->oc, nob = oc / CK_N, taps = s->kh * s->kw;
     const size_t xs = (size_t)s->h * s->w * c, ys = (size_t)s->oh * s->ow * oc;
     for (size_t smp = 0; smp < (size_t)s->n; smp++)
         for (size_t t = t0; t < t1; t++) {
-            const int blk = (int)(t % (size_t)nob);
-            const int ct = (int)(t / (size_t)nob % (size_t)j->nct);
-            const int tap = (int)(t / ((size_t)nob * j->nct));
+            int blk, ct, tap;
+            if (j->x_major) { /* (ct, tap, blk) */
+                blk = (int)(t % (size_t)nob);
+                tap = (int)(t / (size_t)nob % (size_t)taps);
+                ct = (int)(t / ((size_t)nob * taps));
+            } else { /* (blk, tap, ct) */
+                ct = (int)(t % (size_t)j->nct);
+                tap = (int)(t / (size_t)j->nct % (size_t)taps);
+                blk = (int)(t / ((size_t)j->nct * taps));
+            }
             const int i = tap / s->kw, jj = tap % s->kw;
             /* channels [k0, k1) of nct near-equal blocks of at most CK_R */
             const int k0 = (int)((size_t)c * ct / j->nct), k1 = (int)((size_t)c * (ct + 1) / j->nct);
@@ -527,6 +537,7 @@ int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
     dw_job j = {.s = s, .kern = v.dw, .lanes = ck_lanes(lanes), .nct = (c + v.rm - 1) / v.rm,
                 .x = x, .dy = dy, .acc = acc};
     j.items = (size_t)taps * j.nct * (size_t)(oc / CK_N);
+    j.x_major = (size_t)s->h * s->w * c >= (size_t)s->oh * s->ow * oc;
     if ((size_t)j.lanes > j.items)
         j.lanes = (int)j.items;
     mgt_cpu_lanes_run(lanes, j.lanes, dw_lane, &j);
