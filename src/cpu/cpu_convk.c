@@ -30,20 +30,23 @@
  * and x86-64-v4, as Winograd's GEMM kernel is (cpu_winograd.c), and picked by what the CPU has.
  *
  * Measured on the seed ConvNet at batch 128 with --conv-algo direct (2-core Xeon, x86-64-v4;
- * bench/layer_times, ms of wall time per step, the same binaries' runs interleaved):
- *                               im2col + OpenBLAS (SkylakeX)    here
- *   conv2d_2 24x24x32 -> 256    fwd 73-80, bwd 145-158          fwd 41-50, bwd 100-140
- *   conv2d_3 24x24x256 -> 128   fwd 209-231, bwd 450-464        fwd 132-138, bwd 292-338
- * The forward pass reaches 265-275 GFLOP/s on two cores, more than OpenBLAS's own SGEMM of
- * 2048^3 (198-241 on this machine): no column matrix, no packing per call, sums stored once. */
+ * bench/layer_times, ms of wall time per step; im2col with OpenBLAS's SkylakeX kernel):
+ *                               im2col + OpenBLAS              here
+ *   conv2d_2 24x24x32 -> 256    fwd 73-80, bwd 145-158         fwd 41-50, bwd 100-140
+ *   conv2d_3 24x24x256 -> 128   fwd 209-231, bwd 450-464       fwd 132-138, bwd 292-338
+ *   the step                    1008                           645-760
+ * (runs of the same hour; in pairs of runs interleaved at a busier moment the step took 0.81-0.89
+ * of im2col's). The forward pass reaches 265-275 GFLOP/s on the two cores, more than OpenBLAS's
+ * SGEMM of 2048^3 on the same machine (198-241): no column matrix, no packing per call, each sum
+ * stored once. */
 #include <string.h>
 
 #include "cpu_internal.h"
 
 enum {
-    CK_R = 12,           /* most pixels (or input channels) per block: rows of register sums */
-    CK_N = 32,           /* output channels per block: columns of register sums */
-    CK_MAX_LANES = 8,    /* most lanes one pass uses (the scratch holds their copies) */
+    CK_R = 12,        /* most pixels (or input channels) per block: rows of register sums */
+    CK_N = 32,        /* output channels per block: columns of register sums */
+    CK_MAX_LANES = 8, /* most lanes one pass uses (the scratch holds their copies) */
 };
 
 static size_t pad_to(size_t v, size_t m) {
@@ -58,7 +61,7 @@ static size_t ck_blocks(int channels) {
 
 /* One output row of the correlation: out[p][o] for p < npix, o < nout, CK_N channels at a time:
  *   out[p][o] = init[o] + sum_{i < ni, j < kw, k < ic} in[i * in_row + (p + j) * ic + k]
- *                                                      * w[(o / CK_N) * w_blk + ((i * kw + j) * ic + k) * CK_N + o % CK_N]
+ *                 * w[(o / CK_N) * w_blk + ((i * kw + j) * ic + k) * CK_N + o % CK_N]
  * (init NULL: 0), w padded with zeros beyond nout. */
 typedef struct {
     const float *in;
@@ -96,17 +99,18 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
         break;                                                                                     \
     }
 #define CK_CASES6(CALL)                                                                            \
-    CK_CASE(CALL, 1) CK_CASE(CALL, 2) CK_CASE(CALL, 3) CK_CASE(CALL, 4) CK_CASE(CALL, 5)           \
-    CK_CASE(CALL, 6)
+    CK_CASE(CALL, 1)                                                                               \
+    CK_CASE(CALL, 2) CK_CASE(CALL, 3) CK_CASE(CALL, 4) CK_CASE(CALL, 5) CK_CASE(CALL, 6)
 #define CK_CASES_6(CALL) CK_CASES6(CALL)
 #define CK_CASES_12(CALL)                                                                          \
-    CK_CASES6(CALL) CK_CASE(CALL, 7) CK_CASE(CALL, 8) CK_CASE(CALL, 9) CK_CASE(CALL, 10)           \
-    CK_CASE(CALL, 11) CK_CASE(CALL, 12)
+    CK_CASES6(CALL)                                                                                \
+    CK_CASE(CALL, 7) CK_CASE(CALL, 8) CK_CASE(CALL, 9) CK_CASE(CALL, 10) CK_CASE(CALL, 11)         \
+        CK_CASE(CALL, 12)
 #define CK_CASES(CALL, RM) CK_CASES_##RM(CALL)
 
 /* The kernels for vectors of W floats, NV of them across a strip (CK_N / (W NV) strips per
  * block). R is a constant in each case of the switches, so that the sums stay in registers. */
-#define CK_DEFINE(NAME, W, NV, RM, ATTR)                                                               \
+#define CK_DEFINE(NAME, W, NV, RM, ATTR)                                                           \
     typedef float NAME##_vec __attribute__((vector_size(4 * (W)), aligned(4)));                    \
     ATTR static inline __attribute__((always_inline)) void NAME##_row_blk(                         \
         const cv_row *g, const int R, int p0, int blk) {                                           \
@@ -116,8 +120,9 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
             NAME##_vec sum[CK_R][NV];                                                              \
             for (int r = 0; r < R; r++)                                                            \
                 for (int v = 0; v < (NV); v++)                                                     \
-                    sum[r][v] = g->init ? *(const NAME##_vec *)(g->init + blk * CK_N + js + v * (W)) \
-                                        : (NAME##_vec){0};                                         \
+                    sum[r][v] = g->init                                                            \
+                                    ? *(const NAME##_vec *)(g->init + blk * CK_N + js + v * (W))   \
+                                    : (NAME##_vec){0};                                             \
             for (int i = 0; i < ni; i++)                                                           \
                 for (int j = 0; j < kw; j++) {                                                     \
                     const float *a = g->in + i * g->in_row + (ptrdiff_t)(p0 + j) * ic;             \
@@ -150,17 +155,15 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
         }                                                                                          \
     }                                                                                              \
     ATTR static void NAME##_row(const cv_row *g) {                                                 \
-        const int nblk = (int)ck_blocks(g->nout), nt = (g->npix + (RM) - 1) / (RM);              \
+        const int nblk = (int)ck_blocks(g->nout), nt = (g->npix + (RM)-1) / (RM);                  \
         for (int blk = 0; blk < nblk; blk++)                                                       \
             for (int t = 0; t < nt; t++) {                                                         \
                 const int p0 = g->npix * t / nt, p1 = g->npix * (t + 1) / nt;                      \
-                switch (p1 - p0) {                                                                 \
-                CK_CASES(NAME##_row_blk(g, R_, p0, blk), RM)                                       \
-                }                                                                                  \
+                switch (p1 - p0) { CK_CASES(NAME##_row_blk(g, R_, p0, blk), RM) }                  \
             }                                                                                      \
     }                                                                                              \
-    ATTR static inline __attribute__((always_inline)) void NAME##_dw_r(const cv_dw *g,             \
-                                                                       const int R) {              \
+    ATTR static inline                                                                             \
+        __attribute__((always_inline)) void NAME##_dw_r(const cv_dw *g, const int R) {             \
         const int c = g->c, oc = g->oc;                                                            \
         for (int js = 0; js < CK_N; js += (W) * (NV)) {                                            \
             NAME##_vec sum[CK_R][NV];                                                              \
@@ -187,9 +190,7 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
         }                                                                                          \
     }                                                                                              \
     ATTR static void NAME##_dw(const cv_dw *g) {                                                   \
-        switch (g->nr) {                                                                           \
-        CK_CASES(NAME##_dw_r(g, R_), RM)                                                           \
-        }                                                                                          \
+        switch (g->nr) { CK_CASES(NAME##_dw_r(g, R_), RM) }                                        \
     }
 
 #if defined(__AVX512F__)
@@ -273,7 +274,8 @@ int mgt_cpu_convk_fits(const mgt_conv_shape *s, int pass) {
 
 /* Floats of each part, rounded to 16 floats (64 bytes) so that every part stays aligned. */
 static size_t ck_fwd_w(const mgt_conv_shape *s) {
-    return pad_to(ck_blocks(s->oc) * s->kh * s->kw * (size_t)s->c * CK_N + ck_blocks(s->oc) * CK_N, 16);
+    return pad_to(ck_blocks(s->oc) * s->kh * s->kw * (size_t)s->c * CK_N + ck_blocks(s->oc) * CK_N,
+                  16);
 }
 
 /* Forward reads x in place when the window never leaves it (no padding on the left, none
@@ -326,13 +328,13 @@ typedef struct {
     const mgt_conv_shape *s;
     cv_row_fn kern;
     int lanes, in_h, in_w, ic, out_h, out_w, nout;
-    int roff;          /* output row q reads input rows q + roff + i */
-    int coff;          /* copy column q holds the source's column q + coff */
-    int copies;        /* read from per-lane copies of each sample (with zero columns) */
-    const float *src;  /* NHWC source: in_h x src_w x ic per sample */
+    int roff;         /* output row q reads input rows q + roff + i */
+    int coff;         /* copy column q holds the source's column q + coff */
+    int copies;       /* read from per-lane copies of each sample (with zero columns) */
+    const float *src; /* NHWC source: in_h x src_w x ic per sample */
     int src_w;
     const float *w, *init;
-    float *copy;       /* lane l's copy at copy + l * copy_floats */
+    float *copy; /* lane l's copy at copy + l * copy_floats */
     size_t copy_floats;
     float *out;
 } cv_job;
@@ -368,9 +370,13 @@ static void cv_lane(void *p, int lane) {
     size_t copied = (size_t)-1;
     const size_t in_sample = (size_t)j->in_h * j->in_w * j->ic;
     const ptrdiff_t in_row = (ptrdiff_t)j->in_w * j->ic;
-    cv_row g = {.in_row = in_row, .kw = s->kw, .ic = j->ic,
-                .w_blk = (ptrdiff_t)s->kh * s->kw * j->ic * CK_N, .init = j->init,
-                .npix = j->out_w, .nout = j->nout};
+    cv_row g = {.in_row = in_row,
+                .kw = s->kw,
+                .ic = j->ic,
+                .w_blk = (ptrdiff_t)s->kh * s->kw * j->ic * CK_N,
+                .init = j->init,
+                .npix = j->out_w,
+                .nout = j->nout};
     for (size_t r = r0; r < r1; r++) {
         const size_t smp = r / (size_t)j->out_h;
         const int q = (int)(r % (size_t)j->out_h);
@@ -397,9 +403,8 @@ static void cv_run(mgt_cpu_lanes *lanes, cv_job *j) {
     mgt_cpu_lanes_run(lanes, j->lanes, cv_lane, j);
 }
 
-int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
-                      const mgt_conv_shape *s, const float *x, const float *w, const float *b,
-                      float *y) {
+int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const mgt_conv_shape *s,
+                      const float *x, const float *w, const float *b, float *y) {
     if (!mgt_cpu_convk_fits(s, MGT_CPU_CONVK_FORWARD))
         return -1;
     const int L = ck_lanes(lanes);
@@ -422,11 +427,25 @@ int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
                 }
     for (size_t o = 0; o < nblk * CK_N; o++)
         init[o] = b && o < (size_t)oc ? b[o] : 0.0f;
-    cv_job j = {.s = s, .kern = ck_pick().row, .lanes = L, .in_h = s->h,
-                .in_w = s->ow + kw - 1, .ic = c, .out_h = s->oh, .out_w = s->ow, .nout = oc,
-                .roff = -s->pad_top, .coff = -s->pad_left, .copies = ck_fwd_copies(s),
-                .src = x, .src_w = s->w, .w = wp, .init = init, .copy = scratch + wf,
-                .copy_floats = cf, .out = y};
+    cv_job j = {.s = s,
+                .kern = ck_pick().row,
+                .lanes = L,
+                .in_h = s->h,
+                .in_w = s->ow + kw - 1,
+                .ic = c,
+                .out_h = s->oh,
+                .out_w = s->ow,
+                .nout = oc,
+                .roff = -s->pad_top,
+                .coff = -s->pad_left,
+                .copies = ck_fwd_copies(s),
+                .src = x,
+                .src_w = s->w,
+                .w = wp,
+                .init = init,
+                .copy = scratch + wf,
+                .copy_floats = cf,
+                .out = y};
     cv_run(lanes, &j);
     return 0;
 }
@@ -450,19 +469,34 @@ int mgt_cpu_convk_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
                     float *dst = wp + (((blk * kh + i) * kw + jj) * oc + o) * CK_N;
                     for (int v = 0; v < CK_N; v++) {
                         const size_t k = blk * CK_N + v;
-                        dst[v] = k < (size_t)c ? w[(((size_t)o * c + k) * kh + (kh - 1 - i)) * kw +
-                                                   (kw - 1 - jj)]
-                                               : 0.0f;
+                        dst[v] =
+                            k < (size_t)c
+                                ? w[(((size_t)o * c + k) * kh + (kh - 1 - i)) * kw + (kw - 1 - jj)]
+                                : 0.0f;
                     }
                 }
     /* dx[iy][ix] reads dy[iy + pad_top - i][ix + pad_left - j]: with the window turned round
      * (i' = kh - 1 - i), rows iy + pad_top - (kh - 1) + i' and copy columns ix + j', the copy's
      * column 0 being dy's column pad_left - (kw - 1). */
-    cv_job j = {.s = s, .kern = ck_pick().row, .lanes = L, .in_h = s->oh,
-                .in_w = s->w + kw - 1, .ic = oc, .out_h = s->h, .out_w = s->w, .nout = c,
-                .roff = s->pad_top - (kh - 1), .coff = s->pad_left - (kw - 1), .copies = 1,
-                .src = dy, .src_w = s->ow, .w = wp, .init = NULL, .copy = scratch + wf,
-                .copy_floats = cf, .out = dx};
+    cv_job j = {.s = s,
+                .kern = ck_pick().row,
+                .lanes = L,
+                .in_h = s->oh,
+                .in_w = s->w + kw - 1,
+                .ic = oc,
+                .out_h = s->h,
+                .out_w = s->w,
+                .nout = c,
+                .roff = s->pad_top - (kh - 1),
+                .coff = s->pad_left - (kw - 1),
+                .copies = 1,
+                .src = dy,
+                .src_w = s->ow,
+                .w = wp,
+                .init = NULL,
+                .copy = scratch + wf,
+                .copy_floats = cf,
+                .out = dx};
     cv_run(lanes, &j);
     return 0;
 }
@@ -472,13 +506,13 @@ int mgt_cpu_convk_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
 typedef struct {
     const mgt_conv_shape *s;
     cv_dw_fn kern;
-    int lanes, nct;    /* blocks of input channels */
-    size_t items;      /* taps x nct x output blocks */
-    int x_major;       /* items in (channel block, tap, output block) order, else (output block,
-                        * tap, channel block): each lane's run then reads a part of the larger
-                        * of a sample's x and dy, and consecutive items share their lines */
+    int lanes, nct; /* blocks of input channels */
+    size_t items;   /* taps x nct x output blocks */
+    int x_major;    /* items in (channel block, tap, output block) order, else (output block,
+                     * tap, channel block): each lane's run then reads a part of the larger
+                     * of a sample's x and dy, and consecutive items share their lines */
     const float *x, *dy;
-    float *acc;        /* [tap][k][oc] */
+    float *acc; /* [tap][k][oc] */
 } dw_job;
 
 static void dw_lane(void *p, int lane) {
@@ -502,7 +536,8 @@ static void dw_lane(void *p, int lane) {
             }
             const int i = tap / s->kw, jj = tap % s->kw;
             /* channels [k0, k1) of nct near-equal blocks of at most CK_R */
-            const int k0 = (int)((size_t)c * ct / j->nct), k1 = (int)((size_t)c * (ct + 1) / j->nct);
+            const int k0 = (int)((size_t)c * ct / j->nct),
+                      k1 = (int)((size_t)c * (ct + 1) / j->nct);
             /* output pixels whose window's tap (i, jj) falls inside x */
             int y0 = s->pad_top - i, y1 = s->h + s->pad_top - i;
             int x0 = s->pad_left - jj, x1 = s->w + s->pad_left - jj;
@@ -512,11 +547,17 @@ static void dw_lane(void *p, int lane) {
                 continue;
             const cv_dw g = {
                 .x = j->x + smp * xs +
-                     ((size_t)(y0 - s->pad_top + i) * s->w + (size_t)(x0 - s->pad_left + jj)) * c + k0,
+                     ((size_t)(y0 - s->pad_top + i) * s->w + (size_t)(x0 - s->pad_left + jj)) * c +
+                     k0,
                 .x_row = (ptrdiff_t)s->w * c,
-                .dy = j->dy + smp * ys + ((size_t)y0 * s->ow + (size_t)x0) * oc + (size_t)blk * CK_N,
+                .dy =
+                    j->dy + smp * ys + ((size_t)y0 * s->ow + (size_t)x0) * oc + (size_t)blk * CK_N,
                 .dy_row = (ptrdiff_t)s->ow * oc,
-                .nrows = y1 - y0, .npix = x1 - x0, .c = c, .oc = oc, .nr = k1 - k0,
+                .nrows = y1 - y0,
+                .npix = x1 - x0,
+                .c = c,
+                .oc = oc,
+                .nr = k1 - k0,
                 .acc = j->acc + ((size_t)tap * c + (size_t)k0) * oc + (size_t)blk * CK_N,
                 .acc_row = oc};
             j->kern(&g);
@@ -534,8 +575,13 @@ int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
     float *acc = scratch;
     memset(acc, 0, sizeof(float) * (size_t)taps * c * oc);
     const ck_variant v = ck_pick();
-    dw_job j = {.s = s, .kern = v.dw, .lanes = ck_lanes(lanes), .nct = (c + v.rm - 1) / v.rm,
-                .x = x, .dy = dy, .acc = acc};
+    dw_job j = {.s = s,
+                .kern = v.dw,
+                .lanes = ck_lanes(lanes),
+                .nct = (c + v.rm - 1) / v.rm,
+                .x = x,
+                .dy = dy,
+                .acc = acc};
     j.items = (size_t)taps * j.nct * (size_t)(oc / CK_N);
     j.x_major = (size_t)s->h * s->w * c >= (size_t)s->oh * s->ow * oc;
     if ((size_t)j.lanes > j.items)

@@ -386,8 +386,9 @@ static void test_conv_chunking(void) {
  * shapes Winograd does not take run): every kernel variant this CPU has, within the rounding
  * bound of a direct convolution, the same bits on 1, 2 and 3 lanes, the same bits as the op
  * table's conv2d (which must have taken this path), and nothing written when the scratch is too
- * small. Shapes: valid and padded, channel counts that leave partial blocks of 6 and of 32,
- * rows narrower than a block, padding wider than the window, non-square windows. */
+ * small. Shapes: valid and padded, channel counts that leave partial register blocks (of 6 or
+ * 12 rows, of 32 columns), rows narrower than a block, padding wider than the window, non-square
+ * windows. */
 static void test_convk_cfg(const conv_cfg *k) {
     mgt_conv_shape s = conv_shape_of(k);
     s.algo = MGT_CONV_DIRECT;
@@ -403,7 +404,8 @@ static void test_convk_cfg(const conv_cfg *k) {
     fill(dy, ny, -1, 1);
     const conv_ref ref = conv_ref_make(&s, x, w, b, dy);
     const int filter = mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_FILTER);
-    CHECK(mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_FORWARD) && mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_DATA),
+    CHECK(mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_FORWARD) &&
+              mgt_cpu_convk_fits(&s, MGT_CPU_CONVK_DATA),
           "%s: stride 1 should fit forward and backward data", name);
     CHECK(filter == (s.oc % 32 == 0), "%s: backward filter fits only whole blocks of 32", name);
     const size_t bytes = mgt_cpu_convk_scratch(&s);
@@ -455,10 +457,12 @@ static void test_convk_cfg(const conv_cfg *k) {
     be.ops->conv2d_fwd(&be, &s, x, w, b, yo);
     be.ops->conv2d_bwd(&be, &s, x, w, dy, dxo, dwo, dbo);
     mgt_backend_destroy(&be);
-    CHECK(memcmp(yo, y[0], ny * sizeof(float)) == 0 && memcmp(dxo, dx[0], nx * sizeof(float)) == 0 &&
+    CHECK(memcmp(yo, y[0], ny * sizeof(float)) == 0 &&
+              memcmp(dxo, dx[0], nx * sizeof(float)) == 0 &&
               (!filter || memcmp(dwo, dw[0], nw * sizeof(float)) == 0),
           "%s: conv2d (algo direct) did not give cpu_convk.c's bits", name);
-    CHECK(conv_ratio(&ref, 0, CONV_DB, dbo) <= 1.0 && (filter || conv_ratio(&ref, 0, CONV_DW, dwo) <= 1.0),
+    CHECK(conv_ratio(&ref, 0, CONV_DB, dbo) <= 1.0 &&
+              (filter || conv_ratio(&ref, 0, CONV_DW, dwo) <= 1.0),
           "%s: conv2d's db or im2col dW outside the bound", name);
     tmp_free_all();
 }
@@ -466,8 +470,9 @@ static void test_convk_cfg(const conv_cfg *k) {
 static void test_convk(void) {
     static const conv_cfg cfgs[] = {
         /* n  h   w   c  oc kh kw st pt pb pl pr bias */
-        {2, 9, 10, 5, 32, 3, 3, 1, 0, 0, 0, 0, 1},  /* valid; channels in one block of 5 */
-        {2, 8, 9, 13, 64, 3, 3, 1, 1, 1, 1, 1, 0},  /* same, no bias; blocks of 6 and 7 -> 3 */
+        {2, 9, 10, 5, 32, 3, 3, 1, 0, 0, 0, 0, 1}, /* valid; 5 channels: one short block */
+        {2, 8, 9, 13, 64, 3, 3, 1, 1, 1, 1, 1,
+         0}, /* same, no bias; 13 channels: 6 + 7, 4 + 4 + 5 */
         {3, 7, 7, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1},  /* oc 40: a partial block; dW by im2col */
         {2, 5, 4, 33, 32, 2, 3, 1, 0, 1, 1, 1, 1},  /* 2x3, asymmetric padding, rows of 4 */
         {1, 11, 13, 7, 96, 5, 5, 1, 2, 2, 2, 2, 1}, /* 5x5 same */
