@@ -49,10 +49,6 @@ enum {
     CK_MAX_LANES = 8, /* most lanes one pass uses (the scratch holds their copies) */
 };
 
-static size_t pad_to(size_t v, size_t m) {
-    return (v + m - 1) / m * m;
-}
-
 static size_t ck_blocks(int channels) {
     return ((size_t)channels + CK_N - 1) / CK_N;
 }
@@ -112,6 +108,7 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
  * block). R is a constant in each case of the switches, so that the sums stay in registers. */
 #define CK_DEFINE(NAME, W, NV, RM, ATTR)                                                           \
     typedef float NAME##_vec __attribute__((vector_size(4 * (W)), aligned(4)));                    \
+    enum { NAME##_rm = (RM) };                                                                     \
     ATTR static inline __attribute__((always_inline)) void NAME##_row_blk(                         \
         const cv_row *g, const int R, int p0, int blk) {                                           \
         const int ni = g->ni, kw = g->kw, ic = g->ic;                                              \
@@ -221,13 +218,13 @@ typedef struct {
  * CPU has them; the passes use the last. */
 static int ck_variants(ck_variant *v) {
     int n = 0;
-    v[n++] = (ck_variant){ck_base_row, ck_base_dw, CK_BASE_R, "base"};
+    v[n++] = (ck_variant){ck_base_row, ck_base_dw, ck_base_rm, "base"};
 #ifdef CK_MULTI
     __builtin_cpu_init();
     if (__builtin_cpu_supports("x86-64-v3"))
-        v[n++] = (ck_variant){ck_v3_row, ck_v3_dw, 6, "x86-64-v3"};
+        v[n++] = (ck_variant){ck_v3_row, ck_v3_dw, ck_v3_rm, "x86-64-v3"};
     if (__builtin_cpu_supports("x86-64-v4"))
-        v[n++] = (ck_variant){ck_v4_row, ck_v4_dw, 12, "x86-64-v4"};
+        v[n++] = (ck_variant){ck_v4_row, ck_v4_dw, ck_v4_rm, "x86-64-v4"};
 #endif
     return n;
 }
@@ -274,8 +271,8 @@ int mgt_cpu_convk_fits(const mgt_conv_shape *s, int pass) {
 
 /* Floats of each part, rounded to 16 floats (64 bytes) so that every part stays aligned. */
 static size_t ck_fwd_w(const mgt_conv_shape *s) {
-    return pad_to(ck_blocks(s->oc) * s->kh * s->kw * (size_t)s->c * CK_N + ck_blocks(s->oc) * CK_N,
-                  16);
+    return mgt_cpu_pad_up(
+        ck_blocks(s->oc) * s->kh * s->kw * (size_t)s->c * CK_N + ck_blocks(s->oc) * CK_N, 16);
 }
 
 /* Forward reads x in place when the window never leaves it (no padding on the left, none
@@ -285,21 +282,21 @@ static int ck_fwd_copies(const mgt_conv_shape *s) {
 }
 
 static size_t ck_fwd_copy(const mgt_conv_shape *s) {
-    return ck_fwd_copies(s) ? pad_to((size_t)s->h * (s->ow + s->kw - 1) * s->c, 16) : 0;
+    return ck_fwd_copies(s) ? mgt_cpu_pad_up((size_t)s->h * (s->ow + s->kw - 1) * s->c, 16) : 0;
 }
 
 static size_t ck_bwd_w(const mgt_conv_shape *s) {
-    return pad_to(ck_blocks(s->c) * s->kh * s->kw * (size_t)s->oc * CK_N, 16);
+    return mgt_cpu_pad_up(ck_blocks(s->c) * s->kh * s->kw * (size_t)s->oc * CK_N, 16);
 }
 
 /* Backward data reads dy from a copy of each sample with kw - 1 columns at both ends:
  * oh x (w + kw - 1). */
 static size_t ck_bwd_copy(const mgt_conv_shape *s) {
-    return pad_to((size_t)s->oh * (s->w + s->kw - 1) * s->oc, 16);
+    return mgt_cpu_pad_up((size_t)s->oh * (s->w + s->kw - 1) * s->oc, 16);
 }
 
 static size_t ck_filter_acc(const mgt_conv_shape *s) {
-    return pad_to((size_t)s->kh * s->kw * s->c * s->oc, 16);
+    return mgt_cpu_pad_up((size_t)s->kh * s->kw * s->c * s->oc, 16);
 }
 
 static int ck_lanes(mgt_cpu_lanes *lanes) {
@@ -399,8 +396,26 @@ static void cv_lane(void *p, int lane) {
     }
 }
 
-static void cv_run(mgt_cpu_lanes *lanes, cv_job *j) {
-    mgt_cpu_lanes_run(lanes, j->lanes, cv_lane, j);
+/* The weights as the correlation reads them, CK_N channels of the vector side wide:
+ *   forward:       wp[blk][i][j][k][v] = W[blk * CK_N + v][k][i][j]                (v: oc)
+ *   backward data: wp[blk][i][j][o][v] = W[o][blk * CK_N + v][kh - 1 - i][kw - 1 - j] (v: c)
+ * with zeros beyond the vector side's channels. */
+static void ck_pack(const mgt_conv_shape *s, const float *w, int turned, float *wp) {
+    const int c = s->c, kh = s->kh, kw = s->kw;
+    const size_t nv = (size_t)(turned ? c : s->oc), ni = (size_t)(turned ? s->oc : c);
+    const size_t nblk = ck_blocks((int)nv);
+    for (size_t blk = 0; blk < nblk; blk++)
+        for (int i = 0; i < kh; i++)
+            for (int jj = 0; jj < kw; jj++) {
+                const int ti = turned ? kh - 1 - i : i, tj = turned ? kw - 1 - jj : jj;
+                for (size_t q = 0; q < ni; q++) {
+                    float *dst = wp + (((blk * kh + i) * kw + jj) * ni + q) * CK_N;
+                    for (size_t v = 0; v < CK_N; v++) {
+                        const size_t a = blk * CK_N + v, o = turned ? q : a, k = turned ? a : q;
+                        dst[v] = a < nv ? w[((o * c + k) * kh + ti) * kw + tj] : 0.0f;
+                    }
+                }
+            }
 }
 
 int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const mgt_conv_shape *s,
@@ -413,18 +428,9 @@ int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const 
         return -1;
     const int c = s->c, oc = s->oc, kh = s->kh, kw = s->kw;
     const size_t nblk = ck_blocks(oc);
-    /* wp[blk][i][j][k][CK_N] = W[blk * CK_N + v][k][i][j], zeros beyond oc; then the bias */
+    /* the packed weights, then the bias */
     float *wp = scratch, *init = scratch + nblk * kh * kw * (size_t)c * CK_N;
-    for (size_t blk = 0; blk < nblk; blk++)
-        for (int i = 0; i < kh; i++)
-            for (int jj = 0; jj < kw; jj++)
-                for (int k = 0; k < c; k++) {
-                    float *dst = wp + (((blk * kh + i) * kw + jj) * c + k) * CK_N;
-                    for (int v = 0; v < CK_N; v++) {
-                        const size_t o = blk * CK_N + v;
-                        dst[v] = o < (size_t)oc ? w[((o * c + k) * kh + i) * kw + jj] : 0.0f;
-                    }
-                }
+    ck_pack(s, w, 0, wp);
     for (size_t o = 0; o < nblk * CK_N; o++)
         init[o] = b && o < (size_t)oc ? b[o] : 0.0f;
     cv_job j = {.s = s,
@@ -446,7 +452,7 @@ int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const 
                 .copy = scratch + wf,
                 .copy_floats = cf,
                 .out = y};
-    cv_run(lanes, &j);
+    mgt_cpu_lanes_run(lanes, j.lanes, cv_lane, &j);
     return 0;
 }
 
@@ -459,22 +465,7 @@ int mgt_cpu_convk_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
     if (!scratch || (wf + (size_t)L * cf) * sizeof(float) > bytes)
         return -1;
     const int c = s->c, oc = s->oc, kh = s->kh, kw = s->kw;
-    const size_t nblk = ck_blocks(c);
-    /* wp[blk][i][j][o][CK_N] = W[o][blk * CK_N + v][kh - 1 - i][kw - 1 - j], zeros beyond c */
-    float *wp = scratch;
-    for (size_t blk = 0; blk < nblk; blk++)
-        for (int i = 0; i < kh; i++)
-            for (int jj = 0; jj < kw; jj++)
-                for (int o = 0; o < oc; o++) {
-                    float *dst = wp + (((blk * kh + i) * kw + jj) * oc + o) * CK_N;
-                    for (int v = 0; v < CK_N; v++) {
-                        const size_t k = blk * CK_N + v;
-                        dst[v] =
-                            k < (size_t)c
-                                ? w[(((size_t)o * c + k) * kh + (kh - 1 - i)) * kw + (kw - 1 - jj)]
-                                : 0.0f;
-                    }
-                }
+    ck_pack(s, w, 1, scratch);
     /* dx[iy][ix] reads dy[iy + pad_top - i][ix + pad_left - j]: with the window turned round
      * (i' = kh - 1 - i), rows iy + pad_top - (kh - 1) + i' and copy columns ix + j', the copy's
      * column 0 being dy's column pad_left - (kw - 1). */
@@ -492,12 +483,12 @@ int mgt_cpu_convk_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
                 .copies = 1,
                 .src = dy,
                 .src_w = s->ow,
-                .w = wp,
+                .w = scratch,
                 .init = NULL,
                 .copy = scratch + wf,
                 .copy_floats = cf,
                 .out = dx};
-    cv_run(lanes, &j);
+    mgt_cpu_lanes_run(lanes, j.lanes, cv_lane, &j);
     return 0;
 }
 

@@ -28,6 +28,11 @@
 #include "../simd.h"
 #include "backend.h"
 
+/* x rounded up to a multiple of q (buffer sizes in floats, channel counts in blocks). */
+static inline size_t mgt_cpu_pad_up(size_t x, size_t q) {
+    return (x + q - 1) / q * q;
+}
+
 /* cpu_lanes.c: worker threads started with the backend, for passes split in lanes. */
 typedef struct mgt_cpu_lanes mgt_cpu_lanes;
 /* n lanes: the calling thread and n - 1 workers (fewer if threads cannot be had). */

@@ -235,20 +235,13 @@ static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
         float *restrict dx = j->out0 ? j->out0 + r * c : NULL;
         float *restrict dr = j->dr ? j->dr + r * c : NULL;
         if (dx && !dr && !j->relu) {
-            /* a batchnorm alone (dz = dy): the same arithmetic, in loops without branches so that
-             * they vectorise (the general loop below runs a float at a time) */
-            if (gamma)
-                for (int k = 0; k < c; k++) {
-                    const float is = invstd[k], g = gamma[k];
-                    const float xhat = (xr[k] - mean[k]) * is;
-                    dx[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
-                }
-            else
-                for (int k = 0; k < c; k++) {
-                    const float is = invstd[k], g = 1.0f;
-                    const float xhat = (xr[k] - mean[k]) * is;
-                    dx[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
-                }
+            /* a batchnorm alone (dz = dy): the same arithmetic, in a loop without the general
+             * loop's branches, so that it vectorises (the general loop runs a float at a time) */
+            for (int k = 0; k < c; k++) {
+                const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
+                const float xhat = (xr[k] - mean[k]) * is;
+                dx[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+            }
             continue;
         }
         for (int k = 0; k < c; k++) {

@@ -105,10 +105,6 @@ static size_t align16(size_t floats) { /* keeps each buffer 64-byte aligned */
     return (floats + 15) & ~(size_t)15;
 }
 
-static size_t pad_up(size_t x, size_t q) {
-    return (x + q - 1) / q * q;
-}
-
 /* A chunk's transformed tiles, position-major: element (tile r, position xi, channel ch) is
  * at p[r * st + xi * sp + ch], st = the row stride (the channels, or more where the GEMM wants
  * padding), sp = rows per chunk * st. (Measured against [tile][xi][channel]: the same to 10%
@@ -552,7 +548,7 @@ MGT_SIMD
 static void wino_filter(int m, int na, int nb, const float *w, int flip, float *U, int a0, int a1) {
     const int nt = m + 2;
     const double(*G)[3] = wino_g(m);
-    const size_t plane = (size_t)na * pad_up((size_t)nb, GEMM_NR);
+    const size_t plane = (size_t)na * mgt_cpu_pad_up((size_t)nb, GEMM_NR);
     const int lc = flip ? nb : na; /* the layer's input channels */
     double gg[9][GEMM_NR], t[WINO_NMAX][3][GEMM_NR];
     for (int a = a0; a < a1; a++)
@@ -642,23 +638,24 @@ int mgt_cpu_wino_fits(const mgt_conv_shape *s) {
 /* Backward filter's product has the layer's output channels as rows (padded to GEMM_MR) and its
  * input channels as columns (padded to GEMM_NR), or the other way round: whichever pads less. */
 static int wino_grad_rows_oc(int c, int oc) {
-    return pad_up((size_t)oc, GEMM_MR) * pad_up((size_t)c, GEMM_NR) <=
-           pad_up((size_t)c, GEMM_MR) * pad_up((size_t)oc, GEMM_NR);
+    return mgt_cpu_pad_up((size_t)oc, GEMM_MR) * mgt_cpu_pad_up((size_t)c, GEMM_NR) <=
+           mgt_cpu_pad_up((size_t)c, GEMM_MR) * mgt_cpu_pad_up((size_t)oc, GEMM_NR);
 }
 
 /* Row strides of the backward-filter pass's tile buffers (x's, dy's): the operand whose channels
  * are the product's rows is padded to GEMM_MR, the other to GEMM_NR. */
 static size_t wino_grad_x_stride(int c, int oc) {
-    return pad_up((size_t)c, wino_grad_rows_oc(c, oc) ? GEMM_NR : GEMM_MR);
+    return mgt_cpu_pad_up((size_t)c, wino_grad_rows_oc(c, oc) ? GEMM_NR : GEMM_MR);
 }
 static size_t wino_grad_dy_stride(int c, int oc) {
-    return pad_up((size_t)oc, wino_grad_rows_oc(c, oc) ? GEMM_MR : GEMM_NR);
+    return mgt_cpu_pad_up((size_t)oc, wino_grad_rows_oc(c, oc) ? GEMM_MR : GEMM_NR);
 }
 
 /* Floats of one S_xi block (P of them make S0, as many S1). */
 static size_t wino_grad_block(int c, int oc) {
     const int roc = wino_grad_rows_oc(c, oc);
-    return pad_up((size_t)(roc ? oc : c), GEMM_MR) * pad_up((size_t)(roc ? c : oc), GEMM_NR);
+    return mgt_cpu_pad_up((size_t)(roc ? oc : c), GEMM_MR) *
+           mgt_cpu_pad_up((size_t)(roc ? c : oc), GEMM_NR);
 }
 
 typedef struct {
@@ -671,8 +668,8 @@ static size_t max3(size_t a, size_t b, size_t c) {
 
 /* What the largest of a layer's three passes needs for chunks of T tiles. */
 static wino_need wino_need_of(size_t P, int c, int oc, size_t T) {
-    const size_t T6 = pad_up(T, GEMM_MR), c32 = pad_up((size_t)c, GEMM_NR);
-    const size_t oc32 = pad_up((size_t)oc, GEMM_NR);
+    const size_t T6 = mgt_cpu_pad_up(T, GEMM_MR), c32 = mgt_cpu_pad_up((size_t)c, GEMM_NR);
+    const size_t oc32 = mgt_cpu_pad_up((size_t)oc, GEMM_NR);
     const size_t fwd_u = P * (size_t)c * oc32, data_u = P * (size_t)oc * c32;
     const size_t grad_s = 2 * align16(P * wino_grad_block(c, oc));
     const size_t fwd = align16(T6 * P * (size_t)c) + align16(T6 * P * oc32);
@@ -696,7 +693,8 @@ size_t mgt_cpu_wino_scratch_tiles(int m, int c, int oc, size_t tiles, int lanes)
  *                       72: 139-142/147-150/186-204 */
 static size_t wino_target_tiles(size_t P, int c, int oc) {
     const size_t floats = WINO_LANE_BYTES / sizeof(float);
-    size_t t = floats / (P * (pad_up((size_t)c, GEMM_NR) + pad_up((size_t)oc, GEMM_NR)));
+    size_t t =
+        floats / (P * (mgt_cpu_pad_up((size_t)c, GEMM_NR) + mgt_cpu_pad_up((size_t)oc, GEMM_NR)));
     while (t > 1 && wino_need_of(P, c, oc, t).lane > floats)
         t--;
     if (t >= GEMM_MR)
@@ -792,7 +790,8 @@ static void wino_plan(wino_job *job, float *scratch, size_t bytes) {
         /* Small batches: chunks small enough to give every lane work. Split for the most
          * lanes, not this call's, so that the chunking (hence where backward filter's halves
          * meet) does not depend on the thread count. */
-        const size_t even = pad_up((g->tiles + WINO_MAX_LANES - 1) / WINO_MAX_LANES, GEMM_MR);
+        const size_t even =
+            mgt_cpu_pad_up((g->tiles + WINO_MAX_LANES - 1) / WINO_MAX_LANES, GEMM_MR);
         t = t < even ? t : even;
         job->tc = t;
         job->lanes = lanes;
@@ -822,7 +821,8 @@ static void wino_task_filter(wino_job *job, int lane) {
 static void wino_task_corr(wino_job *job, int lane) {
     const wino_geom *g = job->g;
     const int P = g->P, ic = g->ic;
-    const size_t rows = pad_up(job->tc, GEMM_MR), oc32 = pad_up((size_t)g->oc, GEMM_NR);
+    const size_t rows = mgt_cpu_pad_up(job->tc, GEMM_MR),
+                 oc32 = mgt_cpu_pad_up((size_t)g->oc, GEMM_NR);
     float *vp = job->lane0 + (size_t)lane * job->lane_floats;
     const wino_buf V = wino_buf_at(vp, rows, (size_t)ic);
     const wino_buf M = wino_buf_at(vp + align16(rows * P * (size_t)ic), rows, oc32);
@@ -831,7 +831,7 @@ static void wino_task_corr(wino_job *job, int lane) {
         if (k >= job->nchunks)
             break;
         const size_t t0 = k * job->tc, t1 = t0 + job->tc < g->tiles ? t0 + job->tc : g->tiles;
-        const size_t n = t1 - t0, n6 = pad_up(n, GEMM_MR);
+        const size_t n = t1 - t0, n6 = mgt_cpu_pad_up(n, GEMM_MR);
         wino_input(g, job->in, t0, t1, V);
         for (int xi = 0; xi < P; xi++) { /* M_xi = V_xi U_xi */
             if (n6 > n)
@@ -885,8 +885,8 @@ static void wino_task_grad(wino_job *job, int lane) {
     int zeroed = 0;
     /* S_xi = sum over tiles of D_xi^T X_xi (rows oc), or of X_xi^T D_xi (rows c) */
     const wino_buf rows_op = roc ? D : X, cols_op = roc ? X : D;
-    const size_t rows = pad_up((size_t)(roc ? oc : c), GEMM_MR);
-    const size_t cols = pad_up((size_t)(roc ? c : oc), GEMM_NR);
+    const size_t rows = mgt_cpu_pad_up((size_t)(roc ? oc : c), GEMM_MR);
+    const size_t cols = mgt_cpu_pad_up((size_t)(roc ? c : oc), GEMM_NR);
     for (;;) { /* the halves go to whichever lane is free: a late worker leaves its half */
         const size_t h = atomic_fetch_add(&job->next, 1);
         if (h >= WINO_GROUPS)
@@ -927,7 +927,7 @@ static void wino_task_grad_filter(wino_job *job, int lane) {
     const wino_geom *g = job->g;
     const int c = g->ic, oc = g->oc, roc = wino_grad_rows_oc(c, oc);
     /* S_xi(o, ch): rows oc, columns c (padded to GEMM_NR), or the transpose */
-    const size_t ld = pad_up((size_t)(roc ? c : oc), GEMM_NR);
+    const size_t ld = mgt_cpu_pad_up((size_t)(roc ? c : oc), GEMM_NR);
     int o0, o1;
     wino_share(oc, lane, job->lanes, &o0, &o1);
     wino_filter_grad(g->m, oc, c, job->U, job->U + job->plane, wino_grad_block(c, oc), roc ? ld : 1,
