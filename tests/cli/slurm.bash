@@ -218,6 +218,30 @@ slurm_submit() {
   slurm_sbatch "$@" && slurm_wait "$1"
 }
 
+# slurm_startup_crash OUT ERR: whether a run's ranks died in Open MPI's start-up: a segmentation
+# fault at address 0 (ERR) before mgtrain printed its start-up block (OUT). On the namespace
+# cluster, Debian 12's Open MPI 4.1 under srun --mpi=pmix does this to a few starts in a hundred
+# on a busy machine, before any of mgtrain's own code runs: the core files show MPI_Init waiting
+# in its first PMIx fence (the modex) while an MPI message from a rank on the other node, one
+# that has already left MPI_Init, reaches the TCP transport, whose handler for it is not yet set
+# (a call through a null pointer). A rank can only leave MPI_Init after the fence that ends it,
+# so the fences were released out of order; Slurm 22.05's PMIx plugin and PMIx 4.2 run them.
+slurm_startup_crash() {
+  grep -q 'Failing at address: (nil)' "$2" 2>/dev/null && ! grep -q '^  world: ' "$1" 2>/dev/null
+}
+
+# slurm_run NAME [sbatch options...]: slurm_submit, and once more, saying so, where the job's
+# ranks died in Open MPI's start-up (slurm_startup_crash); a second such death stands.
+slurm_run() {
+  slurm_submit "$@" || return 1
+  local out=$T/work/runs/slurm-$JID.out err=$T/work/runs/slurm-$JID.err
+  case "$JOBINFO" in *JobState=FAILED*) ;; *) return 0 ;; esac
+  slurm_startup_crash "$out" "$err" || return 0
+  echo "note: job $JID ($1): ranks died in MPI_Init (slurm.bash: slurm_startup_crash); once more:"
+  grep -m 4 -E 'Signal:|Failing at|srun: error' "$err"
+  slurm_submit "$@"
+}
+
 slurm_completed() { # slurm_completed NAME: the job ended COMPLETED with exit code 0:0
   local st ec
   st=$(grep -o 'JobState=[A-Z_]*' <<<"$JOBINFO"); ec=$(grep -o ' ExitCode=[0-9:]*' <<<"$JOBINFO")

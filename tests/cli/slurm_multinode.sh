@@ -59,7 +59,7 @@ fi
 data="--data synthetic --synthetic-samples 12000"; [ -d "$DATA" ] && data="--data $DATA"
 run="$data --max-steps 40 --no-validation --verbose 2"
 export MGT_BIN MGT_ARGS="$run --out RUN"
-slurm_submit train -N 2 --ntasks-per-node=2 --cpus-per-task=1 || bad "sbatch train"
+slurm_run train -N 2 --ntasks-per-node=2 --cpus-per-task=1 || bad "sbatch train"
 out=work/runs/slurm-$JID.out
 slurm_completed "sbatch -N 2 --ntasks-per-node=2 launch/mgtrain.sbatch"
 cat "$out"
@@ -106,8 +106,17 @@ has "fallback: rank 2 on node2, local rank 0" "$out" '^  rank 2: node2, node 1, 
 same "weights, the mpirun fallback against srun" work/RUN2/weights.safetensors work/RUN/weights.safetensors 0
 
 # --- srun from the head, as a user would start it interactively --------------------------------
-(cd work && on head timeout 300 srun -N 2 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix \
-  "$MGT_BIN" $run --out RUN3) >srun.log 2>&1; rc=$?
+srun_head() {
+  (cd work && on head timeout 300 srun -N 2 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix \
+    "$MGT_BIN" $run --out RUN3) >srun.log 2>&1
+}
+srun_head; rc=$?
+if [ $rc -ne 0 ] && slurm_startup_crash srun.log srun.log; then
+  echo "note: srun from the head: ranks died in MPI_Init (slurm.bash: slurm_startup_crash);" \
+    "once more:"
+  grep -m 4 -E 'Signal:|Failing at|srun: error' srun.log
+  srun_head; rc=$?
+fi
 [ $rc -eq 0 ] && grep -q '^  world: 4 ranks on 2 nodes' srun.log && grep -q '^  rank 3: node2, node 1, local rank 1,' srun.log \
   && ok "srun -N 2 --ntasks-per-node=2 --mpi=pmix from the head: 4 ranks on 2 nodes" || { bad "srun from the head: exit $rc"; cat srun.log; }
 same "weights, srun from the head against sbatch" work/RUN3/weights.safetensors work/RUN/weights.safetensors 0
