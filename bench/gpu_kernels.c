@@ -500,7 +500,7 @@ static const int bn_bytes[BN_KINDS] = {4, 8, 8, 12, 28, 8, 8, 12, 12, 12, 20};
 
 static mgt_bn_pass bn_pass_of(const bn_ctx *c, int set, int kind) {
     mgt_bn_pass p = {c->rows,  c->c,    c->x[set], c->mean,      c->invstd,
-                     c->gamma, c->beta, NULL,      MGT_ACT_NONE, NULL};
+                     c->gamma, c->beta, NULL,      MGT_ACT_NONE, NULL, 0};
     if (kind == BN_APPLY_RELU || kind == BN_REDUCE_RELU || kind == BN_BWD_RELU)
         p.act = MGT_ACT_RELU;
     if (kind == BN_APPLY_ADD_RELU) {

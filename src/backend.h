@@ -50,6 +50,9 @@ typedef struct mgt_conv_shape {
     int pad_top, pad_left; /* zero padding before the first row/column ("same" pads the rest) */
     int oh, ow;            /* output, computed by the caller */
     mgt_conv_algo algo;    /* zero (AUTO) unless the layer or --conv-algo says otherwise */
+    /* conv2d_fwd: MGT_ACT_RELU to write act_fwd's ReLU of the output instead of the output
+     * itself, where the backend takes it (mgt_backend.conv_relu); otherwise MGT_ACT_NONE. */
+    mgt_act act;
 } mgt_conv_shape;
 
 /* Geometry of one pooling window (NHWC). Output (oy, ox) sees input rows oy*stride - pad_top ..
@@ -80,6 +83,9 @@ typedef struct mgt_bn_pass {
     const float *r;
     mgt_act act;
     const float *y;
+    /* bn_bwd_apply: dx = x > 0 ? dx : 0, the gradient of the ReLU that wrote x (a layer's own
+     * activation, fuse.c), where the backend takes it (mgt_backend.bn_x_relu). */
+    int x_relu;
 } mgt_bn_pass;
 
 typedef struct mgt_ops mgt_ops;
@@ -94,6 +100,13 @@ typedef struct mgt_backend {
     /* Leave a convolution's bias out where a batchnorm cancels it (fuse.c): the GPU's choice;
      * the CPU backend, the reference, computes it (0) and so keeps its results bit for bit. */
     int cancel_bias;
+    /* conv2d_fwd applies the ReLU that mgt_conv_shape.act asks for (the CPU backend: in its
+     * direct kernels' stores, sparing a pass over the output); 0: the layer's activation runs
+     * as a pass of its own. */
+    int conv_relu;
+    /* bn_bwd_apply applies mgt_bn_pass.x_relu, so that a batchnorm's backward takes over the
+     * gradient of the ReLU before it (fuse.c); 0: that ReLU's gradient is a pass of its own. */
+    int bn_x_relu;
 } mgt_backend;
 
 /* Whether an h x w x c sample's NHWC and C, H, W orders are the same bytes: one channel, or one
@@ -218,6 +231,10 @@ struct mgt_ops {
                         int32_t *argmax);
     void (*maxpool_bwd)(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
                         const int32_t *argmax, float *dx);
+    /* Optional (NULL: none): maxpool_bwd with each maximum's gradient masked by x > 0, x the
+     * pooled input: the gradient of the ReLU that wrote x, taken over from its layer (fuse.c). */
+    void (*maxpool_bwd_relu)(mgt_backend *be, const mgt_pool_shape *s, const float *x,
+                             const float *dy, const int32_t *argmax, float *dx);
     void (*avgpool_fwd)(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y);
     void (*avgpool_bwd)(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
 

@@ -21,6 +21,14 @@
  * and the weights saved, mean what they meant with it (backend.h: bn_finalize's shift).
  * Evaluation uses the bias as usual.
  *
+ * A layer that ends in its own ReLU (a convolution's activation = relu) and whose only reader is
+ * a batchnorm or a max pooling outside any group, as in Keras' conv -> relu -> batchnorm and
+ * conv -> relu -> maxpool, leaves that ReLU's gradient to the reader, on a backend that takes it
+ * (takes_x_relu: the CPU's): the reader's input x is the ReLU's output, so its backward masks
+ * the gradient it writes by x > 0 in the same pass, and the layer skips a pass over its gradient
+ * that reads its output (act_bwd's y > 0 ? g : 0, the same values). The layer's output stays
+ * planned as one its backward reads, so it outlives the reader's backward.
+ *
  * The groups change no result: each fused op rounds as the unfused ops did (on the CPU bit for
  * bit; tests/unit/test_fuse.c). A cancelled bias changes the batchnorm's input by a constant per
  * channel, so its statistics by rounding only, and its gradient from rounding noise to zero; the
@@ -104,4 +112,23 @@ int mgt_fuse_find(const mgt_model *m, mgt_group *groups, int *group_of, int *bia
         n++;
     }
     return n;
+}
+
+void mgt_fuse_relu_grads(mgt_model *m) {
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].relu_grad_by_reader = m->layers[i].x_relu_grad = 0;
+    if (m->no_fusion || !m->be)
+        return;
+    for (int i = 0; i < m->nlayers; i++) {
+        mgt_layer *l = &m->layers[i];
+        const int b = only_reader(m, i);
+        if (b < 0 || l->act != MGT_ACT_RELU || l->fused_act || l->type->identity ||
+            l->type->merge || (m->group_of && m->group_of[i] >= 0))
+            continue;
+        mgt_layer *bl = &m->layers[b];
+        if (!bl->type->takes_x_relu || !bl->type->takes_x_relu(bl, m->be) || bl->ninputs != 1 ||
+            bl->inputs[0] != i || (m->group_of && m->group_of[b] >= 0))
+            continue;
+        l->relu_grad_by_reader = bl->x_relu_grad = 1;
+    }
 }

@@ -464,6 +464,7 @@ static int take_groups(mgt_model *m, int *at, mgt_err *err) {
     for (int i = 0; i < m->nlayers; i++)
         if (m->bias_of[i] >= 0)
             m->layers[m->bias_of[i]].bias_cancelled = 1;
+    mgt_fuse_relu_grads(m);
     return 0;
 }
 
@@ -687,7 +688,7 @@ void mgt_model_layer_forward(mgt_model *m, int i, const mgt_step *s) {
     } else {
         l->type->forward(m, l, s, input_of(m, s, l->inputs[0]), y);
     }
-    if (own_act(l) != MGT_ACT_NONE)
+    if (own_act(l) != MGT_ACT_NONE && !(l->type->applies_act && l->type->applies_act(m, l, s->be)))
         s->be->ops->act_fwd(s->be, l->act, s->n, row, y, y);
 }
 
@@ -780,7 +781,7 @@ static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
             o->act_bwd(s->be, own_act(l), s->n, row, y, dy, dx, (int)(l->accumulate & 1));
         return;
     }
-    if (own_act(l) != MGT_ACT_NONE)
+    if (own_act(l) != MGT_ACT_NONE && !l->relu_grad_by_reader) /* else done by its reader */
         o->act_bwd(s->be, l->act, s->n, row, y, dy, dy, 0);
     if (l->type->merge) {
         float *dx[MGT_MAX_INPUTS];

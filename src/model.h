@@ -154,6 +154,14 @@ typedef struct mgt_layer_type {
     void (*backward)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
                      const float *y, float *dy, float *dx);
     size_t (*scratch)(mgt_backend *be, const mgt_layer *l, int max_batch); /* may be NULL */
+    /* May be NULL. 1 when forward on backend be writes the layer's activation (l->act, not
+     * left to the loss) itself: the executor then runs no pass of its own for it. Never with
+     * m->no_fusion, which runs every op by itself. */
+    int (*applies_act)(const mgt_model *m, const mgt_layer *l, const mgt_backend *be);
+    /* May be NULL. 1 when backward on backend be can apply the gradient of the ReLU that wrote
+     * its input x (x > 0 ? g : 0) to the gradient it writes (fuse.c: mgt_fuse_relu_grads; it
+     * then finds l->x_relu_grad set). */
+    int (*takes_x_relu)(const mgt_layer *l, const mgt_backend *be);
     /* May be NULL. How backward on a backend with ops o writes and hands over (grads_ready)
      * the layer's gradients: 0, whole; rows > 0, the tensors above its first one first, then
      * the first tensor (shape[0] rows, laid out row after row) in blocks of `rows` rows from
@@ -281,6 +289,9 @@ struct mgt_layer {
     float *saved, *work; /* the planner's layer-private memory (temps), or NULL */
     void *state[4];      /* layer-private backend memory (mean, invstd, ...) */
     int bias_cancelled;  /* cancellable_bias: a batchnorm cancels the bias (fuse.c) */
+    /* The gradient of the layer's own ReLU is applied by the layer that alone reads its output
+     * (relu_grad_by_reader), which masks its input's gradient (x_relu_grad): fuse.c. */
+    int relu_grad_by_reader, x_relu_grad;
     /* A view of the model's input (same_bytes, reading the float32 input, not the last layer):
      * its forward does nothing and its readers read the step's input itself, as PyTorch's
      * flatten of a contiguous tensor is a view (the MLP's copied 0.8 MB a step at batch 256). */
@@ -362,6 +373,9 @@ struct mgt_model {
  * say. A function of the graph and of m->be's cancel_bias (none without a backend) alone, so
  * every rank and the planner find the same. */
 int mgt_fuse_find(const mgt_model *m, mgt_group *groups, int *group_of, int *bias_of);
+/* Sets the layers' relu_grad_by_reader and x_relu_grad (fuse.c) from the graph, the groups
+ * found and what the readers take on m->be (takes_x_relu). */
+void mgt_fuse_relu_grads(mgt_model *m);
 /* Whether layer i's pass sums over the step's samples (a batchnorm, alone or at the tail of its
  * group, in training): --reproducible runs it on the whole step, not chunk by chunk. */
 int mgt_model_layer_whole(const mgt_model *m, int i);

@@ -242,6 +242,7 @@ static const mgt_ops cpu_ops = {
     .conv2d_bwd = mgt_cpu_conv2d_bwd,
     .maxpool_fwd = mgt_cpu_maxpool_fwd,
     .maxpool_bwd = mgt_cpu_maxpool_bwd,
+    .maxpool_bwd_relu = mgt_cpu_maxpool_bwd_relu,
     .avgpool_fwd = mgt_cpu_avgpool_fwd,
     .avgpool_bwd = mgt_cpu_avgpool_bwd,
     .bn_stats = mgt_cpu_bn_stats,
@@ -291,6 +292,8 @@ int mgt_cpu_backend_init(mgt_backend *be, int threads) {
     be->impl = im;
     be->act = MGT_F32;
     be->cancel_bias = 0; /* the reference computes every bias (fuse.c) */
+    be->conv_relu = 1;
+    be->bn_x_relu = 1;
     return 0;
 }
 

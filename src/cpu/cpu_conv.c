@@ -383,33 +383,34 @@ static void conv_direct_bwd(const mgt_conv_shape *s, const float *x, const float
 
 /* ---- ops ---- */
 
-void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
-                        const float *b, float *y) {
+/* The convolution into y; 1 where s->act is still to be applied, 0 where the kernel did. */
+static int conv_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                    const float *b, float *y) {
     const size_t rows = (size_t)(s->n > 0 ? s->n : 0) * s->oh * s->ow;
     const size_t K = conv_k(s);
     const int oc = s->oc;
     if (rows == 0 || oc <= 0)
-        return;
+        return 0;
     if (K == 0) { /* no input channels: only the bias */
         for (size_t r = 0; r < rows; r++)
             for (int o = 0; o < oc; o++)
                 y[r * oc + o] = b ? b[o] : 0.0f;
-        return;
+        return 1;
     }
     mgt_cpu_impl *im = mgt_cpu_impl_of(be);
     if (conv_is_pointwise(s)) {
         conv_gemm_fwd(im->lanes, rows, K, oc, x, w, b, y);
-        return;
+        return 1;
     }
     const int m = mgt_cpu_conv_wino_tile(s);
     if (m && mgt_cpu_wino_fwd(im->scratch, im->scratch_bytes, im->lanes, m, s, x, w, b, y) == 0)
-        return;
+        return 1;
     if (mgt_cpu_convk_fwd(im->scratch, im->scratch_bytes, im->lanes, s, x, w, b, y) == 0)
-        return;
+        return 0; /* the ReLU in its stores */
     const size_t chunk = conv_chunk_rows(im, s);
     if (chunk == 0) {
         conv_direct_fwd(s, x, w, b, y);
-        return;
+        return 1;
     }
     const float *wt = conv_w_cols(im, s, w);
     float *col = im->scratch + conv_w_floats(s);
@@ -418,6 +419,13 @@ void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         im2col_lanes(im->lanes, s, x, r0, r1, col);
         conv_gemm_fwd(im->lanes, r1 - r0, K, oc, col, wt, b, y + r0 * oc);
     }
+    return 1;
+}
+
+void mgt_cpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
+                        const float *b, float *y) {
+    if (conv_fwd(be, s, x, w, b, y) && s->act != MGT_ACT_NONE)
+        mgt_cpu_act_fwd(be, s->act, s->n * s->oh, s->ow * s->oc, y, y);
 }
 
 void mgt_cpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,

@@ -58,7 +58,8 @@ static size_t ck_blocks(int channels) {
 /* One output row of the correlation: out[p][o] for p < npix, o < nout, CK_N channels at a time:
  *   out[p][o] = init[o] + sum_{i < ni, j < kw, k < ic} in[i * in_row + (p + j) * ic + k]
  *                 * w[(o / CK_N) * w_blk + ((i * kw + j) * ic + k) * CK_N + o % CK_N]
- * (init NULL: 0), w padded with zeros beyond nout. */
+ * (init NULL: 0), w padded with zeros beyond nout; with relu, each sum stored as act_fwd's ReLU
+ * would leave it (v < 0 ? 0 : v: -0 and NaN unchanged). */
 typedef struct {
     const float *in;
     ptrdiff_t in_row;
@@ -66,7 +67,7 @@ typedef struct {
     const float *w;
     ptrdiff_t w_blk;
     const float *init;
-    int npix, nout;
+    int npix, nout, relu;
     float *out;
 } cv_row;
 
@@ -108,6 +109,7 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
  * block). R is a constant in each case of the switches, so that the sums stay in registers. */
 #define CK_DEFINE(NAME, W, NV, RM, ATTR)                                                           \
     typedef float NAME##_vec __attribute__((vector_size(4 * (W)), aligned(4)));                    \
+    typedef int NAME##_ivec __attribute__((vector_size(4 * (W)), aligned(4)));                     \
     enum { NAME##_rm = (RM) };                                                                     \
     ATTR static inline __attribute__((always_inline)) void NAME##_row_blk(                         \
         const cv_row *g, const int R, int p0, int blk) {                                           \
@@ -136,6 +138,11 @@ typedef void (*cv_dw_fn)(const cv_dw *g);
                     }                                                                              \
                 }                                                                                  \
             const int o0 = blk * CK_N + js;                                                        \
+            if (g->relu)                                                                           \
+                for (int r = 0; r < R; r++)                                                        \
+                    for (int v = 0; v < (NV); v++)                                                 \
+                        sum[r][v] = (NAME##_vec)((NAME##_ivec)sum[r][v] &                          \
+                                                 ~(sum[r][v] < (NAME##_vec){0}));                  \
             for (int r = 0; r < R; r++) {                                                          \
                 float *dst = g->out + (ptrdiff_t)(p0 + r) * g->nout + o0;                          \
                 for (int v = 0; v < (NV); v++) {                                                   \
@@ -328,6 +335,7 @@ typedef struct {
     int roff;         /* output row q reads input rows q + roff + i */
     int coff;         /* copy column q holds the source's column q + coff */
     int copies;       /* read from per-lane copies of each sample (with zero columns) */
+    int relu;         /* the output stored through a ReLU */
     const float *src; /* NHWC source: in_h x src_w x ic per sample */
     int src_w;
     const float *w, *init;
@@ -373,7 +381,8 @@ static void cv_lane(void *p, int lane) {
                 .w_blk = (ptrdiff_t)s->kh * s->kw * j->ic * CK_N,
                 .init = j->init,
                 .npix = j->out_w,
-                .nout = j->nout};
+                .nout = j->nout,
+                .relu = j->relu};
     for (size_t r = r0; r < r1; r++) {
         const size_t smp = r / (size_t)j->out_h;
         const int q = (int)(r % (size_t)j->out_h);
@@ -445,6 +454,7 @@ int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const 
                 .roff = -s->pad_top,
                 .coff = -s->pad_left,
                 .copies = ck_fwd_copies(s),
+                .relu = s->act == MGT_ACT_RELU,
                 .src = x,
                 .src_w = s->w,
                 .w = wp,

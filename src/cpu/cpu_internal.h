@@ -24,9 +24,21 @@
 #include <cblas.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../simd.h"
 #include "backend.h"
+
+/* v where keep is true, else +0: act_bwd's ReLU gradient (y > 0 ? g : 0) written as a bit mask,
+ * which compilers keep branch-free (and vectorise) where a ternary operator may become a branch
+ * around the computation of v, costly on a ReLU's unpredictable signs. */
+static inline float mgt_cpu_keep_if(float v, int keep) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u &= (uint32_t)0 - (uint32_t)(keep != 0);
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
 
 /* x rounded up to a multiple of q (buffer sizes in floats, channel counts in blocks). */
 static inline size_t mgt_cpu_pad_up(size_t x, size_t q) {
@@ -165,6 +177,8 @@ void mgt_cpu_maxpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *
                          int32_t *argmax);
 void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
                          const int32_t *argmax, float *dx);
+void mgt_cpu_maxpool_bwd_relu(mgt_backend *be, const mgt_pool_shape *s, const float *x,
+                              const float *dy, const int32_t *argmax, float *dx);
 void mgt_cpu_avgpool_fwd(mgt_backend *be, const mgt_pool_shape *s, const float *x, float *y);
 void mgt_cpu_avgpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy, float *dx);
 

@@ -32,6 +32,7 @@ typedef struct {
     const float *r;     /* a fusion group's residual, or NULL */
     const float *ymask; /* backward: the group's output, the ReLU's mask (NULL: recomputed) */
     int relu;           /* the group ends in a ReLU */
+    int x_relu;         /* backward: dx masked by x > 0 (the ReLU that wrote x) */
     int accumulate;     /* dr += dz */
     float *out0, *out1; /* sum, sumsq / dgamma, dbeta / y / dx */
     float *dr;          /* the residual's gradient, or NULL */
@@ -48,7 +49,8 @@ static bn_job job_of(const mgt_bn_pass *p) {
                     .beta = p->beta,
                     .r = p->r,
                     .ymask = p->y,
-                    .relu = p->act == MGT_ACT_RELU};
+                    .relu = p->act == MGT_ACT_RELU,
+                    .x_relu = p->x_relu};
 }
 
 /* z of row xr, channel k: the normalisation, then the residual (one float addition). The ReLU
@@ -221,7 +223,8 @@ void mgt_cpu_bn_bwd_reduce(mgt_backend *be, const mgt_bn_pass *p, const float *d
 }
 
 /* dx = gamma * invstd * (dz - (dbeta + xhat * dgamma) / count), dz = dy masked by the group's
- * ReLU; the residual's gradient dr = dz (or += dz). */
+ * ReLU, then with x_relu masked by x > 0 (act_bwd's ReLU gradient, y > 0 ? g : 0, as x is that
+ * ReLU's output); the residual's gradient dr = dz (or += dz). */
 MGT_SIMD
 static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
     const bn_job *j = p;
@@ -237,11 +240,19 @@ static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
         if (dx && !dr && !j->relu) {
             /* a batchnorm alone (dz = dy): the same arithmetic, in a loop without the general
              * loop's branches, so that it vectorises (the general loop runs a float at a time) */
-            for (int k = 0; k < c; k++) {
-                const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
-                const float xhat = (xr[k] - mean[k]) * is;
-                dx[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
-            }
+            if (j->x_relu)
+                for (int k = 0; k < c; k++) {
+                    const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
+                    const float xhat = (xr[k] - mean[k]) * is;
+                    const float v = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+                    dx[k] = mgt_cpu_keep_if(v, xr[k] > 0.0f);
+                }
+            else
+                for (int k = 0; k < c; k++) {
+                    const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
+                    const float xhat = (xr[k] - mean[k]) * is;
+                    dx[k] = g * is * (gr[k] - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+                }
             continue;
         }
         for (int k = 0; k < c; k++) {
@@ -249,7 +260,8 @@ static void bn_bwd_apply_rows(void *p, size_t lo, size_t hi) {
             if (dx) {
                 const float is = invstd[k], g = gamma ? gamma[k] : 1.0f;
                 const float xhat = (xr[k] - mean[k]) * is;
-                dx[k] = g * is * (dz - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+                const float v = g * is * (dz - (dbeta[k] + xhat * dgamma[k]) * inv_count);
+                dx[k] = j->x_relu ? mgt_cpu_keep_if(v, xr[k] > 0.0f) : v;
             }
             if (dr)
                 dr[k] = j->accumulate ? dr[k] + dz : dz;

@@ -23,6 +23,7 @@ typedef struct {
     float *y;       /* forward output, or backward dx */
     const int32_t *argmax_in;
     int32_t *argmax_out;
+    const float *relu_x; /* backward: the pooled input, its ReLU's mask (NULL: none) */
 } pool_job;
 
 /* Samples per part: enough that a part is worth a lane (see cpu_elem.c's ELEM_PART). */
@@ -99,9 +100,16 @@ static void maxpool_bwd_samples(void *p, size_t n0, size_t n1) {
     const mgt_pool_shape *s = jb->s;
     const size_t in = (size_t)s->h * s->w * s->c, out = (size_t)s->oh * s->ow * s->c;
     float *dx = jb->y;
+    const float *rx = jb->relu_x;
     memset(dx + n0 * in, 0, sizeof(float) * (n1 - n0) * in);
-    for (size_t o = n0 * out; o < n1 * out; o++)
-        dx[jb->argmax_in[o]] += jb->x[o];
+    if (rx) /* act_bwd's y > 0 ? g : 0 at each maximum; the rest stays 0 either way */
+        for (size_t o = n0 * out; o < n1 * out; o++) {
+            const int32_t a = jb->argmax_in[o];
+            dx[a] += mgt_cpu_keep_if(jb->x[o], rx[a] > 0.0f);
+        }
+    else
+        for (size_t o = n0 * out; o < n1 * out; o++)
+            dx[jb->argmax_in[o]] += jb->x[o];
 }
 
 void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *dy,
@@ -109,6 +117,14 @@ void mgt_cpu_maxpool_bwd(mgt_backend *be, const mgt_pool_shape *s, const float *
     if (!dx)
         return;
     pool_job j = {.x = dy, .y = dx, .argmax_in = argmax};
+    pool_split(be, s, &j, maxpool_bwd_samples);
+}
+
+void mgt_cpu_maxpool_bwd_relu(mgt_backend *be, const mgt_pool_shape *s, const float *x,
+                              const float *dy, const int32_t *argmax, float *dx) {
+    if (!dx)
+        return;
+    pool_job j = {.x = dy, .y = dx, .argmax_in = argmax, .relu_x = x};
     pool_split(be, s, &j, maxpool_bwd_samples);
 }
 

@@ -101,7 +101,7 @@ static void forward_fused(mgt_model *m, mgt_layer *l, const mgt_step *s, const f
         o->bn_running(s->be, c, l->cfg.epsilon, mgt_buf(m, l, 0), mgt_buf(m, l, 1), mean, invstd);
     }
     const mgt_bn_pass p = {rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1),
-                           f->r, f->act, NULL};
+                           f->r, f->act, NULL, 0};
     o->bn_apply(s->be, &p, y);
 }
 
@@ -119,7 +119,7 @@ static void backward_fused(mgt_model *m, mgt_layer *l, const mgt_step *s, const 
     float count = (float)rows;
     const float *dg = dgamma, *db = dbeta;
     const mgt_bn_pass p = {rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1),
-                           NULL, f->act, f->y};
+                           NULL, f->act, f->y, l->x_relu_grad};
     if (s->repro) { /* exact global sums, chunk by chunk (repro.h) */
         float *tmp = l->state[1];
         mgt_repro_bn_grads(s, hw, &p, dy, dgamma, dbeta, tmp);
@@ -150,10 +150,16 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
     backward_fused(m, l, s, x, &none, dy, dx);
 }
 
+static int takes_x_relu(const mgt_layer *l, const mgt_backend *be) {
+    (void)l;
+    return be->bn_x_relu;
+}
+
 const mgt_layer_type mgt_layer_batchnorm = {
     .name = "batchnorm", .keys = keys, .defaults = defaults, .set = set, .build = build,
     .alloc = alloc, .forward = forward, .backward = backward, .release = release,
     .bwd_reads = MGT_BWD_READS_X,
+    .takes_x_relu = takes_x_relu,
     .forward_fused = forward_fused,
     .backward_fused = backward_fused,
 };

@@ -125,8 +125,15 @@ static size_t scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {
 
 /* A bias that the batchnorm after the layer cancels (fuse.c) is left out in training, and its
  * gradient is zero, its exact value; evaluation adds it, as the running mean includes it. */
+/* A ReLU of the layer's own, where the backend writes it as it stores the output. */
+static int applies_act(const mgt_model *m, const mgt_layer *l, const mgt_backend *be) {
+    return !m->no_fusion && be->conv_relu && l->act == MGT_ACT_RELU && !l->fused_act;
+}
+
 static void forward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
     mgt_conv_shape s = geometry(l, st->n);
+    if (applies_act(m, l, st->be))
+        s.act = MGT_ACT_RELU;
     const float *b = l->bias_cancelled && st->training ? NULL : mgt_w(m, l, 1);
     st->be->ops->conv2d_fwd(st->be, &s, x, mgt_w(m, l, 0), b, y);
 }
@@ -146,5 +153,6 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float
 const mgt_layer_type mgt_layer_conv2d = {
     .name = "conv2d", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = mgt_conv_set, .build = build, .forward = forward, .backward = backward,
-    .scratch = scratch, .bwd_reads = MGT_BWD_READS_X, .cancellable_bias = 1,
+    .scratch = scratch, .applies_act = applies_act, .bwd_reads = MGT_BWD_READS_X,
+    .cancellable_bias = 1,
 };

@@ -86,11 +86,19 @@ static void max_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
 
 static void max_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x,
                     const float *y, float *dy, float *dx) {
-    (void)m, (void)x, (void)y;
+    (void)m, (void)y;
     if (!dx)
         return;
     mgt_pool_shape s = geometry(l, st->n);
-    st->be->ops->maxpool_bwd(st->be, &s, dy, argmax(l, st), dx);
+    if (l->x_relu_grad) /* the ReLU before it, its gradient taken over (fuse.c) */
+        st->be->ops->maxpool_bwd_relu(st->be, &s, x, dy, argmax(l, st), dx);
+    else
+        st->be->ops->maxpool_bwd(st->be, &s, dy, argmax(l, st), dx);
+}
+
+static int max_takes_x_relu(const mgt_layer *l, const mgt_backend *be) {
+    (void)l;
+    return be->ops->maxpool_bwd_relu != NULL;
 }
 
 static void avg_fwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {
@@ -110,7 +118,7 @@ static void avg_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
 
 const mgt_layer_type mgt_layer_maxpool = {
     .name = "maxpool", .keys = keys, .defaults = defaults, .set = set, .build = build,
-    .temps = max_temps, .forward = max_fwd, .backward = max_bwd,
+    .temps = max_temps, .forward = max_fwd, .backward = max_bwd, .takes_x_relu = max_takes_x_relu,
 };
 
 const mgt_layer_type mgt_layer_avgpool = {

@@ -739,15 +739,15 @@ static void test_bn(pair *p, int rows, int c) {
         y1[i] = d;
         y1a[i] = fabs(d);
     }
-    const mgt_bn_pass pg = {rows, c, gx, gm, gi, gg, gbeta, NULL, MGT_ACT_NONE, NULL};
+    const mgt_bn_pass pg = {rows, c, gx, gm, gi, gg, gbeta, NULL, MGT_ACT_NONE, NULL, 0};
     g->ops->bn_apply(g, &pg, gy);
     expect_bound("bn_apply", g, gy, ye, ya, nx, 4);
-    const mgt_bn_pass pn = {rows, c, gx, gm, gi, NULL, NULL, NULL, MGT_ACT_NONE, NULL};
+    const mgt_bn_pass pn = {rows, c, gx, gm, gi, NULL, NULL, NULL, MGT_ACT_NONE, NULL, 0};
     g->ops->bn_apply(g, &pn, gy);
     expect_bound("bn_apply (no gamma, beta)", g, gy, y1, y1a, nx, 4);
 
     float *dgamma = hf(nc), *dbeta = hf(nc), *gdg = dnan(g, nc), *gdb = dnan(g, nc);
-    const mgt_bn_pass pc = {rows, c, x, mean, invstd, gamma, beta, NULL, MGT_ACT_NONE, NULL};
+    const mgt_bn_pass pc = {rows, c, x, mean, invstd, gamma, beta, NULL, MGT_ACT_NONE, NULL, 0};
     cb->ops->bn_bwd_reduce(cb, &pc, dy, dgamma, dbeta);
     g->ops->bn_bwd_reduce(g, &pg, gdy, gdg, gdb);
     /* exact, from the float mean and invstd: dbeta = sum dy (rows terms), dgamma = sum dy xhat
@@ -796,7 +796,8 @@ static void test_bn(pair *p, int rows, int c) {
                                 gbeta,
                                 with_r ? gres : NULL,
                                 relu ? MGT_ACT_RELU : MGT_ACT_NONE,
-                                NULL};
+                                NULL,
+                                0};
         char what[96];
         snprintf(what, sizeof what, "bn_apply%s%s", with_r ? " + residual" : "",
                  relu ? " + relu" : "");
@@ -847,7 +848,7 @@ static void test_bn(pair *p, int rows, int c) {
     float *gz1 = dnan(g, nc), *gz2 = dnan(g, nc);
     g->ops->bn_stats(g, 0, c, gx, gz1, gz2);
     expect_same("bn_stats rows=0", g, gz1, hf(nc), nc * sizeof(float));
-    const mgt_bn_pass p0 = {0, c, gx, gm, gi, gg, gbeta, NULL, MGT_ACT_NONE, NULL};
+    const mgt_bn_pass p0 = {0, c, gx, gm, gi, gg, gbeta, NULL, MGT_ACT_NONE, NULL, 0};
     g->ops->bn_bwd_reduce(g, &p0, gdy, gz1, gz2);
     expect_same("bn_bwd_reduce rows=0 dgamma", g, gz1, hf(nc), nc * sizeof(float));
     expect_same("bn_bwd_reduce rows=0 dbeta", g, gz2, hf(nc), nc * sizeof(float));
@@ -1435,10 +1436,12 @@ static void test_bf16_acts(pair *p) {
                                 beta,
                                 with_r ? rr : NULL,
                                 relu ? MGT_ACT_RELU : MGT_ACT_NONE,
-                                NULL};
+                                NULL,
+                                0};
         const mgt_bn_pass pg = {
             rows, c, gx, gm, gi, gg, gbt, with_r ? gr : NULL, relu ? MGT_ACT_RELU : MGT_ACT_NONE,
-            NULL};
+            NULL,
+            0};
         char what[80];
         snprintf(what, sizeof what, "bf16 bn_apply%s%s", with_r ? " + residual" : "",
                  relu ? " + relu" : "");
@@ -1451,7 +1454,8 @@ static void test_bf16_acts(pair *p) {
         float *dz = hf(nx);
         for (size_t i = 0; i < nx; i++)
             dz[i] = !relu || hy[i] > 0.0f ? dyr[i] : 0.0f;
-        const mgt_bn_pass pn = {rows, c, xr, mean, invstd, gamma, beta, NULL, MGT_ACT_NONE, NULL};
+        const mgt_bn_pass pn = {rows,  c,    xr,           mean, invstd, gamma,
+                                beta,  NULL, MGT_ACT_NONE, NULL, 0};
         float *dg = hf(nc), *db = hf(nc), *gdg = dnan(g, nc), *gdb = dnan(g, nc);
         cb->ops->bn_bwd_reduce(cb, &pn, dz, dg, db);
         for (int from_y = 0; from_y < 1 + relu; from_y++) {

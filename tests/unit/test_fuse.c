@@ -18,7 +18,8 @@
  *     with the unfused model within float rounding (the normalisation's input moves by a
  *     constant per channel), and the running means still include the biases;
  *   - the gradients' listener hears every layer with parameters once, from the last to the
- *     first, each range final when heard. */
+ *     first, each range final when heard;
+ *   - a layer's own ReLU taken over by its reader (test_relu_takeover) changes no bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,11 @@ static double step(mgt_model *m, mgt_backend *be, int training, heard *h) {
     return model_step(m, be, (int)cfg.batch_size, cfg.seed, training, training, h);
 }
 
-/* The graph with use_bias = bias, fused or not, sharing memory or not, filled alike. */
-static int setup(mgt_model *m, mgt_backend *be, int bias, int fuse, int share) {
+/* The graph `src` with use_bias = bias, fused or not, sharing memory or not, its convolutions'
+ * algorithm algo (NULL: as written), filled alike. */
+static int setup_from(mgt_model *m, mgt_backend *be, const char *src, int bias, int fuse,
+                      int share, const char *algo) {
     char text[4096];
-    const char *src = graph_text;
     size_t n = 0;
     while (*src && n + 8 < sizeof text) { /* every BIAS marker becomes true or false */
         if (!strncmp(src, BIAS, strlen(BIAS))) {
@@ -78,6 +80,10 @@ static int setup(mgt_model *m, mgt_backend *be, int bias, int fuse, int share) {
     mgt_err e;
     if (mgt_model_file_parse(m, &cfg, "fuse.cfg", text, &e) < 0) {
         fprintf(stderr, "parse: %s\n", e.msg);
+        return -1;
+    }
+    if (algo && mgt_conv2d_set_algo(m, algo, &e) < 0) {
+        fprintf(stderr, "algo: %s\n", e.msg);
         return -1;
     }
     m->no_fusion = !fuse;
@@ -97,6 +103,10 @@ static int setup(mgt_model *m, mgt_backend *be, int bias, int fuse, int share) {
     for (int i = 0; i < cfg.batch_size; i++)
         m->labels[i] = (i * 3) % m->classes;
     return 0;
+}
+
+static int setup(mgt_model *m, mgt_backend *be, int bias, int fuse, int share) {
+    return setup_from(m, be, graph_text, bias, fuse, share, NULL);
 }
 
 static void test_groups(tally *t, const mgt_model *m) {
@@ -181,6 +191,17 @@ static void test_same_bits(tally *t) {
     mgt_backend_destroy(&be);
 }
 
+/* A training step and an evaluation of f and u give the same loss, gradients, statistics and
+ * outputs, bit for bit; then both models and the backend are freed. */
+static void same_step_then_free(tally *t, mgt_model *f, mgt_model *u, mgt_backend *be) {
+    const double lf = step(f, be, 1, NULL), lu = step(u, be, 1, NULL);
+    CHECK(t, lf == lu && same(f->g, u->g, f->param_count) && same(f->buf, u->buf, f->buffer_count));
+    CHECK(t, eval_diff(f, u, be) == 0.0);
+    mgt_model_free(f);
+    mgt_model_free(u);
+    mgt_backend_destroy(be);
+}
+
 /* The CPU backend, the reference, keeps the biases: with them on, the groups still give the
  * unfused model's bits. */
 static void test_cpu_keeps_bias(tally *t) {
@@ -192,12 +213,7 @@ static void test_cpu_keeps_bias(tally *t) {
     CHECK(t, !be.cancel_bias && f.ngroups == 4);
     for (int i = 0; i < f.nlayers; i++)
         CHECK(t, !f.layers[i].bias_cancelled && f.bias_of[i] < 0);
-    const double lf = step(&f, &be, 1, NULL), lu = step(&u, &be, 1, NULL);
-    CHECK(t, lf == lu && same(f.g, u.g, f.param_count) && same(f.buf, u.buf, f.buffer_count));
-    CHECK(t, eval_diff(&f, &u, &be) == 0.0);
-    mgt_model_free(&f);
-    mgt_model_free(&u);
-    mgt_backend_destroy(&be);
+    same_step_then_free(t, &f, &u, &be);
 }
 
 /* A backend that cancels the biases (the GPU's choice, asked of the CPU backend here). */
@@ -257,9 +273,59 @@ static void test_cancelled_bias(tally *t) {
     mgt_backend_destroy(&be);
 }
 
+/* A ReLU of a layer's own taken over by the layer reading its output (fuse.c): convolutions
+ * whose ReLU is read by a batchnorm alone (padded, strided: im2col and a pass after it) or by a
+ * max pooling alone, a dense layer's read by a batchnorm; not where a second layer reads the
+ * output. The ReLU is stored by the convolution's kernel where it can (conv2d_fwd's act), and
+ * its gradient is applied by the reader. With the direct kernels and with Winograd, the model
+ * gives the bits of the same model run op by op (no_fusion). */
+static const char *relu_text =
+    "[input]\nshape = 8,8,3\n"
+    "[conv2d]\nname = c0\nfilters = 32\nkernel = 3\npadding = same\nactivation = relu\n"
+    "[batchnorm]\nname = b0\n"
+    "[conv2d]\nname = c1\nfilters = 32\nkernel = 3\nactivation = relu\n"
+    "[maxpool]\nname = p1\nsize = 2\n"
+    "[conv2d]\nname = c2\nfilters = 8\nkernel = 3\npadding = same\nactivation = relu\n"
+    "[batchnorm]\nname = b2\n"
+    "[add]\nname = s2\ninputs = b2, c2\n"
+    "[conv2d]\nname = c3\nfilters = 8\nkernel = 3\nstride = 2\npadding = same\n"
+    "activation = relu\n"
+    "[batchnorm]\nname = b3\n"
+    "[flatten]\n"
+    "[dense]\nname = d\nunits = 16\nactivation = relu\n"
+    "[batchnorm]\nname = bd\n"
+    "[dense]\nname = out\nunits = 4\n"
+    "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 5\n"
+    "seed = 5\n";
+
+static void test_relu_takeover(tally *t) {
+    static const char *const algos[] = {"direct", "auto"};
+    for (int a = 0; a < 2; a++) {
+        mgt_backend be;
+        mgt_model f, u;
+        if (mgt_cpu_backend_init(&be, 1) < 0 ||
+            setup_from(&f, &be, relu_text, 1, 1, 1, algos[a]) < 0 ||
+            setup_from(&u, &be, relu_text, 1, 0, 1, algos[a]) < 0)
+            exit(2);
+        static const char *const taken[][2] = {
+            {"c0", "b0"}, {"c1", "p1"}, {"c3", "b3"}, {"d", "bd"}};
+        for (int k = 0; k < 4; k++) {
+            const mgt_layer *l = &f.layers[layer_at(&f, taken[k][0])];
+            const mgt_layer *r = &f.layers[layer_at(&f, taken[k][1])];
+            CHECK(t, l->relu_grad_by_reader && r->x_relu_grad && !l->x_relu_grad);
+        }
+        CHECK(t, !f.layers[layer_at(&f, "c2")].relu_grad_by_reader &&
+                     !f.layers[layer_at(&f, "b2")].x_relu_grad);
+        for (int i = 0; i < u.nlayers; i++)
+            CHECK(t, !u.layers[i].relu_grad_by_reader && !u.layers[i].x_relu_grad);
+        same_step_then_free(t, &f, &u, &be);
+    }
+}
+
 int main(void) {
     tally t = {0, 0};
     test_same_bits(&t);
+    test_relu_takeover(&t);
     test_cpu_keeps_bias(&t);
     test_cancelled_bias(&t);
     printf("test_fuse: %d passed, %d failed\n", t.pass, t.fail);

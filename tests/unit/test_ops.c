@@ -666,7 +666,7 @@ static double bn_obj(void *p) {
     o->bn_finalize(b->be, b->c, (float)b->rows, b->sum, b->sumsq, b->eps, 0.9f, NULL, b->mean,
                    b->invstd, NULL, NULL);
     const mgt_bn_pass bp = {b->rows,  b->c,    b->x, b->mean,      b->invstd,
-                            b->gamma, b->beta, NULL, MGT_ACT_NONE, NULL};
+                            b->gamma, b->beta, NULL, MGT_ACT_NONE, NULL, 0};
     o->bn_apply(b->be, &bp, b->y);
     return dot(b->y, b->r, (size_t)b->rows * b->c);
 }
@@ -730,7 +730,7 @@ static void test_bn(mgt_backend *be) {
         poison(dbeta, b.c);
         poison(dx, nx);
         const mgt_bn_pass p = {b.rows,  b.c,    b.x,  b.mean,       b.invstd,
-                               b.gamma, b.beta, NULL, MGT_ACT_NONE, NULL};
+                               b.gamma, b.beta, NULL, MGT_ACT_NONE, NULL, 0};
         o->bn_bwd_reduce(be, &p, b.r, dgamma, dbeta);
         o->bn_bwd_apply(be, &p, (float)b.rows, b.r, dgamma, dbeta, dx, NULL, 0);
         fd_check("bn dx", bn_obj, &b, b.x, nx, dx);
@@ -819,7 +819,7 @@ static void test_bn(mgt_backend *be) {
         poison(dg, 3);
         poison(dbt, 3);
         o->bn_stats(be, 0, 3, dummy, sum, sumsq);
-        const mgt_bn_pass p0 = {0, 3, dummy, one, one, NULL, NULL, NULL, MGT_ACT_NONE, NULL};
+        const mgt_bn_pass p0 = {0, 3, dummy, one, one, NULL, NULL, NULL, MGT_ACT_NONE, NULL, 0};
         o->bn_bwd_reduce(be, &p0, dummy, dg, dbt);
         CHECK(all_zero(sum, 3) && all_zero(sumsq, 3), "bn_stats rows=0: sums not zero");
         CHECK(all_zero(dg, 3) && all_zero(dbt, 3), "bn_bwd_reduce rows=0: dgamma/dbeta not zero");
@@ -1486,7 +1486,7 @@ static size_t lane_outs(const lane_case *k, mgt_backend *be, float **out, size_t
     o->bn_stats(be, rows, k->c, k->x, sum, sumsq);
     o->bn_finalize(be, k->c, (float)rows, sum, sumsq, 1e-3f, 0.9f, NULL, mean, invstd, NULL, NULL);
     const mgt_bn_pass bp = {rows,     k->c,    k->x, mean,         invstd,
-                            k->gamma, k->beta, NULL, MGT_ACT_NONE, NULL};
+                            k->gamma, k->beta, NULL, MGT_ACT_NONE, NULL, 0};
     o->bn_apply(be, &bp, y);
     o->bn_bwd_reduce(be, &bp, k->dy, dgamma, dbeta);
     o->bn_bwd_apply(be, &bp, (float)rows, k->dy, dgamma, dbeta, dx, NULL, 0);
@@ -1729,6 +1729,114 @@ static void test_lanes(void) {
     }
 }
 
+/* =============== a ReLU taken over by the op before or after it =============== */
+
+/* x with about a third of its values at exactly 0 (as a ReLU's output has them), one -0, one
+ * negative and one NaN: what the ReLU's mask must read as act_bwd does (y > 0). */
+static void fill_relu_like(float *x, size_t n) {
+    fill(x, n, -1, 2);
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] < 0.0f ? 0.0f : x[i];
+    x[n / 2] = -0.0f;
+    x[n / 3] = -0.5f;
+    x[n - 1] = NAN;
+}
+
+/* conv2d_fwd with mgt_conv_shape.act = MGT_ACT_RELU writes act_fwd's ReLU of the output, bit for
+ * bit (-0 and NaN kept): on each path, the direct kernels' stores (stride 1), Winograd and im2col
+ * (the pass after them), pointwise. batchnorm's backward with x_relu and maxpool_bwd_relu give
+ * the bits of their op followed by act_bwd's ReLU gradient with y = x, including where x is 0, -0
+ * or NaN and, for pooling, where windows overlap. */
+static void test_relu_takeover(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    CHECK(be->conv_relu && be->bn_x_relu && o->maxpool_bwd_relu,
+          "the CPU backend should take the ReLU over in conv2d_fwd, bn_bwd_apply and maxpool");
+    static const struct {
+        conv_cfg k;
+        mgt_conv_algo algo;
+    } cases[] = {
+        /* n  h  w  c  oc kh kw st pt pb pl pr bias */
+        {{2, 9, 8, 5, 32, 3, 3, 1, 1, 1, 1, 1, 1}, MGT_CONV_DIRECT},
+        {{2, 9, 8, 5, 40, 3, 3, 1, 0, 0, 0, 0, 1}, MGT_CONV_DIRECT},
+        {{2, 9, 8, 5, 32, 3, 3, 1, 1, 1, 1, 1, 1}, MGT_CONV_WINOGRAD},
+        {{2, 9, 8, 5, 16, 3, 3, 2, 1, 1, 1, 1, 1}, MGT_CONV_AUTO},
+        {{2, 6, 6, 7, 12, 1, 1, 1, 0, 0, 0, 0, 0}, MGT_CONV_AUTO},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mgt_conv_shape s = conv_shape_of(&cases[i].k);
+        s.algo = cases[i].algo;
+        const size_t nx = conv_nx(&s), nw = conv_nw(&s), ny = conv_ny(&s);
+        float *x = fbuf(nx), *w = fbuf(nw), *b = fbuf(s.oc), *y = fbuf(ny), *yr = fbuf(ny);
+        fill(x, nx, -1, 1);
+        fill(w, nw, -1, 1);
+        fill(b, s.oc, -1, 1);
+        x[nx / 2] = NAN; /* NaN through every output whose window holds it */
+        CHECK(o->reserve(be, o->conv2d_scratch(&s)) == 0, "conv relu case %zu: reserve", i);
+        poison(y, ny);
+        poison(yr, ny);
+        o->conv2d_fwd(be, &s, x, w, cases[i].k.bias ? b : NULL, y);
+        o->act_fwd(be, MGT_ACT_RELU, s.n, (int)(ny / (size_t)s.n), y, y);
+        s.act = MGT_ACT_RELU;
+        o->conv2d_fwd(be, &s, x, w, cases[i].k.bias ? b : NULL, yr);
+        size_t zeros = 0, nans = 0;
+        for (size_t j = 0; j < ny; j++)
+            zeros += yr[j] == 0.0f, nans += isnan(yr[j]);
+        CHECK(memcmp(y, yr, ny * sizeof(float)) == 0 && zeros > 0 && nans > 0,
+              "conv relu case %zu (stride %d, algo %d): not act_fwd's ReLU bit for bit (%zu "
+              "zeros, %zu NaNs)",
+              i, s.stride, (int)s.algo, zeros, nans);
+    }
+    /* batchnorm backward, alone (the vectorised loop) and with a group's ReLU and residual */
+    for (int general = 0; general < 2; general++) {
+        const int rows = 37, c = 19;
+        const size_t n = (size_t)rows * c;
+        float *x = fbuf(n), *dy = fbuf(n), *mean = fbuf(c), *invstd = fbuf(c), *gamma = fbuf(c);
+        float *beta = fbuf(c), *dg = fbuf(c), *db = fbuf(c), *dx = fbuf(n), *dxr = fbuf(n);
+        float *dr = fbuf(n), *drr = fbuf(n);
+        fill_relu_like(x, n);
+        fill(dy, n, -1, 1);
+        fill(mean, c, 0, 1);
+        fill(invstd, c, 0.5f, 2);
+        fill(gamma, c, 0.5f, 1.5f);
+        fill(beta, c, -1, 1);
+        fill(dg, c, -1, 1);
+        fill(db, c, -1, 1);
+        mgt_bn_pass p = {rows, c, x, mean, invstd, gamma, beta, NULL,
+                         general ? MGT_ACT_RELU : MGT_ACT_NONE, NULL, 0};
+        poison(dx, n);
+        poison(dxr, n);
+        o->bn_bwd_apply(be, &p, (float)rows, dy, dg, db, dx, general ? dr : NULL, 0);
+        o->act_bwd(be, MGT_ACT_RELU, rows, c, x, dx, dx, 0);
+        p.x_relu = 1;
+        o->bn_bwd_apply(be, &p, (float)rows, dy, dg, db, dxr, general ? drr : NULL, 0);
+        CHECK(memcmp(dx, dxr, n * sizeof(float)) == 0 &&
+                  (!general || memcmp(dr, drr, n * sizeof(float)) == 0),
+              "bn_bwd_apply x_relu (%s): not act_bwd's ReLU gradient bit for bit",
+              general ? "with a group's ReLU and residual" : "alone");
+    }
+    /* max pooling backward: whole windows, and overlapping ones (size 3, stride 2) */
+    const int pq[][6] = {{2, 6, 8, 5, 2, 2}, {2, 7, 7, 3, 3, 2}};
+    for (size_t t = 0; t < sizeof pq / sizeof pq[0]; t++) {
+        const int *q = pq[t];
+        const mgt_pool_shape ps = pool_shape(q[0], q[1], q[2], q[3], q[4], q[5]);
+        const size_t nx = pool_nx(&ps), ny = pool_ny(&ps);
+        float *x = fbuf(nx), *y = fbuf(ny), *dy = fbuf(ny), *dx = fbuf(nx), *dxr = fbuf(nx);
+        int32_t *am = tmp_alloc(ny * sizeof(int32_t), 0);
+        fill_relu_like(x, nx);
+        fill(dy, ny, -1, 1);
+        o->maxpool_fwd(be, &ps, x, y, am);
+        poison(dx, nx);
+        poison(dxr, nx);
+        o->maxpool_bwd(be, &ps, dy, am, dx);
+        o->act_bwd(be, MGT_ACT_RELU, ps.n, (int)(nx / (size_t)ps.n), x, dx, dx, 0);
+        o->maxpool_bwd_relu(be, &ps, x, dy, am, dxr);
+        CHECK(memcmp(dx, dxr, nx * sizeof(float)) == 0,
+              "maxpool_bwd_relu size %d stride %d: not act_bwd's ReLU gradient bit for bit", q[4],
+              q[5]);
+    }
+    tmp_free_all();
+}
+
 int main(void) {
     mgt_backend be = opcheck_cpu_backend("test_ops");
     test_memory(&be);
@@ -1739,6 +1847,7 @@ int main(void) {
     test_conv_n0();
     test_pool(&be);
     test_bn(&be);
+    test_relu_takeover(&be);
     test_dropout(&be);
     test_act(&be);
     test_xent(&be);
