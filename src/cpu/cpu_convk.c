@@ -18,6 +18,11 @@
  * window leaves it (a padded forward input likewise), and rows outside are skipped.
  * Backward filter (cv_dw) keeps up to RM input channels by CK_N output channels of one tap in
  * registers and runs over a sample's pixels: a broadcast of x and CK_N values of dy per pixel.
+ * Where the scratch has room, each lane first copies the blocks of a sample its parts read, x as
+ * [channel block][pixel][RM] and dy as [output block][pixel][CK_N], so that the kernel reads both
+ * contiguously, as the other passes read their packed weights, instead of a few floats of every
+ * pixel's row of c (or oc) values: on a 2-core EPYC (x86-64-v3) the seed ConvNet's conv2d_3
+ * backward filter went from 83-92 to 128 GFLOP/s (the same bits, summed in the same order).
  *
  * Every output value is summed in one fixed order (taps, then channels; or the batch's pixels
  * in order), by FMAs where the CPU has them, whatever the lanes, the block or the chunk: the
@@ -38,7 +43,10 @@
  * (runs of the same hour; in pairs of runs interleaved at a busier moment the step took 0.81-0.89
  * of im2col's). The forward pass reaches 265-275 GFLOP/s on the two cores, more than OpenBLAS's
  * SGEMM of 2048^3 on the same machine (198-241): no column matrix, no packing per call, each sum
- * stored once. */
+ * stored once. On a 2-core EPYC (x86-64-v3, bench/layer_times, interleaved runs) with the
+ * backward filter's copies and the ReLU in the forward stores (cpu_conv.c, fuse.c): conv2d_2
+ * fwd 79-87, bwd 157-192 (before 90-95, 246-265); conv2d_3 fwd 278, bwd 493-594 (288-311,
+ * 727-795); the step 1061-1286 ms (1435-1567). */
 #include <string.h>
 
 #include "cpu_internal.h"
@@ -306,6 +314,17 @@ static size_t ck_filter_acc(const mgt_conv_shape *s) {
     return mgt_cpu_pad_up((size_t)s->kh * s->kw * s->c * s->oc, 16);
 }
 
+/* Backward filter's copies of a sample, per lane: x in blocks of at most CK_R channels, each
+ * block's pixels one after another (h x w x CK_R at most per block: c + CK_R channels in all),
+ * and dy in blocks of CK_N channels, likewise (oh x ow x CK_N per block). */
+static size_t ck_filter_xpack(const mgt_conv_shape *s) {
+    return mgt_cpu_pad_up((size_t)s->h * s->w * ((size_t)s->c + CK_R), 16);
+}
+
+static size_t ck_filter_pack(const mgt_conv_shape *s) {
+    return ck_filter_xpack(s) + mgt_cpu_pad_up((size_t)s->oh * s->ow * s->oc, 16);
+}
+
 static int ck_lanes(mgt_cpu_lanes *lanes) {
     const int n = mgt_cpu_lanes_count(lanes);
     return n < CK_MAX_LANES ? n : CK_MAX_LANES;
@@ -320,7 +339,7 @@ size_t mgt_cpu_convk_scratch(const mgt_conv_shape *s) {
         need = part > need ? part : need;
     }
     if (mgt_cpu_convk_fits(s, MGT_CPU_CONVK_FILTER)) {
-        part = ck_filter_acc(s);
+        part = ck_filter_acc(s) + CK_MAX_LANES * ck_filter_pack(s);
         need = part > need ? part : need;
     }
     return need * sizeof(float);
@@ -508,37 +527,83 @@ typedef struct {
     const mgt_conv_shape *s;
     cv_dw_fn kern;
     int lanes, nct; /* blocks of input channels */
+    int rm;         /* the variant's most channels per block */
     size_t items;   /* taps x nct x output blocks */
     int x_major;    /* items in (channel block, tap, output block) order, else (output block,
                      * tap, channel block): each lane's run then reads a part of the larger
                      * of a sample's x and dy, and consecutive items share their lines */
     const float *x, *dy;
-    float *acc; /* [tap][k][oc] */
+    float *acc;         /* [tap][k][oc] */
+    float *pack;        /* lane l's copies at pack + l * pack_floats, or NULL: read in place */
+    size_t pack_floats; /* ck_filter_pack */
 } dw_job;
+
+/* Item t's channel block, tap and output block. */
+static void dw_item(const dw_job *j, size_t t, int *ct, int *tap, int *blk) {
+    const size_t nob = (size_t)(j->s->oc / CK_N), taps = (size_t)j->s->kh * j->s->kw;
+    if (j->x_major) { /* (ct, tap, blk) */
+        *blk = (int)(t % nob);
+        *tap = (int)(t / nob % taps);
+        *ct = (int)(t / (nob * taps));
+    } else { /* (blk, tap, ct) */
+        *ct = (int)(t % (size_t)j->nct);
+        *tap = (int)(t / (size_t)j->nct % taps);
+        *blk = (int)(t / ((size_t)j->nct * taps));
+    }
+}
+
+/* Channels [k0, k1) of block ct: nct near-equal blocks of at most the variant's rows. */
+static int dw_k0(const dw_job *j, int ct) {
+    return (int)((size_t)j->s->c * (size_t)ct / (size_t)j->nct);
+}
+
+/* Sample smp's channel blocks ct0..ct1 of x into xp ([ct][pixel][rm]) and its output blocks
+ * b0..b1 of dy into yp ([blk][pixel][CK_N]): each item then reads its operands contiguously,
+ * as the forward pass reads its packed weights. */
+static void dw_pack(const dw_job *j, size_t smp, int ct0, int ct1, int b0, int b1, float *xp,
+                    float *yp) {
+    const mgt_conv_shape *s = j->s;
+    const size_t hw = (size_t)s->h * s->w, ohw = (size_t)s->oh * s->ow;
+    const size_t c = (size_t)s->c, oc = (size_t)s->oc, rm = (size_t)j->rm;
+    const float *x = j->x + smp * hw * c, *dy = j->dy + smp * ohw * oc;
+    for (int ct = ct0; ct <= ct1; ct++) {
+        const int k0 = dw_k0(j, ct), nk = dw_k0(j, ct + 1) - k0;
+        float *dst = xp + (size_t)(ct - ct0) * hw * rm;
+        for (size_t q = 0; q < hw; q++)
+            memcpy(dst + q * rm, x + q * c + (size_t)k0, sizeof(float) * (size_t)nk);
+    }
+    for (int blk = b0; blk <= b1; blk++) {
+        float *dst = yp + (size_t)(blk - b0) * ohw * CK_N;
+        for (size_t q = 0; q < ohw; q++)
+            memcpy(dst + q * CK_N, dy + q * oc + (size_t)blk * CK_N, sizeof(float) * CK_N);
+    }
+}
 
 static void dw_lane(void *p, int lane) {
     const dw_job *j = p;
     const mgt_conv_shape *s = j->s;
     const size_t t0 = j->items * (size_t)lane / (size_t)j->lanes;
     const size_t t1 = j->items * (size_t)(lane + 1) / (size_t)j->lanes;
-    const int c = s->c, oc = s->oc, nob = oc / CK_N, taps = s->kh * s->kw;
+    const int c = s->c, oc = s->oc;
     const size_t xs = (size_t)s->h * s->w * c, ys = (size_t)s->oh * s->ow * oc;
-    for (size_t smp = 0; smp < (size_t)s->n; smp++)
+    /* the blocks this lane's items read, copied sample by sample where there is room */
+    int ct0 = j->nct, ct1 = -1, b0 = oc / CK_N, b1 = -1;
+    for (size_t t = t0; t < t1; t++) {
+        int ct, tap, blk;
+        dw_item(j, t, &ct, &tap, &blk);
+        ct0 = ct < ct0 ? ct : ct0, ct1 = ct > ct1 ? ct : ct1;
+        b0 = blk < b0 ? blk : b0, b1 = blk > b1 ? blk : b1;
+    }
+    float *xp = j->pack ? j->pack + (size_t)lane * j->pack_floats : NULL;
+    float *yp = xp ? xp + ck_filter_xpack(s) : NULL;
+    for (size_t smp = 0; smp < (size_t)s->n; smp++) {
+        if (xp && t1 > t0)
+            dw_pack(j, smp, ct0, ct1, b0, b1, xp, yp);
         for (size_t t = t0; t < t1; t++) {
             int blk, ct, tap;
-            if (j->x_major) { /* (ct, tap, blk) */
-                blk = (int)(t % (size_t)nob);
-                tap = (int)(t / (size_t)nob % (size_t)taps);
-                ct = (int)(t / ((size_t)nob * taps));
-            } else { /* (blk, tap, ct) */
-                ct = (int)(t % (size_t)j->nct);
-                tap = (int)(t / (size_t)j->nct % (size_t)taps);
-                blk = (int)(t / ((size_t)j->nct * taps));
-            }
+            dw_item(j, t, &ct, &tap, &blk);
             const int i = tap / s->kw, jj = tap % s->kw;
-            /* channels [k0, k1) of nct near-equal blocks of at most CK_R */
-            const int k0 = (int)((size_t)c * ct / j->nct),
-                      k1 = (int)((size_t)c * (ct + 1) / j->nct);
+            const int k0 = dw_k0(j, ct), k1 = dw_k0(j, ct + 1);
             /* output pixels whose window's tap (i, jj) falls inside x */
             int y0 = s->pad_top - i, y1 = s->h + s->pad_top - i;
             int x0 = s->pad_left - jj, x1 = s->w + s->pad_left - jj;
@@ -546,23 +611,33 @@ static void dw_lane(void *p, int lane) {
             x0 = x0 < 0 ? 0 : x0, x1 = x1 > s->ow ? s->ow : x1;
             if (y1 <= y0 || x1 <= x0 || k1 <= k0)
                 continue;
-            const cv_dw g = {
-                .x = j->x + smp * xs +
-                     ((size_t)(y0 - s->pad_top + i) * s->w + (size_t)(x0 - s->pad_left + jj)) * c +
-                     k0,
-                .x_row = (ptrdiff_t)s->w * c,
-                .dy =
-                    j->dy + smp * ys + ((size_t)y0 * s->ow + (size_t)x0) * oc + (size_t)blk * CK_N,
-                .dy_row = (ptrdiff_t)s->ow * oc,
-                .nrows = y1 - y0,
-                .npix = x1 - x0,
-                .c = c,
-                .oc = oc,
-                .nr = k1 - k0,
-                .acc = j->acc + ((size_t)tap * c + (size_t)k0) * oc + (size_t)blk * CK_N,
-                .acc_row = oc};
+            /* x's first pixel read, and dy's, as indices of a sample's pixels */
+            const size_t xq =
+                (size_t)(y0 - s->pad_top + i) * s->w + (size_t)(x0 - s->pad_left + jj);
+            const size_t yq = (size_t)y0 * s->ow + (size_t)x0;
+            cv_dw g = {.nrows = y1 - y0,
+                       .npix = x1 - x0,
+                       .nr = k1 - k0,
+                       .acc = j->acc + ((size_t)tap * c + (size_t)k0) * oc + (size_t)blk * CK_N,
+                       .acc_row = oc};
+            if (xp) { /* the copies: rm floats a pixel of x, CK_N of dy */
+                g.x = xp + ((size_t)(ct - ct0) * s->h * s->w + xq) * (size_t)j->rm;
+                g.x_row = (ptrdiff_t)s->w * j->rm;
+                g.dy = yp + ((size_t)(blk - b0) * s->oh * s->ow + yq) * CK_N;
+                g.dy_row = (ptrdiff_t)s->ow * CK_N;
+                g.c = j->rm;
+                g.oc = CK_N;
+            } else {
+                g.x = j->x + smp * xs + xq * (size_t)c + (size_t)k0;
+                g.x_row = (ptrdiff_t)s->w * c;
+                g.dy = j->dy + smp * ys + yq * (size_t)oc + (size_t)blk * CK_N;
+                g.dy_row = (ptrdiff_t)s->ow * oc;
+                g.c = c;
+                g.oc = oc;
+            }
             j->kern(&g);
         }
+    }
 }
 
 int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
@@ -580,6 +655,7 @@ int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
                 .kern = v.dw,
                 .lanes = ck_lanes(lanes),
                 .nct = (c + v.rm - 1) / v.rm,
+                .rm = v.rm,
                 .x = x,
                 .dy = dy,
                 .acc = acc};
@@ -587,6 +663,10 @@ int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
     j.x_major = (size_t)s->h * s->w * c >= (size_t)s->oh * s->ow * oc;
     if ((size_t)j.lanes > j.items)
         j.lanes = (int)j.items;
+    /* the copies where the scratch has room for every lane's (the same sums either way) */
+    j.pack_floats = ck_filter_pack(s);
+    if ((af + (size_t)j.lanes * j.pack_floats) * sizeof(float) <= bytes)
+        j.pack = scratch + af;
     mgt_cpu_lanes_run(lanes, j.lanes, dw_lane, &j);
     /* [tap][k][o] -> OIHW */
     for (int o = 0; o < oc; o++)

@@ -385,10 +385,11 @@ static void test_conv_chunking(void) {
 /* cpu_convk.c, the stride-1 passes that read NHWC in place (what --conv-algo direct and the
  * shapes Winograd does not take run): every kernel variant this CPU has, within the rounding
  * bound of a direct convolution, the same bits on 1, 2 and 3 lanes, the same bits as the op
- * table's conv2d (which must have taken this path), and nothing written when the scratch is too
- * small. Shapes: valid and padded, channel counts that leave partial register blocks (of 6 or
- * 12 rows, of 32 columns), rows narrower than a block, padding wider than the window, non-square
- * windows. */
+ * table's conv2d (which must have taken this path), the backward filter's bits the same read in
+ * place (scratch for its sums only) as from its copies of each sample, and nothing written when
+ * the scratch is too small. Shapes: valid and padded, channel counts that leave partial register
+ * blocks (of 6 or 12 rows, of 32 columns), rows narrower than a block, padding wider than the
+ * window, non-square windows. */
 static void test_convk_cfg(const conv_cfg *k) {
     mgt_conv_shape s = conv_shape_of(k);
     s.algo = MGT_CONV_DIRECT;
@@ -436,6 +437,19 @@ static void test_convk_cfg(const conv_cfg *k) {
                       memcmp(dx[t], dx[0], nx * sizeof(float)) == 0 &&
                       (!filter || memcmp(dw[t], dw[0], nw * sizeof(float)) == 0),
                   "%s %s: %d lanes differ from one", name, vname, t + 1);
+        }
+        /* backward filter with room for its sums only: read in place, not from copies of each
+         * sample, and the same bits */
+        if (filter) {
+            const size_t acc_bytes = (nw + 15) / 16 * 16 * sizeof(float);
+            float *dwu = fbuf(nw);
+            poison(dwu, nw);
+            mgt_cpu_lanes *lanes = mgt_cpu_lanes_create(2);
+            CHECK(mgt_cpu_convk_bwd_filter(scratch, acc_bytes, lanes, &s, x, dy, dwu) == 0 &&
+                      memcmp(dwu, dw[0], nw * sizeof(float)) == 0,
+                  "%s %s: backward filter in place differs from the one from copies", name,
+                  vname);
+            mgt_cpu_lanes_destroy(lanes);
         }
         /* too little scratch: refused, nothing written */
         float *yz = fbuf(ny), *dxz = fbuf(nx), *dwz = fbuf(nw);
