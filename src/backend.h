@@ -51,7 +51,7 @@ typedef struct mgt_conv_shape {
     int oh, ow;            /* output, computed by the caller */
     mgt_conv_algo algo;    /* zero (AUTO) unless the layer or --conv-algo says otherwise */
     /* conv2d_fwd: MGT_ACT_RELU to write act_fwd's ReLU of the output instead of the output
-     * itself, where the backend takes it (mgt_backend.conv_relu); otherwise MGT_ACT_NONE. */
+     * itself, where the backend takes it (mgt_ops.conv_relu); otherwise MGT_ACT_NONE. */
     mgt_act act;
 } mgt_conv_shape;
 
@@ -84,7 +84,7 @@ typedef struct mgt_bn_pass {
     mgt_act act;
     const float *y;
     /* bn_bwd_apply: dx = x > 0 ? dx : 0, the gradient of the ReLU that wrote x (a layer's own
-     * activation, fuse.c), where the backend takes it (mgt_backend.bn_x_relu). */
+     * activation, fuse.c), where the backend takes it (mgt_ops.bn_x_relu). */
     int x_relu;
 } mgt_bn_pass;
 
@@ -100,13 +100,6 @@ typedef struct mgt_backend {
     /* Leave a convolution's bias out where a batchnorm cancels it (fuse.c): the GPU's choice;
      * the CPU backend, the reference, computes it (0) and so keeps its results bit for bit. */
     int cancel_bias;
-    /* conv2d_fwd applies the ReLU that mgt_conv_shape.act asks for (the CPU backend: in its
-     * direct kernels' stores, sparing a pass over the output); 0: the layer's activation runs
-     * as a pass of its own. */
-    int conv_relu;
-    /* bn_bwd_apply applies mgt_bn_pass.x_relu, so that a batchnorm's backward takes over the
-     * gradient of the ReLU before it (fuse.c); 0: that ReLU's gradient is a pass of its own. */
-    int bn_x_relu;
 } mgt_backend;
 
 /* Whether an h x w x c sample's NHWC and C, H, W orders are the same bytes: one channel, or one
@@ -117,6 +110,16 @@ static inline int mgt_nhwc_is_chw(int h, int w, int c) {
 
 struct mgt_ops {
     const char *name; /* "cpu", "gpu" */
+
+    /* What the table's ops take over from the layers around them (0, the default of a table
+     * that leaves them out: nothing).
+     * conv_relu: conv2d_fwd applies the ReLU that mgt_conv_shape.act asks for (the CPU's: in
+     *   its direct kernels' stores, sparing a pass over the output); else the layer's
+     *   activation runs as a pass of its own.
+     * bn_x_relu: bn_bwd_apply applies mgt_bn_pass.x_relu, so that a batchnorm's backward takes
+     *   over the gradient of the ReLU before it (fuse.c); else that gradient is a pass of its
+     *   own. */
+    int conv_relu, bn_x_relu;
 
     /* Memory. alloc returns zeroed memory or NULL. */
     void *(*alloc)(mgt_backend *be, size_t bytes);

@@ -224,6 +224,8 @@ static void cpu_xs_round(mgt_backend *be, size_t n, int64_t *words, float *out) 
 
 static const mgt_ops cpu_ops = {
     .name = "cpu",
+    .conv_relu = 1,
+    .bn_x_relu = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_device = cpu_copy,
@@ -292,8 +294,6 @@ int mgt_cpu_backend_init(mgt_backend *be, int threads) {
     be->impl = im;
     be->act = MGT_F32;
     be->cancel_bias = 0; /* the reference computes every bias (fuse.c) */
-    be->conv_relu = 1;
-    be->bn_x_relu = 1;
     return 0;
 }
 

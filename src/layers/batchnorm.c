@@ -152,7 +152,7 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 
 static int takes_x_relu(const mgt_layer *l, const mgt_backend *be) {
     (void)l;
-    return be->bn_x_relu;
+    return be->ops->bn_x_relu;
 }
 
 const mgt_layer_type mgt_layer_batchnorm = {

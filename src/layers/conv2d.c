@@ -127,7 +127,7 @@ static size_t scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {
  * gradient is zero, its exact value; evaluation adds it, as the running mean includes it. */
 /* A ReLU of the layer's own, where the backend writes it as it stores the output. */
 static int applies_act(const mgt_model *m, const mgt_layer *l, const mgt_backend *be) {
-    return !m->no_fusion && be->conv_relu && l->act == MGT_ACT_RELU && !l->fused_act;
+    return !m->no_fusion && be->ops->conv_relu && l->act == MGT_ACT_RELU && !l->fused_act;
 }
 
 static void forward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float *x, float *y) {

@@ -230,6 +230,13 @@ slurm_startup_crash() {
   grep -q 'Failing at address: (nil)' "$2" 2>/dev/null && ! grep -q '^  world: ' "$1" 2>/dev/null
 }
 
+# slurm_startup_retry WHAT ERR: says that WHAT is run once more after such a crash, with its
+# signal lines from ERR.
+slurm_startup_retry() {
+  echo "note: $1: ranks died in MPI_Init (slurm.bash: slurm_startup_crash); once more:"
+  grep -m 4 -E 'Signal:|Failing at|srun: error' "$2"
+}
+
 # slurm_run NAME [sbatch options...]: slurm_submit, and once more, saying so, where the job's
 # ranks died in Open MPI's start-up (slurm_startup_crash); a second such death stands.
 slurm_run() {
@@ -237,8 +244,7 @@ slurm_run() {
   local out=$T/work/runs/slurm-$JID.out err=$T/work/runs/slurm-$JID.err
   case "$JOBINFO" in *JobState=FAILED*) ;; *) return 0 ;; esac
   slurm_startup_crash "$out" "$err" || return 0
-  echo "note: job $JID ($1): ranks died in MPI_Init (slurm.bash: slurm_startup_crash); once more:"
-  grep -m 4 -E 'Signal:|Failing at|srun: error' "$err"
+  slurm_startup_retry "job $JID ($1)" "$err"
   slurm_submit "$@"
 }
 

@@ -112,9 +112,7 @@ srun_head() {
 }
 srun_head; rc=$?
 if [ $rc -ne 0 ] && slurm_startup_crash srun.log srun.log; then
-  echo "note: srun from the head: ranks died in MPI_Init (slurm.bash: slurm_startup_crash);" \
-    "once more:"
-  grep -m 4 -E 'Signal:|Failing at|srun: error' srun.log
+  slurm_startup_retry "srun from the head" srun.log
   srun_head; rc=$?
 fi
 [ $rc -eq 0 ] && grep -q '^  world: 4 ranks on 2 nodes' srun.log && grep -q '^  rank 3: node2, node 1, local rank 1,' srun.log \

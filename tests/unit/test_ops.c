@@ -1763,7 +1763,7 @@ static void fill_relu_like(float *x, size_t n) {
  * or NaN and, for pooling, where windows overlap. */
 static void test_relu_takeover(mgt_backend *be) {
     const mgt_ops *o = be->ops;
-    CHECK(be->conv_relu && be->bn_x_relu && o->maxpool_bwd_relu,
+    CHECK(o->conv_relu && o->bn_x_relu && o->maxpool_bwd_relu,
           "the CPU backend should take the ReLU over in conv2d_fwd, bn_bwd_apply and maxpool");
     static const struct {
         conv_cfg k;
