@@ -380,10 +380,13 @@ void mgt_backend_destroy(mgt_backend *be);
  * (its SSE3 Prescott kernel on a CPU with AVX-512, 5 times slower) and OPENBLAS_CORETYPE is not
  * set, sets it to the kernel the CPU calls for and executes the program again with the same
  * argv; returns only where it did not (0: nothing to do; -1: the exec failed). Never in a
- * library. mgt_cpu_blas_notice: which kernel runs and why, in a phrase for the start-up block
- * (into buf, n bytes); 1 when it is a warning (an old kernel runs that a variable would replace),
- * else 0. */
+ * library. Where OPENBLAS_CORETYPE names a kernel whose instructions the CPU lacks, it says so on
+ * stderr and exits with status 2 instead; mgt_cpu_blas_unfit puts that message into buf (n
+ * bytes) and returns 1 (else 0), for a library to refuse with. mgt_cpu_blas_notice: which kernel
+ * runs and why, in a phrase for the start-up block (into buf, n bytes); 1 when it is a warning
+ * (an old kernel runs that a variable would replace), else 0. */
 int mgt_cpu_blas_choose(char **argv);
+int mgt_cpu_blas_unfit(char *buf, size_t n);
 int mgt_cpu_blas_notice(char *buf, size_t n);
 
 #endif

@@ -138,6 +138,9 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
     if (tr == MGT_TRANSPORT_NCCL)
         mgt_die_all("--transport nccl needs a GPU, and none is usable here; use --transport auto");
     int cores = o->one_thread ? 1 : mgt_runtime_cores(rt);
+    char unfit[320];
+    if (mgt_cpu_blas_unfit(unfit, sizeof unfit)) /* (mgtrain has refused before MPI started) */
+        mgt_die("%s", unfit);
     if (mgt_cpu_backend_init(&p->be, cores) < 0)
         mgt_die("cannot start the CPU backend");
     /* Shared memory when it is named (it runs even for one rank, so that its cost can be timed);

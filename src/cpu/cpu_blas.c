@@ -66,7 +66,46 @@ static const char *blas_fits(void) {
     return NULL;
 }
 
+/* Where OPENBLAS_CORETYPE has made OpenBLAS take a kernel whose instructions this CPU lacks
+ * (OpenBLAS takes any name it knows: its SkylakeX kernel on a CPU without AVX-512), the refusal,
+ * in one line, into buf (n bytes); 1 then, else 0. Its first matrix product would stop the
+ * process with an illegal instruction. */
+int mgt_cpu_blas_unfit(char *buf, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *set = getenv("OPENBLAS_CORETYPE"), *core = blas_core(), *needs = NULL;
+    if (!set || strcasecmp(core, set))
+        return 0;
+    __builtin_cpu_init();
+    if (!strcmp(core, "SkylakeX") || !strcmp(core, "Cooperlake") ||
+        !strcmp(core, "SapphireRapids")) {
+        if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+            needs = "AVX-512 (F, BW, DQ and VL)";
+    } else if (!strcmp(core, "Haswell") || !strcmp(core, "Zen")) {
+        if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+            needs = "AVX2 and FMA";
+    }
+    if (!needs)
+        return 0;
+    const char *fits = blas_fits();
+    snprintf(buf, n,
+             "OPENBLAS_CORETYPE=%s: OpenBLAS's %s kernel needs %s, which this CPU does not "
+             "have, and would stop at its first matrix product (illegal instruction); unset "
+             "OPENBLAS_CORETYPE%s%s",
+             set, core, needs, fits ? " or set it to " : "", fits ? fits : "");
+    return 1;
+#else
+    (void)buf, (void)n;
+    return 0;
+#endif
+}
+
 int mgt_cpu_blas_choose(char **argv) {
+    char unfit[320];
+    if (mgt_cpu_blas_unfit(unfit, sizeof unfit)) {
+        fprintf(stderr, "mgtrain: %s\n", unfit);
+        exit(2);
+    }
     if (getenv("OPENBLAS_CORETYPE")) /* the user's choice, or ours on the second round */
         return 0;
     const char *core = blas_core(), *fits = blas_fits();

@@ -12,7 +12,10 @@
 #      name (ps, pgrep: the kernel names it after the file executed);
 #   2. an explicit OPENBLAS_CORETYPE is kept, with one image, and the rank line says so;
 #   3. libmgt (mgt_train_argv) never executes its host process again: one image, and the rank
-#      line names the variable to set instead.
+#      line names the variable to set instead;
+#   4. an OPENBLAS_CORETYPE whose kernel needs instructions the CPU lacks (OpenBLAS takes it, and
+#      its first matrix product would die of SIGILL: SkylakeX without AVX-512) is refused in one
+#      line, exit status 2, before anything is written, by mgtrain and by libmgt.
 # Where OpenBLAS knows the CPU, part 1 cannot happen here: it checks that nothing is executed
 # again, and says with a notice that the choice was not exercised.
 source "$(dirname "$0")/lib.bash"
@@ -86,5 +89,25 @@ elif cc -std=c17 -o train_lib "$MGT_SRC/tests/install/train_installed.c" -I"$MGT
   fi
 else
   bad "cannot build tests/install/train_installed.c against $MGT_BUILD/libmgt.so"; cat cc.log
+fi
+
+# 4. A kernel this CPU cannot run
+unfit=
+if ! has avx512f avx512bw avx512dq avx512vl; then unfit=SkylakeX
+elif ! has avx2 fma; then unfit=Haswell; fi
+if [ -n "$unfit" ]; then
+  refusal="OPENBLAS_CORETYPE=$unfit: OpenBLAS's $unfit kernel needs .*, which this CPU does not have, and would stop at its first matrix product (illegal instruction); unset OPENBLAS_CORETYPE${fit:+ or set it to $fit}"
+  rc=0; OPENBLAS_CORETYPE=$unfit "$MGT_BIN" "${run[@]}" --out unfit >unfit.log 2>&1 || rc=$?
+  [ $rc = 2 ] && [ "$(wc -l <unfit.log)" = 1 ] && grep -qx "mgtrain: $refusal" unfit.log && [ ! -e unfit ] \
+    && ok "OPENBLAS_CORETYPE=$unfit is refused in one line (status 2, nothing written)" \
+    || { bad "OPENBLAS_CORETYPE=$unfit: status $rc"; cat unfit.log; ls unfit 2>/dev/null; }
+  if [ -x train_lib ]; then
+    rc=0; OPENBLAS_CORETYPE=$unfit timeout 600 ./train_lib "${run[@]}" --out lib-unfit >lib-unfit.log 2>&1 || rc=$?
+    [ $rc != 0 ] && [ $rc -lt 128 ] && grep -qx "rank 0: $refusal" lib-unfit.log \
+      && ok "libmgt refuses OPENBLAS_CORETYPE=$unfit (status $rc)" \
+      || { bad "libmgt, OPENBLAS_CORETYPE=$unfit: status $rc"; cat lib-unfit.log; }
+  fi
+else
+  echo "notice: this CPU runs every kernel OpenBLAS offers: the refusal of one it cannot run is not exercised here"
 fi
 finish
