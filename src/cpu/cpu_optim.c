@@ -7,7 +7,10 @@
  * the compiler takes them out of the loop. The loops are MGT_SIMD (8 floats a vector where the
  * CPU has AVX2: Adam's square root and division are most of its time once the arena is in
  * cache), and a large range is cut into parts for the lanes. Every element is updated alone, by
- * the same instructions wherever the cuts fall, so the split changes no bit. */
+ * the same roundings wherever the cuts fall (the file is built without FMA contraction, which
+ * could differ between a loop's vector body and its scalar tail: CMakeLists.txt), so the split
+ * changes no bit. tests/cli/vectorized.sh checks in the binary that every clone is vectorised:
+ * Adam's scalar loop once took 1.4 ms of a 4.7 ms MLP step on an AVX2 CPU, 0.19 vectorised. */
 #include "cpu_internal.h"
 #include "optim_math.h"
 

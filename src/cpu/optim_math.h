@@ -119,8 +119,9 @@ MGT_HD static inline void mgt_adam_rule(float *w, float *m, float *v, float g,
     *v = vi;
     /* A product lr * m below 2^-126 would be subnormal too (a decaying m's last 65 or so steps
      * before it is flushed, at lr 1e-3): it is left out where the moments are flushed, as it
-     * would move w by less than 2^-126 / epsilon <= 2^-93. */
-    const float mu = fabsf(mi) < FLT_MIN / h->lr && mgt_opt_flushing(h) ? 0.0f : mi;
+     * would move w by less than 2^-126 / epsilon <= 2^-93. (The setting's test outside the
+     * element's: a short-circuit && of the two kept GCC from vectorising the AVX2 loop.) */
+    const float mu = mgt_opt_flushing(h) ? (fabsf(mi) < FLT_MIN / h->lr ? 0.0f : mi) : mi;
     *w -= h->lr * mu / (sqrtf(vi) + h->s.epsilon);
 }
 
