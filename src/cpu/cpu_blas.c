@@ -102,8 +102,10 @@ int mgt_cpu_blas_unfit(char *buf, size_t n) {
 
 int mgt_cpu_blas_choose(char **argv) {
     char unfit[320];
-    if (mgt_cpu_blas_unfit(unfit, sizeof unfit)) {
-        fprintf(stderr, "mgtrain: %s\n", unfit);
+    if (mgt_cpu_blas_unfit(unfit, sizeof unfit)) { /* (the program's name: mgtrain, a bench) */
+        const char *slash = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
+        fprintf(stderr, "%s: %s\n", slash ? slash + 1 : argv && argv[0] ? argv[0] : "mgtrain",
+                unfit);
         exit(2);
     }
     if (getenv("OPENBLAS_CORETYPE")) /* the user's choice, or ours on the second round */
