@@ -15,7 +15,7 @@
 #      line names the variable to set instead;
 #   4. an OPENBLAS_CORETYPE whose kernel needs instructions the CPU lacks (OpenBLAS takes it, and
 #      its first matrix product would die of SIGILL: SkylakeX without AVX-512) is refused in one
-#      line, exit status 2, before anything is written, by mgtrain and by libmgt.
+#      line, by mgtrain with status 2 before anything is written, and by libmgt at its start-up.
 # Where OpenBLAS knows the CPU, part 1 cannot happen here: it checks that nothing is executed
 # again, and says with a notice that the choice was not exercised.
 source "$(dirname "$0")/lib.bash"
