@@ -52,18 +52,40 @@ static int blas_is_old(const char *core) {
     return 0;
 }
 
-/* The kernel this CPU's instruction sets call for, or NULL where none of the two applies (or
- * the check cannot be made). */
-static const char *blas_fits(void) {
+/* The instruction sets that OpenBLAS's newer x86 kernels need, by level: 2 AVX-512 F, BW, DQ
+ * and VL; 1 AVX2 and FMA; 0 neither. The level this CPU has (0 where the check cannot be made),
+ * the kernel it calls for, and what a level needs, in words. */
+static int cpu_level(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "SkylakeX";
+        return 2;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "Haswell";
+        return 1;
 #endif
-    return NULL;
+    return 0;
+}
+static const char *const level_kernel[] = {NULL, "Haswell", "SkylakeX"};
+static const char *const level_needs[] = {NULL, "AVX2 and FMA", "AVX-512 (F, BW, DQ and VL)"};
+
+/* The level a kernel's code needs (0 for the kernels not listed). */
+static int kernel_level(const char *core) {
+    static const struct {
+        const char *name;
+        int level;
+    } kernels[] = {{"SkylakeX", 2}, {"Cooperlake", 2}, {"SapphireRapids", 2},
+                   {"Haswell", 1},  {"Zen", 1}};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (!strcmp(core, kernels[i].name))
+            return kernels[i].level;
+    return 0;
+}
+
+/* The kernel this CPU's instruction sets call for, or NULL where none of the two applies (or
+ * the check cannot be made). */
+static const char *blas_fits(void) {
+    return level_kernel[cpu_level()];
 }
 
 /* Where OPENBLAS_CORETYPE has made OpenBLAS take a kernel whose instructions this CPU lacks
@@ -71,41 +93,26 @@ static const char *blas_fits(void) {
  * in one line, into buf (n bytes); 1 then, else 0. Its first matrix product would stop the
  * process with an illegal instruction. */
 int mgt_cpu_blas_unfit(char *buf, size_t n) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    const char *set = getenv("OPENBLAS_CORETYPE"), *core = blas_core(), *needs = NULL;
+    const char *set = getenv("OPENBLAS_CORETYPE"), *core = blas_core();
     if (!set || strcasecmp(core, set))
         return 0;
-    __builtin_cpu_init();
-    if (!strcmp(core, "SkylakeX") || !strcmp(core, "Cooperlake") ||
-        !strcmp(core, "SapphireRapids")) {
-        if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
-            needs = "AVX-512 (F, BW, DQ and VL)";
-    } else if (!strcmp(core, "Haswell") || !strcmp(core, "Zen")) {
-        if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
-            needs = "AVX2 and FMA";
-    }
-    if (!needs)
+    const int need = kernel_level(core), have = cpu_level();
+    if (need <= have)
         return 0;
-    const char *fits = blas_fits();
+    const char *fits = level_kernel[have];
     snprintf(buf, n,
              "OPENBLAS_CORETYPE=%s: OpenBLAS's %s kernel needs %s, which this CPU does not "
              "have, and would stop at its first matrix product (illegal instruction); unset "
              "OPENBLAS_CORETYPE%s%s",
-             set, core, needs, fits ? " or set it to " : "", fits ? fits : "");
+             set, core, level_needs[need], fits ? " or set it to " : "", fits ? fits : "");
     return 1;
-#else
-    (void)buf, (void)n;
-    return 0;
-#endif
 }
 
 int mgt_cpu_blas_choose(char **argv) {
     char unfit[320];
     if (mgt_cpu_blas_unfit(unfit, sizeof unfit)) { /* (the program's name: mgtrain, a bench) */
-        const char *slash = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
-        fprintf(stderr, "%s: %s\n", slash ? slash + 1 : argv && argv[0] ? argv[0] : "mgtrain",
-                unfit);
+        const char *prog = argv && argv[0] ? argv[0] : "mgtrain", *slash = strrchr(prog, '/');
+        fprintf(stderr, "%s: %s\n", slash ? slash + 1 : prog, unfit);
         exit(2);
     }
     if (getenv("OPENBLAS_CORETYPE")) /* the user's choice, or ours on the second round */
