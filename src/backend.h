@@ -134,6 +134,12 @@ struct mgt_ops {
      * NULL: callers then use malloc/free. */
     void *(*host_alloc)(mgt_backend *be, size_t bytes);
     void (*host_free)(mgt_backend *be, void *p);
+    /* Host work split over the threads the ops run on (optional; NULL where they are not the
+     * host's: the caller then runs it whole): fn(ctx, lo, hi) over parts of [0, n) of at least
+     * min_part items, in any order and on any of those threads, returning when every part is
+     * done. Only for the thread that issues the ops, between ops (the CPU's lanes). */
+    void (*host_for)(mgt_backend *be, size_t n, size_t min_part,
+                     void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
     /* Waits until every op issued so far has finished (no-op on the CPU). */
     void (*sync)(mgt_backend *be);
 

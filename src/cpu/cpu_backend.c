@@ -222,6 +222,11 @@ static void cpu_xs_round(mgt_backend *be, size_t n, int64_t *words, float *out) 
     mgt_xs_round(n, words, out);
 }
 
+static void cpu_host_for(mgt_backend *be, size_t n, size_t min_part,
+                         void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx) {
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, n, min_part, fn, ctx);
+}
+
 static const mgt_ops cpu_ops = {
     .name = "cpu",
     .conv_relu = 1,
@@ -230,6 +235,7 @@ static const mgt_ops cpu_ops = {
     .free = cpu_free,
     .to_device = cpu_copy,
     .to_host = cpu_copy,
+    .host_for = cpu_host_for,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sync = cpu_sync,

@@ -51,6 +51,34 @@ struct mgt_loader {
     int64_t perm_epoch;    /* epoch the permutation was built for (-1: none) */
 };
 
+/* Samples [lo, hi) of a batch: a part of gather_batch's. */
+typedef struct {
+    const mgt_dataset *ds;
+    const int64_t *rows;
+    float *x;
+    int32_t *labels;
+} gather_job;
+
+static void gather_part(void *p, size_t lo, size_t hi) {
+    const gather_job *g = p;
+    const size_t elems = (size_t)g->ds->h * (size_t)g->ds->w * (size_t)g->ds->c;
+    mgt_dataset_gather(g->ds, g->rows + lo, (int)(hi - lo), g->x + lo * elems, g->labels + lo);
+}
+
+/* A batch's samples: on the threads of the backend's ops where the loader has no thread of its
+ * own (the fill then runs between the trainer's steps, which leaves those threads idle), in
+ * parts of GATHER_PART_MIN samples or more; whole on the loader's thread otherwise. A sample is
+ * a function of its row alone, so the parts make the same bytes as one gather. */
+enum { GATHER_PART_MIN = 8 };
+
+static void gather_batch(mgt_loader *l, const int64_t *rows, int n, float *x, int32_t *labels) {
+    const gather_job g = {l->ds, rows, x, labels};
+    if (!l->threaded && l->be->ops->host_for)
+        l->be->ops->host_for(l->be, (size_t)n, GATHER_PART_MIN, gather_part, (void *)&g);
+    else
+        gather_part((void *)&g, 0, (size_t)n);
+}
+
 static void fill(mgt_loader *l, slot *s, int64_t epoch, int64_t step) {
     int64_t n = l->ds->n;
     int64_t b = mgt_shard_batch_size(n, l->batch, step);
@@ -63,7 +91,7 @@ static void fill(mgt_loader *l, slot *s, int64_t epoch, int64_t step) {
         if (ds->images) { /* cropped and resized to the input as they are read */
             mgt_images_gather(ds, rows, (int)r.count, &l->aug, l->seed, epoch, s->b.x, s->b.labels);
         } else {
-            mgt_dataset_gather(ds, rows, (int)r.count, s->b.x, s->b.labels);
+            gather_batch(l, rows, (int)r.count, s->b.x, s->b.labels);
             mgt_augment_batch(&l->aug, l->seed, epoch, rows, (int)r.count, ds->h, ds->w, ds->c,
                               s->b.x, l->aug_scratch);
         }

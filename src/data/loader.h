@@ -30,8 +30,9 @@ typedef struct mgt_batch {
 
 /* A loader for `ds` split over `world` ranks with global batch `batch`; max_local is the most
  * samples a rank gets in one step. threaded = 0 builds each batch in the caller's thread when it
- * is asked for (a rank with one core: a second thread would only preempt the compute and make
- * the ranks wait for each other at the all-reduce). ids_only = 1 hands out the sample rows only
+ * is asked for, its samples split over the backend's host_for threads where it has them (a rank
+ * whose cores all compute: a second thread would only preempt the compute and make the ranks
+ * wait for each other at the all-reduce). ids_only = 1 hands out the sample rows only
  * (a backend that generates synthetic samples itself). Returns NULL (with err) when memory or the
  * thread cannot be had. */
 mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t seed, int64_t batch,
