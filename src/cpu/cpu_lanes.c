@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cpu_internal.h"
@@ -303,19 +304,35 @@ typedef struct {
     int by_rows;
 } gemm_job;
 
+/* One cblas_sgemm on an m x n block of C. For beta = 0 the block is cleared here and the
+ * product added onto it (beta = 1): OpenBLAS clears C in a pass of its own (sgemm_beta) that
+ * ran at a tenth of memset's speed with its Zen kernel, 4% of the MLP's step on a 2-core EPYC
+ * (perf). The same bits: its product is added onto the zeros it writes too. */
+static void gemm_block(const mgt_cpu_gemm_args *a, int m, int n, const float *A, const float *B,
+                       float *C) {
+    float beta = a->beta;
+    if (beta == 0.0f) {
+        if (a->ldc == n)
+            memset(C, 0, sizeof(float) * (size_t)m * (size_t)n);
+        else
+            for (int i = 0; i < m; i++)
+                memset(C + (size_t)i * a->ldc, 0, sizeof(float) * (size_t)n);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, a->ta, a->tb, m, n, a->K, a->alpha, A, a->lda, B, a->ldb, beta, C,
+                a->ldc);
+}
+
 static void gemm_part(void *p, size_t lo, size_t hi) {
     const gemm_job *g = p;
     const mgt_cpu_gemm_args *a = &g->a;
     const int n = (int)(hi - lo);
-    if (g->by_rows) { /* rows [lo, hi) of C: the same rows of op(A) */
-        const float *A = a->A + (a->ta == CblasNoTrans ? lo * (size_t)a->lda : lo);
-        cblas_sgemm(CblasRowMajor, a->ta, a->tb, n, a->N, a->K, a->alpha, A, a->lda, a->B,
-                    a->ldb, a->beta, a->C + lo * (size_t)a->ldc, a->ldc);
-    } else { /* columns [lo, hi) of C: the same columns of op(B) */
-        const float *B = a->B + (a->tb == CblasNoTrans ? lo : lo * (size_t)a->ldb);
-        cblas_sgemm(CblasRowMajor, a->ta, a->tb, a->M, n, a->K, a->alpha, a->A, a->lda, B,
-                    a->ldb, a->beta, a->C + lo, a->ldc);
-    }
+    if (g->by_rows) /* rows [lo, hi) of C: the same rows of op(A) */
+        gemm_block(a, n, a->N, a->A + (a->ta == CblasNoTrans ? lo * (size_t)a->lda : lo), a->B,
+                   a->C + lo * (size_t)a->ldc);
+    else /* columns [lo, hi) of C: the same columns of op(B) */
+        gemm_block(a, a->M, n, a->A, a->B + (a->tb == CblasNoTrans ? lo : lo * (size_t)a->ldb),
+                   a->C + lo);
 }
 
 /* The split of a product: its job, the dimension cut (*dim) and the part size (*part). */
