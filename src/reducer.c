@@ -127,8 +127,10 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     r->sums_slot = r->nb;
     r->gather_slot = r->nb + 1;
     /* The host updates bucket by bucket where it drives the requests itself (MPI on the CPU); a
-     * GPU queues one update behind all of them, its phases timed on the device. */
-    r->interleave = comm->host_progress && !strcmp(be->ops->name, "cpu");
+     * GPU queues one update behind all of them, its phases timed on the device. One rank has no
+     * bucket to wait for: one update of the whole arena, one hand-off to the lanes where there
+     * were six (the MLP's buckets), each with a part of a lane waiting for the other. */
+    r->interleave = comm->host_progress && !strcmp(be->ops->name, "cpu") && comm->world > 1;
     if (mgt_comm_reserve(comm, r->gather_slot + r->nb + 1, err) < 0)
         return -1;
     if (r->o.accum_steps > 1) {
