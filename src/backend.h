@@ -218,6 +218,10 @@ struct mgt_ops {
     /* Dense: y[n][out] = x[n][in] * W^T + b (b may be NULL). */
     void (*dense_fwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                       const float *b, float *y);
+    /* dense_fwd, then act_fwd's ReLU on y (y < 0 ? 0 : y; NaN stays NaN). Optional: NULL where
+     * a dense layer's ReLU is a pass of its own. */
+    void (*dense_fwd_relu)(mgt_backend *be, int n, int in, int out, const float *x,
+                           const float *w, const float *b, float *y);
     /* dx[n][in] = dy * W; dW[out][in] = dy^T * x; db[out] = column sums of dy. */
     void (*dense_bwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                       const float *dy, float *dx, float *dw, float *db);

@@ -96,25 +96,37 @@ void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
 
 /* ---- dense ------------------------------------------------------------------------------- */
 
-/* y[n][out] = x[n][in] * W^T + b: the bias is copied into y first and the GEMM adds onto it
- * (beta = 1), which costs one pass over y instead of a separate bias pass after the product. */
-void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
-                       const float *b, float *y) {
+/* y[n][out] = act(x[n][in] * W^T + b), act none or ReLU: each lane's part of y starts as the
+ * bias (the GEMM adds onto it, beta = 1) and takes the ReLU once its product is done, while it
+ * is in cache (mgt_cpu_gemm_bias): no pass of its own for either, nor a lane left waiting while
+ * the other copies or rectifies. */
+static void dense_fwd(mgt_backend *be, mgt_act act, int n, int in, int out, const float *x,
+                      const float *w, const float *b, float *y) {
     if (n <= 0 || out <= 0)
         return;
-    float beta = 0.0f;
-    if (b) {
-        for (int i = 0; i < n; i++)
-            memcpy(y + (size_t)i * out, b, sizeof(float) * (size_t)out);
-        beta = 1.0f;
-    }
     if (in <= 0) {
-        if (!b)
-            memset(y, 0, sizeof(float) * (size_t)n * out);
+        for (int i = 0; i < n; i++)
+            if (b)
+                memcpy(y + (size_t)i * out, b, sizeof(float) * (size_t)out);
+            else
+                memset(y + (size_t)i * out, 0, sizeof(float) * (size_t)out);
+        if (act == MGT_ACT_RELU)
+            mgt_cpu_relu_rows(n, out, out, y);
         return;
     }
-    mgt_cpu_gemm(mgt_cpu_impl_of(be)->lanes, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w,
-                 in, beta, y, out);
+    const mgt_cpu_gemm_args a = {CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in,
+                                 0.0f, y, out};
+    mgt_cpu_gemm_bias(mgt_cpu_impl_of(be)->lanes, &a, b, act == MGT_ACT_RELU);
+}
+
+void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *b, float *y) {
+    dense_fwd(be, MGT_ACT_NONE, n, in, out, x, w, b, y);
+}
+
+static void cpu_dense_fwd_relu(mgt_backend *be, int n, int in, int out, const float *x,
+                               const float *w, const float *b, float *y) {
+    dense_fwd(be, MGT_ACT_RELU, n, in, out, x, w, b, y);
 }
 
 /* Rows r0 .. r1 - 1 of dW = dy^T * x: those columns of dy (a row stride of `out`) times x. With
@@ -242,6 +254,7 @@ static const mgt_ops cpu_ops = {
     .reserve = cpu_reserve,
     .destroy = cpu_destroy,
     .dense_fwd = mgt_cpu_dense_fwd,
+    .dense_fwd_relu = cpu_dense_fwd_relu,
     .dense_bwd = mgt_cpu_dense_bwd,
     .dense_bwd_rows = mgt_cpu_dense_bwd_rows,
     .add = cpu_add,

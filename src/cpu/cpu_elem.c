@@ -151,6 +151,15 @@ static void act_fwd_range(void *p, size_t lo, size_t hi) {
     }
 }
 
+MGT_SIMD
+void mgt_cpu_relu_rows(int m, int n, int ld, float *c) {
+    for (int i = 0; i < m; i++) {
+        float *restrict r = c + (size_t)i * (size_t)ld;
+        for (int k = 0; k < n; k++)
+            r[k] = r[k] < 0.0f ? 0.0f : r[k];
+    }
+}
+
 /* g = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
  * softmax (per row): g_j = y_j (dy_j - sum_k dy_k y_k); none: g = dy. Then dx = g, or dx += g. */
 MGT_SIMD

@@ -231,9 +231,18 @@ enum {
 typedef struct {
     void (*fn)(void *ctx, size_t lo, size_t hi);
     void *ctx;
-    size_t n, part, parts;
+    size_t n, parts;
     atomic_size_t next;
 } split_job;
+
+/* Where part k of a split_job starts: the SPLIT_ALIGN-item units of [0, n) shared out evenly
+ * (the shares differ by one unit at most, the last taking the remainder of n), so that two lanes
+ * sharing four parts get within a unit of each other; fixed by n and the part count alone. */
+static size_t part_start(const split_job *j, size_t k) {
+    const size_t units = (j->n + SPLIT_ALIGN - 1) / SPLIT_ALIGN;
+    const size_t lo = k * units / j->parts * SPLIT_ALIGN;
+    return k >= j->parts || lo > j->n ? j->n : lo;
+}
 
 static void split_lane(void *p, int lane) {
     (void)lane;
@@ -242,20 +251,20 @@ static void split_lane(void *p, int lane) {
         const size_t k = atomic_fetch_add(&j->next, 1);
         if (k >= j->parts)
             return;
-        const size_t lo = k * j->part, hi = lo + j->part < j->n ? lo + j->part : j->n;
-        j->fn(j->ctx, lo, hi);
+        const size_t lo = part_start(j, k), hi = part_start(j, k + 1);
+        if (hi > lo)
+            j->fn(j->ctx, lo, hi);
     }
 }
 
-/* fn over [0, n) in parts of `part` items (the last shorter), taken by the lanes in any order;
- * on one lane, or with one part, in order on the calling thread. */
-static void lanes_parts(mgt_cpu_lanes *l, size_t n, size_t part,
+/* fn over [0, n) in `parts` parts (part_start), taken by the lanes in any order; on one lane, or
+ * with one part, in order on the calling thread. */
+static void lanes_parts(mgt_cpu_lanes *l, size_t n, size_t parts,
                         void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx) {
-    const size_t parts = (n + part - 1) / part;
     const int lanes = mgt_cpu_lanes_count(l);
-    split_job j = {.fn = fn, .ctx = ctx, .n = n, .part = part, .parts = parts};
+    split_job j = {.fn = fn, .ctx = ctx, .n = n, .parts = parts < 1 ? 1 : parts};
     atomic_init(&j.next, 0);
-    mgt_cpu_lanes_run(l, (size_t)lanes < parts ? lanes : (int)parts, split_lane, &j);
+    mgt_cpu_lanes_run(l, (size_t)lanes < j.parts ? lanes : (int)j.parts, split_lane, &j);
 }
 
 void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
@@ -272,9 +281,7 @@ void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
         fn(ctx, 0, n);
         return;
     }
-    size_t part = (n + parts - 1) / parts;
-    part = (part + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
-    lanes_parts(l, n, part, fn, ctx);
+    lanes_parts(l, n, parts, fn, ctx);
 }
 
 /* ---- GEMMs split across the lanes ----------------------------------------------------------- *
@@ -283,10 +290,13 @@ void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
  * using, and under load a threaded call waited for a descheduled helper (the seed ConvNet's
  * 15488 -> 128 dense layer at batch 128 took 440 ms with two OpenBLAS threads on a busy 2-core
  * EPYC, 26-48 ms with one). The larger GEMMs are split here instead: the larger of C's two
- * dimensions is cut into at most GEMM_PARTS parts of at least GEMM_PART_MIN rows or columns
- * (multiples of 16), fixed by the shape alone, which the lanes take as they come. Each part is
- * one cblas_sgemm on the same rows of op(A) or columns of op(B), so every element of C is
- * computed by the same call whatever the number of threads. Each part copies the operand it
+ * dimensions is cut into at most GEMM_PARTS parts, as many as parts of GEMM_PART_MIN rows or
+ * columns would take, the units of 16 shared out evenly (part_start: the MLP's 784 columns in
+ * 192, 192, 192 and 208, where 208, 208, 208 and 160 left a lane of two waiting for the other),
+ * fixed by the shape alone, which the lanes take as they come. Each part is one cblas_sgemm on
+ * the same rows of op(A) or columns of op(B), so every element of C is computed by the same
+ * call whatever the number of threads (OpenBLAS's result for an element can depend on where in
+ * the call it lies: a change of the cuts changes bits). Each part copies the operand it
  * shares in whole (OpenBLAS packs it), which is why the parts are few and large: the packing
  * costs about as much as a part's multiply-adds over some twenty rows of it, so parts of 64 rows
  * lost a third of their time to it, parts of 128 a sixth. Measured with two lanes on a 2-core
@@ -302,16 +312,26 @@ enum { GEMM_PARTS = 4, GEMM_PART_MIN = 128 };
 typedef struct {
     mgt_cpu_gemm_args a;
     int by_rows;
+    const float *bias; /* C's rows start as this row (then beta = 1): mgt_cpu_gemm_bias */
+    int relu;          /* then C = max(C, 0) */
 } gemm_job;
 
-/* One cblas_sgemm on an m x n block of C. For beta = 0 the block is cleared here and the
- * product added onto it (beta = 1): OpenBLAS clears C in a pass of its own (sgemm_beta) that
- * ran at a tenth of memset's speed with its Zen kernel, 4% of the MLP's step on a 2-core EPYC
- * (perf). The same bits: its product is added onto the zeros it writes too. */
-static void gemm_block(const mgt_cpu_gemm_args *a, int m, int n, const float *A, const float *B,
-                       float *C) {
+/* One cblas_sgemm on the m x n block of C at row r0, column c0, with what mgt_cpu_gemm_bias adds
+ * around it. For beta = 0 the block is cleared here and the product added onto it (beta = 1):
+ * OpenBLAS clears C in a pass of its own (sgemm_beta) that ran at a tenth of memset's speed with
+ * its Zen kernel, 4% of the MLP's step on a 2-core EPYC (perf). The same bits: its product is
+ * added onto the zeros it writes too. */
+static void gemm_block(const gemm_job *g, int r0, int c0, int m, int n) {
+    const mgt_cpu_gemm_args *a = &g->a;
+    const float *A = a->A + (a->ta == CblasNoTrans ? (size_t)r0 * a->lda : (size_t)r0);
+    const float *B = a->B + (a->tb == CblasNoTrans ? (size_t)c0 : (size_t)c0 * a->ldb);
+    float *C = a->C + (size_t)r0 * a->ldc + c0;
     float beta = a->beta;
-    if (beta == 0.0f) {
+    if (g->bias) {
+        for (int i = 0; i < m; i++)
+            memcpy(C + (size_t)i * a->ldc, g->bias + c0, sizeof(float) * (size_t)n);
+        beta = 1.0f;
+    } else if (beta == 0.0f) {
         if (a->ldc == n)
             memset(C, 0, sizeof(float) * (size_t)m * (size_t)n);
         else
@@ -321,23 +341,22 @@ static void gemm_block(const mgt_cpu_gemm_args *a, int m, int n, const float *A,
     }
     cblas_sgemm(CblasRowMajor, a->ta, a->tb, m, n, a->K, a->alpha, A, a->lda, B, a->ldb, beta, C,
                 a->ldc);
+    if (g->relu)
+        mgt_cpu_relu_rows(m, n, a->ldc, C);
 }
 
 static void gemm_part(void *p, size_t lo, size_t hi) {
     const gemm_job *g = p;
-    const mgt_cpu_gemm_args *a = &g->a;
-    const int n = (int)(hi - lo);
+    const int k = (int)lo, n = (int)(hi - lo);
     if (g->by_rows) /* rows [lo, hi) of C: the same rows of op(A) */
-        gemm_block(a, n, a->N, a->A + (a->ta == CblasNoTrans ? lo * (size_t)a->lda : lo), a->B,
-                   a->C + lo * (size_t)a->ldc);
+        gemm_block(g, k, 0, n, g->a.N);
     else /* columns [lo, hi) of C: the same columns of op(B) */
-        gemm_block(a, a->M, n, a->A, a->B + (a->tb == CblasNoTrans ? lo : lo * (size_t)a->ldb),
-                   a->C + lo);
+        gemm_block(g, 0, k, g->a.M, n);
 }
 
 /* The split of a product: its job, the dimension cut (*dim) and the part size (*part). */
 static gemm_job gemm_split(const mgt_cpu_gemm_args *a, size_t *dim, size_t *part) {
-    const gemm_job g = {*a, a->M > a->N};
+    const gemm_job g = {.a = *a, .by_rows = a->M > a->N};
     *dim = (size_t)(g.by_rows ? a->M : a->N);
     size_t p = (*dim + GEMM_PARTS - 1) / GEMM_PARTS;
     p = (p + SPLIT_ALIGN - 1) / SPLIT_ALIGN * SPLIT_ALIGN;
@@ -349,19 +368,28 @@ static gemm_job gemm_split(const mgt_cpu_gemm_args *a, size_t *dim, size_t *part
     return g;
 }
 
-static void gemm_run(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a) {
-    if (a->M <= 0 || a->N <= 0)
+static void gemm_run(mgt_cpu_lanes *l, gemm_job *g, size_t dim, size_t part) {
+    if (g->a.M <= 0 || g->a.N <= 0)
         return;
-    size_t dim, part;
-    gemm_job g = gemm_split(a, &dim, &part);
-    lanes_parts(l, dim, part, gemm_part, &g);
+    lanes_parts(l, dim, (dim + part - 1) / part, gemm_part, g);
 }
 
 void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc) {
     const mgt_cpu_gemm_args a = {ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
-    gemm_run(l, &a);
+    size_t dim, part;
+    gemm_job g = gemm_split(&a, &dim, &part);
+    gemm_run(l, &g, dim, part);
+}
+
+void mgt_cpu_gemm_bias(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *bias,
+                       int relu) {
+    size_t dim, part;
+    gemm_job g = gemm_split(a, &dim, &part);
+    g.bias = bias;
+    g.relu = relu;
+    gemm_run(l, &g, dim, part);
 }
 
 /* ---- two independent products at once ----------------------------------------------------- *
@@ -386,8 +414,8 @@ void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_c
     const int whole = a->M > 0 && a->N > 0 && b->M > 0 && b->N > 0 &&
                       (da + pa - 1) / pa <= 2 && (db + pb - 1) / pb <= 2;
     if (!whole) {
-        gemm_run(l, a);
-        gemm_run(l, b);
+        gemm_run(l, &j.g[0], da, pa);
+        gemm_run(l, &j.g[1], db, pb);
         return;
     }
     mgt_cpu_lanes_run(l, 2, pair_lane, &j);

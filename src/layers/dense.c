@@ -31,8 +31,15 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     return 0;
 }
 
+/* A ReLU of the layer's own, where the backend writes it with the product (dense_fwd_relu). */
+static int applies_act(const mgt_model *m, const mgt_layer *l, const mgt_backend *be) {
+    return !m->no_fusion && be->ops->dense_fwd_relu && l->act == MGT_ACT_RELU && !l->fused_act;
+}
+
 static void forward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x, float *y) {
-    s->be->ops->dense_fwd(s->be, s->n, l->in.c, l->out.c, x, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
+    const mgt_ops *o = s->be->ops;
+    (applies_act(m, l, s->be) ? o->dense_fwd_relu : o->dense_fwd)(
+        s->be, s->n, l->in.c, l->out.c, x, mgt_w(m, l, 0), mgt_w(m, l, 1), y);
 }
 
 /* A weight gradient of at least two blocks of GRAD_BLOCK floats (128 KiB) is written in row
@@ -89,5 +96,5 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
-    .grad_rows = grad_rows, .bwd_reads = MGT_BWD_READS_X,
+    .applies_act = applies_act, .grad_rows = grad_rows, .bwd_reads = MGT_BWD_READS_X,
 };

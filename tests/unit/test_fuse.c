@@ -322,8 +322,75 @@ static void test_relu_takeover(tally *t) {
     }
 }
 
+/* A dense layer's own ReLU written with its product (dense_fwd_relu), each lane's part of the
+ * output starting as the bias and rectified once its product is done: on two lanes, over parts
+ * cut by rows (256 x 192) and by columns (256 x 320, three parts of unequal width), the bits of
+ * the model run op by op (no_fusion) and of one lane. */
+static const char *mlp_text =
+    "[input]\nshape = 10,10,1\n"
+    "[flatten]\n"
+    "[dense]\nname = d1\nunits = 320\nactivation = relu\n"
+    "[dense]\nname = d2\nunits = 192\nactivation = relu\n"
+    "[dense]\nname = out\nunits = 4\n"
+    "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 256\n"
+    "seed = 9\n";
+
+/* Layer `name`'s output after a step of m (without memory sharing, so it is still there) against
+ * relu(x W^T + b) in double, x the model's input: within 2 (K + 1) 2^-24 (|b| + sum |x w|) of it,
+ * a bound on float32 sums of K + 1 terms in any order (the ReLU moves no value farther). */
+static int dense_relu_ok(const mgt_model *m, const char *name, int n) {
+    const mgt_layer *l = &m->layers[layer_at(m, name)];
+    const int in = l->in.c, out = l->out.c;
+    const float *w = m->w + m->params[l->param[0]].offset;
+    const float *b = m->w + m->params[l->param[1]].offset;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < out; j++) {
+            double ref = b[j], mag = fabs(b[j]);
+            for (int k = 0; k < in; k++) {
+                const double p = (double)m->x[(size_t)i * in + k] * w[(size_t)j * in + k];
+                ref += p;
+                mag += fabs(p);
+            }
+            if (ref < 0.0)
+                ref = 0.0;
+            if (fabs(l->y[(size_t)i * out + j] - ref) > 2.0 * (in + 1) * ldexp(mag, -24))
+                return 0;
+        }
+    return 1;
+}
+
+static void test_dense_relu(tally *t) {
+    mgt_backend be, one;
+    mgt_model f, u, o;
+    if (mgt_cpu_backend_init(&be, 2) < 0 || mgt_cpu_backend_init(&one, 1) < 0 ||
+        setup_from(&f, &be, mlp_text, 1, 1, 1, NULL) < 0 ||
+        setup_from(&u, &be, mlp_text, 1, 0, 1, NULL) < 0 ||
+        setup_from(&o, &one, mlp_text, 1, 1, 1, NULL) < 0)
+        exit(2);
+    CHECK(t, be.ops->dense_fwd_relu != NULL);
+    mgt_model z;
+    if (setup_from(&z, &be, mlp_text, 1, 1, 0, NULL) < 0)
+        exit(2);
+    step(&z, &be, 1, NULL);
+    CHECK(t, dense_relu_ok(&z, "d1", (int)cfg.batch_size));
+    mgt_model_free(&z);
+    const double lo = step(&o, &one, 1, NULL);
+    const size_t nw = o.param_count;
+    float *g = malloc(sizeof(float) * nw);
+    if (!g)
+        exit(2);
+    memcpy(g, o.g, sizeof(float) * nw);
+    const double lf = step(&f, &be, 1, NULL);
+    CHECK(t, lf == lo && same(f.g, g, nw));
+    free(g);
+    mgt_model_free(&o);
+    mgt_backend_destroy(&one);
+    same_step_then_free(t, &f, &u, &be);
+}
+
 int main(void) {
     tally t = {0, 0};
+    test_dense_relu(&t);
     test_same_bits(&t);
     test_relu_takeover(&t);
     test_cpu_keeps_bias(&t);
