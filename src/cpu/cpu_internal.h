@@ -81,9 +81,9 @@ typedef struct mgt_cpu_gemm_args {
     int ldc;
 } mgt_cpu_gemm_args;
 /* C = op(A) op(B) (alpha as given) on rows that start as `bias` (beta = 1; a->beta is not read),
- * then, with relu, max(C, 0) as act_fwd's ReLU: a dense layer's forward, split as mgt_cpu_gemm,
- * with its bias and ReLU written by the lane that computes each part of C, while it is in cache.
- * bias NULL: a->beta as given. */
+ * then, with relu, act_fwd's ReLU (C < 0 ? 0 : C): a dense layer's forward, split as
+ * mgt_cpu_gemm, with its bias and ReLU written by the lane that computes each part of C, while
+ * it is in cache. bias NULL: a->beta as given. */
 void mgt_cpu_gemm_bias(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *bias, int relu);
 /* ReLU in place on an m x n block of rows `ld` floats apart (act_fwd's: NaN stays NaN). */
 void mgt_cpu_relu_rows(int m, int n, int ld, float *c);

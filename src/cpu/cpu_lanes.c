@@ -313,7 +313,7 @@ typedef struct {
     mgt_cpu_gemm_args a;
     int by_rows;
     const float *bias; /* C's rows start as this row (then beta = 1): mgt_cpu_gemm_bias */
-    int relu;          /* then C = max(C, 0) */
+    int relu;          /* then C < 0 ? 0 : C, act_fwd's ReLU */
 } gemm_job;
 
 /* One cblas_sgemm on the m x n block of C at row r0, column c0, with what mgt_cpu_gemm_bias adds
