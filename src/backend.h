@@ -222,6 +222,12 @@ struct mgt_ops {
      * a dense layer's ReLU is a pass of its own. */
     void (*dense_fwd_relu)(mgt_backend *be, int n, int in, int out, const float *x,
                            const float *w, const float *b, float *y);
+    /* A dense layer's bias gradient, first in its backward: with y, dy = y > 0 ? dy : 0 in
+     * place (the gradient of the layer's own ReLU, act_bwd's), then db[out] = column sums of dy
+     * as dense_bwd sums them (db may be NULL). One pass over dy. Optional: NULL where the ReLU's
+     * gradient is a pass of its own and dense_bwd sums the bias gradient. */
+    void (*dense_bias_grad)(mgt_backend *be, int n, int out, const float *y, float *dy,
+                            float *db);
     /* dx[n][in] = dy * W; dW[out][in] = dy^T * x; db[out] = column sums of dy. */
     void (*dense_bwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                       const float *dy, float *dx, float *dw, float *db);

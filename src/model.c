@@ -781,7 +781,9 @@ static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
             o->act_bwd(s->be, own_act(l), s->n, row, y, dy, dx, (int)(l->accumulate & 1));
         return;
     }
-    if (own_act(l) != MGT_ACT_NONE && !l->relu_grad_by_reader) /* else done by its reader */
+    /* else done by its reader, or by the layer's backward */
+    if (own_act(l) != MGT_ACT_NONE && !l->relu_grad_by_reader &&
+        !(l->type->applies_act_grad && l->type->applies_act_grad(m, l, s->be)))
         o->act_bwd(s->be, l->act, s->n, row, y, dy, dy, 0);
     if (l->type->merge) {
         float *dx[MGT_MAX_INPUTS];

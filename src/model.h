@@ -158,6 +158,11 @@ typedef struct mgt_layer_type {
      * left to the loss) itself: the executor then runs no pass of its own for it. Never with
      * m->no_fusion, which runs every op by itself. */
     int (*applies_act)(const mgt_model *m, const mgt_layer *l, const mgt_backend *be);
+    /* May be NULL. 1 when backward on backend be applies the gradient of the layer's own
+     * activation to dy itself (in the pass that reads dy first): the executor then runs no pass
+     * of its own for it. Never with m->no_fusion, nor where the layer's reader applies it
+     * (l->relu_grad_by_reader). */
+    int (*applies_act_grad)(const mgt_model *m, const mgt_layer *l, const mgt_backend *be);
     /* May be NULL. 1 when backward on backend be can apply the gradient of the ReLU that wrote
      * its input x (x > 0 ? g : 0) to the gradient it writes (fuse.c: mgt_fuse_relu_grads; it
      * then finds l->x_relu_grad set). */

@@ -96,6 +96,38 @@ void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
 
 /* ---- dense ------------------------------------------------------------------------------- */
 
+/* A dense layer's bias gradient (mgt_ops.dense_bias_grad): each row of dy masked by the ReLU
+ * where y is given, and summed into the columns' double accumulators as it is read, in row
+ * order, as mgt_cpu_colsum sums them: one pass over dy where act_bwd and dense_bwd made two. On
+ * the calling lane: split in parts of columns over two lanes it took 104-123 us a call for the
+ * MLP's 256 x 256 gradients, against some 30 here (each part's rows, 128 bytes every 1 KB, came
+ * from the other core's cache, where the product before wrote them). */
+MGT_SIMD
+static void cpu_dense_bias_grad(mgt_backend *be, int n, int out, const float *y, float *dy,
+                                float *db) {
+    (void)be;
+    enum { BLOCK = 256 };
+    double acc[BLOCK];
+    for (int c0 = 0; c0 < out; c0 += BLOCK) {
+        const int nc = out - c0 < BLOCK ? out - c0 : BLOCK;
+        for (int k = 0; k < nc; k++)
+            acc[k] = 0.0;
+        for (int r = 0; r < n; r++) {
+            float *restrict row = dy + (size_t)r * (size_t)out + c0;
+            if (y) {
+                const float *restrict yr = y + (size_t)r * (size_t)out + c0;
+                for (int k = 0; k < nc; k++)
+                    row[k] = mgt_cpu_keep_if(row[k], yr[k] > 0.0f);
+            }
+            for (int k = 0; k < nc; k++)
+                acc[k] += row[k];
+        }
+        if (db)
+            for (int k = 0; k < nc; k++)
+                db[c0 + k] = (float)acc[k];
+    }
+}
+
 /* y[n][out] = act(x[n][in] * W^T + b), act none or ReLU: each lane's part of y starts as the
  * bias (the GEMM adds onto it, beta = 1) and takes the ReLU once its product is done, while it
  * is in cache (mgt_cpu_gemm_bias): no pass of its own for either, nor a lane left waiting while
@@ -255,6 +287,7 @@ static const mgt_ops cpu_ops = {
     .destroy = cpu_destroy,
     .dense_fwd = mgt_cpu_dense_fwd,
     .dense_fwd_relu = cpu_dense_fwd_relu,
+    .dense_bias_grad = cpu_dense_bias_grad,
     .dense_bwd = mgt_cpu_dense_bwd,
     .dense_bwd_rows = mgt_cpu_dense_bwd_rows,
     .add = cpu_add,

@@ -66,13 +66,29 @@ static int grad_rows(const mgt_layer *l, const mgt_ops *o) {
     return rows < out ? (int)rows : 0;
 }
 
+/* The gradient of the layer's own ReLU applied with the bias gradient's sums, in one pass over
+ * dy (dense_bias_grad), where the backend has it. */
+static int applies_act_grad(const mgt_model *m, const mgt_layer *l, const mgt_backend *be) {
+    return !m->no_fusion && be->ops->dense_bias_grad && l->act == MGT_ACT_RELU &&
+           !l->fused_act && !l->relu_grad_by_reader;
+}
+
 static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
                      const float *y, float *dy, float *dx) {
-    (void)y;
     const mgt_ops *o = s->be->ops;
     const int n = s->n, in = l->in.c, out = l->out.c;
     const int rows = s->whole_grads ? 0 : grad_rows(l, o);
     float *w = mgt_w(m, l, 0), *gw = mgt_g(m, l, 0), *gb = mgt_g(m, l, 1);
+    /* dense_bias_grad first where fusion is on: the ReLU's gradient (if the layer applies it)
+     * and the bias's sums in one pass on the lanes; dense_bwd then sums nothing */
+    if (!m->no_fusion && o->dense_bias_grad) {
+        const float *mask = applies_act_grad(m, l, s->be) ? y : NULL;
+        if (mask || gb)
+            o->dense_bias_grad(s->be, n, out, mask, dy, gb);
+        if (gb && rows)
+            mgt_step_grads_part(s, l, (size_t)(gb - m->g), (size_t)out);
+        gb = NULL;
+    }
     if (!rows) {
         o->dense_bwd(s->be, n, in, out, x, w, dy, dx, gw, gb);
         return;
@@ -96,5 +112,6 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
-    .applies_act = applies_act, .grad_rows = grad_rows, .bwd_reads = MGT_BWD_READS_X,
+    .applies_act = applies_act, .applies_act_grad = applies_act_grad, .grad_rows = grad_rows,
+    .bwd_reads = MGT_BWD_READS_X,
 };

@@ -323,9 +323,10 @@ static void test_relu_takeover(tally *t) {
 }
 
 /* A dense layer's own ReLU written with its product (dense_fwd_relu), each lane's part of the
- * output starting as the bias and rectified once its product is done: on two lanes, over parts
- * cut by rows (256 x 192) and by columns (256 x 320, three parts of unequal width), the bits of
- * the model run op by op (no_fusion) and of one lane. */
+ * output starting as the bias and rectified once its product is done, and its gradient applied
+ * in the pass that sums the bias gradient (dense_bias_grad): on two lanes, over parts cut by
+ * rows (256 x 192) and by columns (256 x 320, three parts of unequal width), the bits of the
+ * model run op by op (no_fusion) and of one lane. */
 static const char *mlp_text =
     "[input]\nshape = 10,10,1\n"
     "[flatten]\n"
