@@ -74,10 +74,13 @@ static void cpu_destroy(mgt_backend *be) {
 
 /* ---- shared helper ----------------------------------------------------------------------- */
 
-/* Column sums in double. Columns are taken in blocks of up to 256 so that the accumulators
- * stay on the stack (ops must not allocate) while each row is still read contiguously. */
+/* Column sums of a rows x cols matrix in double, into out (NULL: none). Columns are taken in
+ * blocks of up to 256 so that the accumulators stay on the stack (ops must not allocate) while
+ * each row is still read contiguously. With y (the same shape), each row is first masked in
+ * place, m = y > 0 ? m : 0 (a ReLU's gradient, act_bwd's), and the masked values summed; without
+ * it m is only read. */
 MGT_SIMD
-void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
+static void colsum_masked(size_t rows, int cols, const float *y, float *m, float *out) {
     enum { BLOCK = 256 };
     double acc[BLOCK];
     for (int c0 = 0; c0 < cols; c0 += BLOCK) {
@@ -85,47 +88,39 @@ void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
         for (int j = 0; j < nc; j++)
             acc[j] = 0.0;
         for (size_t r = 0; r < rows; r++) {
-            const float *restrict row = m + r * (size_t)cols + c0;
+            float *restrict row = m + r * (size_t)cols + c0;
+            if (y) {
+                const float *restrict yr = y + r * (size_t)cols + c0;
+                for (int j = 0; j < nc; j++)
+                    row[j] = mgt_cpu_keep_if(row[j], yr[j] > 0.0f);
+            }
             for (int j = 0; j < nc; j++)
                 acc[j] += row[j];
         }
-        for (int j = 0; j < nc; j++)
-            out[c0 + j] = (float)acc[j];
+        if (out)
+            for (int j = 0; j < nc; j++)
+                out[c0 + j] = (float)acc[j];
     }
+}
+
+void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out) {
+    colsum_masked(rows, cols, NULL, (float *)m, out); /* read only, without a mask */
 }
 
 /* ---- dense ------------------------------------------------------------------------------- */
 
-/* A dense layer's bias gradient (mgt_ops.dense_bias_grad): each row of dy masked by the ReLU
- * where y is given, and summed into the columns' double accumulators as it is read, in row
- * order, as mgt_cpu_colsum sums them: one pass over dy where act_bwd and dense_bwd made two. On
- * the calling lane: split in parts of columns over two lanes it took 104-123 us a call for the
- * MLP's 256 x 256 gradients, against some 30 here (each part's rows, 128 bytes every 1 KB, came
- * from the other core's cache, where the product before wrote them). */
-MGT_SIMD
+/* A dense layer's bias gradient (mgt_ops.dense_bias_grad): one pass over dy where act_bwd and
+ * dense_bwd made two, summed as mgt_cpu_colsum sums (colsum_masked). On the calling lane: split
+ * in parts of columns over two lanes it took 104-123 us a call for the MLP's 256 x 256
+ * gradients, against some 30 here (each part's rows, 128 bytes every 1 KB, came from the other
+ * core's cache, where the product before wrote them). */
 static void cpu_dense_bias_grad(mgt_backend *be, int n, int out, const float *y, float *dy,
                                 float *db) {
     (void)be;
-    enum { BLOCK = 256 };
-    double acc[BLOCK];
-    for (int c0 = 0; c0 < out; c0 += BLOCK) {
-        const int nc = out - c0 < BLOCK ? out - c0 : BLOCK;
-        for (int k = 0; k < nc; k++)
-            acc[k] = 0.0;
-        for (int r = 0; r < n; r++) {
-            float *restrict row = dy + (size_t)r * (size_t)out + c0;
-            if (y) {
-                const float *restrict yr = y + (size_t)r * (size_t)out + c0;
-                for (int k = 0; k < nc; k++)
-                    row[k] = mgt_cpu_keep_if(row[k], yr[k] > 0.0f);
-            }
-            for (int k = 0; k < nc; k++)
-                acc[k] += row[k];
-        }
-        if (db)
-            for (int k = 0; k < nc; k++)
-                db[c0 + k] = (float)acc[k];
-    }
+    if (n > 0 && out > 0)
+        colsum_masked((size_t)n, out, y, dy, db);
+    else if (db && out > 0)
+        memset(db, 0, sizeof(float) * (size_t)out);
 }
 
 /* y[n][out] = act(x[n][in] * W^T + b), act none or ReLU: each lane's part of y starts as the
