@@ -110,6 +110,19 @@ static inline void mgt_dataset_normalize(const mgt_dataset *ds, float *x, int n)
     mgt_input_normalize(&ds->tf, x, n, (int64_t)ds->h * ds->w * ds->c, ds->c);
 }
 
+/* mgt_dataset_gather, a synthetic set's class templates taken from `templates` where it is not
+ * NULL (mgt_synthetic_templates: its two 64-bit hashes per 8 values halve to one, the noise's;
+ * the same bytes). 256 samples of 28x28 on one core of a 2-core EPYC: 132 -> 95 us. */
+void mgt_dataset_gather_with(const mgt_dataset *ds, const uint64_t *templates,
+                             const int64_t *idx, int count, float *x, int32_t *labels);
+/* A synthetic set's class templates as gathered (template draw w of class L at L * words + w,
+ * words = ceil(h w c / 8)): mgt_synthetic_templates_count of them, 0 for other sets and where
+ * they would take more than MGT_SYN_TEMPLATES_MAX bytes (10 classes of 28x28: 7.8 KB; 1000 of
+ * 224x224x3: 150 MB, made as gathered instead). */
+#define MGT_SYN_TEMPLATES_MAX ((size_t)4 << 20)
+size_t mgt_synthetic_templates_count(const mgt_dataset *ds);
+void mgt_synthetic_templates(const mgt_dataset *ds, uint64_t *out);
+
 /* A view of samples [first, first+count) of ds: shares the memory (for --val-split). */
 mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t count);
 

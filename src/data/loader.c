@@ -36,6 +36,7 @@ struct mgt_loader {
     int threaded, ids_only;
     mgt_augment aug;    /* training augmentation (off unless mgt_loader_augment) */
     float *aug_scratch; /* one sample, for augmenting in place */
+    uint64_t *templates; /* a synthetic set's class templates (NULL: made as gathered) */
     int64_t *perm, *idx;
     int slots; /* SLOTS_IMAGES or SLOTS_OTHER */
     slot s[SLOTS_MAX];
@@ -54,6 +55,7 @@ struct mgt_loader {
 /* Samples [lo, hi) of a batch: a part of gather_batch's. */
 typedef struct {
     const mgt_dataset *ds;
+    const uint64_t *templates;
     const int64_t *rows;
     float *x;
     int32_t *labels;
@@ -62,7 +64,8 @@ typedef struct {
 static void gather_part(void *p, size_t lo, size_t hi) {
     const gather_job *g = p;
     const size_t elems = (size_t)g->ds->h * (size_t)g->ds->w * (size_t)g->ds->c;
-    mgt_dataset_gather(g->ds, g->rows + lo, (int)(hi - lo), g->x + lo * elems, g->labels + lo);
+    mgt_dataset_gather_with(g->ds, g->templates, g->rows + lo, (int)(hi - lo), g->x + lo * elems,
+                            g->labels + lo);
 }
 
 /* A batch's samples: on the threads of the backend's ops where the loader has no thread of its
@@ -72,7 +75,7 @@ static void gather_part(void *p, size_t lo, size_t hi) {
 enum { GATHER_PART_MIN = 8 };
 
 static void gather_batch(mgt_loader *l, const int64_t *rows, int n, float *x, int32_t *labels) {
-    const gather_job g = {l->ds, rows, x, labels};
+    const gather_job g = {l->ds, l->templates, rows, x, labels};
     if (!l->threaded && l->be->ops->host_for)
         l->be->ops->host_for(l->be, (size_t)n, GATHER_PART_MIN, gather_part, (void *)&g);
     else
@@ -168,6 +171,10 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
         l->s[i].b.labels = be->ops->host_alloc ? be->ops->host_alloc(be, lb) : malloc(lb);
         ok = ok && l->s[i].b.x && l->s[i].b.labels;
     }
+    /* A synthetic set's class templates, made once (dataset.h); without the memory, as gathered */
+    const size_t ntpl = ids_only ? 0 : mgt_synthetic_templates_count(ds);
+    if (ok && ntpl && (l->templates = malloc(sizeof(uint64_t) * ntpl)) != NULL)
+        mgt_synthetic_templates(ds, l->templates);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
     if (ok && !threaded) {
@@ -272,6 +279,7 @@ void mgt_loader_destroy(mgt_loader *l) {
         }
     }
     free(l->aug_scratch);
+    free(l->templates);
     free(l->perm);
     free(l);
 }

@@ -46,16 +46,19 @@ void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key,
  * Integer mixing and an exact conversion, so every variant (simd.h) writes the same bits as
  * mgt_syn_value. */
 MGT_SIMD
-static void synthetic_words(uint64_t tkey, uint64_t t0, uint64_t pkey, uint64_t u0,
-                            uint64_t words, float *restrict xs) {
+static void synthetic_words(uint64_t tkey, uint64_t t0, const uint64_t *tpl, uint64_t pkey,
+                            uint64_t u0, uint64_t words, float *restrict xs) {
     enum { BLOCK = 64 };
     uint64_t t[BLOCK], u[BLOCK];
     for (uint64_t w0 = 0; w0 < words; w0 += BLOCK) {
         const uint64_t nw = words - w0 < BLOCK ? words - w0 : BLOCK;
-        for (uint64_t w = 0; w < nw; w++) {
-            t[w] = mgt_rand64(tkey, t0 + w0 + w);
+        if (tpl) /* the class's draws, made once (mgt_synthetic_templates) */
+            memcpy(t, tpl + w0, sizeof(uint64_t) * nw);
+        else
+            for (uint64_t w = 0; w < nw; w++)
+                t[w] = mgt_rand64(tkey, t0 + w0 + w);
+        for (uint64_t w = 0; w < nw; w++)
             u[w] = mgt_rand64(pkey, u0 + w0 + w);
-        }
         float *restrict out = xs + 8 * w0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         const uint8_t *tb = (const uint8_t *)t, *ub = (const uint8_t *)u;
@@ -68,8 +71,27 @@ static void synthetic_words(uint64_t tkey, uint64_t t0, uint64_t pkey, uint64_t 
     }
 }
 
-static void gather_synthetic(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
-                             int32_t *labels) {
+/* The template draws of every class, classes x words of them (words = ceil(h w c / 8)), where
+ * they take at most MGT_SYN_TEMPLATES_MAX bytes: 0, or the count. */
+size_t mgt_synthetic_templates_count(const mgt_dataset *ds) {
+    const uint64_t elems = (uint64_t)ds->h * (uint64_t)ds->w * (uint64_t)ds->c;
+    const uint64_t words = (elems + 7) / 8, classes = ds->classes > 0 ? (uint64_t)ds->classes : 1;
+    if (!mgt_dataset_is_synthetic(ds) || words == 0 ||
+        classes > MGT_SYN_TEMPLATES_MAX / sizeof(uint64_t) / words)
+        return 0;
+    return (size_t)(classes * words);
+}
+
+void mgt_synthetic_templates(const mgt_dataset *ds, uint64_t *out) {
+    const size_t count = mgt_synthetic_templates_count(ds);
+    uint64_t pkey, tkey;
+    mgt_dataset_synthetic_keys(ds, &pkey, &tkey);
+    for (size_t k = 0; k < count; k++) /* class L's word w at L * words + w, as gathered */
+        out[k] = mgt_rand64(tkey, (uint64_t)k);
+}
+
+static void gather_synthetic(const mgt_dataset *ds, const uint64_t *templates,
+                             const int64_t *idx, int count, float *x, int32_t *labels) {
     const int64_t elems = (int64_t)ds->h * ds->w * ds->c;
     const uint64_t words = (uint64_t)(elems + 7) / 8, full = (uint64_t)elems / 8;
     uint64_t pkey, tkey;
@@ -80,7 +102,9 @@ static void gather_synthetic(const mgt_dataset *ds, const int64_t *idx, int coun
         const uint64_t i = (uint64_t)(ds->first + idx[s]);
         const int32_t label = mgt_syn_label(lkey, i, classes);
         float *xs = x + (int64_t)s * elems;
-        synthetic_words(tkey, (uint64_t)label * words, pkey, i * words, full, xs);
+        synthetic_words(tkey, (uint64_t)label * words,
+                        templates ? templates + (uint64_t)label * words : NULL, pkey, i * words,
+                        full, xs);
         if (full < words) { /* a last, partial draw */
             const uint64_t t = mgt_rand64(tkey, (uint64_t)label * words + full);
             const uint64_t u = mgt_rand64(pkey, i * words + full);
@@ -101,10 +125,10 @@ static void copy_floats(const uint8_t *src, int64_t elems, int swap, float *dst)
         u[j] = __builtin_bswap32(u[j]);
 }
 
-void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
-                        int32_t *labels) {
+void mgt_dataset_gather_with(const mgt_dataset *ds, const uint64_t *templates,
+                             const int64_t *idx, int count, float *x, int32_t *labels) {
     if (mgt_dataset_is_synthetic(ds)) {
-        gather_synthetic(ds, idx, count, x, labels);
+        gather_synthetic(ds, templates, idx, count, x, labels);
         return;
     }
     if (ds->images) { /* the evaluation transform (images.h) */
@@ -124,6 +148,11 @@ void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, fl
         }
         labels[k] = ds->labels ? ds->labels[idx[k]] : ds->labels32[idx[k]];
     }
+}
+
+void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
+                        int32_t *labels) {
+    mgt_dataset_gather_with(ds, NULL, idx, count, x, labels);
 }
 
 mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t count) {

@@ -551,7 +551,31 @@ static void test_synthetic(tally *t) {
             CHECK(t, inr);
             if (cntn >= 3 * k) /* the labels spread over the classes */
                 CHECK(t, maxl >= k / 2);
+            /* the class templates made once give the same bytes (the loader's gather) */
+            const size_t nt = mgt_synthetic_templates_count(&d);
+            uint64_t *tpl = malloc(sizeof *tpl * (nt ? nt : 1));
+            CHECK(t, tpl && nt == (size_t)k * (size_t)((e + 7) / 8));
+            if (tpl && nt) {
+                mgt_synthetic_templates(&d, tpl);
+                mgt_dataset_gather_with(&d, tpl, idx, cntn, xt, yt);
+                CHECK(t, memcmp(xt, x, (size_t)cntn * e * sizeof *x) == 0 &&
+                             memcmp(yt, y, (size_t)cntn * sizeof *y) == 0);
+            }
+            free(tpl);
         }
+    }
+
+    /* No table where the templates would take more than MGT_SYN_TEMPLATES_MAX bytes (made as
+     * gathered), nor for a set with samples in memory. */
+    {
+        mgt_dataset big, small;
+        mgt_dataset_synthetic(&big, 10, 224, 224, 3, 1000, 7, 3);
+        mgt_dataset_synthetic(&small, 10, 28, 28, 1, 10, 7, 3);
+        CHECK(t, mgt_synthetic_templates_count(&big) == 0);
+        CHECK(t, mgt_synthetic_templates_count(&small) == 980);
+        uint8_t px[784] = {0};
+        small.pixels = px;
+        CHECK(t, mgt_synthetic_templates_count(&small) == 0);
     }
 
     /* Slices of synthetic data: sample i of the view is sample first + i. */
