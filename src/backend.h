@@ -231,6 +231,11 @@ struct mgt_ops {
     /* dx[n][in] = dy * W; dW[out][in] = dy^T * x; db[out] = column sums of dy. */
     void (*dense_bwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                       const float *dy, float *dx, float *dw, float *db);
+    /* dense_bwd, dx then masked, x > 0 ? dx : 0: the gradient of the ReLU that wrote x (a
+     * layer's own, which then runs no pass of its own for it: fuse.c). Optional: NULL where
+     * the ReLU's gradient is a pass of its own. */
+    void (*dense_bwd_x_relu)(mgt_backend *be, int n, int in, int out, const float *x,
+                             const float *w, const float *dy, float *dx, float *dw, float *db);
     /* Rows r0 .. r1 - 1 of dW only (the rest untouched): dW[r][in] = sum over the batch of
      * dy[i][r] x[i][in]. Optional (NULL: a dense layer's weight gradient comes whole from
      * dense_bwd). With it, a large layer's backward writes and hands over its weight gradient in

@@ -21,12 +21,14 @@
  * and the weights saved, mean what they meant with it (backend.h: bn_finalize's shift).
  * Evaluation uses the bias as usual.
  *
- * A layer that ends in its own ReLU (a convolution's activation = relu) and whose only reader is
- * a batchnorm or a max pooling outside any group, as in Keras' conv -> relu -> batchnorm and
- * conv -> relu -> maxpool, leaves that ReLU's gradient to the reader, on a backend that takes it
- * (takes_x_relu: the CPU's): the reader's input x is the ReLU's output, so its backward masks
- * the gradient it writes by x > 0 in the same pass, and the layer skips a pass over its gradient
- * that reads its output (act_bwd's y > 0 ? g : 0, the same values). The layer's output stays
+ * A layer that ends in its own ReLU (a convolution's or dense layer's activation = relu) and
+ * whose only reader is a batchnorm, a max pooling or a dense layer outside any group, as in
+ * Keras' conv -> relu -> batchnorm, conv -> relu -> maxpool and an MLP's dense -> relu -> dense,
+ * leaves that ReLU's gradient to the reader, on a backend that takes it (takes_x_relu: the
+ * CPU's): the reader's input x is the ReLU's output, so its backward masks the gradient it
+ * writes by x > 0 in the same pass (a dense layer's: each lane's part of dx, as it is written),
+ * and the layer skips a pass over its gradient that reads its output (act_bwd's y > 0 ? g : 0,
+ * the same values). The layer's output stays
  * planned as one its backward reads, so it outlives the reader's backward.
  *
  * The groups change no result: each fused op rounds as the unfused ops did (on the CPU bit for

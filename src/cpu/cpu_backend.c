@@ -172,9 +172,10 @@ void mgt_cpu_dense_bwd_rows(mgt_backend *be, int n, int in, int out, int r0, int
                  dy + r0, out, x, in, 0.0f, rows, in);
 }
 
-/* dx = dy * W, dW = dy^T * x, db = column sums of dy. */
-void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
-                       const float *dy, float *dx, float *dw, float *db) {
+/* dx = dy * W, dW = dy^T * x, db = column sums of dy; with x_relu, dx then masked,
+ * x > 0 ? dx : 0 (the gradient of the ReLU that wrote x), by the lane that computed it. */
+static void dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                      const float *dy, float *dx, float *dw, float *db, int x_relu) {
     mgt_cpu_lanes *lanes = mgt_cpu_impl_of(be)->lanes;
     if (n < 0)
         n = 0;
@@ -187,17 +188,28 @@ void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
     }
     const mgt_cpu_gemm_args gx = {CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
                                   0.0f, dx, in};
+    const float *mask = x_relu ? x : NULL; /* laid out as dx */
     if (dw && dx && n > 0) {
         const mgt_cpu_gemm_args gw = {CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
                                       0.0f, dw, in};
-        mgt_cpu_gemm_pair(lanes, &gw, &gx);
+        mgt_cpu_gemm_pair(lanes, &gw, &gx, mask);
         return;
     }
     if (dw)
         mgt_cpu_dense_bwd_rows(be, n, in, out, 0, out, x, dy, dw);
     if (dx && n > 0)
-        mgt_cpu_gemm(lanes, gx.ta, gx.tb, gx.M, gx.N, gx.K, gx.alpha, gx.A, gx.lda, gx.B, gx.ldb,
-                     gx.beta, gx.C, gx.ldc);
+        mgt_cpu_gemm_masked(lanes, &gx, mask);
+}
+
+void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db) {
+    dense_bwd(be, n, in, out, x, w, dy, dx, dw, db, 0);
+}
+
+static void cpu_dense_bwd_x_relu(mgt_backend *be, int n, int in, int out, const float *x,
+                                 const float *w, const float *dy, float *dx, float *dw,
+                                 float *db) {
+    dense_bwd(be, n, in, out, x, w, dy, dx, dw, db, 1);
 }
 
 /* ---- Flatten layout ---------------------------------------------------------------------- */
@@ -284,6 +296,7 @@ static const mgt_ops cpu_ops = {
     .dense_fwd_relu = cpu_dense_fwd_relu,
     .dense_bias_grad = cpu_dense_bias_grad,
     .dense_bwd = mgt_cpu_dense_bwd,
+    .dense_bwd_x_relu = cpu_dense_bwd_x_relu,
     .dense_bwd_rows = mgt_cpu_dense_bwd_rows,
     .add = cpu_add,
     .conv2d_scratch = mgt_cpu_conv2d_scratch,

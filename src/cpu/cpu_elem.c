@@ -160,6 +160,16 @@ void mgt_cpu_relu_rows(int m, int n, int ld, float *c) {
     }
 }
 
+MGT_SIMD
+void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask) {
+    for (int i = 0; i < m; i++) {
+        float *restrict r = c + (size_t)i * (size_t)ld;
+        const float *restrict k = mask + (size_t)i * (size_t)ld;
+        for (int j = 0; j < n; j++)
+            r[j] = mgt_cpu_keep_if(r[j], k[j] > 0.0f);
+    }
+}
+
 /* g = dy * f'(x), written with y = f(x): relu' = [y > 0], sigmoid' = y(1-y), tanh' = 1-y^2,
  * softmax (per row): g_j = y_j (dy_j - sum_k dy_k y_k); none: g = dy. Then dx = g, or dx += g. */
 MGT_SIMD

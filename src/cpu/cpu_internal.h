@@ -85,13 +85,22 @@ typedef struct mgt_cpu_gemm_args {
  * mgt_cpu_gemm, with its bias and ReLU written by the lane that computes each part of C, while
  * it is in cache. bias NULL: a->beta as given. */
 void mgt_cpu_gemm_bias(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *bias, int relu);
+/* mgt_cpu_gemm with C then masked, mask > 0 ? C : 0 (mgt_cpu_keep_pos_rows; mask laid out as C,
+ * NULL: none), by the lane that computes each part of C. */
+void mgt_cpu_gemm_masked(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *mask);
 /* ReLU in place on an m x n block of rows `ld` floats apart (act_fwd's: NaN stays NaN). */
 void mgt_cpu_relu_rows(int m, int n, int ld, float *c);
+/* c = mask > 0 ? c : 0 in place on an m x n block of rows `ld` floats apart, the mask laid out
+ * alike (a ReLU's gradient, act_bwd's, where the mask is the ReLU's output or input). */
+void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask);
 /* Two independent products (a backward's weight and input gradients): where mgt_cpu_gemm would
  * cut neither in more than two parts, each is one call, the two on two lanes at once (or one
  * after the other on one lane), so that no operand is packed twice; larger ones are each split
- * as mgt_cpu_gemm splits them. Which way is fixed by the shapes alone. */
-void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b);
+ * as mgt_cpu_gemm splits them. Which way is fixed by the shapes alone. With b_mask, b's C is
+ * then masked by it (mgt_cpu_keep_pos_rows, b_mask laid out as that C), by the lane that
+ * computed each part. */
+void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b,
+                       const float *b_mask);
 
 
 typedef struct mgt_cpu_impl {

@@ -314,6 +314,7 @@ typedef struct {
     int by_rows;
     const float *bias; /* C's rows start as this row (then beta = 1): mgt_cpu_gemm_bias */
     int relu;          /* then C < 0 ? 0 : C, act_fwd's ReLU */
+    const float *mask; /* then C = mask > 0 ? C : 0, mask laid out as C: mgt_cpu_gemm_pair */
 } gemm_job;
 
 /* One cblas_sgemm on the m x n block of C at row r0, column c0, with what mgt_cpu_gemm_bias adds
@@ -343,6 +344,8 @@ static void gemm_block(const gemm_job *g, int r0, int c0, int m, int n) {
                 a->ldc);
     if (g->relu)
         mgt_cpu_relu_rows(m, n, a->ldc, C);
+    if (g->mask)
+        mgt_cpu_keep_pos_rows(m, n, a->ldc, C, g->mask + (size_t)r0 * a->ldc + c0);
 }
 
 static void gemm_part(void *p, size_t lo, size_t hi) {
@@ -383,6 +386,13 @@ void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int 
     gemm_run(l, &g, dim, part);
 }
 
+void mgt_cpu_gemm_masked(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *mask) {
+    size_t dim, part;
+    gemm_job g = gemm_split(a, &dim, &part);
+    g.mask = mask;
+    gemm_run(l, &g, dim, part);
+}
+
 void mgt_cpu_gemm_bias(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *bias,
                        int relu) {
     size_t dim, part;
@@ -408,9 +418,11 @@ static void pair_lane(void *p, int lane) {
     gemm_part((void *)g, 0, (size_t)(g->by_rows ? g->a.M : g->a.N));
 }
 
-void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b) {
+void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b,
+                       const float *b_mask) {
     size_t da, pa, db, pb;
     pair_job j = {{gemm_split(a, &da, &pa), gemm_split(b, &db, &pb)}};
+    j.g[1].mask = b_mask;
     const int whole = a->M > 0 && a->N > 0 && b->M > 0 && b->N > 0 &&
                       (da + pa - 1) / pa <= 2 && (db + pb - 1) / pb <= 2;
     if (!whole) {

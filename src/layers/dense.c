@@ -73,9 +73,19 @@ static int applies_act_grad(const mgt_model *m, const mgt_layer *l, const mgt_ba
            !l->fused_act && !l->relu_grad_by_reader;
 }
 
+/* The gradient of the ReLU before it (its input's) applied to dx as its lanes write it
+ * (dense_bwd_x_relu; fuse.c: mgt_fuse_relu_grads), where the backend has it. */
+static int takes_x_relu(const mgt_layer *l, const mgt_backend *be) {
+    (void)l;
+    return be->ops->dense_bwd_x_relu != NULL;
+}
+
 static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
                      const float *y, float *dy, float *dx) {
     const mgt_ops *o = s->be->ops;
+    void (*const bwd)(mgt_backend *, int, int, int, const float *, const float *, const float *,
+                      float *, float *, float *) =
+        l->x_relu_grad ? o->dense_bwd_x_relu : o->dense_bwd;
     const int n = s->n, in = l->in.c, out = l->out.c;
     const int rows = s->whole_grads ? 0 : grad_rows(l, o);
     float *w = mgt_w(m, l, 0), *gw = mgt_g(m, l, 0), *gb = mgt_g(m, l, 1);
@@ -90,7 +100,7 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         gb = NULL;
     }
     if (!rows) {
-        o->dense_bwd(s->be, n, in, out, x, w, dy, dx, gw, gb);
+        bwd(s->be, n, in, out, x, w, dy, dx, gw, gb);
         return;
     }
     /* The bias, then the weight's row blocks from the last: their order in the arena from the
@@ -106,12 +116,12 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         hi = lo;
     }
     if (dx)
-        o->dense_bwd(s->be, n, in, out, x, w, dy, dx, NULL, NULL);
+        bwd(s->be, n, in, out, x, w, dy, dx, NULL, NULL);
 }
 
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
-    .applies_act = applies_act, .applies_act_grad = applies_act_grad, .grad_rows = grad_rows,
-    .bwd_reads = MGT_BWD_READS_X,
+    .applies_act = applies_act, .applies_act_grad = applies_act_grad,
+    .takes_x_relu = takes_x_relu, .grad_rows = grad_rows, .bwd_reads = MGT_BWD_READS_X,
 };

@@ -324,14 +324,16 @@ static void test_relu_takeover(tally *t) {
 
 /* A dense layer's own ReLU written with its product (dense_fwd_relu), each lane's part of the
  * output starting as the bias and rectified once its product is done, and its gradient applied
- * in the pass that sums the bias gradient (dense_bias_grad): on two lanes, over parts cut by
- * rows (256 x 192) and by columns (256 x 320, three parts of unequal width), the bits of the
- * model run op by op (no_fusion) and of one lane. */
+ * by the dense layer reading it, as its lanes write dx (dense_bwd_x_relu), or else (d2, read by
+ * an activation layer) in the pass that sums the bias gradient (dense_bias_grad): on two lanes, over parts cut by rows
+ * (256 x 192) and by columns (256 x 320, three parts of unequal width), the bits of the model
+ * run op by op (no_fusion) and of one lane. */
 static const char *mlp_text =
     "[input]\nshape = 10,10,1\n"
     "[flatten]\n"
     "[dense]\nname = d1\nunits = 320\nactivation = relu\n"
     "[dense]\nname = d2\nunits = 192\nactivation = relu\n"
+    "[activation]\nname = a\ntype = tanh\n"
     "[dense]\nname = out\nunits = 4\n"
     "[train]\noptimizer = sgd\nloss = sparse_categorical_crossentropy\nbatch_size = 256\n"
     "seed = 9\n";
@@ -369,6 +371,13 @@ static void test_dense_relu(tally *t) {
         setup_from(&o, &one, mlp_text, 1, 1, 1, NULL) < 0)
         exit(2);
     CHECK(t, be.ops->dense_fwd_relu != NULL);
+    /* d1's ReLU gradient taken over by d2, which reads it, as it writes dx; d2's (read by an
+     * activation layer) applied by d2 itself with its bias gradient's sums */
+    CHECK(t, f.layers[layer_at(&f, "d1")].relu_grad_by_reader &&
+                 f.layers[layer_at(&f, "d2")].x_relu_grad &&
+                 !u.layers[layer_at(&u, "d1")].relu_grad_by_reader);
+    CHECK(t, !f.layers[layer_at(&f, "d2")].relu_grad_by_reader &&
+                 !f.layers[layer_at(&f, "a")].x_relu_grad);
     mgt_model z;
     if (setup_from(&z, &be, mlp_text, 1, 1, 0, NULL) < 0)
         exit(2);

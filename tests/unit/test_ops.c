@@ -1644,7 +1644,7 @@ static void test_lanes_gemm_pair(void) {
             mgt_cpu_lanes *l = mgt_cpu_lanes_create(lanes);
             for (int k = 0; k < 2; k++)
                 memcpy(c[k], c0[k], sizeof(float) * nc[k]);
-            mgt_cpu_gemm_pair(l, &g[0], &g[1]);
+            mgt_cpu_gemm_pair(l, &g[0], &g[1], NULL);
             mgt_cpu_lanes_destroy(l);
             for (int k = 0; k < 2; k++)
                 CHECK(memcmp(c[k], ref[k], sizeof(float) * nc[k]) == 0,
