@@ -90,7 +90,7 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
     const int rows = s->whole_grads ? 0 : grad_rows(l, o);
     float *w = mgt_w(m, l, 0), *gw = mgt_g(m, l, 0), *gb = mgt_g(m, l, 1);
     /* dense_bias_grad first where fusion is on: the ReLU's gradient (if the layer applies it)
-     * and the bias's sums in one pass on the lanes; dense_bwd then sums nothing */
+     * and the bias's sums in one pass over dy; dense_bwd then sums nothing */
     if (!m->no_fusion && o->dense_bias_grad) {
         const float *mask = applies_act_grad(m, l, s->be) ? y : NULL;
         if (mask || gb)
