@@ -125,7 +125,7 @@ static void cpu_dense_bias_grad(mgt_backend *be, int n, int out, const float *y,
 
 /* y[n][out] = act(x[n][in] * W^T + b), act none or ReLU: each lane's part of y starts as the
  * bias (the GEMM adds onto it, beta = 1) and takes the ReLU once its product is done, while it
- * is in cache (mgt_cpu_gemm_bias): no pass of its own for either, nor a lane left waiting while
+ * is in cache (mgt_cpu_gemm_epi): no pass of its own for either, nor a lane left waiting while
  * the other copies or rectifies. */
 static void dense_fwd(mgt_backend *be, mgt_act act, int n, int in, int out, const float *x,
                       const float *w, const float *b, float *y) {
@@ -143,7 +143,8 @@ static void dense_fwd(mgt_backend *be, mgt_act act, int n, int in, int out, cons
     }
     const mgt_cpu_gemm_args a = {CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in,
                                  0.0f, y, out};
-    mgt_cpu_gemm_bias(mgt_cpu_impl_of(be)->lanes, &a, b, act == MGT_ACT_RELU);
+    const mgt_cpu_gemm_epi e = {.bias = b, .relu = act == MGT_ACT_RELU};
+    mgt_cpu_gemm_with(mgt_cpu_impl_of(be)->lanes, &a, &e);
 }
 
 void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
@@ -188,17 +189,17 @@ static void dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, c
     }
     const mgt_cpu_gemm_args gx = {CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w, in,
                                   0.0f, dx, in};
-    const float *mask = x_relu ? x : NULL; /* laid out as dx */
+    const mgt_cpu_gemm_epi epi = {.mask = x_relu ? x : NULL}; /* x is laid out as dx */
     if (dw && dx && n > 0) {
         const mgt_cpu_gemm_args gw = {CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
                                       0.0f, dw, in};
-        mgt_cpu_gemm_pair(lanes, &gw, &gx, mask);
+        mgt_cpu_gemm_pair(lanes, &gw, &gx, &epi);
         return;
     }
     if (dw)
         mgt_cpu_dense_bwd_rows(be, n, in, out, 0, out, x, dy, dw);
     if (dx && n > 0)
-        mgt_cpu_gemm_masked(lanes, &gx, mask);
+        mgt_cpu_gemm_with(lanes, &gx, &epi);
 }
 
 void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,

@@ -80,14 +80,18 @@ typedef struct mgt_cpu_gemm_args {
     float *C;
     int ldc;
 } mgt_cpu_gemm_args;
-/* C = op(A) op(B) (alpha as given) on rows that start as `bias` (beta = 1; a->beta is not read),
- * then, with relu, act_fwd's ReLU (C < 0 ? 0 : C): a dense layer's forward, split as
- * mgt_cpu_gemm, with its bias and ReLU written by the lane that computes each part of C, while
- * it is in cache. bias NULL: a->beta as given. */
-void mgt_cpu_gemm_bias(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *bias, int relu);
-/* mgt_cpu_gemm with C then masked, mask > 0 ? C : 0 (mgt_cpu_keep_pos_rows; mask laid out as C,
- * NULL: none), by the lane that computes each part of C. */
-void mgt_cpu_gemm_masked(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *mask);
+/* What a split product writes around each lane's part of C, by that lane while the part is in
+ * cache (every field optional): bias, C's rows start as this row (beta = 1; the product's beta
+ * is not read), as a dense layer's forward wants; relu, then act_fwd's ReLU (C < 0 ? 0 : C);
+ * mask, then C = mask > 0 ? C : 0 (mgt_cpu_keep_pos_rows, mask laid out as C: the gradient of
+ * the ReLU whose output the mask is). */
+typedef struct mgt_cpu_gemm_epi {
+    const float *bias;
+    int relu;
+    const float *mask;
+} mgt_cpu_gemm_epi;
+/* mgt_cpu_gemm with an epilogue (NULL: none), split as mgt_cpu_gemm splits. */
+void mgt_cpu_gemm_with(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_epi *e);
 /* ReLU in place on an m x n block of rows `ld` floats apart (act_fwd's: NaN stays NaN). */
 void mgt_cpu_relu_rows(int m, int n, int ld, float *c);
 /* c = mask > 0 ? c : 0 in place on an m x n block of rows `ld` floats apart, the mask laid out
@@ -96,11 +100,10 @@ void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask);
 /* Two independent products (a backward's weight and input gradients): where mgt_cpu_gemm would
  * cut neither in more than two parts, each is one call, the two on two lanes at once (or one
  * after the other on one lane), so that no operand is packed twice; larger ones are each split
- * as mgt_cpu_gemm splits them. Which way is fixed by the shapes alone. With b_mask, b's C is
- * then masked by it (mgt_cpu_keep_pos_rows, b_mask laid out as that C), by the lane that
- * computed each part. */
+ * as mgt_cpu_gemm splits them. Which way is fixed by the shapes alone. b_epi: b's epilogue
+ * (mgt_cpu_gemm_epi; NULL: none). */
 void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b,
-                       const float *b_mask);
+                       const mgt_cpu_gemm_epi *b_epi);
 
 
 typedef struct mgt_cpu_impl {

@@ -312,13 +312,11 @@ enum { GEMM_PARTS = 4, GEMM_PART_MIN = 128 };
 typedef struct {
     mgt_cpu_gemm_args a;
     int by_rows;
-    const float *bias; /* C's rows start as this row (then beta = 1): mgt_cpu_gemm_bias */
-    int relu;          /* then C < 0 ? 0 : C, act_fwd's ReLU */
-    const float *mask; /* then C = mask > 0 ? C : 0, mask laid out as C: mgt_cpu_gemm_pair */
+    mgt_cpu_gemm_epi epi; /* what each part writes around its product */
 } gemm_job;
 
-/* One cblas_sgemm on the m x n block of C at row r0, column c0, with what mgt_cpu_gemm_bias adds
- * around it. For beta = 0 the block is cleared here and the product added onto it (beta = 1):
+/* One cblas_sgemm on the m x n block of C at row r0, column c0, with its part of the epilogue
+ * around it (mgt_cpu_gemm_epi). For beta = 0 the block is cleared here and the product added onto it (beta = 1):
  * OpenBLAS clears C in a pass of its own (sgemm_beta) that ran at a tenth of memset's speed with
  * its Zen kernel, 4% of the MLP's step on a 2-core EPYC (perf). The same bits: its product is
  * added onto the zeros it writes too. */
@@ -327,10 +325,11 @@ static void gemm_block(const gemm_job *g, int r0, int c0, int m, int n) {
     const float *A = a->A + (a->ta == CblasNoTrans ? (size_t)r0 * a->lda : (size_t)r0);
     const float *B = a->B + (a->tb == CblasNoTrans ? (size_t)c0 : (size_t)c0 * a->ldb);
     float *C = a->C + (size_t)r0 * a->ldc + c0;
+    const mgt_cpu_gemm_epi *e = &g->epi;
     float beta = a->beta;
-    if (g->bias) {
+    if (e->bias) {
         for (int i = 0; i < m; i++)
-            memcpy(C + (size_t)i * a->ldc, g->bias + c0, sizeof(float) * (size_t)n);
+            memcpy(C + (size_t)i * a->ldc, e->bias + c0, sizeof(float) * (size_t)n);
         beta = 1.0f;
     } else if (beta == 0.0f) {
         if (a->ldc == n)
@@ -342,10 +341,10 @@ static void gemm_block(const gemm_job *g, int r0, int c0, int m, int n) {
     }
     cblas_sgemm(CblasRowMajor, a->ta, a->tb, m, n, a->K, a->alpha, A, a->lda, B, a->ldb, beta, C,
                 a->ldc);
-    if (g->relu)
+    if (e->relu)
         mgt_cpu_relu_rows(m, n, a->ldc, C);
-    if (g->mask)
-        mgt_cpu_keep_pos_rows(m, n, a->ldc, C, g->mask + (size_t)r0 * a->ldc + c0);
+    if (e->mask)
+        mgt_cpu_keep_pos_rows(m, n, a->ldc, C, e->mask + (size_t)r0 * a->ldc + c0);
 }
 
 static void gemm_part(void *p, size_t lo, size_t hi) {
@@ -377,29 +376,19 @@ static void gemm_run(mgt_cpu_lanes *l, gemm_job *g, size_t dim, size_t part) {
     lanes_parts(l, dim, (dim + part - 1) / part, gemm_part, g);
 }
 
+void mgt_cpu_gemm_with(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_epi *e) {
+    size_t dim, part;
+    gemm_job g = gemm_split(a, &dim, &part);
+    if (e)
+        g.epi = *e;
+    gemm_run(l, &g, dim, part);
+}
+
 void mgt_cpu_gemm(mgt_cpu_lanes *l, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc) {
     const mgt_cpu_gemm_args a = {ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
-    size_t dim, part;
-    gemm_job g = gemm_split(&a, &dim, &part);
-    gemm_run(l, &g, dim, part);
-}
-
-void mgt_cpu_gemm_masked(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *mask) {
-    size_t dim, part;
-    gemm_job g = gemm_split(a, &dim, &part);
-    g.mask = mask;
-    gemm_run(l, &g, dim, part);
-}
-
-void mgt_cpu_gemm_bias(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const float *bias,
-                       int relu) {
-    size_t dim, part;
-    gemm_job g = gemm_split(a, &dim, &part);
-    g.bias = bias;
-    g.relu = relu;
-    gemm_run(l, &g, dim, part);
+    mgt_cpu_gemm_with(l, &a, NULL);
 }
 
 /* ---- two independent products at once ----------------------------------------------------- *
@@ -419,10 +408,11 @@ static void pair_lane(void *p, int lane) {
 }
 
 void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b,
-                       const float *b_mask) {
+                       const mgt_cpu_gemm_epi *b_epi) {
     size_t da, pa, db, pb;
     pair_job j = {{gemm_split(a, &da, &pa), gemm_split(b, &db, &pb)}};
-    j.g[1].mask = b_mask;
+    if (b_epi)
+        j.g[1].epi = *b_epi;
     const int whole = a->M > 0 && a->N > 0 && b->M > 0 && b->N > 0 &&
                       (da + pa - 1) / pa <= 2 && (db + pb - 1) / pb <= 2;
     if (!whole) {
