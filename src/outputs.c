@@ -34,7 +34,7 @@ static int same_file(const char *a, const char *b) {
 /* PATH as an absolute path with every link resolved: realpath of its longest part that exists,
  * then the rest, "." dropped and ".." taking off the last name (names that do not exist yet
  * cannot be links). */
-static void resolve(const char *path, char *out, size_t n) {
+void mgt_path_resolve(const char *path, char *out, size_t n) {
     char abs[2 * PATH_MAX], cwd[PATH_MAX];
     if (path[0] == '/' || !getcwd(cwd, sizeof cwd))
         snprintf(abs, sizeof abs, "%s", path);
@@ -102,8 +102,8 @@ static int check_reads(const mgt_outputs_plan *p, const mgt_output *o, mgt_err *
     struct stat sb;
     if (p->data_dir && mgt_images_dir(p->data_dir) && stat(o->path, &sb) == 0) {
         char set[PATH_MAX], real[PATH_MAX];
-        resolve(p->data_dir, set, sizeof set);
-        resolve(o->path, real, sizeof real);
+        mgt_path_resolve(p->data_dir, set, sizeof set);
+        mgt_path_resolve(o->path, real, sizeof real);
         const size_t n = strlen(set);
         if (!strncmp(real, set, n) && real[n] == '/')
             return mgt_errf(err,
@@ -121,7 +121,7 @@ static int check_run_folders(const mgt_outputs_plan *p, const mgt_output *o, con
     char run[PATH_MAX], tb[PATH_MAX + 8], up[PATH_MAX];
     const char *tail;
     if (p->run_dir) {
-        resolve(p->run_dir, run, sizeof run);
+        mgt_path_resolve(p->run_dir, run, sizeof run);
         snprintf(tb, sizeof tb, "%s/tb", run);
         if ((!strcmp(dir, run) && mgt_rundir_keeps(run, name, p->model_copy)) || !strcmp(dir, tb))
             return mgt_errf(err,
@@ -143,6 +143,24 @@ static int check_run_folders(const mgt_outputs_plan *p, const mgt_output *o, con
     return 0;
 }
 
+/* A file of an image set (mgtrain convert's: images.h), whichever set it is and whatever
+ * --overwrite says: the set cannot be made whole again but by converting it anew. And a run
+ * folder that is an image set's (the two would share a folder that neither can clear). */
+static int check_image_sets(const mgt_outputs_plan *p, const mgt_output *o, const char *dir,
+                            const char *name, mgt_err *err) {
+    if (o && mgt_images_dir(dir) && mgt_images_keeps(name))
+        return mgt_errf(err,
+                        "%s %s is a file of the image set in %s (mgtrain convert's): writing it "
+                        "would break that set; name another file",
+                        o->flag, o->path, dir);
+    if (!o && p->run_dir && mgt_images_dir(p->run_dir))
+        return mgt_errf(err,
+                        "--out %s holds an image set (mgtrain convert's); train into another "
+                        "folder (e.g. runs/NAME)",
+                        p->run_dir);
+    return 0;
+}
+
 /* The folder can take a new file: one is made there and removed (the writer's own temporary
  * name), or it is this run's folder, which training makes. */
 static int check_writable(const mgt_outputs_plan *p, const mgt_output *o, const char *dir,
@@ -150,7 +168,7 @@ static int check_writable(const mgt_outputs_plan *p, const mgt_output *o, const 
     if (!is_dir(dir)) {
         char run[PATH_MAX];
         if (p->run_dir) {
-            resolve(p->run_dir, run, sizeof run);
+            mgt_path_resolve(p->run_dir, run, sizeof run);
             if (!strcmp(dir, run))
                 return 0;
         }
@@ -179,9 +197,9 @@ static int check_reads_in_run(const mgt_outputs_plan *p, mgt_err *err) {
         return 0;
     char run[PATH_MAX], real[PATH_MAX], dir[PATH_MAX];
     const char *name;
-    resolve(p->run_dir, run, sizeof run);
+    mgt_path_resolve(p->run_dir, run, sizeof run);
     for (int i = 0; i < p->nreads; i++) {
-        resolve(p->reads[i], real, sizeof real);
+        mgt_path_resolve(p->reads[i], real, sizeof real);
         split(real, dir, sizeof dir, &name);
         if (!strcmp(dir, run) && mgt_rundir_keeps(run, name, p->model_copy) &&
             strcmp(name, p->model_copy ? p->model_copy : ""))
@@ -195,7 +213,7 @@ static int check_reads_in_run(const mgt_outputs_plan *p, mgt_err *err) {
 }
 
 int mgt_outputs_check(const mgt_outputs_plan *p, mgt_err *err) {
-    if (check_reads_in_run(p, err) < 0)
+    if (check_reads_in_run(p, err) < 0 || check_image_sets(p, NULL, NULL, NULL, err) < 0)
         return -1;
     for (int k = 0; k < p->nout; k++) {
         const mgt_output *o = &p->out[k];
@@ -203,9 +221,10 @@ int mgt_outputs_check(const mgt_outputs_plan *p, mgt_err *err) {
         const char *name;
         if (mgt_output_check(o->path, o->flag, err) < 0 || check_reads(p, o, err) < 0)
             return -1;
-        resolve(o->path, real, sizeof real);
+        mgt_path_resolve(o->path, real, sizeof real);
         split(real, dir, sizeof dir, &name);
-        if (check_run_folders(p, o, dir, name, err) < 0)
+        if (check_run_folders(p, o, dir, name, err) < 0 ||
+            check_image_sets(p, o, dir, name, err) < 0)
             return -1;
         struct stat sb;
         if (!p->overwrite && stat(o->path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 &&

@@ -20,6 +20,8 @@
 #ifndef MGT_OUTPUTS_H
 #define MGT_OUTPUTS_H
 
+#include <stddef.h>
+
 #include "util.h"
 
 enum { MGT_OUTPUTS_MAX = 4, MGT_OUTPUTS_READS_MAX = 8 };
@@ -45,6 +47,10 @@ typedef struct mgt_outputs_plan {
 } mgt_outputs_plan;
 
 int mgt_outputs_check(const mgt_outputs_plan *p, mgt_err *err);
+
+/* PATH as an absolute path with every link resolved, into out[n]; PATH need not exist (the part
+ * that does not is taken as written, "." dropped and ".." taking off the last name). */
+void mgt_path_resolve(const char *path, char *out, size_t n);
 
 /* A --timeline file mgtrain wrote (its first bytes say so; profile.c writes them). */
 int mgt_timeline_is_ours(const char *path);

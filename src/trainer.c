@@ -571,8 +571,21 @@ int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o) {
                                  .skip_bad = o->skip_bad,
                                  .verbose = o->verbose,
                                  .host = rt->host};
+    /* A stop signal (Ctrl-C, kill, a closed pipe: runtime.h) ends the conversion as it ends
+     * training: the images being decoded and the shard being written are finished, the lock is
+     * let go, and the process exits with 128 + the signal's number after one line. */
+    mgt_runtime_catch_stops(rt);
     mgt_err e;
-    if (mgt_convert(&co, &e) < 0)
+    const int rc = mgt_convert(&co, &e);
+    const int sig = mgt_stop_signal();
+    mgt_runtime_release_stops(rt);
+    if (rc < 0 && sig) {
+        fflush(stdout);
+        fprintf(stderr, "mgtrain convert: %s\n", e.msg);
+        mgt_runtime_finalize(rt);
+        exit(128 + sig);
+    }
+    if (rc < 0)
         mgt_die_all("%s", e.msg);
     return 0;
 }

@@ -30,7 +30,9 @@
 #include <unistd.h>
 
 #include "../metrics.h"
+#include "../outputs.h"
 #include "../rundir.h"
+#include "../runtime.h"
 #include "../tensor_io.h"
 #include "decode.h"
 #include "images.h"
@@ -142,21 +144,63 @@ static int walk(tree *t, const char *path, int label, int depth, const struct st
     return rc;
 }
 
-/* torchvision's order: folders by path (as Python compares strings: byte by byte, a prefix
- * first), then files by name within a folder. */
-static int by_place(const void *pa, const void *pb) {
-    const src_file *a = pa, *b = pb;
-    const size_t n = a->dirlen < b->dirlen ? a->dirlen : b->dirlen;
-    const int c = memcmp(a->path, b->path, n);
-    if (c)
-        return c;
-    if (a->dirlen != b->dirlen)
-        return a->dirlen < b->dirlen ? -1 : 1;
-    return strcmp(a->path + a->dirlen + 1, b->path + b->dirlen + 1);
+/* The next character of a file name as Python sees it (os.scandir's str, decoded from UTF-8 with
+ * the surrogateescape handler): a code point of a well-formed UTF-8 sequence, or, for a byte that
+ * starts none, U+DC00 + the byte. Advances *p. */
+static uint32_t py_char(const unsigned char **p, const unsigned char *end) {
+    const unsigned char *s = *p;
+    const unsigned b = s[0];
+    int n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
+                       : b >= 0xF0 && b <= 0xF4                                  ? 4
+                                                                                 : 0;
+    /* the second byte's range (no overlong forms, no surrogates, nothing past U+10FFFF) */
+    const unsigned lo = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+    const unsigned hi = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
+    if (n > 1 && (end - s < n || s[1] < lo || s[1] > hi))
+        n = 0;
+    for (int i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            n = 0;
+    if (n == 0) {
+        *p = s + 1;
+        return 0xDC00 + b;
+    }
+    *p = s + n;
+    if (n == 1)
+        return b;
+    uint32_t c = b & (0x7F >> n);
+    for (int i = 1; i < n; i++)
+        c = c << 6 | (s[i] & 0x3F);
+    return c;
 }
 
+/* Python's order of two names (str comparison: code point by code point, a prefix first). */
+static int py_cmp(const char *a, size_t an, const char *b, size_t bn) {
+    const unsigned char *p = (const unsigned char *)a, *pe = p + an;
+    const unsigned char *q = (const unsigned char *)b, *qe = q + bn;
+    while (p < pe && q < qe) {
+        const uint32_t x = py_char(&p, pe), y = py_char(&q, qe);
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    return p < pe ? 1 : q < qe ? -1 : 0;
+}
+
+/* torchvision's order (ImageFolder's make_dataset: sorted(os.walk(...)), then sorted(files)):
+ * folders by path, then files by name within a folder, each compared as Python compares str. */
+static int by_place(const void *pa, const void *pb) {
+    const src_file *a = pa, *b = pb;
+    const int c = py_cmp(a->path, a->dirlen, b->path, b->dirlen);
+    if (c)
+        return c;
+    const char *na = a->path + a->dirlen + 1, *nb = b->path + b->dirlen + 1;
+    return py_cmp(na, strlen(na), nb, strlen(nb));
+}
+
+/* Class folders as ImageFolder's find_classes sorts them: sorted() of Python str. */
 static int by_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    return py_cmp(x, strlen(x), y, strlen(y));
 }
 
 static void tree_free(tree *t) {
@@ -368,6 +412,14 @@ static int read_file(worker *w, const src_file *f, size_t *len, mgt_err *err) {
         fclose(fp);
         return mgt_errf(err, "cannot read its size (%s)", strerror(errno));
     }
+    /* Its first bytes and its size say whether it can be an image, before it is read whole. */
+    uint8_t head[MGT_DECODE_HEAD];
+    const size_t hn = fread(head, 1, sizeof head, fp);
+    if (mgt_decode_sniff(head, hn, (int64_t)sb.st_size, err) < 0) {
+        fclose(fp);
+        return -1;
+    }
+    rewind(fp);
     const size_t n = (size_t)sb.st_size;
     if (n + 1 > w->file_cap) {
         uint8_t *p = realloc(w->file, n + 1);
@@ -511,6 +563,10 @@ static void *work(void *arg) {
         buffer *b = NULL;
         while (!j->stop && j->next_t < j->ntodo && !(b = buffer_for(j, j->next_t)))
             pthread_cond_wait(&j->cv, &j->mu);
+        if (!j->stop && mgt_stop_signal()) { /* a stop signal: claim nothing more */
+            j->stop = 1;
+            pthread_cond_broadcast(&j->cv);
+        }
         if (j->stop || j->next_t >= j->ntodo)
             break;
         const int64_t i = j->next_i;
@@ -627,8 +683,11 @@ static int read_classes(const char *dst, char ***names, int *n, mgt_err *err) {
 }
 
 /* The class numbers: classes.txt's where DST holds another split already (SRC's classes must
- * all be there), else SRC's own, written into classes.txt. Relabels the files. */
-static int settle_classes(tree *t, const mgt_convert_opts *o, const cJSON *manifest, mgt_err *err) {
+ * all be there), else SRC's own, whose classes.txt is handed back in *classes_txt (NULL: none to
+ * write) for the caller to write. Relabels the files. Writes nothing. */
+static int settle_classes(tree *t, const mgt_convert_opts *o, const cJSON *manifest,
+                          char **classes_txt, mgt_err *err) {
+    *classes_txt = NULL;
     char **known = NULL;
     int nk = 0, others = 0;
     const cJSON *splits = cJSON_GetObjectItemCaseSensitive(manifest, "splits");
@@ -657,11 +716,8 @@ static int settle_classes(tree *t, const mgt_convert_opts *o, const cJSON *manif
             return mgt_errf(err, "out of memory");
         for (int c = 0; c < t->nclasses; c++)
             p += sprintf(p, "%s\n", t->classes[c]);
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/classes.txt", o->dst);
-        rc = mgt_atomic_write(path, text, len, err);
-        free(text);
-        return rc;
+        *classes_txt = text; /* written once the manifest says the split is under way */
+        return 0;
     }
     int *map = malloc(sizeof *map * (size_t)t->nclasses);
     for (int c = 0; map && c < t->nclasses && rc == 0; c++) {
@@ -726,28 +782,156 @@ static cJSON *read_manifest(const mgt_convert_opts *o, mgt_err *err) {
     return m;
 }
 
-/* Removes a killed run's temporary files of this split, and shards past the last (from a larger
- * tree converted before). */
+/* NAME without a temporary's ".tmp.<pid>" tail (tensor_io.h's writers), into base[n]; the pid
+ * in *pid (0: NAME is no temporary). */
+static void temp_base(const char *name, char *base, size_t n, long *pid) {
+    *pid = 0;
+    snprintf(base, n, "%s", name);
+    const char *t = strstr(name, ".tmp.");
+    if (!t || !t[5])
+        return;
+    char *end;
+    const long v = strtol(t + 5, &end, 10);
+    if (*end || v <= 0)
+        return;
+    *pid = v;
+    base[t - name < (long)n ? t - name : (long)n - 1] = 0;
+}
+
+/* 1 if NAME is a file mgtrain convert writes in DST (images.h) or its lock. */
+static int ours(const char *name) {
+    return mgt_images_keeps(name) || !strcmp(name, MGT_RUN_LOCK);
+}
+
+/* Removes what a killed run of this command left in DST, and nothing else: temporaries of the
+ * set's own files written by another process (the lock is ours, so that process is gone), and
+ * this split's shards past the last (from a larger tree converted before). */
 static void tidy(const mgt_convert_opts *o, int64_t nshards) {
     DIR *dh = opendir(o->dst);
     if (!dh)
         return;
     const size_t sl = strlen(o->split);
     for (struct dirent *e; (e = readdir(dh));) {
-        const char *n = e->d_name;
-        if (strncmp(n, o->split, sl) || n[sl] != '-')
+        char base[NAME_MAX + 1];
+        long pid;
+        temp_base(e->d_name, base, sizeof base, &pid);
+        if (!mgt_images_keeps(base) || pid == (long)getpid())
             continue;
-        char *end;
-        const long long k = strtoll(n + sl + 1, &end, 10);
-        if (end != n + sl + 6)
+        const int shard = !strncmp(base, o->split, sl) && base[sl] == '-';
+        if (!pid && !(shard && strtoll(base + sl + 1, NULL, 10) >= nshards))
             continue;
-        if (strstr(n, ".tmp.") || k >= nshards) {
-            char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/%s", o->dst, n);
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", o->dst, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode))
             unlink(p);
-        }
     }
     closedir(dh);
+}
+
+/* What DST holds, checked before anything is written: nothing (or no folder yet), or an image set
+ * whose split, if it has this one, was converted from this same SRC (the command then goes on
+ * from its shards). A folder of anything else (data of another kind, a set converted from
+ * another tree, files this command did not write) is refused, and so is a DST inside SRC, which
+ * would be read as a class folder; nothing is created in either case. src_real: SRC resolved. */
+static int check_dst(const mgt_convert_opts *o, const char *src_real, mgt_err *err) {
+    char dst_real[PATH_MAX];
+    mgt_path_resolve(o->dst, dst_real, sizeof dst_real);
+    const size_t n = strlen(src_real);
+    if (!strncmp(src_real, dst_real, n) && (dst_real[n] == 0 || dst_real[n] == '/'))
+        return mgt_errf(err,
+                        "%s is %s %s: it would be read as a class folder; give a DST outside "
+                        "the image folder",
+                        o->dst, dst_real[n] ? "inside" : "the same folder as", o->src);
+    struct stat sb;
+    if (stat(o->dst, &sb) != 0)
+        return 0; /* made below */
+    if (!S_ISDIR(sb.st_mode))
+        return mgt_errf(err, "%s exists and is not a folder; give a folder for DST", o->dst);
+    DIR *dh = opendir(o->dst);
+    if (!dh)
+        return mgt_errf(err, "%s: cannot list this folder (%s); give a readable DST", o->dst,
+                        strerror(errno));
+    /* Without a manifest, only a lock or a temporary may be there (a run killed before its
+     * first write); with one, files of other names are the user's, left alone. */
+    char other[NAME_MAX + 1] = "";
+    int nother = 0, manifest = 0;
+    for (struct dirent *e; (e = readdir(dh));) {
+        char base[NAME_MAX + 1];
+        long pid;
+        temp_base(e->d_name, base, sizeof base, &pid);
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (pid && ours(base)) ||
+            !strcmp(e->d_name, MGT_RUN_LOCK))
+            continue;
+        manifest |= !strcmp(e->d_name, MGT_IMAGES_MANIFEST);
+        if (nother++ == 0)
+            snprintf(other, sizeof other, "%s", e->d_name);
+    }
+    closedir(dh);
+    if (!manifest && nother)
+        return mgt_errf(err,
+                        "%s is not empty (it holds %s%s) and is not an image set: mgtrain convert "
+                        "writes only into an empty or new folder, or goes on with a set it "
+                        "converted there; give another DST",
+                        o->dst, other, nother > 1 ? " and more" : "");
+    if (!manifest)
+        return 0;
+    char path[PATH_MAX], *text = NULL;
+    snprintf(path, sizeof path, "%s/" MGT_IMAGES_MANIFEST, o->dst);
+    if (mgt_read_text_file(path, "image set manifest", 1 << 28, &text, NULL, err) < 0)
+        return -1;
+    cJSON *m = cJSON_Parse(text);
+    free(text);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(m, "format");
+    const cJSON *sp =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "splits"), o->split);
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(sp, "source");
+    const cJSON *done = cJSON_GetObjectItemCaseSensitive(sp, "complete");
+    int rc = 0;
+    if (!cJSON_IsString(f) || strncmp(f->valuestring, "mgtrain images ", 15))
+        rc = mgt_errf(err,
+                      "%s is not an image set manifest written by mgtrain convert; give another "
+                      "DST (an empty or new folder)",
+                      path);
+    else if (sp && (!cJSON_IsString(from) || strcmp(from->valuestring, src_real)))
+        rc = mgt_errf(err,
+                      "%s holds a %s split converted from %s%s; converting %s over it would "
+                      "replace it: give another DST, or remove %s first to convert anew",
+                      o->dst, o->split, cJSON_IsString(from) ? from->valuestring : "another folder",
+                      cJSON_IsFalse(done) ? " (unfinished)" : "", o->src, o->dst);
+    cJSON_Delete(m);
+    return rc;
+}
+
+/* The manifest as it stands with this split marked unfinished: written before anything else of
+ * the split (classes.txt, shards), so that a set whose conversion stops or is killed says so to
+ * training (images.h) and to the next conversion, which checks that it comes from the same SRC. */
+static int mark_unfinished(const mgt_convert_opts *o, cJSON *manifest, const char *src_real,
+                           mgt_err *err) {
+    cJSON *splits = cJSON_GetObjectItemCaseSensitive(manifest, "splits");
+    if (!cJSON_IsObject(splits)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(manifest, "splits");
+        splits = cJSON_AddObjectToObject(manifest, "splits");
+    }
+    cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, o->split);
+    if (!cJSON_IsObject(sp)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(splits, o->split);
+        sp = cJSON_AddObjectToObject(splits, o->split);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(sp, "source");
+    cJSON_DeleteItemFromObjectCaseSensitive(sp, "complete");
+    cJSON_AddStringToObject(sp, "source", src_real);
+    cJSON_AddFalseToObject(sp, "complete");
+    if (!cJSON_GetObjectItemCaseSensitive(manifest, "format"))
+        cJSON_AddStringToObject(manifest, "format", MGT_IMAGES_FORMAT);
+    if (!cJSON_GetObjectItemCaseSensitive(manifest, "size"))
+        cJSON_AddNumberToObject(manifest, "size", o->size);
+    char path[PATH_MAX], *text = cJSON_Print(manifest);
+    snprintf(path, sizeof path, "%s/" MGT_IMAGES_MANIFEST, o->dst);
+    const int rc = text ? mgt_atomic_write(path, text, strlen(text), err)
+                        : mgt_errf(err, "out of memory writing %s", path);
+    free(text);
+    return rc;
 }
 
 static int make_dir(const char *dir, mgt_err *err) {
@@ -833,6 +1017,10 @@ static int run_workers(job *j, int threads, int verbose, mgt_err *err) {
         }
         if (j->running > 0)
             pthread_cond_timedwait(&j->cv, &j->mu, &until);
+        if (!j->stop && mgt_stop_signal()) {
+            j->stop = 1; /* the workers finish the image and the shard they write, no more */
+            pthread_cond_broadcast(&j->cv);
+        }
     }
     pthread_mutex_unlock(&j->mu);
     for (int i = 0; i < started; i++)
@@ -851,7 +1039,14 @@ static int run_workers(job *j, int threads, int verbose, mgt_err *err) {
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     if (j->stop) {
-        *err = j->err;
+        if (j->err_file >= 0)
+            *err = j->err;
+        else
+            mgt_errf(err,
+                     "interrupted by %s: %lld of %lld shards written this time, kept; run the "
+                     "same command again to go on from them",
+                     mgt_signal_name(mgt_stop_signal()), (long long)j->shards_written,
+                     (long long)j->ntodo);
         return -1;
     }
     return 0;
@@ -881,6 +1076,7 @@ static int finish(const mgt_convert_opts *o, const tree *t, const job *j, const 
         total += images[k];
     }
     cJSON_AddStringToObject(split, "source", realpath(o->src, full) ? full : o->src);
+    cJSON_AddTrueToObject(split, "complete");
     cJSON_AddNumberToObject(split, "files", (double)t->n);
     cJSON_AddNumberToObject(split, "images", (double)total);
     cJSON_AddNumberToObject(split, "skipped", (double)cJSON_GetArraySize(skipped));
@@ -939,23 +1135,14 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
     if (strcmp(o->split, "train") && strcmp(o->split, "test"))
         return mgt_errf(err, "--split %s: use train or test", o->split);
     tree t;
+    char src_real[PATH_MAX];
     int rc = list_tree(&t, o->src, err);
-    struct stat sb;
-    const int existed = stat(o->dst, &sb) == 0;
+    if (rc == 0 && !realpath(o->src, src_real))
+        rc = mgt_errf(err, "%s: %s", o->src, strerror(errno));
+    if (rc == 0)
+        rc = check_dst(o, src_real, err);
     if (rc == 0)
         rc = make_dir(o->dst, err);
-    char rs[PATH_MAX], rd[PATH_MAX];
-    if (rc == 0 && realpath(o->src, rs) && realpath(o->dst, rd)) {
-        const size_t n = strlen(rs);
-        if (!strncmp(rs, rd, n) && (rd[n] == 0 || rd[n] == '/')) {
-            rc = mgt_errf(err,
-                          "%s is %s %s: it would be read as a class folder; give a DST outside "
-                          "the image folder",
-                          o->dst, rd[n] ? "inside" : "the same folder as", o->src);
-            if (!existed)
-                rmdir(o->dst);
-        }
-    }
     if (rc < 0) {
         tree_free(&t);
         return -1;
@@ -969,8 +1156,6 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
     }
     if (notice[0])
         fprintf(stderr, "%s\n", notice);
-    if (mgt_rundir_clean_temporaries(&lock, notice, sizeof notice, err) < 0)
-        goto out;
     const int verbose = o->verbose >= 0 ? o->verbose : isatty(STDOUT_FILENO) ? 1 : 2;
     if (t.loose && verbose)
         fprintf(stderr,
@@ -978,12 +1163,19 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
                 (long long)t.loose, t.loose == 1 ? "" : "s", o->src, t.loose == 1 ? "is" : "are",
                 t.loose == 1 ? "is" : "are");
     cJSON *manifest = read_manifest(o, err), *skipped = cJSON_CreateArray();
-    if (!manifest || settle_classes(&t, o, manifest, err) < 0) {
+    char *classes_txt = NULL, classes_path[PATH_MAX];
+    snprintf(classes_path, sizeof classes_path, "%s/classes.txt", o->dst);
+    if (!manifest || settle_classes(&t, o, manifest, &classes_txt, err) < 0 ||
+        mark_unfinished(o, manifest, src_real, err) < 0 ||
+        (classes_txt &&
+         mgt_atomic_write(classes_path, classes_txt, strlen(classes_txt), err) < 0)) {
+        free(classes_txt);
         cJSON_Delete(manifest);
         cJSON_Delete(skipped);
         rc = -1;
         goto out;
     }
+    free(classes_txt);
 
     job j;
     memset(&j, 0, sizeof j);
@@ -1045,11 +1237,21 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
             goto out_job;
         }
     }
+    int64_t stored = 0;
+    for (int64_t k = 0; k < j.nshards; k++)
+        stored += images[k];
+    if (stored == 0) { /* --skip-bad left out every file: a set of nothing is refused */
+        const cJSON *first = skipped->child;
+        rc = mgt_errf(err,
+                      "%s: none of its %lld files is a readable JPEG or PNG image (the first, "
+                      "%s: %s); an image set needs at least one",
+                      o->src, (long long)t.n,
+                      first ? cJSON_GetObjectItem(first, "path")->valuestring : "?",
+                      first ? cJSON_GetObjectItem(first, "error")->valuestring : "?");
+        goto out_job;
+    }
     rc = finish(o, &t, &j, images, manifest, skipped, err);
     if (rc == 0 && verbose) {
-        int64_t stored = 0;
-        for (int64_t k = 0; k < j.nshards; k++)
-            stored += images[k];
         const double secs = mgt_now() - t0;
         const int nskip = cJSON_GetArraySize(skipped);
         printf("%s: %lld images of %d classes in %s (%.2f GiB), %.1f s", o->split,

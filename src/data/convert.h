@@ -2,10 +2,18 @@
  * flow_from_directory, torchvision's ImageFolder), into an image set that training reads
  * (images.h).
  *
- * Classes are SRC's sub-folders in sorted order (byte order of their names, as Python's sorted()
- * orders them), numbered from 0; a class's images are every file below its folder, recursively
- * (symbolic links followed), in torchvision's order (folders by path, files by name within each);
- * names starting with '.' are left out. Each image is decoded (decode.h), its short side resized
+ * Classes are SRC's sub-folders in sorted order, numbered from 0; a class's images are every file
+ * below its folder, recursively (symbolic links followed), in torchvision's order (folders by
+ * path, files by name within each); names starting with '.' are left out. Names are ordered as
+ * Python's sorted() orders the str that os.scandir gives: by code point, bytes that are not UTF-8
+ * taken as U+DC80..U+DCFF (surrogateescape), so that ImageFolder's class numbers and order hold
+ * for any name.
+ *
+ * DST must be absent, empty, or an image set whose split (if it has this one) was converted from
+ * this SRC: anything else is refused before a byte is written, and nothing but the set's own
+ * files (images.h: mgt_images_keeps) is ever removed. The manifest marks the split unfinished
+ * before its first shard is written and finished after its last, so that a set whose conversion
+ * was stopped is known as such. Each image is decoded (decode.h), its short side resized
  * to SIZE and its centre SIZE x SIZE kept (torchvision's Resize(SIZE) then CenterCrop(SIZE), in
  * Pillow's arithmetic: resample.h), and stored as RGB bytes.
  *

@@ -48,13 +48,44 @@ typedef struct jpeg_fail {
     struct jpeg_error_mgr mgr; /* first: libjpeg hands back a pointer to it */
     jmp_buf jump;
     char msg[JMSG_LENGTH_MAX];
+    int code, parm; /* libjpeg's message code and first parameter */
     int truncated;
 } jpeg_fail;
 
 static void jpeg_on_error(j_common_ptr ci) {
     jpeg_fail *f = (jpeg_fail *)(void *)ci->err;
     (*ci->err->format_message)(ci, f->msg);
+    f->code = ci->err->msg_code;
+    f->parm = ci->err->msg_parm.i[0];
     longjmp(f->jump, 1);
+}
+
+/* The sentence for a JPEG libjpeg gave up on: a kind of JPEG it does not decode (valid files
+ * that Pillow, on the same library, does not read either), or a damaged one. */
+static int jpeg_failed(const jpeg_fail *f, mgt_err *err) {
+    const char *what = NULL;
+    char buf[80];
+    if (f->code == JERR_BAD_PRECISION) {
+        snprintf(buf, sizeof buf, "a %d-bit JPEG", f->parm);
+        what = buf;
+    } else if (f->code == JERR_SOF_UNSUPPORTED) {
+        const int sof = f->parm & 0x0f; /* SOF3, 7, 11, 15: lossless; 5-7, 13-15: hierarchical */
+        what = sof == 3 || sof == 7 || sof == 11 || sof == 15 ? "a lossless JPEG"
+                                                               : "a hierarchical JPEG";
+    } else if (f->code == JERR_NO_BACKING_STORE || f->code == JERR_OUT_OF_MEMORY) {
+        return mgt_errf(err,
+                        "a JPEG whose decoding needs more than the %.1f GiB allowed here "
+                        "(libjpeg: %s); shrink it first (e.g. ImageMagick's mogrify -resize "
+                        "4096x4096)",
+                        (double)MGT_DECODE_MAX_MEMORY / 1073741824.0, f->msg);
+    }
+    if (what)
+        return mgt_errf(err,
+                        "%s: not supported (mgtrain decodes 8-bit JPEGs of the baseline, "
+                        "extended and progressive kinds, as Pillow does with the same libjpeg; "
+                        "libjpeg: %s); convert it to PNG or to an 8-bit JPEG first",
+                        what, f->msg);
+    return mgt_errf(err, "damaged JPEG (libjpeg: %s)", f->msg);
 }
 
 static void jpeg_on_message(j_common_ptr ci, int level) {
@@ -86,18 +117,24 @@ static int decode_jpeg(const uint8_t *data, size_t len, mgt_rgb *img, mgt_err *e
     if (setjmp(fail.jump)) {
         jpeg_destroy_decompress(&ci);
         free(cmyk);
-        return mgt_errf(err, "damaged JPEG (libjpeg: %s)", fail.msg);
+        return jpeg_failed(&fail, err);
     }
     jpeg_create_decompress(&ci);
+    /* libjpeg's own allocations (a progressive file's whole-image coefficients are taken in
+     * jpeg_start_decompress) within a bound: past it, it fails instead of taking the memory. */
+    ci.mem->max_memory_to_use = (long)MGT_DECODE_MAX_MEMORY;
     jpeg_mem_src(&ci, data, (unsigned long)len);
     jpeg_read_header(&ci, TRUE);
     const int four = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
     ci.out_color_space = four ? JCS_CMYK : JCS_RGB;
-    jpeg_start_decompress(&ci);
+    /* The header's dimensions are checked, and the pixels' memory taken, before decompression
+     * starts: a small file claiming 65000 x 65000 pixels is refused here at once. */
+    jpeg_calc_output_dimensions(&ci);
     if (reserve(img, ci.output_width, ci.output_height, err) < 0) {
         jpeg_destroy_decompress(&ci);
         return -1;
     }
+    jpeg_start_decompress(&ci);
     const size_t row = (size_t)img->w * 3;
     if (four && !(cmyk = malloc((size_t)img->w * 4))) {
         jpeg_destroy_decompress(&ci);
@@ -145,6 +182,37 @@ static void png_on_warning(png_structp p, png_const_charp msg) {
     (void)msg; /* ancillary chunks it skips, as Pillow does */
 }
 
+/* A 16-bit greyscale PNG whose header is read: its big-endian values into a buffer of their
+ * own, then each value v as min(v, 255) in the three channels, as Pillow's I -> RGB conversion
+ * gives it. Ends the reader (libpng's errors longjmp to the caller's handler, which frees the
+ * buffers it is handed). */
+static int decode_grey16(png_structp p, png_infop info, mgt_rgb *img, uint8_t *volatile *buf,
+                         png_bytep *volatile *rows, mgt_err *err) {
+    const size_t w = (size_t)img->w, h = (size_t)img->h;
+    png_set_interlace_handling(p);
+    png_read_update_info(p, info);
+    if (png_get_rowbytes(p, info) != w * 2 || !(*buf = malloc(w * h * 2)) ||
+        !(*rows = malloc(sizeof(png_bytep) * h))) {
+        png_destroy_read_struct(&p, &info, NULL);
+        free(*buf);
+        free(*rows);
+        return mgt_errf(err, "out of memory for a %zu x %zu 16-bit image", w, h);
+    }
+    for (size_t y = 0; y < h; y++)
+        (*rows)[y] = *buf + y * w * 2;
+    png_read_image(p, *rows);
+    png_read_end(p, NULL);
+    png_destroy_read_struct(&p, &info, NULL);
+    for (size_t i = 0; i < w * h; i++) {
+        const uint8_t *v = *buf + 2 * i;
+        const uint8_t g = v[0] ? 255 : v[1];
+        img->px[3 * i] = img->px[3 * i + 1] = img->px[3 * i + 2] = g;
+    }
+    free(*buf);
+    free(*rows);
+    return 0;
+}
+
 static int decode_png(const uint8_t *data, size_t len, mgt_rgb *img, mgt_err *err) {
     png_src src = {data, len, 0, ""};
     png_structp p =
@@ -155,9 +223,11 @@ static int decode_png(const uint8_t *data, size_t len, mgt_rgb *img, mgt_err *er
         return mgt_errf(err, "out of memory for a PNG decoder");
     }
     png_bytep *volatile rows = NULL;
+    uint8_t *volatile grey16 = NULL;
     if (setjmp(png_jmpbuf(p))) {
         png_destroy_read_struct(&p, &info, NULL);
         free(rows);
+        free(grey16);
         return mgt_errf(err, "damaged PNG (libpng: %s)", src.msg);
     }
     png_set_read_fn(p, &src, png_read_mem);
@@ -168,6 +238,9 @@ static int decode_png(const uint8_t *data, size_t len, mgt_rgb *img, mgt_err *er
         png_destroy_read_struct(&p, &info, NULL);
         return -1;
     }
+    /* 16-bit grey: Pillow's "I" image clipped to 0..255 (decode.h), from the 16-bit values. */
+    if (depth == 16 && type == PNG_COLOR_TYPE_GRAY)
+        return decode_grey16(p, info, img, &grey16, &rows, err);
     if (depth == 16)
         png_set_strip_16(p); /* the high byte, as Pillow keeps it */
     if (type == PNG_COLOR_TYPE_PALETTE)
@@ -216,11 +289,38 @@ static const char *other_format(const uint8_t *d, size_t n) {
     return NULL;
 }
 
+static int is_jpeg(const uint8_t *d, size_t n) {
+    return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF;
+}
+
+static int is_png(const uint8_t *d, size_t n) {
+    return n >= 8 && !memcmp(d, PNG_MAGIC, 8);
+}
+
+/* Why data[0, len) is not an image mgt_decode reads (it is neither JPEG nor PNG). */
+static int not_ours(const uint8_t *data, size_t len, mgt_err *err);
+
+int mgt_decode_sniff(const uint8_t *head, size_t n, int64_t size, mgt_err *err) {
+    if (!is_jpeg(head, n) && !is_png(head, n))
+        return not_ours(head, n, err);
+    if (size > MGT_DECODE_MAX_FILE)
+        return mgt_errf(err,
+                        "a %s file of %.1f GiB, more than the %.0f GiB an image file may have "
+                        "here; shrink it first (e.g. ImageMagick's mogrify -resize 4096x4096)",
+                        is_jpeg(head, n) ? "JPEG" : "PNG", (double)size / 1073741824.0,
+                        (double)MGT_DECODE_MAX_FILE / 1073741824.0);
+    return 0;
+}
+
 int mgt_decode(const uint8_t *data, size_t len, mgt_rgb *img, mgt_err *err) {
-    if (len >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF)
+    if (is_jpeg(data, len))
         return decode_jpeg(data, len, img, err);
-    if (len >= 8 && !memcmp(data, PNG_MAGIC, 8))
+    if (is_png(data, len))
         return decode_png(data, len, img, err);
+    return not_ours(data, len, err);
+}
+
+static int not_ours(const uint8_t *data, size_t len, mgt_err *err) {
     const char *other = other_format(data, len);
     if (other)
         return mgt_errf(err,

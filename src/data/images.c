@@ -64,6 +64,25 @@ int mgt_images_dir(const char *dir) {
     return stat(p, &sb) == 0;
 }
 
+int mgt_images_keeps(const char *name) {
+    if (!strcmp(name, MGT_IMAGES_MANIFEST) || !strcmp(name, "classes.txt"))
+        return 1;
+    const char *rest = !strncmp(name, "train", 5) ? name + 5 : !strncmp(name, "test", 4) ? name + 4
+                                                                                       : NULL;
+    if (!rest)
+        return 0;
+    if (!strcmp(rest, "_skipped.txt"))
+        return 1;
+    if (rest[0] != '-')
+        return 0;
+    for (int i = 1; i <= 5; i++)
+        if (rest[i] < '0' || rest[i] > '9')
+            return 0;
+    rest += 6;
+    return !strcmp(rest, "_x.npy") || !strcmp(rest, "_y.npy") || !strcmp(rest, "_i.npy") ||
+           !strcmp(rest, ".json");
+}
+
 static cJSON *read_manifest(const char *dir, mgt_err *err) {
     char p[600], *text = NULL;
     snprintf(p, sizeof p, "%s/" MGT_IMAGES_MANIFEST, dir);
@@ -212,7 +231,17 @@ int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split,
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "splits"), split);
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(sp, "shards");
     int rc = 0;
-    if (manifest_int(m, "size", 1, 1 << 16, where, &size, err) < 0 ||
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(sp, "source");
+    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(sp, "complete")))
+        rc = mgt_errf(err,
+                      "%s: this image set is incomplete (the conversion of its %s split was "
+                      "stopped before the end): run convert again, the same command (mgtrain "
+                      "convert %s %s --size %.0f%s), which goes on from the shards it "
+                      "finished",
+                      dir, split, cJSON_IsString(from) ? from->valuestring : "SRC", dir,
+                      cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(m, "size")),
+                      strcmp(split, "train") ? " --split test" : "");
+    else if (manifest_int(m, "size", 1, 1 << 16, where, &size, err) < 0 ||
         manifest_int(m, "classes", 1, 1 << 30, where, &nclasses, err) < 0 ||
         manifest_int(m, "channels", 3, 3, where, &channels, err) < 0)
         rc = -1;

@@ -34,6 +34,10 @@
 
 /* 1 if DIR holds an image set (its manifest). */
 int mgt_images_dir(const char *dir);
+/* 1 if NAME is a file mgtrain convert keeps in an image set's folder: the manifest, classes.txt,
+ * a split's shards (<split>-NNNNN_x.npy, _y.npy, _i.npy, .json) and its list of skipped files
+ * (<split>_skipped.txt), split being train or test; the rest of the folder is not the set's. */
+int mgt_images_keeps(const char *name);
 /* 1 if the image set in DIR has the split ("train" or "test"). */
 int mgt_images_has_split(const char *dir, const char *split);
 

@@ -61,7 +61,10 @@ sys.exit(0 if np.array_equal(load('set'), load('one')) else 1)" \
 # A stopped conversion: shard 3 unfinished (no record), shard 7's images cut short, a killed
 # writer's temporary file; the same command keeps the rest and ends with the same bytes.
 cp -r set stopped
-rm stopped/train-00003.json stopped/images.json
+rm stopped/train-00003.json
+"$PY" -c "
+import json; m = json.load(open('stopped/images.json')); m['splits']['train']['complete'] = False
+json.dump(m, open('stopped/images.json', 'w'))"
 head -c 1000 set/train-00007_x.npy >stopped/train-00007_x.npy
 echo junk >stopped/train-00009_x.npy.tmp.999999
 out=$("$MGT_BIN" convert train stopped --size 48 --shard-size 13 --verbose 2 2>&1)
@@ -188,8 +191,14 @@ expect_fail "--size too small" "\-\-size 4: expected a whole number of at least 
 expect_fail "convert without DST" "usage: mgtrain convert SRC DST" "$MGT_BIN" convert train
 expect_fail "convert under mpirun" "mgtrain convert runs as one process" mpi 2 convert train b10
 mkdir -p other/zebra && cp train/class_01/000.jpg other/zebra/
-expect_fail "a test class not among the training classes" "other/zebra: class 'zebra' is not in set/classes.txt" \
+expect_fail "a test split from another tree" "set holds a test split converted from .*/test; converting other over it would replace it" \
   "$MGT_BIN" convert other set --split test --size 48
+cp -r set trainonly && rm trainonly/test-* && "$PY" -c "
+import json; m = json.load(open('trainonly/images.json')); del m['splits']['test']; json.dump(m, open('trainonly/images.json', 'w'))"
+cp trainonly/images.json manifest.before
+expect_fail "a test class not among the training classes" "other/zebra: class 'zebra' is not in trainonly/classes.txt" \
+  "$MGT_BIN" convert other trainonly --split test --size 48
+cmp -s manifest.before trainonly/images.json && ok "the refused split left the manifest as it was" || bad "manifest changed by a refused split"
 expect_fail "a split of another size" "set holds images stored at 48 x 48; convert with --size 48" \
   "$MGT_BIN" convert test set --split test --size 64
 # Training refuses what does not fit the set, and writes nothing.
@@ -205,15 +214,81 @@ sed 's/^mean = .*/mean = 0.5, 0.5/' learn.cfg >twomeans.cfg
 expect_fail "two means for three channels" "\[input\] mean and std give 2 and 3 values" "$MGT_BIN" --model twomeans.cfg --data set --out o6
 sed '/^std/d' learn.cfg >nostd.cfg
 expect_fail "mean without std" "\[input\] has mean but no std; normalisation needs both" "$MGT_BIN" --model nostd.cfg --data set --out o7
-cp -r set noval && rm noval/test-*
-"$PY" -c "
-import json; m = json.load(open('noval/images.json')); del m['splits']['test']; json.dump(m, open('noval/images.json', 'w'))"
+cp -r trainonly noval
 expect_fail "no test split" "noval has no test split; convert one into it: mgtrain convert TEST_TREE noval --split test --size 48" "$MGT_BIN" --model learn.cfg --data noval --out o8
 "$MGT_BIN" --model learn.cfg --data noval --no-validation --max-steps 2 --verbose 0 --out o9 >o9.log 2>&1 \
   && [ -f o9/weights.safetensors ] && ok "no test split: trains with --no-validation" || { bad "--no-validation without a test split"; tail -3 o9.log; }
 head -c 5000 set/train-00004_x.npy >cut && cp -r set damaged && mv cut damaged/train-00004_x.npy
 expect_fail "a damaged shard" "damaged/train-00004_x.npy: truncated" "$MGT_BIN" --model learn.cfg --data damaged --out o10
+# Limits checked before memory is taken: a 2 GiB file named .jpg (sparse: no disk used) is refused
+# from its size and first bytes, without being read.
+mkdir -p huge/a && cp train/class_01/000.jpg huge/a/ && cp train/class_01/000.jpg huge/a/big.jpg \
+  && truncate -s 2G huge/a/big.jpg
+expect_fail "a 2 GiB .jpg is refused unread" "huge/a/big.jpg: a JPEG file of 2.0 GiB, more than the 1 GiB" \
+  "$MGT_BIN" convert huge b11 --size 32
+rm -rf huge
+
+# ---- 6. convert owns only its own files ---------------------------------------------------
+# DST must be absent, empty, or a set converted from the same SRC; anything else is refused
+# before a byte is written, and nothing convert did not write is ever removed.
+mkdir -p hf && echo parquet >hf/train-00001-of-00003.parquet
+expect_fail "a folder of other files" "hf is not empty \(it holds train-00001-of-00003.parquet\) and is not an image set" \
+  "$MGT_BIN" convert train hf --size 32
+[ "$(ls -A hf)" = train-00001-of-00003.parquet ] && [ "$(cat hf/train-00001-of-00003.parquet)" = parquet ] \
+  && ok "the refused folder is as it was (its file kept, no lock, no manifest)" || bad "hf changed: $(ls -A hf)"
+mkdir -p npyset && "$PY" -c "import numpy as np; np.save('npyset/train_x.npy', np.zeros((2, 4, 4, 3), np.uint8))"
+expect_fail "a folder of .npy data" "npyset is not empty \(it holds train_x.npy\)" "$MGT_BIN" convert train npyset --size 32
+cp set/classes.txt classes.before
+expect_fail "another tree over a finished set" "set holds a train split converted from .*/train; converting badtree over it would replace it" \
+  "$MGT_BIN" convert badtree set --size 48
+cmp -s classes.before set/classes.txt && [ ! -e set/mgtrain.lock ] && ok "the set converted from another tree is untouched" \
+  || bad "set changed by a refused conversion"
+expect_fail "DST two folders down inside SRC" "badtree/x/y is inside badtree" "$MGT_BIN" convert badtree badtree/x/y
+[ ! -e badtree/x ] && ok "nothing left in SRC by the refused DST" || bad "badtree/x left behind"
+# Output flags never write an image set's files, --overwrite or not.
+cp -r set3 set3.before
+expect_fail "predict --output onto another image set's shard, --overwrite" \
+  "\-\-output set3/train-00000_x.npy is a file of the image set in .*set3 \(mgtrain convert's\)" \
+  "$MGT_BIN" predict --run learn --data set --output set3/train-00000_x.npy --overwrite
+expect_fail "--timeline onto a set's manifest, --overwrite" "\-\-timeline set3/images.json is a file of the image set" \
+  "$MGT_BIN" --model learn.cfg --data set --timeline set3/images.json --overwrite --max-steps 1 --out o11
+expect_fail "training into an image set's folder" "\-\-out set3 holds an image set" \
+  "$MGT_BIN" --model learn.cfg --data set --out set3 --max-steps 1
+same_files set3.before set3 && cmp -s set3.before/images.json set3/images.json && ok "set3 intact after the refused outputs" || bad "set3 changed"
+
+# Stop signals end a conversion as they end training: the image and shard in hand finished, one
+# line, exit 128 + the signal, no lock, no temporary file; the set says it is incomplete until
+# the same command finishes it. A closed pipe (| head -1) is SIGPIPE, caught the same way.
+stopped_clean() { # stopped_clean NAME DIR RC WANT_RC LOG
+  local left; left=$(ls -A "$2" | grep -E 'mgtrain.lock|\.tmp\.' || true)
+  [ "$3" -eq "$4" ] && [ "$(grep -c 'interrupted by' "$5")" -eq 1 ] && [ -z "$left" ] \
+    && ok "$1: exit $3, one line, nothing left behind" || { bad "$1: exit $3 (want $4), left: $left"; cat "$5"; }
+}
+"$MGT_BIN" convert train piped --size 64 --threads 1 --shard-size 10 --verbose 2 2>piped.err | head -1 >/dev/null
+stopped_clean "a closed pipe (| head -1)" piped "${PIPESTATUS[0]}" 141 piped.err
+expect_fail "training on a set whose conversion was stopped" "piped: this image set is incomplete \(the conversion of its train split was stopped before the end\): run convert again" \
+  "$MGT_BIN" --model learn.cfg --data piped --out o12
+# A tree whose images take a while each (3000 x 2000, linked 12 times), so that a signal sent
+# after the first shard lands mid-conversion.
+mkdir -p slow/a && "$PY" -c "
+from PIL import Image; Image.new('RGB', (3000, 2000), (90, 160, 30)).save('slow/a/000.png')"
+for i in $(seq -w 1 11); do ln slow/a/000.png slow/a/0$i.png; done
+for sig in TERM INT HUP; do
+  "$MGT_BIN" convert slow sig$sig --size 64 --threads 1 --shard-size 1 --verbose 2 >sig.out 2>sig.err &
+  pid=$!
+  for _ in $(seq 1000); do grep -q "images (" sig.out 2>/dev/null && break; sleep 0.01; done
+  kill -$sig $pid
+  wait $pid
+  stopped_clean "SIG$sig" sig$sig $? $((128 + $(kill -l $sig))) sig.err
+done
+out=$("$MGT_BIN" convert slow sigTERM --size 64 --threads 1 --shard-size 1 --verbose 2 2>&1)
+grep -q "already done, kept" <<<"$out" && grep -q "^train: 12 images of 1 classes" <<<"$out" \
+  && ok "the same command finishes the stopped set" || { bad "finishing a stopped set"; echo "$out" | tail -3; }
+mkdir -p allbad/a && echo nothing >allbad/a/x.jpg && echo nothing >allbad/a/y.png
+expect_fail "--skip-bad with no readable image" "allbad: none of its 2 files is a readable JPEG or PNG image" \
+  "$MGT_BIN" convert allbad b12 --skip-bad
+
 # (b1, b2 and b4 stopped at a file during the conversion: they keep what they finished)
-left=$(ls -d o1 o2 o3 o4 o5 o6 o7 o8 o10 b5 b6 b7 b8 b9 b10 2>/dev/null)
+left=$(ls -d o1 o2 o3 o4 o5 o6 o7 o8 o10 o11 o12 b5 b6 b7 b8 b9 b10 2>/dev/null)
 [ -z "$left" ] && ok "refused starts wrote no output folder" || bad "left behind: $left"
 finish

@@ -110,12 +110,34 @@ def make_tree(root, classes, per_class, seed, odd):
     base.convert("P", palette=Image.ADAPTIVE, colors=64).save(os.path.join(d, "odd_palette.png"))
     base.convert("LA").save(os.path.join(d, "odd_greyalpha.png"))
     base.convert("RGBA").save(os.path.join(d, "odd_rgba.png"))
-    base.save(os.path.join(d, "odd_interlaced.png"), interlace=1)
+    save_interlaced_png(os.path.join(d, "odd_interlaced.png"), np.asarray(base))
     a16 = (np.asarray(base).astype(np.uint16) * 257 + 128)
     Image.fromarray(a16[:, :, 0], "I;16").save(os.path.join(d, "odd_grey16.png"))
     # a sub-folder, in torchvision's order after the folder's own files
     os.makedirs(os.path.join(d, "sub"), exist_ok=True)
     base.resize((150, 200)).save(os.path.join(d, "sub", "nested.jpg"))
+
+
+def save_interlaced_png(path, a):
+    """An Adam7-interlaced RGB PNG, written here: Pillow ignores interlace=1 when it saves."""
+    import struct
+    import zlib
+    h, w = a.shape[:2]
+    raw = b""
+    for y0, x0, dy, dx in ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2),
+                           (0, 1, 2, 2), (1, 0, 2, 1)):
+        sub = a[y0::dy, x0::dx]
+        if sub.size:
+            raw += b"".join(b"\0" + row.tobytes() for row in sub)
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    with Image.open(path) as im:  # the file is what it claims
+        assert im.info.get("interlace") == 1 and np.array_equal(np.asarray(im), a)
 
 
 def hsv(h):
@@ -153,10 +175,7 @@ def resize_short(img, size):
 
 
 def pil_rgb(path):
-    img = Image.open(path)
-    if img.mode in ("I;16", "I") and img.format == "PNG":  # 16-bit grey: mgtrain keeps the
-        img = Image.fromarray((np.asarray(img) >> 8).astype(np.uint8), "L")  # high byte
-    return img.convert("RGB")
+    return Image.open(path).convert("RGB")
 
 
 def check_stored(dst, split, src, size):

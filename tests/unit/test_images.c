@@ -15,6 +15,10 @@
  *    are refused with what they are. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h> /* before jpeglib.h, which uses FILE */
+#include <sys/resource.h>
+
+#include <jpeglib.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,12 +317,127 @@ static void test_decode(tally *t) {
     free(img.px);
 }
 
+/* A valid lossless JPEG (SOF3, predictor 1) of 8 x 8 grey 128: every difference is 0, coded
+ * by a one-symbol Huffman table as one 0 bit; and a valid 12-bit extended JPEG (SOF1) of one
+ * 8 x 8 block of 2048: DC difference 0 and an end of block, a 0 bit each. Hand-assembled. */
+static const uint8_t jpeg_lossless[] = {
+    0xff, 0xd8, 0xff, 0xc3, 0x00, 0x0b, 0x08, 0x00, 0x08, 0x00, 0x08, 0x01, 0x01, 0x11, 0x00,
+    0xff, 0xc4, 0x00, 0x14, 0x00, 0x01, 0,    0,    0,    0,    0,    0,    0,    0,    0,
+    0,    0,    0,    0,    0,    0,    0x00, 0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x01,
+    0x00, 0x00, 0,    0,    0,    0,    0,    0,    0,    0,    0xff, 0xd9};
+
+static uint8_t jpeg_12bit[256];
+
+static size_t make_jpeg_12bit(void) {
+    uint8_t *p = jpeg_12bit;
+    const uint8_t head[] = {0xff, 0xd8, 0xff, 0xc1, 0x00, 0x0b, 12, 0x00, 0x08, 0x00, 0x08, 0x01,
+                            0x01, 0x11, 0x00};
+    memcpy(p, head, sizeof head);
+    p += sizeof head;
+    const uint8_t dqt[] = {0xff, 0xdb, 0x00, 0x83, 0x10};
+    memcpy(p, dqt, sizeof dqt);
+    p += sizeof dqt;
+    for (int i = 0; i < 64; i++)
+        *p++ = 0, *p++ = 1; /* 16-bit quantisation values of 1 */
+    for (int tc = 0; tc < 2; tc++) { /* DC table 0, AC table 0: symbol 0 coded as '0' */
+        const uint8_t dht[] = {0xff, 0xc4, 0x00, 0x14, (uint8_t)(tc << 4), 1};
+        memcpy(p, dht, sizeof dht);
+        p += sizeof dht;
+        memset(p, 0, 15);
+        p += 15;
+        *p++ = 0x00;
+    }
+    const uint8_t sos[] = {0xff, 0xda, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3f, 0x00};
+    memcpy(p, sos, sizeof sos);
+    p += sizeof sos;
+    *p++ = 0x3f; /* '0' (DC 0), '0' (EOB), six 1 bits of padding */
+    *p++ = 0xff;
+    *p++ = 0xd9;
+    return (size_t)(p - jpeg_12bit);
+}
+
+/* A progressive JPEG of 16 x 16 from libjpeg, its header then made to claim w x h. */
+static size_t make_bomb(uint8_t **out, int w, int h) {
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr jerr;
+    c.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&c);
+    unsigned long len = 0;
+    *out = NULL;
+    jpeg_mem_dest(&c, out, &len);
+    c.image_width = c.image_height = 16;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_simple_progression(&c);
+    jpeg_start_compress(&c, TRUE);
+    uint8_t row[16 * 3];
+    for (int i = 0; i < 48; i++)
+        row[i] = (uint8_t)(i * 5);
+    while (c.next_scanline < 16) {
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    for (unsigned long i = 0; i + 9 < len; i++)
+        if ((*out)[i] == 0xff && (*out)[i + 1] == 0xc2) { /* SOF2: length, precision, h, w */
+            (*out)[i + 5] = (uint8_t)(h >> 8), (*out)[i + 6] = (uint8_t)h;
+            (*out)[i + 7] = (uint8_t)(w >> 8), (*out)[i + 8] = (uint8_t)w;
+            break;
+        }
+    return len;
+}
+
+static long max_rss_kib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+/* What is checked before memory is taken: the header's size against the pixel limit, libjpeg's
+ * own memory, the file's size and kind from its first bytes; and JPEGs libjpeg-turbo 2.1 does not
+ * decode, refused as not supported rather than damaged. */
+static void test_decode_limits(tally *t) {
+    mgt_rgb img = {0};
+    mgt_err e;
+    uint8_t *bomb;
+    size_t len = make_bomb(&bomb, 16, 16);
+    CHECK(t, mgt_decode(bomb, len, &img, &e) == 0 && img.w == 16 && img.h == 16);
+    free(bomb);
+    len = make_bomb(&bomb, 65000, 65000);
+    const long rss0 = max_rss_kib();
+    const double t0 = mgt_now();
+    CHECK_ERR(t, mgt_decode(bomb, len, &img, &e), &e, "65000 x 65000 pixels, more than the");
+    const double secs = mgt_now() - t0;
+    const long grew = max_rss_kib() - rss0;
+    printf("decode: a %zu-byte progressive JPEG claiming 65000 x 65000 refused in %.1f ms, peak "
+           "memory +%ld KiB\n",
+           len, 1e3 * secs, grew);
+    /* bounds far above the few microseconds and kilobytes it takes, far below a decode's
+     * seconds and gigabytes */
+    CHECK(t, secs < 0.5 && grew < 64 * 1024);
+    free(bomb);
+    CHECK_ERR(t, mgt_decode(jpeg_lossless, sizeof jpeg_lossless, &img, &e), &e,
+              "a lossless JPEG: not supported", "convert it to PNG");
+    const size_t n12 = make_jpeg_12bit();
+    CHECK_ERR(t, mgt_decode(jpeg_12bit, n12, &img, &e), &e, "a 12-bit JPEG: not supported");
+    CHECK(t, mgt_decode_sniff(jpeg_16x8, 16, (int64_t)2 << 30, &e) < 0 &&
+                 strstr(e.msg, "a JPEG file of 2.0 GiB, more than the 1 GiB"));
+    CHECK(t, mgt_decode_sniff(jpeg_16x8, 16, sizeof jpeg_16x8, &e) == 0);
+    CHECK(t, mgt_decode_sniff(png_3x2, 16, sizeof png_3x2, &e) == 0);
+    CHECK_ERR(t, mgt_decode_sniff((const uint8_t *)"GIF89a\1\0\1\0", 10, (int64_t)2 << 30, &e),
+              &e, "a GIF image");
+    free(img.px);
+}
+
 int main(void) {
     tally t = {0, 0};
     test_resample(&t);
     test_pick(&t);
     test_pool(&t);
     test_decode(&t);
+    test_decode_limits(&t);
     printf("test_images: %d passed, %d failed\n", t.pass, t.fail);
     return t.fail ? 1 : 0;
 }
