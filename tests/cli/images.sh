@@ -79,6 +79,22 @@ grep -q "14 shards (170 files) already done, kept" <<<"$out" && ok "converting a
 "$PY" "$DATA_PY" stored set test test 48 >/dev/null && ok "test split stored beside the training split" \
   || bad "test split"
 
+# Class folders whose names are not all UTF-8 get ImageFolder's numbers: Python sorts the str of
+# os.scandir (bytes that are not UTF-8 as U+DC80..U+DCFF), not the bytes (U+E000 is EE 80 80,
+# before FF in byte order, after U+DCFF in Python's).
+"$PY" - <<'PY' && "$MGT_BIN" convert enc encset --size 16 --verbose 0 >/dev/null 2>&1 && "$PY" - <<'PY2' \
+  && ok "non-UTF-8 class folders numbered as ImageFolder numbers them" || bad "class order of non-UTF-8 names"
+import os, shutil
+for name in (b"z", b"\xc3\xa9", b"\xff", b"\xee\x80\x80", b"a\xffb", b"a\xc3\xa9"):
+    os.makedirs(b"enc/" + name)
+    shutil.copy("train/class_01/000.jpg", b"enc/" + name + b"/1.jpg")
+PY
+import os
+want = [os.fsencode(n) for n in sorted(e.name for e in os.scandir("enc") if e.is_dir())]
+got = open("encset/classes.txt", "rb").read().split(b"\n")[:-1]
+assert got == want and want != sorted(want), (got, want)
+PY2
+
 # ---- 2. the transforms against the reference ---------------------------------------------
 n_dump=0
 check_dump() { # check_dump NAME "H W TRAIN SEED EPOCH THREADS" [EXTRA...]: mgt_images_dump's
