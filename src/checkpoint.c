@@ -34,6 +34,7 @@
 #define KEY_VAL_LOSS "val_loss"
 #define KEY_MONITOR "validation_history" /* monitor.h's state; absent: none yet */
 #define KEY_REPRO "reproducible_chunk"   /* --reproducible's chunk; 0 or absent: off */
+#define KEY_FROZEN "frozen"              /* mgt_model_frozen_id; absent: none frozen */
 
 enum { MAX_META = 16 };
 
@@ -109,7 +110,7 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     for (int i = 0; i < opt->nslots; i++) {
         snprintf(t[nt].name, sizeof t[nt].name, "%s", opt->slot_name[i]);
         t[nt].ndim = 1;
-        t[nt].shape[0] = (int64_t)m->param_count;
+        t[nt].shape[0] = (int64_t)m->grad_count;
         t[nt].data = a->slot[i];
         nt++;
     }
@@ -127,6 +128,9 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     put_meta(meta, &nm, KEY_GLOBAL_BATCH, "%" PRId64, run->step_batch);
     put_meta(meta, &nm, KEY_WORLD, "%d", world);
     put_meta(meta, &nm, KEY_REPRO, "%" PRId64, run->chunk);
+    char frozen[64];
+    mgt_model_frozen_id(m, frozen, sizeof frozen);
+    put_meta(meta, &nm, KEY_FROZEN, "%s", frozen);
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g %.17g", pos->epoch_sums[0],
              pos->epoch_sums[1], pos->epoch_sums[2], pos->epoch_sums[3]);
@@ -331,16 +335,30 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                         "continue it bit for bit",
                         path, (long long)chunk, (long long)chunk);
     }
+    /* The optimizer's state covers the trainable tensors only: the same layers must be frozen
+     * (checkpoints from before the key froze none). */
+    char frozen[64];
+    mgt_model_frozen_id(m, frozen, sizeof frozen);
+    const char *was = mgt_safetensors_meta(st, KEY_FROZEN);
+    if (strcmp(was ? was : "0 0000000000000000", frozen)) {
+        const int n_was = was ? atoi(was) : 0, n_now = atoi(frozen);
+        return mgt_errf(err,
+                        "%s was saved with %d frozen layer%s, but this run freezes %s%d; resume "
+                        "with the run's --freeze (and trainable = false keys) as they were, or "
+                        "start a new run from its weights with --init-weights",
+                        path, n_was, n_was == 1 ? "" : "s",
+                        n_was == n_now ? "another set of " : "", n_now);
+    }
     if (mgt_model_take_weights(m, st, path, a->w, a->buf, err) < 0)
         return -1;
     for (int i = 0; i < opt->nslots; i++) {
         const mgt_tensor_entry *t = mgt_safetensors_find(st, opt->slot_name[i]);
-        if (!t || t->ndim != 1 || (size_t)t->shape[0] != m->param_count)
+        if (!t || t->ndim != 1 || (size_t)t->shape[0] != m->grad_count)
             return mgt_errf(err,
                             "%s: optimizer state '%s' is missing or has the wrong size; the "
                             "checkpoint belongs to another model or optimizer setting",
                             path, opt->slot_name[i]);
-        memcpy(a->slot[i], t->data, m->param_count * sizeof(float));
+        memcpy(a->slot[i], t->data, m->grad_count * sizeof(float));
     }
     return read_position(st, path, run, pos, err);
 }

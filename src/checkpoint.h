@@ -37,7 +37,8 @@ typedef struct mgt_ckpt_pos {
 } mgt_ckpt_pos;
 
 /* Host copies of the arenas a checkpoint holds, in the model's and the optimizer's layouts:
- * w[param_count], buf[buffer_count], slot[i][param_count] for the optimizer's nslots slots. */
+ * w[param_count], buf[buffer_count], slot[i][grad_count] for the optimizer's nslots slots (the
+ * trainable tensors'). */
 typedef struct mgt_ckpt_arrays {
     float *w, *buf;
     float *slot[MGT_OPT_MAX_SLOTS];

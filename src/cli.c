@@ -59,6 +59,10 @@ static const flag flags[] = {
      "also write a metrics row (step, loss, acc, lr, samples/s) every N steps to "
      "OUT/metrics_steps.jsonl/.csv and TensorBoard"},
     {"max-steps", "N", C_TRAIN, "0 (no limit)", "stop after N optimizer steps in all"},
+    {"freeze", "PATTERNS", C_TRAIN | C_SUMMARY, "[train] freeze (none)",
+     "freeze the layers whose names match these comma-separated glob patterns ('!' exempts: "
+     "'*,!fc' freezes all but fc): their weights do not move and get no gradient, a batchnorm "
+     "uses its moving statistics"},
     {"out", "DIR", C_TRAIN, "runs/<model name>", "where weights, checkpoint and metrics go"},
     {"init-weights", "FILE", C_TRAIN, "none (random)", "start from these weights (names and "
                                                        "shapes checked)"},
@@ -169,7 +173,7 @@ static const struct {
                  {"warmup-epochs", "warmup_epochs"},    {"clip-norm", "clip_norm"},
                  {"clip-value", "clip_value"},          {"label-smoothing", "label_smoothing"},
                  {"early-stop", "early_stop_patience"}, {"reproducible", "reproducible"},
-                 {"repro-chunk", "repro_chunk"}};
+                 {"repro-chunk", "repro_chunk"},        {"freeze", "freeze"}};
 
 static const char *key_of_flag(const char *name) {
     for (size_t i = 0; i < sizeof key_flags / sizeof key_flags[0]; i++)

@@ -61,17 +61,20 @@ void mgt_fault_dump_gradients(const mgt_fault *f, const mgt_model *m, int64_t st
     if (!f->dump_gradients)
         return;
     mgt_backend *be = m->be;
-    float *g = malloc(sizeof(float) * (m->param_count + 1));
+    float *g = malloc(sizeof(float) * (m->grad_count + 1));
     mgt_tensor_entry *t = calloc((size_t)m->nparams + 1, sizeof *t);
     if (!g || !t)
         mgt_die("out of host memory for the gradient dump");
-    be->ops->to_host(be, g, m->g, sizeof(float) * m->param_count);
+    be->ops->to_host(be, g, m->g, sizeof(float) * m->grad_count);
+    int n = 0;
     for (int i = 0; i < m->nparams; i++) {
         const mgt_param *p = &m->params[i];
-        snprintf(t[i].name, sizeof t[i].name, "%s", p->name);
-        t[i].ndim = p->ndim;
-        memcpy(t[i].shape, p->shape, sizeof t[i].shape);
-        t[i].data = g + p->offset;
+        if (p->offset >= m->grad_count) /* a frozen layer's: no gradient */
+            continue;
+        snprintf(t[n].name, sizeof t[n].name, "%s", p->name);
+        t[n].ndim = p->ndim;
+        memcpy(t[n].shape, p->shape, sizeof t[n].shape);
+        t[n++].data = g + p->offset;
     }
     mgt_meta_entry meta[2];
     snprintf(meta[0].key, sizeof meta[0].key, "format");
@@ -79,7 +82,7 @@ void mgt_fault_dump_gradients(const mgt_fault *f, const mgt_model *m, int64_t st
     snprintf(meta[1].key, sizeof meta[1].key, "step");
     snprintf(meta[1].value, sizeof meta[1].value, "%lld", (long long)step);
     mgt_err e;
-    if (mgt_safetensors_write(f->dump_gradients, t, m->nparams, meta, 2, &e) < 0)
+    if (mgt_safetensors_write(f->dump_gradients, t, n, meta, 2, &e) < 0)
         mgt_die("MGT_DUMP_GRADIENTS: %s", e.msg);
     free(g);
     free(t);

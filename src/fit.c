@@ -254,7 +254,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
         mgt_profile_phase(&f->prof, MGT_PH_ALLREDUCE);
         take_metrics(f, global_n);
         if (clipping) /* on the whole all-reduced gradient (clip.h) */
-            mgt_clip_apply(&f->clip, env->be, m->g, m->param_count, global_n);
+            mgt_clip_apply(&f->clip, env->be, m->g, m->grad_count, global_n);
         mgt_optim_begin(env->opt, global_n);
         mgt_reducer_update_range(r, -1, &lo, &n);
         mgt_optim_update(env->opt, env->be, m->w, m->g, lo, n);

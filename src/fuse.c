@@ -73,7 +73,7 @@ int mgt_fuse_find(const mgt_model *m, mgt_group *groups, int *group_of, int *bia
             continue;
         /* the convolution before it */
         const int cv = bl->inputs[0];
-        if (cv >= 0 && m->be && m->be->cancel_bias) {
+        if (cv >= 0 && m->be && m->be->cancel_bias && !bl->frozen) { /* frozen: no batch mean */
             const mgt_layer *c = &m->layers[cv];
             if (c->type->cancellable_bias && c->param[1] >= 0 && c->act == MGT_ACT_NONE &&
                 only_reader(m, cv) == b)

@@ -33,7 +33,7 @@ static int *needs_grad(const mgt_model *m) {
     int *ng = malloc(sizeof *ng * (size_t)(m->nlayers > 0 ? m->nlayers : 1));
     for (int i = 0; ng && i < m->nlayers; i++) {
         const mgt_layer *l = &m->layers[i];
-        ng[i] = l->param[0] >= 0;
+        ng[i] = mgt_layer_trains(l);
         for (int k = 0; k < l->ninputs; k++)
             if (l->inputs[k] >= 0 && ng[l->inputs[k]])
                 ng[i] = 1;
@@ -272,7 +272,7 @@ static int opt_slots(const mgt_optim_cfg *opt) {
 
 mgt_cost mgt_update_cost(const mgt_model *m, const mgt_optim_cfg *opt) {
     const int slots = opt_slots(opt);
-    const double P = (double)m->param_count;
+    const double P = (double)m->grad_count; /* the trainable tensors */
     return (mgt_cost){.flops = 4 * P * (1 + slots), .mma = 0, .bytes = 4 * P * (3 + 2 * slots)};
 }
 
@@ -357,8 +357,10 @@ int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, const mgt
     e->act = (double)p.arena;
     mgt_plan_free(&p);
     const int slots = opt_slots(opt);
-    const double P = (double)m->param_count, nn = n > 0 ? n : 0, k = m->classes;
-    e->params = 4 * (P * (2 + slots + (accum_steps > 1)) + (double)m->buffer_count);
+    const double P = (double)m->grad_count, nn = n > 0 ? n : 0, k = m->classes;
+    /* the weights; gradients, optimizer state and accumulation for the trainable ones */
+    e->params = 4 * ((double)m->param_count + P * (1 + slots + (accum_steps > 1)) +
+                     (double)m->buffer_count);
     for (int i = 0; i < m->nlayers; i++) /* batch normalisation's mean and 1/std */
         if (!strcmp(m->layers[i].type->name, "batchnorm"))
             e->params += 4 * 4 * (double)m->layers[i].in.c;

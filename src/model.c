@@ -2,6 +2,7 @@
  * graph, the summary table, and weights in PyTorch's names and layouts. */
 #include "model.h"
 
+#include <fnmatch.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,113 @@ int mgt_model_add_buffer(mgt_model *m, mgt_layer *l, const char *suffix, int ndi
                          const int64_t *shape, int init, mgt_err *err) {
     return add(&m->buffers, &m->nbuffers, &m->buffers_cap, &m->buffer_count, l, suffix, ndim, shape,
                init, err);
+}
+
+void mgt_model_layout(mgt_model *m) {
+    size_t at = 0;
+    for (int pass = 0; pass < 2; pass++) { /* the trainable tensors, then the frozen ones */
+        for (int i = 0; i < m->nlayers; i++) {
+            const mgt_layer *l = &m->layers[i];
+            if (l->frozen != pass)
+                continue;
+            for (int j = 0; j < 4; j++)
+                if (l->param[j] >= 0) {
+                    mgt_param *p = &m->params[l->param[j]];
+                    p->offset = (at + 15) & ~(size_t)15;
+                    at = p->offset + p->count;
+                }
+        }
+        if (pass == 0)
+            m->grad_count = at;
+    }
+    m->param_count = at;
+}
+
+/* One pattern of --freeze against a layer name, of len bytes at pat. */
+static int name_matches(const char *pat, size_t len, const char *name) {
+    char p[128];
+    if (len >= sizeof p)
+        return 0;
+    memcpy(p, pat, len);
+    p[len] = 0;
+    return fnmatch(p, name, 0) == 0;
+}
+
+int mgt_model_freeze(mgt_model *m, const char *patterns, mgt_err *err) {
+    int *frozen = calloc((size_t)(m->nlayers > 0 ? m->nlayers : 1), sizeof *frozen);
+    if (!frozen)
+        return mgt_errf(err, "out of host memory");
+    int any = 0;
+    /* Each positive pattern must name a layer; then the exemptions (!) are taken out. */
+    for (int neg = 0; neg < 2; neg++)
+        for (const char *p = patterns; *p;) {
+            size_t len = strcspn(p, ",");
+            const char *q = p;
+            while (len && (*q == ' ' || *q == '\t'))
+                q++, len--;
+            while (len && (q[len - 1] == ' ' || q[len - 1] == '\t'))
+                len--;
+            const int is_neg = len && *q == '!';
+            if (len && is_neg == neg) {
+                any += !neg;
+                int hits = 0;
+                for (int i = 0; i < m->nlayers; i++)
+                    if (name_matches(q + neg, len - (size_t)neg, m->layers[i].name)) {
+                        frozen[i] = !neg;
+                        hits++;
+                    }
+                if (!hits && !neg) {
+                    free(frozen);
+                    return mgt_errf(err,
+                                    "'%.*s' names no layer of model %s; give layer names or "
+                                    "patterns such as conv*, bn1 or '*,!fc' (all but fc); "
+                                    "mgtrain summary lists the layers",
+                                    (int)len, q, m->name);
+                }
+            }
+            p += strcspn(p, ",");
+            p += *p == ',';
+        }
+    if (!any) {
+        free(frozen);
+        return mgt_errf(err,
+                        "'%s' names no layer to freeze; give layer names or patterns such "
+                        "as conv*, bn1 or '*,!fc' (all but fc)",
+                        patterns);
+    }
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].frozen |= frozen[i];
+    free(frozen);
+    mgt_model_layout(m);
+    return 0;
+}
+
+int mgt_model_count_params(const mgt_model *m, size_t *trainable, size_t *frozen) {
+    int nfrozen = 0;
+    *trainable = *frozen = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        nfrozen += l->frozen && l->param[0] >= 0;
+        for (int j = 0; j < 4; j++)
+            if (l->param[j] >= 0)
+                *(l->frozen ? frozen : trainable) += m->params[l->param[j]].count;
+    }
+    return nfrozen;
+}
+
+void mgt_model_frozen_id(const mgt_model *m, char *buf, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    int count = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        if (!l->frozen || l->param[0] < 0)
+            continue;
+        count++;
+        for (const char *c = l->name; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+        h = (h ^ ';') * 1099511628211ULL;
+    }
+    snprintf(buf, n, "%d %016llx", count, (unsigned long long)(count ? h : 0));
 }
 
 int mgt_model_check_batch(const mgt_model *m, int max_batch, mgt_err *err) {
@@ -183,11 +291,13 @@ static size_t place(block *bl, int n, int *order, const block **near) {
     return arena;
 }
 
-/* Whether layer l's output gradient is needed: it or a layer above it has parameters. */
+/* Whether layer l's output gradient is needed: it or a layer above it has parameters that train
+ * (a frozen layer's need none: below a frozen backbone, backward stops at the first trainable
+ * layer). */
 static void needs_grad_of(const mgt_model *m, int *ng) {
     for (int i = 0; i < m->nlayers; i++) {
         const mgt_layer *l = &m->layers[i];
-        ng[i] = l->param[0] >= 0;
+        ng[i] = mgt_layer_trains(l);
         for (int k = 0; k < l->ninputs; k++)
             if (l->inputs[k] >= 0 && ng[l->inputs[k]])
                 ng[i] = 1;
@@ -510,8 +620,8 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
                             o->name, b_, #ptr);                                                    \
     } while (0)
     /* The step's loss and accuracy sums sit right after the gradients, so one all-reduce carries
-     * both. */
-    size_t sums_at = (m->param_count + 15) & ~(size_t)15;
+     * both. The gradient arena covers the trainable tensors only (grad_count). */
+    size_t sums_at = (m->grad_count + 15) & ~(size_t)15;
     if (m->share) {
         m->w = m->share(m->share_ctx, m->param_count * sizeof(float) + 16);
         m->g = m->share(m->share_ctx, (sums_at + 16) * sizeof(float));
@@ -710,7 +820,7 @@ float *mgt_model_forward(mgt_model *m, const mgt_step *s) {
 
 size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo) {
     size_t low = (size_t)-1, hi = 0;
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 4 && !l->frozen; j++)
         if (l->param[j] >= 0) {
             const mgt_param *p = &m->params[l->param[j]];
             low = p->offset < low ? p->offset : low;
@@ -812,7 +922,7 @@ int mgt_model_layer_backward(mgt_model *m, int i, const mgt_step *s) {
     /* A group's batchnorm hands its gradients over here, where its place in the file puts it
      * (they were written at the group's tail, earlier): the listeners hear each layer's range
      * from the highest offset down. */
-    if (s->grads_ready && l->param[0] >= 0)
+    if (s->grads_ready && mgt_layer_trains(l))
         grads_ready(m, l, s);
     return 1;
 }
@@ -826,8 +936,8 @@ int mgt_model_layer_whole(const mgt_model *m, int i) {
     const int q = m->group_of ? m->group_of[i] : -1;
     const mgt_layer *l = &m->layers[i];
     if (q >= 0)
-        return m->groups[q].tail == i;
-    return l->type->forward_fused != NULL;
+        return m->groups[q].tail == i && !m->layers[m->groups[q].bn].frozen;
+    return l->type->forward_fused != NULL && !l->frozen;
 }
 
 void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
@@ -922,8 +1032,9 @@ void mgt_model_summary(const mgt_model *m, FILE *f) {
         for (int j = 0; j < 2; j++)
             if (l->buffer[j] >= 0)
                 n += m->buffers[l->buffer[j]].count;
-        char name[80];
-        snprintf(name, sizeof name, "%s (%s)", l->name, l->type->name);
+        char name[96];
+        snprintf(name, sizeof name, "%s (%s)%s", l->name, l->type->name,
+                 l->frozen && l->param[0] >= 0 ? " frozen" : "");
         shape_str(l->out, s, sizeof s);
         if (l->act != MGT_ACT_NONE && l->type->has_act) {
             size_t len = strlen(s);
@@ -936,18 +1047,26 @@ void mgt_model_summary(const mgt_model *m, FILE *f) {
                     k + 1 < l->ninputs ? "," : "");
         fprintf(f, "\n");
     }
-    size_t trainable = 0, fixed = 0;
-    for (int i = 0; i < m->nparams; i++)
-        trainable += m->params[i].count;
+    size_t trainable, fixed = 0, frozen;
+    const int nfrozen = mgt_model_count_params(m, &trainable, &frozen);
     for (int i = 0; i < m->nbuffers; i++)
         fixed += m->buffers[i].count;
     fprintf(f, "%.*s\n", 100, rule);
-    commas(trainable + fixed, c, sizeof c);
+    commas(trainable + frozen + fixed, c, sizeof c);
     fprintf(f, "Total params: %s\n", c);
     commas(trainable, c, sizeof c);
     fprintf(f, "Trainable params: %s\n", c);
-    commas(fixed, c, sizeof c);
-    fprintf(f, "Non-trainable params: %s (batchnorm moving statistics)\n", c);
+    commas(fixed + frozen, c, sizeof c);
+    if (!nfrozen) {
+        fprintf(f, "Non-trainable params: %s (batchnorm moving statistics)\n", c);
+        return;
+    }
+    char fz[32];
+    commas(frozen, fz, sizeof fz);
+    fprintf(f,
+            "Non-trainable params: %s (%s in %d frozen layer%s, the rest batchnorm moving "
+            "statistics)\n",
+            c, fz, nfrozen, nfrozen == 1 ? "" : "s");
 }
 
 void mgt_model_summary_memory(const mgt_model *m, int64_t global_batch, size_t act_bytes,

@@ -297,6 +297,11 @@ struct mgt_layer {
     /* The gradient of the layer's own ReLU is applied by the layer that alone reads its output
      * (relu_grad_by_reader), which masks its input's gradient (x_relu_grad): fuse.c. */
     int relu_grad_by_reader, x_relu_grad;
+    /* trainable = false in its section, or named by mgt_model_freeze (Keras' layer.trainable =
+     * False): its tensors never move and get no gradient (they sit after every trainable one in
+     * the parameter arena, past m->grad_count), and a batchnorm normalises with its moving
+     * statistics, as Keras' frozen BatchNormalization runs in inference mode. */
+    int frozen;
     /* A view of the model's input (same_bytes, reading the float32 input, not the last layer):
      * its forward does nothing and its readers read the step's input itself, as PyTorch's
      * flatten of a contiguous tensor is a view (the MLP's copied 0.8 MB a step at batch 256). */
@@ -344,6 +349,10 @@ struct mgt_model {
     void *(*share)(void *ctx, size_t bytes);
     void *share_ctx;
     size_t param_count, buffer_count; /* floats */
+    /* Floats of the trainable tensors: the parameter arena's first grad_count floats, which the
+     * gradient arena, its all-reduce and the optimizer cover; the frozen layers' tensors follow
+     * them (mgt_model_layout). Without frozen layers, param_count. */
+    size_t grad_count;
 
     /* Backend memory, after mgt_model_alloc. */
     mgt_backend *be;
@@ -437,10 +446,28 @@ void mgt_model_free(mgt_model *m);
  * a pure function of the seed. Host arrays [param_count] and [buffer_count]. */
 void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf);
 
-/* Layer l's tensors in the parameter arena: one range holds them all, as a layer declares them
- * one after another (mgt_model_add_param). Returns the range's floats (0: no parameters) and
- * its first in *lo. */
+/* Whether layer l has tensors that train (parameters, and not frozen). */
+static inline int mgt_layer_trains(const mgt_layer *l) {
+    return l->param[0] >= 0 && !l->frozen;
+}
+/* Layer l's trainable tensors in the parameter and gradient arenas: one range holds them all, as
+ * a layer declares them one after another (mgt_model_add_param). Returns the range's floats (0:
+ * no parameters, or a frozen layer, whose tensors have no gradient) and its first in *lo. */
 size_t mgt_layer_param_range(const mgt_model *m, const mgt_layer *l, size_t *lo);
+/* Places the tensors in the parameter arena: the trainable ones first, in the order the layers
+ * declared them, then the frozen layers' (each 16-float aligned); sets grad_count. The parser
+ * calls it once the layers are built, and mgt_model_freeze after it freezes layers. */
+void mgt_model_layout(mgt_model *m);
+/* Freezes the layers whose names match the comma-separated glob patterns (fnmatch: *, ?, [..]);
+ * a pattern starting with ! exempts the layers it matches (--freeze '*,!fc': all but fc). A
+ * positive pattern that matches no layer is an error (a misspelt name would freeze nothing).
+ * Before mgt_model_alloc. */
+int mgt_model_freeze(mgt_model *m, const char *patterns, mgt_err *err);
+/* The parameters' values that train and those of frozen layers; returns the frozen layers that
+ * have parameters. */
+int mgt_model_count_params(const mgt_model *m, size_t *trainable, size_t *frozen);
+/* The frozen layers, described for a checkpoint: their count and a hash of their names. */
+void mgt_model_frozen_id(const mgt_model *m, char *buf, size_t n);
 /* Forward pass over the s->n rows of s->in. Returns the output (logits or probabilities), in
  * float32 (mgt_model_output). */
 float *mgt_model_forward(mgt_model *m, const mgt_step *s);

@@ -311,7 +311,7 @@ static int handler(void *user, const char *section, const char *key, const char 
         ok |= !strcmp(keys[i], key);
     if (p->kind == SEC_LAYER)
         ok |= !strcmp(key, "name") || !strcmp(key, "input") || !strcmp(key, "inputs") ||
-              (p->layer->type->has_act && !strcmp(key, "activation"));
+              (p->layer->type->has_act && !strcmp(key, "activation")) || !strcmp(key, "trainable");
     if (!ok) {
         const char *cands[68] = {0};
         int nc = 0;
@@ -322,6 +322,7 @@ static int handler(void *user, const char *section, const char *key, const char 
             cands[nc++] = p->layer->type->merge ? "inputs" : "input";
             if (p->layer->type->has_act)
                 cands[nc++] = "activation";
+            cands[nc++] = "trainable";
         }
         const char *near = mgt_nearest(key, cands, nc);
         char list[900] = "";
@@ -365,6 +366,14 @@ static int handler(void *user, const char *section, const char *key, const char 
                         key, sizeof l->inputs_text - 1);
         snprintf(l->inputs_text, sizeof l->inputs_text, "%s", value);
         l->inputs_line = p->line;
+        return 1;
+    }
+    if (!strcmp(key, "trainable")) { /* Keras' layer.trainable (model.h: mgt_layer.frozen) */
+        int trainable;
+        if (mgt_parse_bool(value, &trainable) < 0)
+            return fail(p, p->line, "[%s] trainable = %s: expected true or false", p->sec_name,
+                        value);
+        l->frozen = !trainable;
         return 1;
     }
     if (!strcmp(key, "activation")) {
@@ -547,6 +556,7 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
                             "or [dense])",
                             path, m->layers[i].line, m->layers[i].name);
     m->classes = last->out.c;
+    mgt_model_layout(m); /* the frozen layers' tensors after the trainable ones */
     return check_tensor_names(m, path, err);
 }
 

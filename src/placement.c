@@ -175,9 +175,12 @@ void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_r
     mgt_gather_host(&p->comm, mine, sizeof mine, all, counts, 0, "start-up gather");
     if (rt->rank == 0) {
         int64_t b = run->batch;
-        size_t params = 0;
-        for (int i = 0; i < m->nparams; i++)
-            params += m->params[i].count;
+        size_t params, frozen;
+        const int nfrozen = mgt_model_count_params(m, &params, &frozen);
+        char fz[96] = "";
+        if (nfrozen)
+            snprintf(fz, sizeof fz, " (%zu more in %d frozen layer%s)", frozen, nfrozen,
+                     nfrozen == 1 ? "" : "s");
         printf("mgtrain %s: %s %s (%s)\n", MGT_VERSION, run->what, m->name, m->path);
         printf("  world: %d rank%s on %d node%s, up to %d per node; backend %s, transport %s\n",
                rt->world, rt->world > 1 ? "s" : "", rt->nodes, rt->nodes > 1 ? "s" : "",
@@ -193,7 +196,7 @@ void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_r
         else
             printf("  batch: global %lld, per rank %lld%s\n", (long long)b,
                    (long long)(b / rt->world), b % rt->world ? " or one more" : "");
-        printf("  model: %zu trainable parameters; %s, learning rate %g; out: %s\n", params,
+        printf("  model: %zu trainable parameters%s; %s, learning rate %g; out: %s\n", params, fz,
                run->optimizer, run->lr, run->out);
         fflush(stdout);
     }

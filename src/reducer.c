@@ -99,7 +99,7 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     if (r->o.accum_steps < 1)
         r->o.accum_steps = 1;
     /* Without ZeRO the metric sums ride in the first bucket: it ends past them. */
-    const size_t end = o->zero ? m->param_count : (size_t)sums_at(m) + MGT_NSUMS;
+    const size_t end = o->zero ? m->grad_count : (size_t)sums_at(m) + MGT_NSUMS;
     /* At most a bucket per part: a layer is one part, or its top and GRAD_BLOCKS row blocks. */
     const int max = 8 * m->nlayers + 1;
     r->b = calloc((size_t)max, sizeof *r->b);
@@ -119,9 +119,9 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     if (o->zero) {
         for (int k = 0; k < comm->world; k++) {
             size_t n;
-            mgt_comm_slice(m->param_count, k, comm->world, &r->owners[k], &n);
+            mgt_comm_slice(m->grad_count, k, comm->world, &r->owners[k], &n);
         }
-        r->owners[comm->world] = m->param_count;
+        r->owners[comm->world] = m->grad_count;
         mgt_comm_set_owners(comm, r->owners);
     }
     r->sums_slot = r->nb;
@@ -134,12 +134,12 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     if (mgt_comm_reserve(comm, r->gather_slot + r->nb + 1, err) < 0)
         return -1;
     if (r->o.accum_steps > 1) {
-        r->acc = be->ops->alloc(be, m->param_count * sizeof(float) + 16);
+        r->acc = be->ops->alloc(be, m->grad_count * sizeof(float) + 16);
         if (!r->acc)
             return mgt_errf(err,
                             "out of %s memory for the gradient accumulation arena (%zu bytes); "
                             "a smaller model or --accum-steps 1 needs none",
-                            be->ops->name, m->param_count * sizeof(float));
+                            be->ops->name, m->grad_count * sizeof(float));
     }
     return 0;
 }
@@ -227,11 +227,11 @@ void mgt_reducer_backward_done(mgt_reducer *r) {
     const mgt_ops *o = r->be->ops;
     mgt_model *m = r->m;
     if (!r->reducing) { /* an earlier micro-batch: its sums are kept for the last one */
-        const size_t bytes = m->param_count * sizeof(float);
+        const size_t bytes = m->grad_count * sizeof(float);
         if (r->micro == 0)
             o->copy(r->be, r->acc, m->g, bytes);
         else
-            o->add(r->be, m->param_count, m->g, r->acc);
+            o->add(r->be, m->grad_count, m->g, r->acc);
         return;
     }
     if (r->heard == 0 && r->o.zero)
@@ -292,9 +292,9 @@ int mgt_reducer_next(mgt_reducer *r) {
 
 void mgt_reducer_update_range(const mgt_reducer *r, int k, size_t *lo, size_t *count) {
     size_t a = k < 0 ? 0 : r->b[k].lo;
-    size_t e = k < 0 ? r->m->param_count : r->b[k].lo + r->b[k].count;
-    if (e > r->m->param_count)
-        e = r->m->param_count;
+    size_t e = k < 0 ? r->m->grad_count : r->b[k].lo + r->b[k].count;
+    if (e > r->m->grad_count)
+        e = r->m->grad_count;
     if (r->o.zero) {
         const int me = r->comm->rank;
         a = a > r->owners[me] ? a : r->owners[me];
@@ -308,9 +308,9 @@ void mgt_reducer_gather(mgt_reducer *r, int k, float *w) {
     if (!r->o.zero)
         return;
     size_t a = k < 0 ? 0 : r->b[k].lo;
-    size_t e = k < 0 ? r->m->param_count : r->b[k].lo + r->b[k].count;
-    if (e > r->m->param_count)
-        e = r->m->param_count;
+    size_t e = k < 0 ? r->m->grad_count : r->b[k].lo + r->b[k].count;
+    if (e > r->m->grad_count)
+        e = r->m->grad_count;
     if (e <= a)
         return;
     const int i = k < 0 ? r->nb : k;
@@ -354,7 +354,7 @@ void mgt_reducer_end_step(mgt_reducer *r, mgt_profile *p) {
         for (int i = 0; i <= r->nb; i++) /* the gathers: from each start to its wait's end */
             if (r->gather_state[i] == 2) {
                 const size_t bytes =
-                    (i < r->nb ? r->b[i].count : r->m->param_count) * sizeof(float);
+                    (i < r->nb ? r->b[i].count : r->m->grad_count) * sizeof(float);
                 mgt_profile_request(p, i < r->nb ? i : -1, MGT_COLL_GATHER_OWNERS, bytes,
                                     r->t_gather[i], r->t_gather_done[i]);
                 v[n++] = (mgt_interval){r->t_gather[i], r->t_gather_done[i]};

@@ -59,7 +59,7 @@ typedef struct mgt_bucket {
 
 /* The bucket plan of model m (pure: no communication) for a backend with ops `ops` (which
  * layers hand their gradients over in parts: model.h, grad_rows; NULL: none). cap_mb <= 0: one
- * bucket. end: where the arena's reduced part ends (m->param_count, or past the metric sums
+ * bucket. end: where the arena's reduced part ends (m->grad_count, or past the metric sums
  * when they travel in the first bucket). Writes up to max buckets into b; returns the count, or
  * -1 when more than max. */
 int mgt_bucket_plan(const mgt_model *m, const mgt_ops *ops, double first_mb, double cap_mb,

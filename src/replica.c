@@ -24,7 +24,7 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
      * files: the other ranks keep their slice, and nothing more. */
     const int whole_state = opt->shards == 1 || comm->rank == 0;
     for (int i = 0; whole_state && i < opt->nslots; i++)
-        ok = ok && (r->host.slot[i] = calloc(m->param_count + 1, sizeof(float)));
+        ok = ok && (r->host.slot[i] = calloc(m->grad_count + 1, sizeof(float)));
     if (!ok)
         return mgt_errf(err, "out of host memory for a copy of the model's %zu parameters",
                         m->param_count);

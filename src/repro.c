@@ -10,7 +10,7 @@
 #include "runtime.h"
 
 /* The accumulators live in backend memory, in one block so the step's all-reduce is one
- * collective: the gradient arena's (param_count elements), then the step's MGT_NSUMS metric sums
+ * collective: the gradient arena's (grad_count elements), then the step's MGT_NSUMS metric sums
  * (loss, correct, stop votes), then one counter of values that could not be summed. Batchnorm's
  * sums have their own small block of the same shape (2c elements and a counter), reduced where
  * the layer needs them. */
@@ -18,7 +18,7 @@ struct mgt_repro {
     mgt_model *m;
     mgt_comm *comm;
     int64_t chunk;
-    int64_t *words;    /* [param_count + MGT_NSUMS][MGT_XS_WORDS], then the counter */
+    int64_t *words;    /* [grad_count + MGT_NSUMS][MGT_XS_WORDS], then the counter */
     size_t nwords;     /* all of it, counter included */
     int64_t *bn_words; /* [2 * widest batchnorm][MGT_XS_WORDS], then the counter */
     float *part;       /* one chunk's batchnorm partial sums (2c) */
@@ -83,7 +83,7 @@ int mgt_repro_check(const mgt_model *m, const mgt_backend *be, const mgt_repro_o
     for (int i = 0; i < m->nlayers; i++) {
         const mgt_layer *l = &m->layers[i];
         if (is_batchnorm(l)) {
-            if (!l->cfg.sync)
+            if (!l->cfg.sync && !l->frozen) /* frozen: per sample, moving statistics */
                 return mgt_errf(err,
                                 "--reproducible: batchnorm layer '%s' normalises with each "
                                 "rank's own statistics, which depend on the rank count; set "
@@ -116,7 +116,7 @@ mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, int64_t chunk, mgt_err
     for (int i = 0; i < m->nlayers; i++)
         if (is_batchnorm(&m->layers[i]) && m->layers[i].in.c > r->bn_c)
             r->bn_c = m->layers[i].in.c;
-    r->nwords = (m->param_count + MGT_NSUMS) * MGT_XS_WORDS + 1;
+    r->nwords = (m->grad_count + MGT_NSUMS) * MGT_XS_WORDS + 1;
     const size_t part = (size_t)(2 * r->bn_c > 2 ? 2 * r->bn_c : 2);
     r->words = be->ops->alloc(be, r->nwords * sizeof(int64_t));
     r->bn_words = be->ops->alloc(be, (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
@@ -195,7 +195,7 @@ float *mgt_repro_forward(mgt_model *m, const mgt_step *s) {
 }
 
 /* Adds n floats of backend memory at `from` into the accumulators of arena elements starting
- * at `at` (the metric sums count as elements param_count, param_count + 1, ...). */
+ * at `at` (the metric sums count as elements grad_count, grad_count + 1, ...). */
 static void add_arena(mgt_repro *r, const mgt_backend *be, size_t at, size_t n, const float *from) {
     be->ops->xs_add((mgt_backend *)be, n, from, r->words + at * MGT_XS_WORDS,
                     r->words + r->nwords - 1);
@@ -214,7 +214,7 @@ void mgt_repro_backward(mgt_model *m, const mgt_step *s, int first) {
         const mgt_step q = chunk_step(s, c);
         o->zero(be, m->sums, SUMS_FROM_LOSS * sizeof(float));
         mgt_model_loss(m, &q, 1);
-        add_arena(r, be, m->param_count, SUMS_FROM_LOSS, m->sums);
+        add_arena(r, be, m->grad_count, SUMS_FROM_LOSS, m->sums);
     }
     o->zero(be, m->sums, SUMS_FROM_LOSS * sizeof(float));
     /* Backward in the executor's order, each layer over every chunk; a layer's gradients
@@ -276,11 +276,11 @@ static void check_bad(const mgt_backend *be, const int64_t *counter, const char 
 void mgt_repro_allreduce(mgt_repro *r, int64_t step) {
     mgt_model *m = r->m;
     mgt_backend *be = m->be;
-    add_arena(r, be, m->param_count + SUM_VOTES, 1, m->sums + SUM_VOTES); /* this rank's vote */
+    add_arena(r, be, m->grad_count + SUM_VOTES, 1, m->sums + SUM_VOTES); /* this rank's vote */
     allreduce_words(r, r->words, r->nwords, "gradient all-reduce (exact)");
     check_bad(be, r->words + r->nwords - 1, "gradient or loss values were", step);
-    be->ops->xs_round(be, m->param_count, r->words, m->g);
-    be->ops->xs_round(be, MGT_NSUMS, r->words + m->param_count * MGT_XS_WORDS, m->sums);
+    be->ops->xs_round(be, m->grad_count, r->words, m->g);
+    be->ops->xs_round(be, MGT_NSUMS, r->words + m->grad_count * MGT_XS_WORDS, m->sums);
 }
 
 /* ---- batchnorm ---- */

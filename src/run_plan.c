@@ -100,6 +100,12 @@ static void load_model(mgt_run_plan *p, mgt_model *m, const mgt_options *o, cons
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
     if (o->input_shape && mgt_model_set_input_shape(m, o->input_shape, &e) < 0)
         mgt_die_all("--input-shape %s: %s", o->input_shape, e.msg);
+    if (t->freeze[0] && mgt_model_freeze(m, t->freeze, &e) < 0) {
+        int flag = 0; /* the flag's value, or the model file's key */
+        for (int i = 0; i < o->ntrain_keys; i++)
+            flag |= !strcmp(o->train_keys[i].key, "freeze");
+        mgt_die_all("%s%s: %s", flag ? "--freeze " : "[train] freeze = ", t->freeze, e.msg);
+    }
     if (t->lr < 0)
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
     mgt_train_apply_loss(t, m);

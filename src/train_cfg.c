@@ -108,7 +108,8 @@ int mgt_train_keys(const char **keys, int max) {
     static const char *const after[] = {
         "loss",          "batch_size",    "accum_steps",  "epochs",
         "seed",          "augment_flip",  "augment_crop", "augment_resized_crop",
-        "augment_scale", "augment_ratio", "reproducible", "repro_chunk"};
+        "augment_scale", "augment_ratio", "reproducible", "repro_chunk",
+        "freeze"};
     int n = 0;
     for (size_t i = 0; i < sizeof before / sizeof before[0] && n + 1 < max; i++)
         keys[n++] = before[i];
@@ -260,6 +261,15 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
                             "from 1 to 16777216, e.g. repro_chunk = 8",
                             v);
         t->repro_chunk = x;
+        return 0;
+    }
+    if (!strcmp(key, "freeze")) { /* applied to the model once every override is in */
+        if (!v[0] || strlen(v) >= sizeof t->freeze)
+            return mgt_errf(err,
+                            "freeze = %.40s%s: expected layer names or glob patterns, "
+                            "comma-separated, at most %zu characters, e.g. freeze = conv*, bn1",
+                            v, strlen(v) > 40 ? "..." : "", sizeof t->freeze - 1);
+        snprintf(t->freeze, sizeof t->freeze, "%s", v);
         return 0;
     }
     const int rc = regime_set(t, key, v, err);

@@ -42,6 +42,9 @@ typedef struct mgt_train_cfg {
      * chunks of repro_chunk samples (repro.h; 0: not given, the default chunk). */
     int reproducible;
     int64_t repro_chunk;
+    /* freeze (--freeze): the layers to freeze, comma-separated glob patterns of their names
+     * (model.h: mgt_model_freeze); "" for none. */
+    char freeze[512];
 } mgt_train_cfg;
 
 void mgt_train_defaults(mgt_train_cfg *t);

@@ -106,7 +106,7 @@ static void set_up(session *s) {
     /* ZeRO-1: this rank keeps the optimizer state of its slice of the arena only. */
     const int shards = train && pipe->zero ? world : 1;
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
-        mgt_optim_init_sharded(&s->opt, &p->step.optim, be, m->param_count, s->rt->rank, shards,
+        mgt_optim_init_sharded(&s->opt, &p->step.optim, be, m->grad_count, s->rt->rank, shards,
                                &e) < 0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, train ? &files : NULL, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)

@@ -83,7 +83,7 @@ static void forward_fused(mgt_model *m, mgt_layer *l, const mgt_step *s, const f
     const mgt_ops *o = s->be->ops;
     int c = l->in.c, hw = l->in.h * l->in.w, rows = s->n * hw;
     float *mean = l->state[0], *invstd = mean + c, *sum = l->state[1], *sumsq = sum + c;
-    if (s->training) {
+    if (s->training && !l->frozen) {
         float count = (float)rows;
         if (s->repro) { /* exact global sums, chunk by chunk (repro.h) */
             mgt_repro_bn_stats(s, hw, c, x, sum);
@@ -120,6 +120,16 @@ static void backward_fused(mgt_model *m, mgt_layer *l, const mgt_step *s, const 
     const float *dg = dgamma, *db = dbeta;
     const mgt_bn_pass p = {rows, c, x, mean, invstd, mgt_w(m, l, 0), mgt_w(m, l, 1),
                            NULL, f->act, f->y, l->x_relu_grad};
+    if (l->frozen) {
+        /* The moving statistics are constants: dx = gamma * invstd * dz, bn_bwd_apply's formula
+         * with zero dgamma and dbeta (exactly: their terms add 0 to dz). */
+        if (!dx && !f->dr)
+            return;
+        float *zeros = l->state[1];
+        o->zero(s->be, zeros, 2 * (size_t)c * sizeof(float));
+        o->bn_bwd_apply(s->be, &p, 1.0f, dy, zeros, zeros + c, dx, f->dr, f->accumulate);
+        return;
+    }
     if (s->repro) { /* exact global sums, chunk by chunk (repro.h) */
         float *tmp = l->state[1];
         mgt_repro_bn_grads(s, hw, &p, dy, dgamma, dbeta, tmp);

@@ -87,7 +87,7 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
                       float *, float *, float *) =
         l->x_relu_grad ? o->dense_bwd_x_relu : o->dense_bwd;
     const int n = s->n, in = l->in.c, out = l->out.c;
-    const int rows = s->whole_grads ? 0 : grad_rows(l, o);
+    const int rows = s->whole_grads || l->frozen ? 0 : grad_rows(l, o);
     float *w = mgt_w(m, l, 0), *gw = mgt_g(m, l, 0), *gb = mgt_g(m, l, 1);
     /* dense_bias_grad first where fusion is on: the ReLU's gradient (if the layer applies it)
      * and the bias's sums in one pass over dy; dense_bwd then sums nothing */

@@ -8,8 +8,9 @@
 static inline float *mgt_w(mgt_model *m, const mgt_layer *l, int i) {
     return l->param[i] < 0 ? NULL : m->w + m->params[l->param[i]].offset;
 }
+/* The gradient of tensor i: NULL where there is none (no such tensor, or a frozen layer's). */
 static inline float *mgt_g(mgt_model *m, const mgt_layer *l, int i) {
-    return l->param[i] < 0 ? NULL : m->g + m->params[l->param[i]].offset;
+    return l->param[i] < 0 || l->frozen ? NULL : m->g + m->params[l->param[i]].offset;
 }
 static inline float *mgt_buf(mgt_model *m, const mgt_layer *l, int i) {
     return m->buf + m->buffers[l->buffer[i]].offset;

@@ -12,7 +12,9 @@ safetensors with strict=True. Semantics follow Keras, as mgtrain's do: "same" pa
 TensorFlow's (total max((ceil(n/s)-1)s + k - n, 0), the odd one at the bottom/right; average
 pooling divides by the window's count of real inputs), [flatten] flattens NHWC order, and a
 softmax on the last layer is left to the loss (forward returns logits; probabilities are
-softmax(logits)). Only the model-file keys the checked layers use are read; anything else is an
+softmax(logits)). A layer with trainable = false (or named by m.freeze(names), as --freeze
+does) is frozen as Keras freezes one: its parameters take no gradient and a batchnorm normalises
+with its moving statistics. Only the model-file keys the checked layers use are read; anything else is an
 error, so a model the module cannot reproduce is never compared silently."""
 import math
 import re
@@ -60,6 +62,7 @@ class Graph(nn.Module):
         super().__init__()
         self.in_shape, secs = parse(path)
         self.steps = []  # (kind, name, inputs, settings)
+        self.frozen = set()
         shapes = {"input": (self.in_shape[2], self.in_shape[0], self.in_shape[1])}  # C, H, W
         prev = "input"
         for i, (kind, kv) in enumerate(secs):
@@ -73,6 +76,8 @@ class Graph(nn.Module):
                 return conv(kv[key]) if key in kv else default
 
             st = {"act": get("activation", "none", str)}
+            if get("trainable", "true", str) == "false":
+                self.frozen.add(name)
             if kind in ("conv2d", "depthwise_conv2d", "separable_conv2d"):
                 k, s = get("kernel"), get("stride", 1)
                 bias = get("use_bias", "true", str) == "true"
@@ -126,12 +131,22 @@ class Graph(nn.Module):
             left = set(kv) - used
             if left:
                 raise ValueError(f"{path}: [{kind}] {name}: keys {sorted(left)} are not built here")
+            if name in self.frozen:
+                self.freeze([name])
             shapes[name] = (c, h, w)
             self.steps.append((kind, name, ins, st))
             prev = name
         # a softmax on the last layer belongs to the loss: forward returns logits
         if self.steps and self.steps[-1][3]["act"] == "softmax":
             self.steps[-1][3]["act"] = "none"
+
+    def freeze(self, names):
+        """Freezes the named layers (Keras' layer.trainable = False)."""
+        for n in names:
+            self.frozen.add(n)
+            if hasattr(self, n):
+                for p in getattr(self, n).parameters():
+                    p.requires_grad_(False)
 
     def forward(self, x):
         t = {"input": x}
@@ -145,7 +160,9 @@ class Graph(nn.Module):
                 y = mod.pointwise(mod.depthwise(F.pad(a, (st["pad"][2], st["pad"][3],
                                                           st["pad"][0], st["pad"][1]))))
             elif kind == "batchnorm":
-                y = getattr(self, name)(a)
+                bn = getattr(self, name)
+                y = bn(a) if name not in self.frozen else F.batch_norm(
+                    a, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
             elif kind == "maxpool":
                 p = (st["pad"][2], st["pad"][3], st["pad"][0], st["pad"][1])
                 y = F.max_pool2d(F.pad(a, p, value=-math.inf), st["k"], st["stride"])
