@@ -8,15 +8,18 @@
  * loader's reason, which names the file, and every caller already turns -1 into "no usable GPU"
  * (--device auto: the CPU; --device gpu: one line naming it).
  *
- * Where: beside the file this code is part of (mgtrain or libmgt.so) when the backend is there
- * (a build tree, or a copy of one without RUNPATH, as the GPU check carries), else wherever the
- * dynamic loader finds it: the RUNPATH of mgtrain and libmgt leads to LIBDIR/mgtrain installed,
- * and LD_LIBRARY_PATH counts. */
+ * Where: by its absolute path, in the folder of the file this code is part of (mgtrain or
+ * libmgt.so, as the kernel mapped it), never by a bare name that the dynamic loader would look
+ * up: the loader's search takes LD_LIBRARY_PATH, and any empty or relative entry there (or in a
+ * RUNPATH) means the current folder, from which a stray libmgt_gpu.so would then run inside
+ * mgtrain. The places, in order: beside the file (a build tree, or a copy of one, as the GPU
+ * check carries), then where the install puts it (LIBDIR/mgtrain: MGT_GPU_PLUGIN_FROM_BIN from
+ * BINDIR for mgtrain, mgtrain/ for libmgt.so in LIBDIR). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,7 +33,7 @@
  * a context, and it stays (its threads and the CUDA runtime live until the process ends). */
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const mgt_gpu_api *gpu_api;
-static char load_failure[600]; /* "the GPU backend cannot be loaded: <the loader's reason>" */
+static char load_failure[2048]; /* "the GPU backend cannot be loaded: <the loader's reason>" */
 static const char failure_prefix[] = "the GPU backend cannot be loaded: ";
 
 static void __attribute__((noreturn)) host_die(const char *msg) {
@@ -51,31 +54,89 @@ static const mgt_gpu_host host = {.die = host_die,
 
 static void load(void);
 
-/* The backend's file beside the object this function is in, into path: 1 if it is there. */
-static int beside_me(char *path, size_t n) {
-    Dl_info info;
-    struct link_map *map = NULL;
-    char exe[PATH_MAX];
-    if (!dladdr1((void *)load, &info, (void **)&map, RTLD_DL_LINKMAP) || !map)
+#ifndef MGT_GPU_PLUGIN_FROM_BIN
+#define MGT_GPU_PLUGIN_FROM_BIN "../lib/mgtrain"
+#endif
+
+/* The folder of the file this function is part of, absolute, into dir: from /proc/self/maps,
+ * the kernel's own name of the mapping that holds this code (the dynamic loader's l_name may be
+ * relative, as LD_LIBRARY_PATH=. gives it). 0 if it cannot be told. */
+static int my_folder(char *dir, size_t n) {
+    FILE *maps = fopen("/proc/self/maps", "re");
+    if (!maps)
         return 0;
-    const char *self = map->l_name; /* "" for the program itself */
-    if (!self[0]) {
-        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (len <= 0)
-            return 0;
-        exe[len] = 0;
-        self = exe;
+    const uintptr_t me = (uintptr_t)(void *)load;
+    char line[PATH_MAX + 256];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, maps)) {
+        unsigned long lo, hi;
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path_at) < 2 || !path_at ||
+            me < lo || me >= hi)
+            continue;
+        char *path = line + path_at;
+        path[strcspn(path, "\n")] = 0;
+        char *slash = strrchr(path, '/');
+        /* Only an absolute name of a file still there ("(deleted)" after a reinstall). */
+        if (path[0] != '/' || !slash || strstr(path, " (deleted)"))
+            break;
+        int dlen = (int)(slash - path);
+        int w = snprintf(dir, n, "%.*s", dlen > 0 ? dlen : 1, path);
+        found = w > 0 && (size_t)w < n;
     }
-    const char *slash = strrchr(self, '/');
-    int dir = slash ? (int)(slash - self) : 1;
-    int w = snprintf(path, n, "%.*s/%s", dir, slash ? self : ".", MGT_GPU_PLUGIN_FILE);
-    return w > 0 && (size_t)w < n && access(path, F_OK) == 0;
+    fclose(maps);
+    return found;
+}
+
+/* dir joined with rel (relative), each leading "../" of rel taking one folder off dir. */
+static void join(char *out, size_t n, const char *dir, const char *rel) {
+    int len = (int)strlen(dir);
+    while (strncmp(rel, "../", 3) == 0 && len > 1) {
+        while (len > 1 && dir[len - 1] != '/')
+            len--;
+        if (len > 1)
+            len--; /* the slash, unless it is the root */
+        rel += 3;
+    }
+    snprintf(out, n, "%.*s%s%s", len, dir, rel[0] && dir[len - 1] != '/' ? "/" : "", rel);
+}
+
+/* The first place (the header above) that holds the backend's file, into path: 1 if one does;
+ * 0 with the reason, which names the folders looked in, in why otherwise. */
+static int find_plugin(char *path, size_t n, char *why, size_t wn) {
+    char dir[PATH_MAX], place[PATH_MAX];
+    if (!my_folder(dir, sizeof dir)) {
+        snprintf(why, wn,
+                 "%s: cannot be found: /proc/self/maps does not name the file this program runs "
+                 "from",
+                 MGT_GPU_PLUGIN_FILE);
+        return 0;
+    }
+    const char *subs[] = {"", "mgtrain", MGT_GPU_PLUGIN_FROM_BIN};
+    const size_t count = sizeof subs / sizeof *subs;
+    int w = snprintf(why, wn, "%s: cannot open shared object file: none in ", MGT_GPU_PLUGIN_FILE);
+    for (size_t i = 0; i < count; i++) {
+        join(place, sizeof place, dir, subs[i]);
+        int pw = snprintf(path, n, "%s/%s", place, MGT_GPU_PLUGIN_FILE);
+        if (pw > 0 && (size_t)pw < n && access(path, F_OK) == 0)
+            return 1;
+        if (w > 0 && (size_t)w < wn)
+            w += snprintf(why + w, wn - (size_t)w, "%s%s",
+                          i == 0          ? ""
+                          : i + 1 < count ? ", "
+                                          : " or ",
+                          place);
+    }
+    return 0;
 }
 
 static void load(void) {
-    char path[PATH_MAX + 32];
-    void *lib =
-        dlopen(beside_me(path, sizeof path) ? path : MGT_GPU_PLUGIN_FILE, RTLD_NOW | RTLD_LOCAL);
+    char path[PATH_MAX + 64], why[1900];
+    if (!find_plugin(path, sizeof path, why, sizeof why)) {
+        snprintf(load_failure, sizeof load_failure, "%s%s", failure_prefix, why);
+        return;
+    }
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *why = dlerror();
         snprintf(load_failure, sizeof load_failure, "%s%s", failure_prefix,
@@ -85,12 +146,12 @@ static void load(void) {
     mgt_gpu_plugin_fn entry = (mgt_gpu_plugin_fn)dlsym(lib, MGT_GPU_PLUGIN_ENTRY);
     const mgt_gpu_api *api = entry ? entry(&host) : NULL;
     if (!api || api->size != sizeof *api || strcmp(api->version, MGT_VERSION)) {
-        snprintf(load_failure, sizeof load_failure,
-                 "%s%s is not this mgtrain's (version %s, this is %s); install mgtrain and its "
-                 "%s together",
-                 failure_prefix, MGT_GPU_PLUGIN_FILE,
-                 api && api->size == sizeof *api ? api->version : "unknown", MGT_VERSION,
-                 MGT_GPU_PLUGIN_FILE);
+        snprintf(
+            load_failure, sizeof load_failure,
+            "%s%.1800s is not this mgtrain's (version %s, this is %s); install mgtrain and its "
+            "%s together",
+            failure_prefix, path, api && api->size == sizeof *api ? api->version : "unknown",
+            MGT_VERSION, MGT_GPU_PLUGIN_FILE);
         return;
     }
     gpu_api = api;

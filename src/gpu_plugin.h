@@ -24,8 +24,8 @@
 #include "comm.h"
 #include "util.h"
 
-/* The file dlopen looks for, through the RUNPATH of mgtrain (its own folder in a build tree,
- * ../lib/mgtrain installed) or of libmgt.so (its folder, or mgtrain/ beside it). */
+/* The file gpu_load.c opens by its absolute path: in the folder of mgtrain or libmgt.so (a build
+ * tree), else in LIBDIR/mgtrain (installed: ../lib/mgtrain from mgtrain, mgtrain/ from libmgt). */
 #define MGT_GPU_PLUGIN_FILE "libmgt_gpu.so"
 #define MGT_GPU_PLUGIN_ENTRY "mgt_gpu_plugin"
 
