@@ -54,9 +54,10 @@ export PKG_CONFIG_PATH=$P/lib/pkgconfig
 cflags=$(pkg-config --cflags --libs mgtrain) && ok "pkg-config --cflags --libs mgtrain: $cflags" || bad "pkg-config mgtrain"
 cc -std=c17 -Wall -Wextra -Werror -o predict_installed "$MGT_SRC/tests/install/predict_installed.c" \
   $(pkg-config --cflags --libs mgtrain) -lz >cc.log 2>&1 && ok "predict_installed.c builds against the install" || { bad "cc:"; cat cc.log; }
-export LD_LIBRARY_PATH=$P/lib
+# No LD_LIBRARY_PATH: the RUNPATH that pkg-config's Libs give leads to the install's lib/.
+unset LD_LIBRARY_PATH
 libs=$(ldd predict_installed)
-grep -q "libmgt.so.0 => $P/lib/libmgt.so.0" <<<"$libs" && ok "it loads $P/lib/libmgt.so.0" || { bad "ldd:"; echo "$libs"; }
+grep -q "libmgt.so.0 => $P/lib/libmgt.so.0" <<<"$libs" && ok "it loads $P/lib/libmgt.so.0 (its RUNPATH)" || { bad "ldd:"; echo "$libs"; }
 cat >bnconv.cfg <<'EOF2'
 [input]
 shape = 28,28,1

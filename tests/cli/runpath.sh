@@ -6,11 +6,14 @@
 #   1. every ELF file of the build folder and of a `cmake --install` prefix has only absolute and
 #      $ORIGIN-relative RUNPATH/RPATH entries (an empty entry, as CMake's padding for rewriting
 #      the path at install leaves, or a relative one means the current folder to the loader);
-#   2. mgtrain, a copy of it without libmgt_gpu.so beside it and the installed mgtrain run from
-#      a folder of decoys (every library they need, libmgt_gpu.so and libmgt.so.0, each with a
-#      constructor that leaves a mark) and no decoy runs; a program with an empty RUNPATH entry,
-#      run there, shows that the decoys would have run.
-# About 15 s (the install, the decoys' compilation, two 2-step trainings).
+#   2. mgtrain, a copy of it without libmgt_gpu.so beside it, the installed mgtrain, and the C
+#      library's example program of docs/library.md run from a folder of decoys (every library
+#      they need, libmgt_gpu.so and libmgt.so.0, each with a constructor that leaves a mark)
+#      and no decoy runs; a program with an empty RUNPATH entry, run there, shows that the decoys
+#      would have run;
+#   3. the example of docs/library.md, built with the page's own pkg-config line against the
+#      install in ~/.local, starts without LD_LIBRARY_PATH.
+# About 15 s (the install, two compilations, two 2-step trainings).
 source "$(dirname "$0")/lib.bash"
 : "${MGT_BUILD:?}"
 unset LD_LIBRARY_PATH
@@ -125,4 +128,24 @@ alone/mgtrain --version | grep -q "^gpu backend: cannot be loaded here (libmgt_g
   ok "the copy says where it looked for libmgt_gpu.so" || [ ! -e "$MGT_BUILD/libmgt_gpu.so" ] ||
   { bad "the copy's --version:"; alone/mgtrain --version | grep gpu; }
 
+# 3. The page's example against the install in ~/.local, built with the page's lines, run from
+# the folder where the guide trained runs/mlp, then from the decoys.
+python3 - "$MGT_SRC/docs/library.md" <<'EOF' >app.c
+import re, sys
+blocks = re.findall(r"```c\n(.*?)```", open(sys.argv[1]).read(), re.S)
+print(next(b for b in blocks if b.startswith("/* app.c */")), end="")
+EOF
+build=$(sed -n '/^```sh$/,/^```$/p' "$MGT_SRC/docs/library.md" | grep -E '^(export PKG_CONFIG_PATH|cc app\.c)' | sed 's/ *#.*//')
+[ "$(wc -l <<<"$build")" = 2 ] && ok "docs/library.md: app.c and its two build lines: $(paste -sd';' <<<"$build")" ||
+  bad "docs/library.md's build lines not found: $build"
+if (eval "$build") >cc.log 2>&1 && [ -x app ]; then
+  ok "app.c builds as the page says"
+  readelf -d app | grep -q "RUNPATH.*\[$P/lib\]" && ok "app's RUNPATH: $P/lib" || bad "app: $(readelf -d app | grep -i path)"
+  "$MGT_BIN" "${R[@]}" --out runs/mlp >train.log 2>&1 || { bad "training runs/mlp"; cat train.log; }
+  out=$(./app 2>&1) && [ "$(grep -c '^image [01]: class [0-9]$' <<<"$out")" = 2 ] &&
+    ok "./app starts without LD_LIBRARY_PATH: $(paste -sd' ' <<<"$out")" || { bad "./app:"; echo "$out"; }
+  cp -r runs "$D/" && runs_clean "the example from the decoys' folder" "$T/app"
+else
+  bad "app.c does not build as the page says:"; cat cc.log
+fi
 finish
