@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
             const int n = ds.n - at < batch ? (int)(ds.n - at) : batch;
             for (int i = 0; i < n; i++)
                 rows[i] = at + i;
-            mgt_images_gather(&ds, rows, n, train ? &a : NULL, 1, 0, x, labels);
+            mgt_images_gather(&ds, rows, n, train ? &a : NULL, 1, 0, 1, x, labels);
         }
     }
     for (const char *p = threads_s; *p;) {
@@ -117,8 +117,7 @@ int main(int argc, char **argv) {
             for (int i = 0; i < batch; i++)
                 rows[i] = (next++ * 7919) % ds.n; /* spread over the shards */
             const double t0 = mgt_now(), c0 = cpu_seconds();
-            mgt_images_gather(&ds, rows, batch, train ? &a : NULL, 1, (uint64_t)b, x, labels);
-            mgt_dataset_normalize(&ds, x, batch);
+            mgt_images_gather(&ds, rows, batch, train ? &a : NULL, 1, (uint64_t)b, 1, x, labels);
             if (b >= warmup) {
                 wall += mgt_now() - t0;
                 cpu += cpu_seconds() - c0;

@@ -148,9 +148,12 @@ static const flag flags[] = {
      "threads per rank that crop and resize an image set's samples (mgtrain convert) a few "
      "batches ahead"},
     {"size", "N", C_CONVERT, "256",
-     "convert: the stored side: each image's short side is resized to N and its centre N x N "
-     "kept (torchvision's Resize(N) then CenterCrop(N)); train at a smaller input (e.g. 224 of "
-     "256)"},
+     "convert: the stored resolution: each whole picture with its short side resized to N "
+     "where it is longer (torchvision's Resize(N)), or with --square its centre N x N; train "
+     "at a smaller input (e.g. 224 of 256)"},
+    {"square", NULL, C_CONVERT, "off (the whole picture)",
+     "convert: store each image's centre N x N only (Resize(N) then CenterCrop(N)): less disk, "
+     "but training's crops see only that square"},
     {"threads", "N", C_CONVERT, "every core this process may use",
      "convert: decoding threads (the output is the same bytes for any N)"},
     {"shard-size", "N", C_CONVERT, "about 256 MiB of images",
@@ -512,6 +515,7 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     }
     else if (!strcmp(n, "shard-size")) rc = need_i64(n, v, 1, &o->shard_size, err);
     else if (!strcmp(n, "skip-bad")) o->skip_bad = 1;
+    else if (!strcmp(n, "square")) o->convert_square = 1;
     else if (!strcmp(n, "output")) o->output = v;
     /* clang-format on */
     return rc;

@@ -51,7 +51,7 @@ typedef struct mgt_options {
     int loader_threads;        /* threads preparing an image set's batches (0: by the cores) */
     /* convert (data/convert.h): SRC and DST, and its flags. */
     const char *convert_src, *convert_dst;
-    int convert_size, skip_bad;
+    int convert_size, skip_bad, convert_square;
     int64_t shard_size;
     int convert_threads; /* --threads (0: every core) */
     /* [train] keys set by flags of their own (--lr-schedule, --clip-norm, ...), in the order

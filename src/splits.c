@@ -125,10 +125,10 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
     const mgt_dataset *any = train ? &s->train : &s->test;
     char what[160];
     if (any->images) { /* how the stored images become inputs */
-        const int side = mgt_images_eval_side(m->input.h, m->input.w, m->input_tf.center_crop);
+        char eval[96];
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc),
-                 " (%s); evaluation: resized to %dx%d, centre %dx%d",
-                 mgt_images_describe(any, what, sizeof what), side, side, m->input.h, m->input.w);
+                 " (%s); evaluation: %s", mgt_images_describe(any, what, sizeof what),
+                 mgt_images_eval_describe(any, m->input_tf.center_crop, eval, sizeof eval));
     }
     if (train && mgt_augment_on(&o->augment)) /* training batches only */
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; augmented: %s",

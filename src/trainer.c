@@ -569,6 +569,7 @@ int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o) {
                                  .threads = o->convert_threads,
                                  .shard_size = o->shard_size,
                                  .skip_bad = o->skip_bad,
+                                 .square = o->convert_square,
                                  .verbose = o->verbose,
                                  .host = rt->host};
     /* A stop signal (Ctrl-C, kill, a closed pipe: runtime.h) ends the conversion as it ends

@@ -291,10 +291,13 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     return h;
 }
 
-/* A shard's signature: the stored size and, for each of its files, the path below SRC, the
+/* A shard's signature: the stored size and layout and, for each of its files, the path below SRC, the
  * class, the size and the modification time. */
-static uint64_t shard_hash(const tree *t, size_t srclen, int size, int64_t first, int64_t n) {
+static uint64_t shard_hash(const tree *t, size_t srclen, int size, int square, int64_t first,
+                           int64_t n) {
     uint64_t h = fnv(0xcbf29ce484222325ULL, &size, sizeof size);
+    if (square) /* (the whole layout's hash is the square one's of old sets, which they are not) */
+        h = fnv(h, "square", 6);
     for (int64_t i = first; i < first + n; i++) {
         const src_file *f = &t->f[i];
         const char *rel = f->path + srclen;
@@ -316,7 +319,8 @@ static void shard_path(char *out, size_t cap, const char *dst, const char *split
  * appends its skipped files to `skipped` (a cJSON array, unless NULL) when so. Without skip_bad
  * a shard that left files out is not what this run would make. */
 static int shard_done(const char *dst, const char *split, int64_t k, uint64_t hash, int64_t files,
-                      int size, int skip_bad, int64_t *images, cJSON *skipped) {
+                      int size, int square, int skip_bad, int64_t *images, int64_t *bytes,
+                      cJSON *skipped) {
     char path[PATH_MAX], *text = NULL;
     shard_path(path, sizeof path, dst, split, k, ".json");
     mgt_err e;
@@ -340,18 +344,25 @@ static int shard_done(const char *dst, const char *split, int64_t k, uint64_t ha
         ok = ok && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "path")) &&
              cJSON_IsString(cJSON_GetObjectItemCaseSensitive(s, "error"));
     const int64_t n = ok ? (int64_t)ni->valuedouble : 0;
-    for (int xy = 0; ok && xy < 2; xy++) {
-        mgt_npy a;
-        shard_path(path, sizeof path, dst, split, k, xy ? "_y.npy" : "_x.npy");
-        if (mgt_npy_open(&a, path, &e) < 0) {
-            ok = 0;
+    mgt_npy a[3];
+    int opened = 0;
+    for (; ok && opened < (square ? 2 : 3); opened++) {
+        shard_path(path, sizeof path, dst, split, k,
+                   opened == 0 ? "_x.npy" : opened == 1 ? "_y.npy" : "_i.npy");
+        ok = mgt_npy_open(&a[opened], path, &e) == 0;
+        if (!ok)
             break;
-        }
-        ok = xy ? a.kind == 'i' && a.itemsize == 4 && a.ndim == 1 && a.shape[0] == n
-                : a.kind == 'u' && a.itemsize == 1 && a.ndim == 4 && a.shape[0] == n &&
-                      a.shape[1] == size && a.shape[2] == size && a.shape[3] == 3;
-        mgt_npy_close(&a);
     }
+    if (ok)
+        ok = a[1].kind == 'i' && a[1].itemsize == 4 && a[1].ndim == 1 && a[1].shape[0] == n &&
+             (square ? a[0].kind == 'u' && a[0].itemsize == 1 && a[0].ndim == 4 &&
+                           a[0].shape[0] == n && a[0].shape[1] == size &&
+                           a[0].shape[2] == size && a[0].shape[3] == 3
+                     : mgt_images_index_ok(&a[0], &a[2], n, size, &e) == 0);
+    if (ok)
+        *bytes = a[0].count;
+    while (opened-- > 0)
+        mgt_npy_close(&a[opened]);
     if (ok) {
         *images = n;
         for (const cJSON *s = sk->child; skipped && s; s = s->next)
@@ -366,7 +377,8 @@ static int shard_done(const char *dst, const char *split, int64_t k, uint64_t ha
 typedef struct buffer {
     int64_t shard; /* the shard it holds (-1: free) */
     int64_t first, count, done;
-    uint8_t *px; /* count images */
+    uint8_t **img;     /* count images, each its own memory (NULL: left out) */
+    int64_t (*dims)[4]; /* each one's stored height and width, and the original's */
     int32_t *labels;
     char **bad; /* per file: why it was left out, or NULL */
 } buffer;
@@ -378,7 +390,6 @@ typedef struct job {
     int64_t per_shard, nshards;
     uint64_t *hash;
     int64_t *todo, ntodo; /* the shards to make, in order */
-    size_t image_bytes;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -439,9 +450,12 @@ static int read_file(worker *w, const src_file *f, size_t *len, mgt_err *err) {
     return 0;
 }
 
-/* Decoded, its short side resized to `size` and its centre kept, into out (size x size x 3):
- * torchvision's Resize(size) then CenterCrop(size), with their roundings. */
-static int convert_one(worker *w, const src_file *f, int size, uint8_t *out, mgt_err *err) {
+/* Decoded and resized into *out (memory of its own) with its sides in dims (stored h, w, then
+ * the original's). Square layout: its short side resized to `size` and its centre size x size
+ * kept, torchvision's Resize(size) then CenterCrop(size). Whole layout: the whole picture, its
+ * short side resized to `size` (torchvision's Resize(size)) where it is longer, else as it is. */
+static int convert_one(worker *w, const src_file *f, int size, int square, uint8_t **out,
+                       int64_t dims[4], mgt_err *err) {
     size_t len = 0;
     if (read_file(w, f, &len, err) < 0 || mgt_decode(w->file, len, &w->img, err) < 0)
         return -1;
@@ -457,10 +471,22 @@ static int convert_one(worker *w, const src_file *f, int size, uint8_t *out, mgt
         rh = (int)lng;
     else
         rw = (int)lng;
-    const int x0 = (int)nearbyint((rw - size) / 2.0), y0 = (int)nearbyint((rh - size) / 2.0);
-    if (mgt_resample_u8(w->img.px, iw, ih, (size_t)iw * 3, 3, rw, rh, x0, y0, size, size, out,
-                        &w->rw) < 0)
+    int x0 = (int)nearbyint((rw - size) / 2.0), y0 = (int)nearbyint((rh - size) / 2.0);
+    int ow = size, oh = size;
+    if (!square) { /* the whole of it, resized only where its short side is longer than size */
+        if ((iw < ih ? iw : ih) <= size)
+            rw = iw, rh = ih;
+        x0 = y0 = 0, ow = rw, oh = rh;
+    }
+    if (!(*out = malloc((size_t)ow * (size_t)oh * 3)))
+        return mgt_errf(err, "out of memory for its %d x %d stored pixels", ow, oh);
+    if (mgt_resample_u8(w->img.px, iw, ih, (size_t)iw * 3, 3, rw, rh, x0, y0, ow, oh, *out,
+                        &w->rw) < 0) {
+        free(*out);
+        *out = NULL;
         return mgt_errf(err, "out of memory resizing it");
+    }
+    dims[0] = oh, dims[1] = ow, dims[2] = ih, dims[3] = iw;
     return 0;
 }
 
@@ -478,7 +504,9 @@ static int write_shard(job *j, buffer *b, mgt_err *err) {
         rc = mgt_errf(err, "out of memory writing a shard");
         goto done;
     }
-    for (int64_t i = 0; i < b->count; i++) {
+    int64_t *index = malloc(sizeof(int64_t) * MGT_IMAGES_INDEX_COLS * (size_t)(b->count + 1));
+    int64_t at = 0;
+    for (int64_t i = 0; index && i < b->count; i++) {
         if (b->bad[i]) {
             cJSON *s = cJSON_CreateObject();
             cJSON_AddStringToObject(s, "path", j->t->f[b->first + i].path);
@@ -486,17 +514,33 @@ static int write_shard(job *j, buffer *b, mgt_err *err) {
             cJSON_AddItemToArray(skipped, s);
             continue;
         }
-        parts[n] = b->px + (size_t)i * j->image_bytes;
-        lens[n] = j->image_bytes;
+        const int64_t *d = b->dims[i];
+        const int64_t row[MGT_IMAGES_INDEX_COLS] = {at, d[0], d[1], d[2], d[3]};
+        memcpy(index + MGT_IMAGES_INDEX_COLS * n, row, sizeof row);
+        parts[n] = b->img[i];
+        lens[n] = (size_t)(d[0] * d[1] * 3);
+        at += (int64_t)lens[n];
         labels[n++] = b->labels[i];
     }
     char path[PATH_MAX], sig[32];
-    const int64_t xshape[4] = {n, o->size, o->size, 3};
+    /* square: (n, size, size, 3); whole: the images' bytes one after the other, and the index */
+    const int64_t xshape[4] = {n, o->size, o->size, 3}, flat[1] = {at};
+    const int64_t ishape[2] = {n, MGT_IMAGES_INDEX_COLS};
     shard_path(path, sizeof path, o->dst, o->split, k, "_x.npy");
-    if (mgt_npy_write_parts(path, "|u1", xshape, 4, (int)n, parts, lens, err) < 0) {
+    if (!index)
+        rc = mgt_errf(err, "out of memory writing a shard");
+    else if (mgt_npy_write_parts(path, "|u1", o->square ? xshape : flat, o->square ? 4 : 1, (int)n,
+                                 parts, lens, err) < 0)
         rc = -1;
-        goto done;
+    if (rc == 0 && !o->square) {
+        const void *ip[1] = {index};
+        const size_t il[1] = {sizeof(int64_t) * MGT_IMAGES_INDEX_COLS * (size_t)n};
+        shard_path(path, sizeof path, o->dst, o->split, k, "_i.npy");
+        rc = mgt_npy_write_parts(path, "<i8", ishape, 2, 1, ip, il, err);
     }
+    free(index);
+    if (rc < 0)
+        goto done;
     const void *lp[1] = {labels};
     const size_t ll[1] = {sizeof(int32_t) * (size_t)n};
     shard_path(path, sizeof path, o->dst, o->split, k, "_y.npy");
@@ -510,6 +554,7 @@ static int write_shard(job *j, buffer *b, mgt_err *err) {
     cJSON_AddNumberToObject(rec, "files", (double)b->count);
     cJSON_AddNumberToObject(rec, "images", (double)n);
     cJSON_AddNumberToObject(rec, "size", o->size);
+    cJSON_AddStringToObject(rec, "layout", o->square ? "square" : "whole");
     cJSON_AddItemToObject(rec, "skipped", skipped);
     skipped = NULL;
     char *text = cJSON_Print(rec);
@@ -541,6 +586,8 @@ static buffer *buffer_for(job *j, int64_t t) {
     for (int64_t i = 0; i < b->count; i++) {
         free(b->bad[i]);
         b->bad[i] = NULL;
+        free(b->img[i]);
+        b->img[i] = NULL;
     }
     return b;
 }
@@ -579,7 +626,7 @@ static void *work(void *arg) {
 
         const src_file *f = &j->t->f[b->first + i];
         mgt_err e;
-        const int bad = convert_one(w, f, o->size, b->px + (size_t)i * j->image_bytes, &e) < 0;
+        const int bad = convert_one(w, f, o->size, o->square, &b->img[i], b->dims[i], &e) < 0;
         b->labels[i] = f->label;
 
         pthread_mutex_lock(&j->mu);
@@ -771,6 +818,16 @@ static cJSON *read_manifest(const mgt_convert_opts *o, mgt_err *err) {
                  path);
         return NULL;
     }
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(m, "layout");
+    const int square = !cJSON_IsString(lay) || !strcmp(lay->valuestring, "square");
+    if (square != !!o->square) {
+        mgt_errf(err,
+                 "%s holds images stored %s; convert %s to add a split to it, or into another "
+                 "folder",
+                 o->dst, square ? "square (--square)" : "whole", square ? "with --square" : "without --square");
+        cJSON_Delete(m);
+        return NULL;
+    }
     if (size->valuedouble != o->size) {
         mgt_errf(err,
                  "%s holds images stored at %.0f x %.0f; convert with --size %.0f to add a split "
@@ -926,6 +983,8 @@ static int mark_unfinished(const mgt_convert_opts *o, cJSON *manifest, const cha
         cJSON_AddStringToObject(manifest, "format", MGT_IMAGES_FORMAT);
     if (!cJSON_GetObjectItemCaseSensitive(manifest, "size"))
         cJSON_AddNumberToObject(manifest, "size", o->size);
+    if (!cJSON_GetObjectItemCaseSensitive(manifest, "layout"))
+        cJSON_AddStringToObject(manifest, "layout", o->square ? "square" : "whole");
     char path[PATH_MAX], *text = cJSON_Print(manifest);
     snprintf(path, sizeof path, "%s/" MGT_IMAGES_MANIFEST, o->dst);
     const int rc = text ? mgt_atomic_write(path, text, strlen(text), err)
@@ -967,14 +1026,15 @@ static int run_workers(job *j, int threads, int verbose, mgt_err *err) {
     const size_t per = (size_t)(j->per_shard < j->t->n ? j->per_shard : j->t->n);
     for (int b = 0; b < IN_FLIGHT; b++) {
         j->buf[b].shard = -1;
-        j->buf[b].px = malloc(per * j->image_bytes);
+        j->buf[b].img = calloc(per, sizeof(uint8_t *));
+        j->buf[b].dims = calloc(per, sizeof *j->buf[b].dims);
         j->buf[b].labels = malloc(sizeof(int32_t) * per);
         j->buf[b].bad = calloc(per, sizeof(char *));
-        if (!j->buf[b].px || !j->buf[b].labels || !j->buf[b].bad)
+        if (!j->buf[b].img || !j->buf[b].dims || !j->buf[b].labels || !j->buf[b].bad)
             return mgt_errf(err,
-                            "out of memory for two shards of %lld images (%.0f MiB each); pass a "
-                            "smaller --shard-size",
-                            (long long)per, (double)(per * j->image_bytes) / 1048576.0);
+                            "out of memory for two shards of %lld images; pass a smaller "
+                            "--shard-size",
+                            (long long)per);
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
@@ -1085,6 +1145,7 @@ static int finish(const mgt_convert_opts *o, const tree *t, const job *j, const 
     cJSON_DeleteItemFromObjectCaseSensitive(manifest, "size");
     cJSON_DeleteItemFromObjectCaseSensitive(manifest, "channels");
     cJSON_DeleteItemFromObjectCaseSensitive(manifest, "classes");
+    cJSON_DeleteItemFromObjectCaseSensitive(manifest, "layout");
     cJSON *splits = cJSON_DetachItemFromObjectCaseSensitive(manifest, "splits");
     if (!cJSON_IsObject(splits)) {
         cJSON_Delete(splits);
@@ -1094,6 +1155,7 @@ static int finish(const mgt_convert_opts *o, const tree *t, const job *j, const 
     cJSON_AddItemToObject(splits, o->split, split);
     cJSON_AddStringToObject(manifest, "format", MGT_IMAGES_FORMAT);
     cJSON_AddNumberToObject(manifest, "size", o->size);
+    cJSON_AddStringToObject(manifest, "layout", o->square ? "square" : "whole");
     cJSON_AddNumberToObject(manifest, "channels", 3);
     cJSON_AddNumberToObject(manifest, "classes", t->nclasses);
     cJSON_AddItemToObject(manifest, "splits", splits);
@@ -1182,16 +1244,17 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
     j.o = o;
     j.t = &t;
     j.srclen = strlen(o->src);
-    j.image_bytes = (size_t)o->size * (size_t)o->size * 3;
-    j.per_shard =
-        o->shard_size > 0 ? o->shard_size : (int64_t)((size_t)256 << 20) / (int64_t)j.image_bytes;
+    /* about 256 MiB a shard: a square image's bytes, or a 4:3 photo's in the whole layout */
+    const int64_t image_bytes = (int64_t)o->size * o->size * 3 * (o->square ? 3 : 4) / 3;
+    j.per_shard = o->shard_size > 0 ? o->shard_size : ((int64_t)256 << 20) / image_bytes;
     if (j.per_shard < 1)
         j.per_shard = 1;
     j.nshards = (t.n + j.per_shard - 1) / j.per_shard;
     j.hash = malloc(sizeof *j.hash * (size_t)j.nshards);
     j.todo = malloc(sizeof *j.todo * (size_t)j.nshards);
     int64_t *images = calloc((size_t)j.nshards, sizeof *images);
-    if (!j.hash || !j.todo || !images) {
+    int64_t *bytes = calloc((size_t)j.nshards, sizeof *bytes);
+    if (!j.hash || !j.todo || !images || !bytes) {
         rc = mgt_errf(err, "out of memory for %lld shards", (long long)j.nshards);
         goto out_job;
     }
@@ -1199,8 +1262,9 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
     for (int64_t k = 0; k < j.nshards; k++) {
         const int64_t first = k * j.per_shard;
         const int64_t n = t.n - first < j.per_shard ? t.n - first : j.per_shard;
-        j.hash[k] = shard_hash(&t, j.srclen, o->size, first, n);
-        if (shard_done(o->dst, o->split, k, j.hash[k], n, o->size, o->skip_bad, &images[k], NULL)) {
+        j.hash[k] = shard_hash(&t, j.srclen, o->size, o->square, first, n);
+        if (shard_done(o->dst, o->split, k, j.hash[k], n, o->size, o->square, o->skip_bad,
+                       &images[k], &bytes[k], NULL)) {
             kept++;
             kept_images += n;
         } else {
@@ -1228,7 +1292,8 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
     for (int64_t k = 0; k < j.nshards; k++) {
         const int64_t first = k * j.per_shard;
         const int64_t n = t.n - first < j.per_shard ? t.n - first : j.per_shard;
-        if (!shard_done(o->dst, o->split, k, j.hash[k], n, o->size, o->skip_bad, &images[k],
+        if (!shard_done(o->dst, o->split, k, j.hash[k], n, o->size, o->square, o->skip_bad,
+                        &images[k], &bytes[k],
                         skipped)) {
             rc = mgt_errf(err,
                           "%s: shard %lld was written but does not read back; check the "
@@ -1237,9 +1302,9 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
             goto out_job;
         }
     }
-    int64_t stored = 0;
+    int64_t stored = 0, stored_bytes = 0;
     for (int64_t k = 0; k < j.nshards; k++)
-        stored += images[k];
+        stored += images[k], stored_bytes += bytes[k];
     if (stored == 0) { /* --skip-bad left out every file: a set of nothing is refused */
         const cJSON *first = skipped->child;
         rc = mgt_errf(err,
@@ -1256,7 +1321,7 @@ int mgt_convert(const mgt_convert_opts *o, mgt_err *err) {
         const int nskip = cJSON_GetArraySize(skipped);
         printf("%s: %lld images of %d classes in %s (%.2f GiB), %.1f s", o->split,
                (long long)stored, t.nclasses, o->dst,
-               (double)stored * (double)j.image_bytes / 1073741824.0, secs);
+               (double)stored_bytes / 1073741824.0, secs);
         if (j.ntodo > 0 && secs > 0)
             printf(", %.0f images/s", (double)(t.n - kept_images) / secs);
         printf("\n");
@@ -1276,13 +1341,17 @@ out_job:
     for (int b = 0; b < IN_FLIGHT; b++) {
         for (int64_t i = 0; j.buf[b].bad && i < j.per_shard && i < t.n; i++)
             free(j.buf[b].bad[i]);
+        for (int64_t i = 0; j.buf[b].img && i < j.per_shard && i < t.n; i++)
+            free(j.buf[b].img[i]);
         free(j.buf[b].bad);
-        free(j.buf[b].px);
+        free(j.buf[b].img);
+        free(j.buf[b].dims);
         free(j.buf[b].labels);
     }
     free(j.hash);
     free(j.todo);
     free(images);
+    free(bytes);
     cJSON_Delete(manifest);
     cJSON_Delete(skipped);
 out:

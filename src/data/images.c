@@ -42,7 +42,12 @@ typedef struct scratch {
 
 struct mgt_images {
     char dir[512], split[8];
-    int size;    /* stored side */
+    int size;    /* stored side (square), or the stored short side's bound (whole) */
+    int whole;   /* the whole layout: sizes per image, in `index` */
+    int64_t *index; /* whole: per image of the set, MGT_IMAGES_INDEX_COLS values: its offset in
+                     * its shard's images file, stored h, w, original h, w (24 MiB for ImageNet) */
+    size_t max_bytes; /* the largest stored image's bytes */
+    float lut[3][256]; /* per channel: byte -> (byte / 255 - mean) / std, as torchvision does it */
     int classes; /* the set's (classes.txt) */
     int nshards;
     int *fd;         /* each shard's images file */
@@ -83,6 +88,33 @@ int mgt_images_keeps(const char *name) {
            !strcmp(rest, ".json");
 }
 
+int mgt_images_index_ok(const mgt_npy *x, const mgt_npy *ix, int64_t n, int size, mgt_err *err) {
+    if (!(x->kind == 'u' && x->itemsize == 1 && x->ndim == 1))
+        return mgt_errf(err, "its images array is not 1-D uint8");
+    if (!(ix->kind == 'i' && ix->itemsize == 8 && !ix->big_endian && ix->ndim == 2 &&
+          ix->shape[0] == n && ix->shape[1] == MGT_IMAGES_INDEX_COLS))
+        return mgt_errf(err, "its index is not int64 (%lld, %d)", (long long)n,
+                        MGT_IMAGES_INDEX_COLS);
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r[MGT_IMAGES_INDEX_COLS];
+        memcpy(r, ix->data + sizeof r * (size_t)i, sizeof r);
+        const int64_t h = r[1], w = r[2], oh = r[3], ow = r[4];
+        if (r[0] != at || h < 1 || w < 1 || h > oh || w > ow || (h < w ? h : w) > size ||
+            oh > (int64_t)1 << 30 || ow > (int64_t)1 << 30 || h * w > x->shape[0] / 3 ||
+            at + h * w * 3 > x->shape[0])
+            return mgt_errf(err, "index row %lld (offset %lld, %lld x %lld of %lld x %lld) does "
+                                 "not fit its images",
+                            (long long)i, (long long)r[0], (long long)h, (long long)w,
+                            (long long)oh, (long long)ow);
+        at += h * w * 3;
+    }
+    if (at != x->shape[0])
+        return mgt_errf(err, "its images array holds %lld bytes, its index %lld",
+                        (long long)x->shape[0], (long long)at);
+    return 0;
+}
+
 static cJSON *read_manifest(const char *dir, mgt_err *err) {
     char p[600], *text = NULL;
     snprintf(p, sizeof p, "%s/" MGT_IMAGES_MANIFEST, dir);
@@ -91,7 +123,8 @@ static cJSON *read_manifest(const char *dir, mgt_err *err) {
     cJSON *m = cJSON_Parse(text);
     free(text);
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(m, "format");
-    if (!cJSON_IsString(f) || strcmp(f->valuestring, MGT_IMAGES_FORMAT)) {
+    if (!cJSON_IsString(f) ||
+        (strcmp(f->valuestring, MGT_IMAGES_FORMAT) && strcmp(f->valuestring, "mgtrain images 1"))) {
         cJSON_Delete(m);
         mgt_errf(err,
                  "%s: not a manifest of mgtrain convert (format '%s'); convert the image folder "
@@ -148,22 +181,46 @@ static int files_for(int need, const char *dir, mgt_err *err) {
     return 0;
 }
 
-/* Shard k's images file: checked against the manifest, kept open. */
+/* Shard k's images file (and, whole layout, its index, read into im->index): checked against the
+ * manifest, kept open. */
 static int open_shard(mgt_images *im, int k, const char *name, int64_t n, mgt_err *err) {
-    char p[700];
+    char p[700], pi[700];
     snprintf(p, sizeof p, "%s/%s_x.npy", im->dir, name);
-    mgt_npy a;
+    mgt_npy a, ix;
     if (mgt_npy_open(&a, p, err) < 0)
         return -1;
-    const int ok = a.kind == 'u' && a.itemsize == 1 && a.ndim == 4 && a.shape[0] == n &&
-                   a.shape[1] == im->size && a.shape[2] == im->size && a.shape[3] == 3;
+    int ok = 0;
+    mgt_err why = {{0}};
+    if (!im->whole) {
+        ok = a.kind == 'u' && a.itemsize == 1 && a.ndim == 4 && a.shape[0] == n &&
+             a.shape[1] == im->size && a.shape[2] == im->size && a.shape[3] == 3;
+        snprintf(why.msg, sizeof why.msg, "%lld images of %dx%dx3 bytes", (long long)n, im->size,
+                 im->size);
+        im->max_bytes = (size_t)im->size * (size_t)im->size * 3;
+    } else {
+        snprintf(pi, sizeof pi, "%s/%s_i.npy", im->dir, name);
+        if (mgt_npy_open(&ix, pi, err) < 0) {
+            mgt_npy_close(&a);
+            return -1;
+        }
+        ok = mgt_images_index_ok(&a, &ix, n, im->size, &why) == 0;
+        for (int64_t i = 0; ok && i < n; i++) {
+            int64_t *r = im->index + MGT_IMAGES_INDEX_COLS * (im->first[k] + i);
+            memcpy(r, ix.data + sizeof(int64_t) * MGT_IMAGES_INDEX_COLS * (size_t)i,
+                   sizeof(int64_t) * MGT_IMAGES_INDEX_COLS);
+            const size_t bytes = (size_t)(r[1] * r[2] * 3);
+            if (bytes > im->max_bytes)
+                im->max_bytes = bytes;
+        }
+        mgt_npy_close(&ix);
+    }
     const int64_t offset = a.offset;
     mgt_npy_close(&a);
     if (!ok)
         return mgt_errf(err,
-                        "%s: not the shard the manifest names (%lld images of %dx%dx3 bytes); "
-                        "the image set is damaged or was changed: convert it again",
-                        p, (long long)n, im->size, im->size);
+                        "%s: not the shard the manifest names (%s); the image set is damaged or "
+                        "was changed: convert it again",
+                        p, why.msg);
     im->fd[k] = open(p, O_RDONLY | O_CLOEXEC);
     if (im->fd[k] < 0)
         return mgt_errf(err, "%s: cannot open (%s)", p, strerror(errno));
@@ -286,8 +343,18 @@ int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split,
     im->size = (int)size;
     im->classes = (int)nclasses;
     im->threads = 1;
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(m, "layout");
+    im->whole = cJSON_IsString(lay) && !strcmp(lay->valuestring, "whole");
     for (int b = 0; b < 256; b++)
         im->byte[b] = (float)b / 255.0f;
+    /* [input] mean and std folded into one table per channel: the same float operations as
+     * mgt_input_normalize, (b / 255 - mean) / std, so the same bits, done per sample on the
+     * transform's threads instead of over the batch on one */
+    for (int ch = 0; ch < 3; ch++)
+        for (int b = 0; b < 256; b++) {
+            const int v = tf->nvalues == 1 ? 0 : ch;
+            im->lut[ch][b] = tf->norm ? (im->byte[b] - tf->mean[v]) / tf->std[v] : im->byte[b];
+        }
     for (int k = 0; k < ns; k++)
         im->fd[k] = -1;
     im->nshards = ns;
@@ -305,6 +372,9 @@ int mgt_dataset_load_images(mgt_dataset *ds, const char *dir, const char *split,
         rc = mgt_errf(err, "%s: the %s split holds no images", dir, split);
     if (rc == 0 && files_for(ns, dir, err) < 0)
         rc = -1;
+    if (rc == 0 && im->whole &&
+        !(im->index = malloc(sizeof(int64_t) * MGT_IMAGES_INDEX_COLS * (size_t)total)))
+        rc = mgt_errf(err, "out of memory for the index of %lld images", (long long)total);
     if (rc == 0) {
         if (nclasses <= 256)
             ds->labels = malloc((size_t)total);
@@ -378,6 +448,7 @@ void mgt_images_free(mgt_images *im) {
     free(im->fd);
     free(im->first);
     free(im->offset);
+    free(im->index);
     free(im);
 }
 
@@ -387,9 +458,24 @@ int mgt_images_side(const mgt_dataset *ds) {
 
 const char *mgt_images_describe(const mgt_dataset *ds, char *buf, int cap) {
     const mgt_images *im = ds->images;
-    snprintf(buf, (size_t)cap, "images stored at %dx%d in %d shard%s, %lld of %d classes", im->size,
-             im->size, im->nshards, im->nshards == 1 ? "" : "s", (long long)im->first[im->nshards],
+    char how[64];
+    if (im->whole)
+        snprintf(how, sizeof how, "whole, short side at most %d", im->size);
+    else
+        snprintf(how, sizeof how, "at %dx%d", im->size, im->size);
+    snprintf(buf, (size_t)cap, "images stored %s in %d shard%s, %lld of %d classes", how,
+             im->nshards, im->nshards == 1 ? "" : "s", (long long)im->first[im->nshards],
              im->classes);
+    return buf;
+}
+
+const char *mgt_images_eval_describe(const mgt_dataset *ds, float center_crop, char *buf,
+                                     int cap) {
+    const int side = mgt_images_eval_side(ds->h, ds->w, center_crop);
+    if (ds->images->whole)
+        snprintf(buf, (size_t)cap, "short side resized to %d, centre %dx%d", side, ds->h, ds->w);
+    else
+        snprintf(buf, (size_t)cap, "resized to %dx%d, centre %dx%d", side, side, ds->h, ds->w);
     return buf;
 }
 
@@ -462,13 +548,14 @@ typedef struct gather_job {
     int64_t epoch;
     float *x;
     int32_t *labels;
-    int failed; /* a shard could not be read: its message is in err */
+    int normalize; /* [input] mean and std applied (the table) */
+    int failed;    /* a shard could not be read: its message is in err */
     mgt_err err;
     pthread_mutex_t *err_mu;
 } gather_job;
 
-/* The stored image `at` of the set into buf. */
-static int read_stored(const mgt_images *im, int64_t at, uint8_t *buf, mgt_err *err) {
+/* The stored image `at` of the set into buf; its sides into d: stored h, w, original h, w. */
+static int read_stored(const mgt_images *im, int64_t at, uint8_t *buf, int d[4], mgt_err *err) {
     int lo = 0, hi = im->nshards - 1; /* the shard whose range holds `at` */
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -477,8 +564,15 @@ static int read_stored(const mgt_images *im, int64_t at, uint8_t *buf, mgt_err *
         else
             hi = mid - 1;
     }
-    const size_t bytes = (size_t)im->size * (size_t)im->size * 3;
-    const off_t off = (off_t)(im->offset[lo] + (at - im->first[lo]) * (int64_t)bytes);
+    size_t bytes = (size_t)im->size * (size_t)im->size * 3;
+    off_t off = (off_t)(im->offset[lo] + (at - im->first[lo]) * (int64_t)bytes);
+    d[0] = d[1] = d[2] = d[3] = im->size;
+    if (im->whole) {
+        const int64_t *r = im->index + MGT_IMAGES_INDEX_COLS * at;
+        d[0] = (int)r[1], d[1] = (int)r[2], d[2] = (int)r[3], d[3] = (int)r[4];
+        bytes = (size_t)(r[1] * r[2] * 3);
+        off = (off_t)(im->offset[lo] + r[0]);
+    }
     size_t got = 0;
     while (got < bytes) {
         const ssize_t r = pread(im->fd[lo], buf + got, bytes - got, off + (off_t)got);
@@ -495,56 +589,93 @@ static int read_stored(const mgt_images *im, int64_t at, uint8_t *buf, mgt_err *
     return 0;
 }
 
+/* The eval transform's geometry for an input of h x w from a picture of oh x ow (the original's
+ * sides): torchvision's Resize(side) (the short side to side, the long one int(side * long /
+ * short)) into *rw x *rh, then CenterCrop(h, w) at (*left, *top), rounded as Python's round. */
+static void eval_geometry(int side, int oh, int ow, int h, int w, int *rh, int *rw, int *top,
+                          int *left) {
+    if (ow <= oh)
+        *rw = side, *rh = (int)((double)side * oh / ow);
+    else
+        *rh = side, *rw = (int)((double)side * ow / oh);
+    *top = (int)nearbyint((*rh - h) / 2.0);
+    *left = (int)nearbyint((*rw - w) / 2.0);
+}
+
+static void gather_fail(gather_job *g, const mgt_err *e) {
+    pthread_mutex_lock(g->err_mu);
+    if (!g->failed)
+        g->err = *e;
+    g->failed = 1;
+    pthread_mutex_unlock(g->err_mu);
+}
+
 static void gather_one(void *ctx, int64_t i, int k) {
     gather_job *g = ctx;
     const mgt_dataset *ds = g->ds;
     mgt_images *im = ds->images;
     scratch *s = &im->scr[k];
     const int64_t row = g->rows[i];
-    const int S = im->size, H = ds->h, W = ds->w;
+    const int H = ds->h, W = ds->w;
     mgt_err e;
-    if (read_stored(im, ds->first + row, s->stored, &e) < 0) {
-        pthread_mutex_lock(g->err_mu);
-        if (!g->failed)
-            g->err = e;
-        g->failed = 1;
-        pthread_mutex_unlock(g->err_mu);
+    int d[4];
+    if (read_stored(im, ds->first + row, s->stored, d, &e) < 0) {
+        gather_fail(g, &e);
         return;
     }
+    /* The stored picture and the original it was resized from (the same in the square layout,
+     * whose crop is drawn on what is stored). */
+    const int sh = d[0], sw = d[1], oh = d[2], ow = d[3];
     const mgt_augment none = {0};
-    const mgt_crop c = mgt_images_pick(g->a ? g->a : &none, S, S, g->seed, g->epoch, row);
+    const mgt_crop c = mgt_images_pick(g->a ? g->a : &none, oh, ow, g->seed, g->epoch, row);
     int rc;
-    if (g->a && g->a->resized_crop) { /* the crop, resized to the input */
-        rc = mgt_resample_u8(s->stored + ((size_t)c.top * (size_t)S + (size_t)c.left) * 3, c.w, c.h,
-                             (size_t)S * 3, 3, W, H, 0, 0, W, H, s->out, &s->rw);
+    if (g->a && g->a->resized_crop) {
+        /* torchvision's crop of the original, mapped onto the stored picture (the identity where
+         * nothing was resized), resized to the input: the one resize since the original is the
+         * stored one's */
+        const double fy = (double)sh / oh, fx = (double)sw / ow;
+        const double box[4] = {c.left * fx, c.top * fy, (c.left + c.w) * fx, (c.top + c.h) * fy};
+        rc = mgt_resample_box(s->stored, sw, sh, (size_t)sw * 3, 3, box, W, H, s->out, &s->rw);
     } else { /* resized so that the input is its centre, and that centre */
         const int side = mgt_images_eval_side(H, W, ds->tf.center_crop);
-        const int x0 = (int)nearbyint((side - W) / 2.0), y0 = (int)nearbyint((side - H) / 2.0);
-        rc = mgt_resample_u8(s->stored, S, S, (size_t)S * 3, 3, side, side, x0, y0, W, H, s->out,
+        int rh = side, rw = side, top, left;
+        if (im->whole)
+            eval_geometry(side, oh, ow, H, W, &rh, &rw, &top, &left);
+        else
+            top = (int)nearbyint((side - H) / 2.0), left = (int)nearbyint((side - W) / 2.0);
+        rc = mgt_resample_u8(s->stored, sw, sh, (size_t)sw * 3, 3, rw, rh, left, top, W, H, s->out,
                              &s->rw);
     }
     if (rc < 0) {
-        pthread_mutex_lock(g->err_mu);
-        if (!g->failed)
-            mgt_errf(&g->err, "out of memory resizing an image");
-        g->failed = 1;
-        pthread_mutex_unlock(g->err_mu);
+        mgt_errf(&e, "out of memory resizing an image");
+        gather_fail(g, &e);
         return;
     }
+    /* bytes / 255, normalised (the table), flipped: into the batch, on this thread */
     float *x = g->x + (size_t)i * (size_t)H * (size_t)W * 3;
+    const float(*t)[256] = g->normalize ? im->lut : NULL;
     for (int y = 0; y < H; y++) {
         const uint8_t *in = s->out + (size_t)y * (size_t)W * 3;
         float *o = x + (size_t)y * (size_t)W * 3;
-        if (!c.flip) {
-            for (int j = 0; j < W * 3; j++)
-                o[j] = im->byte[in[j]];
-        } else {
-            for (int px = 0; px < W; px++)
-                for (int ch = 0; ch < 3; ch++)
-                    o[px * 3 + ch] = im->byte[in[(W - 1 - px) * 3 + ch]];
+        for (int px = 0; px < W; px++) {
+            const uint8_t *p = in + (size_t)(c.flip ? W - 1 - px : px) * 3;
+            if (t) {
+                o[3 * px] = t[0][p[0]], o[3 * px + 1] = t[1][p[1]], o[3 * px + 2] = t[2][p[2]];
+            } else {
+                o[3 * px] = im->byte[p[0]], o[3 * px + 1] = im->byte[p[1]];
+                o[3 * px + 2] = im->byte[p[2]];
+            }
         }
     }
     g->labels[i] = ds->labels ? ds->labels[row] : ds->labels32[row];
+}
+
+void mgt_images_dims(const mgt_dataset *ds, int64_t row, int d[4]) {
+    const mgt_images *im = ds->images;
+    d[0] = d[1] = d[2] = d[3] = im->size;
+    if (im->whole)
+        for (int j = 0; j < 4; j++)
+            d[j] = (int)im->index[MGT_IMAGES_INDEX_COLS * (ds->first + row) + 1 + j];
 }
 
 /* The pool and each thread's scratch memory, once. */
@@ -557,7 +688,7 @@ static int prepare(const mgt_dataset *ds, mgt_err *err) {
         const int n = mgt_pool_size(im->pool);
         im->scr = calloc((size_t)im->threads, sizeof *im->scr);
         for (int i = 0; im->scr && i < n; i++) {
-            im->scr[i].stored = malloc((size_t)im->size * (size_t)im->size * 3);
+            im->scr[i].stored = malloc(im->max_bytes);
             im->scr[i].out = malloc((size_t)ds->h * (size_t)ds->w * 3);
             if (!im->scr[i].stored || !im->scr[i].out)
                 rc = -1;
@@ -570,7 +701,7 @@ static int prepare(const mgt_dataset *ds, mgt_err *err) {
 }
 
 void mgt_images_gather(const mgt_dataset *ds, const int64_t *rows, int n, const mgt_augment *a,
-                       uint64_t seed, int64_t epoch, float *x, int32_t *labels) {
+                       uint64_t seed, int64_t epoch, int normalize, float *x, int32_t *labels) {
     mgt_err e;
     if (prepare(ds, &e) < 0)
         mgt_die("%s", e.msg);
@@ -582,6 +713,7 @@ void mgt_images_gather(const mgt_dataset *ds, const int64_t *rows, int n, const 
                     .epoch = epoch,
                     .x = x,
                     .labels = labels,
+                    .normalize = normalize && ds->tf.norm,
                     .err_mu = &err_mu};
     mgt_pool_run(ds->images->pool, n, gather_one, &g);
     if (g.failed)

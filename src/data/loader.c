@@ -91,14 +91,16 @@ static void fill(mgt_loader *l, slot *s, int64_t epoch, int64_t step) {
     memcpy(s->b.ids, rows, sizeof(int64_t) * (size_t)r.count);
     if (!l->ids_only) {
         const mgt_dataset *ds = l->ds;
-        if (ds->images) { /* cropped and resized to the input as they are read */
-            mgt_images_gather(ds, rows, (int)r.count, &l->aug, l->seed, epoch, s->b.x, s->b.labels);
+        if (ds->images) { /* cropped, resized and normalised as they are read, on the set's
+                           * threads: no part of a sample's work runs once per batch */
+            mgt_images_gather(ds, rows, (int)r.count, &l->aug, l->seed, epoch, 1, s->b.x,
+                              s->b.labels);
         } else {
             gather_batch(l, rows, (int)r.count, s->b.x, s->b.labels);
             mgt_augment_batch(&l->aug, l->seed, epoch, rows, (int)r.count, ds->h, ds->w, ds->c,
                               s->b.x, l->aug_scratch);
+            mgt_dataset_normalize(ds, s->b.x, (int)r.count);
         }
-        mgt_dataset_normalize(ds, s->b.x, (int)r.count);
     }
     s->b.n = (int)r.count;
     s->b.first = r.first;

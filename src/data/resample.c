@@ -32,11 +32,10 @@ static double triangle(double x) {
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-/* Weights per output pixel for a scale of in / out (Pillow's ksize). */
-static int axis_ksize(int in, int out) {
-    double support = (double)in / out;
-    if (support < 1.0)
-        support = 1.0;
+/* Weights per output pixel for a scale of `scale` input pixels per output pixel (Pillow's
+ * ksize). */
+static int axis_ksize(double scale) {
+    const double support = scale < 1.0 ? 1.0 : scale;
     return (int)ceil(support) * 2 + 1;
 }
 
@@ -45,19 +44,20 @@ static size_t axis_bytes(int n, int ksize) {
     return sizeof(int) * 2 * (size_t)n + sizeof(int32_t) * (size_t)n * (size_t)ksize + 16;
 }
 
-/* The weights of outputs [o0, o0 + n) of an axis of `in` inputs resized to `out`, at mem. */
-static axis axis_make(int in, int out, int o0, int n, void *mem) {
+/* The weights of outputs [o0, o0 + n) of an axis of `in` input pixels, output pixel i centred at
+ * a + (i + 0.5) * scale (Pillow's precompute_coeffs: a is its box's start, 0 for a plain resize;
+ * scale = in / out for a whole axis), at mem. */
+static axis axis_make(int in, double a0, double scale, int o0, int n, void *mem) {
     axis a;
-    a.ksize = axis_ksize(in, out);
+    a.ksize = axis_ksize(scale);
     a.first = mem;
     a.count = a.first + n;
     a.k = (int32_t *)(a.count + n);
-    const double scale = (double)in / out;
     const double filterscale = scale < 1.0 ? 1.0 : scale;
     const double support = filterscale; /* the triangle's support, 1, times the scale */
     const double ss = 1.0 / filterscale;
     for (int i = 0; i < n; i++) {
-        const double center = (o0 + i + 0.5) * scale;
+        const double center = a0 + (o0 + i + 0.5) * scale;
         int lo = (int)(center - support + 0.5);
         if (lo < 0)
             lo = 0;
@@ -151,13 +151,22 @@ static void *work(mgt_resample_work *w, size_t bytes) {
     return p;
 }
 
-int mgt_resample_u8(const uint8_t *src, int sw, int sh, size_t stride, int c, int fw, int fh,
-                    int x0, int y0, int ow, int oh, uint8_t *dst, mgt_resample_work *w) {
-    const int need_h = fw != sw, need_v = fh != sh;
+/* One axis of a resize: output pixel i (of the window's n) centred at a + (o0 + i + 0.5) * scale
+ * in input pixels; `need` 0 when it is the identity (the pass is skipped, as Pillow skips it). */
+typedef struct axis_map {
+    double a, scale;
+    int o0, need;
+} axis_map;
+
+/* The resize of sw x sh src to ow x oh by the two axes' maps (the shared body of the public
+ * functions). */
+static int resample(const uint8_t *src, int sw, int sh, size_t stride, int c, axis_map mx,
+                    axis_map my, int ow, int oh, uint8_t *dst, mgt_resample_work *w) {
+    const int need_h = mx.need, need_v = my.need;
     const size_t row = (size_t)ow * (size_t)c;
-    const int kh = need_h ? axis_ksize(sw, fw) : 0, kv = need_v ? axis_ksize(sh, fh) : 0;
+    const int kh = need_h ? axis_ksize(mx.scale) : 0, kv = need_v ? axis_ksize(my.scale) : 0;
     const size_t hbytes = need_h ? axis_bytes(ow, kh) : 0, vbytes = need_v ? axis_bytes(oh, kv) : 0;
-    /* The input rows the window's output rows read: all of [y0, y0 + oh) without a vertical
+    /* The input rows the window's output rows read: all of [o0, o0 + oh) without a vertical
      * pass, else at most oh * (scale + 2) + 2 (each output reads its centre's support). */
     const size_t rows = need_v ? (size_t)oh * (size_t)(kv + 1) : (size_t)oh;
     const size_t rows_cap = rows < (size_t)sh ? rows : (size_t)sh;
@@ -166,10 +175,11 @@ int mgt_resample_u8(const uint8_t *src, int sw, int sh, size_t stride, int c, in
     char *mem = work(w, hbytes + vbytes + mid + accb + 64);
     if (!mem)
         return -1;
-    const axis ah = need_h ? axis_make(sw, fw, x0, ow, mem) : (axis){0};
-    const axis av = need_v ? axis_make(sh, fh, y0, oh, mem + hbytes) : (axis){0};
+    const axis ah = need_h ? axis_make(sw, mx.a, mx.scale, mx.o0, ow, mem) : (axis){0};
+    const axis av = need_v ? axis_make(sh, my.a, my.scale, my.o0, oh, mem + hbytes) : (axis){0};
     uint8_t *inter = (uint8_t *)mem + hbytes + vbytes;
     int32_t *acc = (int32_t *)(void *)(((uintptr_t)(inter + mid) + 15) & ~(uintptr_t)15);
+    const int x0 = mx.o0, y0 = my.o0;
 
     /* The input rows the vertical pass reads (or the window's rows where there is none). */
     int r0 = y0, r1 = y0 + oh;
@@ -202,6 +212,35 @@ int mgt_resample_u8(const uint8_t *src, int sw, int sh, size_t stride, int c, in
     pass_h(src, stride, c, &ah, ow, r0, r1, inter);
     pass_v(inter, row, r0, row, &av, oh, acc, dst);
     return 0;
+}
+
+int mgt_resample_u8(const uint8_t *src, int sw, int sh, size_t stride, int c, int fw, int fh,
+                    int x0, int y0, int ow, int oh, uint8_t *dst, mgt_resample_work *w) {
+    const axis_map mx = {0.0, (double)sw / fw, x0, fw != sw};
+    const axis_map my = {0.0, (double)sh / fh, y0, fh != sh};
+    return resample(src, sw, sh, stride, c, mx, my, ow, oh, dst, w);
+}
+
+int mgt_resample_box(const uint8_t *src, int sw, int sh, size_t stride, int c, const double box[4],
+                     int ow, int oh, uint8_t *dst, mgt_resample_work *w) {
+    /* The pixels the box covers, whole: the crop the filter is clamped to. */
+    int cx0 = (int)floor(box[0]), cy0 = (int)floor(box[1]);
+    int cx1 = (int)ceil(box[2]), cy1 = (int)ceil(box[3]);
+    cx0 = cx0 < 0 ? 0 : cx0, cy0 = cy0 < 0 ? 0 : cy0;
+    cx1 = cx1 > sw ? sw : cx1, cy1 = cy1 > sh ? sh : cy1;
+    if (cx1 <= cx0 || cy1 <= cy0)
+        return -1;
+    /* Pillow takes the box as single-precision floats (ImagingResample's float box[4]) and its
+     * scale as (double)(in1 - in0) / out, the subtraction in float: the same roundings here. */
+    const float ax0 = (float)(box[0] - cx0), ax1 = (float)(box[2] - cx0);
+    const float ay0 = (float)(box[1] - cy0), ay1 = (float)(box[3] - cy0);
+    const float dx = ax1 - ax0, dy = ay1 - ay0;
+    const int cw = cx1 - cx0, ch = cy1 - cy0;
+    /* Pillow's test: a pass is needed unless the box is the whole (cropped) axis at its size */
+    const axis_map mx = {ax0, (double)dx / ow, 0, !(ax0 == 0.0f && cw == ow && ax1 == (float)cw)};
+    const axis_map my = {ay0, (double)dy / oh, 0, !(ay0 == 0.0f && ch == oh && ay1 == (float)ch)};
+    return resample(src + (size_t)cy0 * stride + (size_t)cx0 * (size_t)c, cw, ch, stride, c, mx, my,
+                    ow, oh, dst, w);
 }
 
 void mgt_resample_work_free(mgt_resample_work *w) {

@@ -31,6 +31,16 @@ typedef struct mgt_resample_work {
 int mgt_resample_u8(const uint8_t *src, int sw, int sh, size_t stride, int c, int fw, int fh,
                     int x0, int y0, int ow, int oh, uint8_t *dst, mgt_resample_work *w);
 
+/* Resizes the box [box[0], box[2]) x [box[1], box[3]) of the sw x sh image src (fractional
+ * bounds, in pixels) to ow x oh into dst, as Pillow's Image.crop of the pixels the box covers
+ * (floor of its start to ceil of its end) then Image.resize(size, BILINEAR, box=the box within
+ * that crop) makes it: output pixel i centred at box[0] + (i + 0.5) * (box[2] - box[0]) / ow, the
+ * filter's taps kept within the covered pixels. With whole-pixel bounds it is torchvision's
+ * resized_crop (crop, then resize) to the byte. Returns 0, or -1 for an empty box or when the
+ * work memory cannot be had. */
+int mgt_resample_box(const uint8_t *src, int sw, int sh, size_t stride, int c, const double box[4],
+                     int ow, int oh, uint8_t *dst, mgt_resample_work *w);
+
 void mgt_resample_work_free(mgt_resample_work *w);
 
 #endif

@@ -132,7 +132,7 @@ void mgt_dataset_gather_with(const mgt_dataset *ds, const uint64_t *templates,
         return;
     }
     if (ds->images) { /* the evaluation transform (images.h) */
-        mgt_images_gather(ds, idx, count, NULL, 0, 0, x, labels);
+        mgt_images_gather(ds, idx, count, NULL, 0, 0, 0, x, labels);
         return;
     }
     const int64_t elems = (int64_t)ds->h * ds->w * ds->c;

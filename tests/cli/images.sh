@@ -4,13 +4,16 @@
 # Image folders end to end, on trees the test makes itself with Pillow (images_data.py): JPEG and
 # PNG, sizes from 64x400 to 512x384, greyscale, CMYK, palette, 16-bit, alpha, interlaced and
 # progressive files, a nested folder.
-#  1. mgtrain convert stores exactly Pillow's bytes (decode, torchvision's Resize + CenterCrop
-#     with Image.BILINEAR), the same bytes for 1 and 3 threads and any shard size, and a
-#     stopped conversion run again keeps its finished shards and ends with the same bytes;
+#  1. mgtrain convert stores exactly Pillow's bytes (decode, torchvision's Resize of the whole
+#     picture with Image.BILINEAR; with --square, Resize + CenterCrop), the same bytes for 1 and 3
+#     threads and any shard size, and a stopped conversion run again keeps its finished shards
+#     and ends with the same bytes;
 #  2. the transforms equal an independent reference: each crop as torchvision's get_params draws
-#     it from the same counter-based numbers, resized by Pillow, flipped, then ToTensor and
-#     Normalize in float32 (exactly: no tolerance), the fallback crop too, and the evaluation
-#     resize + centre crop; the batches are the same bytes on 1 and 3 threads;
+#     it on the original picture from the same counter-based numbers, mapped onto the stored one
+#     and resized by Pillow (crop, then resize with the fractional box), flipped, then ToTensor
+#     and Normalize in float32 (exactly: no tolerance; normalised on the transform's threads),
+#     the fallback crop too, and the evaluation resize + centre crop of the original's geometry;
+#     the same for --square; the batches are the same bytes on 1 and 3 threads;
 #  3. training on an image set learns (10 classes, random-resized crops, flips, normalisation),
 #     and reports top-5 accuracy; eval and predict read it;
 #  4. augmented batches are the same on any rank count: 1, 2 and 3 ranks (a batch of 32 that 3
@@ -102,8 +105,8 @@ check_dump() { # check_dump NAME "H W TRAIN SEED EPOCH THREADS" [EXTRA...]: mgt_
   n_dump=$((n_dump + 1))
   mkdir -p dump$n_dump
   # shellcheck disable=SC2086
-  "$MGT_IMAGES_DUMP" set train $args dump$n_dump "$@" >dump$n_dump.log 2>&1 || { bad "$name: dump failed"; cat dump$n_dump.log; return; }
-  local r; r=$("$PY" "$DATA_PY" crops set train dump$n_dump)
+  "$MGT_IMAGES_DUMP" "${DUMP_SET:-set}" train $args dump$n_dump "$@" >dump$n_dump.log 2>&1 || { bad "$name: dump failed"; cat dump$n_dump.log; return; }
+  local r; r=$("$PY" "$DATA_PY" crops "${DUMP_SET:-set}" train dump$n_dump)
   [ $? -eq 0 ] && ok "$name: ${r#ok: }" || { bad "$name"; echo "$r" | tail -5; }
 }
 check_dump "train 40x40, epoch 3" "40 40 1 7 3 1"
@@ -111,6 +114,14 @@ check_dump "train 24x36, epoch 0, another seed" "24 36 1 11 0 3"
 check_dump "train, no try fits (scale 0.8-0.9, ratio 2-3): the fallback crop" "40 40 1 9 0 2" 0 0.8 0.9 2 3
 check_dump "evaluation 40x40 (resized to 45)" "40 40 0 7 0 2"
 check_dump "evaluation 32x24, center_crop 0.75" "32 24 0 7 0 1" 0.75
+# The square layout (--square): the centre square stored, crops drawn on it.
+"$MGT_BIN" convert train setsq --size 48 --square --shard-size 50 --verbose 0 >/dev/null 2>&1 \
+  && "$PY" "$DATA_PY" stored setsq train train 48 >/dev/null && ok "--square stores Pillow's Resize + CenterCrop" \
+  || bad "--square's stored bytes"
+DUMP_SET=setsq check_dump "--square: train 40x40" "40 40 1 7 3 2"
+DUMP_SET=setsq check_dump "--square: evaluation 40x40" "40 40 0 7 0 2"
+expect_fail "a whole-picture split into a square set" "setsq holds images stored square \(--square\); convert with --square" \
+  "$MGT_BIN" convert test setsq --split test --size 48
 mkdir -p t1 t3
 "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 1 t1 >/dev/null 2>&1 && "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 3 t3 >/dev/null 2>&1 \
   && cmp -s t1/x.npy t3/x.npy && ok "a batch is the same bytes on 1 and 3 threads" || bad "threads changed a batch"
@@ -127,7 +138,7 @@ cfg() { # cfg NAME ACTIVATION [EXTRA TRAIN KEYS...]
 }
 cfg learn relu "optimizer = adam" "learning_rate = 0.01" "epochs = 4"
 mpi 2 --model learn.cfg --data set --verbose 2 --out learn >learn.log 2>&1 || { bad "training on the image set"; tail -5 learn.log; }
-grep -q "data: set (images stored at 48x48 in 14 shards, 170 of 10 classes); evaluation: resized to 36x36, centre 32x32; augmented: random-resized crop (scale 0.25-1, ratio 0.75-1.33) and horizontal flip; normalised" learn.log \
+grep -q "data: set (images stored whole, short side at most 48 in 14 shards, 170 of 10 classes); evaluation: short side resized to 36, centre 32x32; augmented: random-resized crop (scale 0.25-1, ratio 0.75-1.33) and horizontal flip; normalised" learn.log \
   && ok "the start-up block says how images become inputs" || bad "data line: $(grep 'data:' learn.log)"
 "$PY" - learn.log <<'PY' && ok "training on the image set learns: $(grep -o 'Test loss.*' learn.log)" || bad "did not learn: $(grep -o 'Test loss.*' learn.log)"
 import re, sys

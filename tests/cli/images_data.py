@@ -178,11 +178,37 @@ def pil_rgb(path):
     return Image.open(path).convert("RGB")
 
 
-def check_stored(dst, split, src, size):
+def resize_whole(img, size):
+    """The whole layout: torchvision's Resize(size) where the short side is longer, else as is."""
+    w, h = img.size
+    if min(w, h) <= size:
+        return img
+    if w <= h:
+        nw, nh = size, int(size * h / w)
+    else:
+        nw, nh = int(size * w / h), size
+    return img.resize((nw, nh), Image.BILINEAR)
+
+
+def load_set(dst, split):
+    """The stored images of DST's SPLIT (a list of arrays), their labels, and the manifest."""
     man = json.load(open(os.path.join(dst, "images.json")))
-    shards = man["splits"][split]["shards"]
-    x = np.concatenate([np.load(os.path.join(dst, s["name"] + "_x.npy")) for s in shards])
-    y = np.concatenate([np.load(os.path.join(dst, s["name"] + "_y.npy")) for s in shards])
+    xs, ys = [], []
+    for s in man["splits"][split]["shards"]:
+        base = os.path.join(dst, s["name"])
+        x = np.load(base + "_x.npy", mmap_mode="r")
+        if man.get("layout") == "whole":
+            for off, h, w, _, _ in np.load(base + "_i.npy"):
+                xs.append(np.asarray(x[off:off + h * w * 3]).reshape(h, w, 3))
+        else:
+            xs += [np.asarray(v) for v in x]
+        ys.append(np.load(base + "_y.npy"))
+    return xs, np.concatenate(ys), man
+
+
+def check_stored(dst, split, src, size):
+    x, y, man = load_set(dst, split)
+    whole = man.get("layout") == "whole"
     classes, files = files_of(src)
     listed = open(os.path.join(dst, "classes.txt")).read().split("\n")[:-1]
     ok = listed == classes
@@ -197,23 +223,23 @@ def check_stored(dst, split, src, size):
         return 1
     bad = 0
     for i, (p, k) in enumerate(kept):
-        ref = np.asarray(resize_short(pil_rgb(p), size))
+        img = pil_rgb(p)
+        ref = np.asarray(resize_whole(img, size) if whole else resize_short(img, size))
         if ref.shape != x[i].shape or not np.array_equal(ref, x[i]) or y[i] != k:
             diff = np.abs(ref.astype(int) - x[i].astype(int)).max() if ref.shape == x[i].shape else -1
-            print(f"FAIL: {p}: stored image differs from Pillow's (max |diff| {diff}), "
-                  f"label {y[i]} vs {k}")
+            print(f"FAIL: {p}: stored image differs from Pillow's (max |diff| {diff}, shapes "
+                  f"{ref.shape} {x[i].shape}), label {y[i]} vs {k}")
             bad += 1
+    what = (f"Resize({size}) where the short side is longer" if whole
+            else f"Resize({size}) + CenterCrop({size})")
     print(("ok" if bad == 0 and ok else "FAIL") +
-          f": {len(kept)} stored images equal Pillow's decode + Resize({size}) + "
-          f"CenterCrop({size}) byte for byte, labels the folders' positions")
+          f": {len(kept)} stored images equal Pillow's decode + {what} byte for byte, labels the "
+          f"folders' positions")
     return 0 if bad == 0 and ok else 1
 
 
 def stored_images(dst, split):
-    man = json.load(open(os.path.join(dst, "images.json")))
-    shards = man["splits"][split]["shards"]
-    return np.concatenate([np.load(os.path.join(dst, s["name"] + "_x.npy"), mmap_mode="r")
-                           for s in shards])
+    return load_set(dst, split)[0]
 
 
 def check_crops(dst, split, dump):
@@ -221,31 +247,47 @@ def check_crops(dst, split, dump):
     rows = np.load(os.path.join(dump, "rows.npy"))
     x, xn = np.load(os.path.join(dump, "x.npy")), np.load(os.path.join(dump, "norm.npy"))
     crops = np.load(os.path.join(dump, "crops.npy"))
-    stored = stored_images(dst, split)
+    stored, _, man = load_set(dst, split)
+    whole = man.get("layout") == "whole"
     seed, epoch, train = meta["seed"], meta["epoch"], meta["train"]
     scale, ratio = tuple(meta["scale"]), tuple(meta["ratio"])
     mean = np.array(meta["mean"], np.float32)
     std = np.array(meta["std"], np.float32)
     h, w = x.shape[1], x.shape[2]
-    s = stored.shape[1]
     fails = 0
     for i, r in enumerate(rows):
         img = Image.fromarray(np.asarray(stored[r]))
+        sh, sw, oh, ow = (int(v) for v in crops[i][5:9])
+        if (sh, sw) != img.size[::-1]:
+            print(f"FAIL: row {r}: stored sides {sh} x {sw}, the set's {img.size[::-1]}")
+            fails += 1
+            continue
         if train:
-            want = get_params(s, s, scale, ratio, seed, epoch, int(r))
-            got = tuple(int(v) for v in crops[i])
+            # torchvision's crop of the original (oh x ow), onto the stored picture
+            want = get_params(oh, ow, scale, ratio, seed, epoch, int(r))
+            got = tuple(int(v) for v in crops[i][:5])
             if got != want:
                 print(f"FAIL: row {r}: crop {got}, reference {want}")
                 fails += 1
                 continue
             top, left, ch, cw, flip = want
-            ref = img.crop((left, top, left + cw, top + ch)).resize((w, h), Image.BILINEAR)
+            fx, fy = sw / ow, sh / oh
+            box = (left * fx, top * fy, (left + cw) * fx, (top + ch) * fy)
+            c = (math.floor(box[0]), math.floor(box[1]), math.ceil(box[2]), math.ceil(box[3]))
+            ref = img.crop(c).resize((w, h), Image.BILINEAR,
+                                     box=(box[0] - c[0], box[1] - c[1], box[2] - c[0], box[3] - c[1]))
             if flip:
                 ref = ImageOps.mirror(ref)
         else:
             side = max(math.floor(max(h, w) / meta["center_crop"] + 1e-9), max(h, w))
-            ref = img.resize((side, side), Image.BILINEAR)
-            top, left = int(round((side - h) / 2.0)), int(round((side - w) / 2.0))
+            if (oh, ow) == (sh, sw) and not whole:  # square: the stored square to side x side
+                rw = rh = side
+            elif ow <= oh:  # torchvision's Resize(side) of the original
+                rw, rh = side, int(side * oh / ow)
+            else:
+                rw, rh = int(side * ow / oh), side
+            ref = img.resize((rw, rh), Image.BILINEAR)
+            top, left = int(round((rh - h) / 2.0)), int(round((rw - w) / 2.0))
             ref = ref.crop((left, top, left + w, top + h))
         ref = np.asarray(ref)
         # ToTensor: bytes / 255 in float32; Normalize: (t - mean) / std in float32

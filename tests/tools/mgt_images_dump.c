@@ -6,8 +6,10 @@
  * ratio [R0, R1], torchvision's by default, and flip, drawn for SEED and EPOCH) or the
  * evaluation one (TRAIN 0; CENTER_CROP 0: the default), on
  * THREADS threads, and writes into the folder OUT: rows.npy (int64), x.npy (float32, bytes / 255
- * as gathered), norm.npy (float32, x normalised with ImageNet's mean and std), crops.npy (int32
- * rows of top, left, h, w, flip as mgt_images_pick drew them) and meta.json. */
+ * as gathered), norm.npy (float32, x normalised with ImageNet's mean and std on the transform's
+ * threads, checked equal to mgt_dataset_normalize's), crops.npy (int32 rows of top, left, h, w,
+ * flip as mgt_images_pick drew them on the original's sides, then the stored h, w and the
+ * original's h, w) and meta.json. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,26 +64,35 @@ int main(int argc, char **argv) {
     int64_t *rows = malloc(sizeof *rows * (size_t)n);
     const size_t elems = (size_t)h * (size_t)w * 3;
     float *x = malloc(sizeof *x * elems * (size_t)n), *xn = malloc(sizeof *xn * elems * (size_t)n);
-    int32_t *labels = malloc(sizeof *labels * (size_t)n), *crops = malloc(sizeof *crops * 5 * n);
+    int32_t *labels = malloc(sizeof *labels * (size_t)n), *crops = malloc(sizeof *crops * 9 * n);
     /* rows in a shuffled order, so that a batch's samples are not the shards' order */
     for (int i = 0; i < n; i++)
         rows[i] = (int64_t)((i * 7 + 3) % n);
-    mgt_images_gather(&ds, rows, n, train ? &a : NULL, seed, epoch, x, labels);
-    memcpy(xn, x, sizeof *x * elems * (size_t)n);
-    mgt_dataset_normalize(&ds, xn, n);
-    const int stored = mgt_images_side(&ds);
+    /* the bytes / 255, then normalised on the transform's threads; and the separate pass over
+     * the batch, which must give the same bits */
+    mgt_images_gather(&ds, rows, n, train ? &a : NULL, seed, epoch, 0, x, labels);
+    mgt_images_gather(&ds, rows, n, train ? &a : NULL, seed, epoch, 1, xn, labels);
+    float *xs2 = malloc(sizeof *x * elems * (size_t)n);
+    memcpy(xs2, x, sizeof *x * elems * (size_t)n);
+    mgt_dataset_normalize(&ds, xs2, n);
+    if (memcmp(xs2, xn, sizeof *x * elems * (size_t)n)) {
+        fprintf(stderr, "normalised on the threads differs from mgt_dataset_normalize\n");
+        return 1;
+    }
+    free(xs2);
     for (int i = 0; i < n; i++) {
         const mgt_augment none = {0};
-        const mgt_crop c =
-            mgt_images_pick(train ? &a : &none, stored, stored, seed, epoch, rows[i]);
-        const int32_t v[5] = {c.top, c.left, c.h, c.w, c.flip};
-        memcpy(crops + 5 * i, v, sizeof v);
+        int d[4];
+        mgt_images_dims(&ds, rows[i], d); /* the crop is drawn on the original's sides */
+        const mgt_crop c = mgt_images_pick(train ? &a : &none, d[2], d[3], seed, epoch, rows[i]);
+        const int32_t v[9] = {c.top, c.left, c.h, c.w, c.flip, d[0], d[1], d[2], d[3]};
+        memcpy(crops + 9 * i, v, sizeof v);
     }
-    const int64_t xs[4] = {n, h, w, 3}, rs[1] = {n}, cs[2] = {n, 5};
+    const int64_t xs[4] = {n, h, w, 3}, rs[1] = {n}, cs[2] = {n, 9};
     int rc = write_npy(out, "rows.npy", "<i8", rs, 1, rows, sizeof *rows * (size_t)n) ||
              write_npy(out, "x.npy", "<f4", xs, 4, x, sizeof *x * elems * (size_t)n) ||
              write_npy(out, "norm.npy", "<f4", xs, 4, xn, sizeof *xn * elems * (size_t)n) ||
-             write_npy(out, "crops.npy", "<i4", cs, 2, crops, sizeof *crops * 5 * (size_t)n);
+             write_npy(out, "crops.npy", "<i4", cs, 2, crops, sizeof *crops * 9 * (size_t)n);
     char meta[512], path[1024];
     const int len =
         snprintf(meta, sizeof meta,
