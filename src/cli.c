@@ -67,7 +67,9 @@ static const flag flags[] = {
     {"init-weights", "FILE", C_TRAIN, "none (random)", "start from these weights (names and "
                                                        "shapes checked)"},
     {"val-split", "F", C_TRAIN, "none (validate on t10k)", "hold out the last fraction F of the "
-                                                          "training data for validation"},
+                                                          "training data for validation (an "
+                                                          "image set: F of every class, chosen "
+                                                          "by --seed)"},
     {"no-validation", NULL, C_TRAIN, "off", "train only: skip validation and the final test "
                                             "evaluation (benchmarks)"},
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},

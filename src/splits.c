@@ -36,7 +36,7 @@ static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m,
 
 /* The model's input transform and augmentation against the data (the same on every rank). */
 static void check_transforms(const mgt_splits *s, const mgt_model *m, const mgt_augment *aug,
-                             int train, double val_split) {
+                             int train) {
     const mgt_input_tf *tf = &m->input_tf;
     const int images = !s->synthetic && mgt_images_dir(s->dir);
     if (tf->norm && tf->nvalues != 1 && tf->nvalues != m->input.c)
@@ -58,11 +58,6 @@ static void check_transforms(const mgt_splits *s, const mgt_model *m, const mgt_
         mgt_die_all("%s: augment_crop (pad and crop at the input's size) is for data stored at "
                     "the input's size; %s is an image set: use augment_resized_crop = true",
                     m->path, s->dir);
-    if (val_split > 0 && images)
-        mgt_die_all("--val-split takes the last images of the training split, which in an image "
-                    "set are those of the last classes only; convert a validation tree into %s "
-                    "instead (mgtrain convert VAL_TREE %s --split test)",
-                    s->dir, s->dir);
 }
 
 const char *mgt_split_name(mgt_split s) {
@@ -90,9 +85,16 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
     s->threads = o->threads;
     if (train) {
         load_split(s, &s->train, m, 0, o->synthetic_samples);
-        check_transforms(s, m, &o->augment, 1,
-                         o->val_split); /* the data is there: is it what they take? */
-        if (o->val_split > 0) {
+        check_transforms(s, m, &o->augment, 1); /* the data is there: is it what they take? */
+        if (o->val_split > 0 && s->train.images) {
+            /* An image set is in class order: the same share of every class (images.h). */
+            mgt_err e;
+            mgt_dataset val;
+            if (mgt_images_val_split(&s->train, o->val_split, seed, &val, &e) < 0)
+                mgt_die_all("%s: %s", s->dir, e.msg);
+            s->val = val;
+            s->have_val = 1;
+        } else if (o->val_split > 0) {
             /* Keras' validation_split: the LAST fraction of the training data, before shuffling. */
             const int64_t n = s->train.n, nv = (int64_t)((double)n * o->val_split);
             if (nv < 1 || nv >= n)
@@ -109,7 +111,7 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
     if (!train || (!s->have_val && !o->no_validation)) {
         load_split(s, &s->test, m, train || o->split == MGT_SPLIT_TEST, o->synthetic_samples);
         if (!train)
-            check_transforms(s, m, &o->augment, 0, 0);
+            check_transforms(s, m, &o->augment, 0);
         s->have_test = 1;
         if (train) {
             s->val = s->test;
@@ -129,6 +131,10 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc),
                  " (%s); evaluation: %s", mgt_images_describe(any, what, sizeof what),
                  mgt_images_eval_describe(any, m->input_tf.center_crop, eval, sizeof eval));
+        if (train && o->val_split > 0)
+            snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc),
+                     "; validation: %lld held out, the same share of every class",
+                     (long long)s->val.n);
     }
     if (train && mgt_augment_on(&o->augment)) /* training batches only */
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), "; augmented: %s",

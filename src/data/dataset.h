@@ -44,6 +44,10 @@ typedef struct mgt_dataset {
     /* An image set's shards and transforms (images.h); sample 0 of this view is stored image
      * `first`. NULL for the other sources. */
     mgt_images *images;
+    /* An image set's view that is not a run of consecutive images (--val-split's per-class
+     * parts): sample i is the set's image rows[i], and its label labels[rows[i]] (the set's
+     * arrays, not offset); NULL: sample i is image first + i. The set owns the array. */
+    const int64_t *rows;
     /* How samples become inputs beyond the source's own scaling: [input] mean and std (applied
      * by mgt_dataset_normalize, after augmentation) and, for image sets, center_crop. */
     mgt_input_tf tf;

@@ -47,6 +47,7 @@ struct mgt_images {
     int64_t *index; /* whole: per image of the set, MGT_IMAGES_INDEX_COLS values: its offset in
                      * its shard's images file, stored h, w, original h, w (24 MiB for ImageNet) */
     size_t max_bytes; /* the largest stored image's bytes */
+    int64_t *split_rows; /* --val-split: the training rows, then the validation rows */
     float lut[3][256]; /* per channel: byte -> (byte / 255 - mean) / std, as torchvision does it */
     int classes; /* the set's (classes.txt) */
     int nshards;
@@ -449,6 +450,7 @@ void mgt_images_free(mgt_images *im) {
     free(im->first);
     free(im->offset);
     free(im->index);
+    free(im->split_rows);
     free(im);
 }
 
@@ -619,7 +621,8 @@ static void gather_one(void *ctx, int64_t i, int k) {
     const int H = ds->h, W = ds->w;
     mgt_err e;
     int d[4];
-    if (read_stored(im, ds->first + row, s->stored, d, &e) < 0) {
+    const int64_t at = ds->rows ? ds->rows[row] : ds->first + row;
+    if (read_stored(im, at, s->stored, d, &e) < 0) {
         gather_fail(g, &e);
         return;
     }
@@ -667,7 +670,8 @@ static void gather_one(void *ctx, int64_t i, int k) {
             }
         }
     }
-    g->labels[i] = ds->labels ? ds->labels[row] : ds->labels32[row];
+    const int64_t li = ds->rows ? at : row; /* a slice's labels are offset, a map's are not */
+    g->labels[i] = ds->labels ? ds->labels[li] : ds->labels32[li];
 }
 
 void mgt_images_dims(const mgt_dataset *ds, int64_t row, int d[4]) {
@@ -675,7 +679,88 @@ void mgt_images_dims(const mgt_dataset *ds, int64_t row, int d[4]) {
     d[0] = d[1] = d[2] = d[3] = im->size;
     if (im->whole)
         for (int j = 0; j < 4; j++)
-            d[j] = (int)im->index[MGT_IMAGES_INDEX_COLS * (ds->first + row) + 1 + j];
+            d[j] = (int)im->index[MGT_IMAGES_INDEX_COLS * (ds->rows ? ds->rows[row] : ds->first + row) +
+                                  1 + j];
+}
+
+#define VAL_PURPOSE 0x56414C53ULL /* "VALS": which images --val-split holds out */
+
+/* A row and the key that orders it within its class. */
+typedef struct val_key {
+    int32_t label;
+    uint64_t key;
+    int64_t row;
+} val_key;
+
+static int by_class_key(const void *pa, const void *pb) {
+    const val_key *a = pa, *b = pb;
+    if (a->label != b->label)
+        return a->label < b->label ? -1 : 1;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
+    return a->row < b->row ? -1 : a->row > b->row;
+}
+
+static int by_row(const void *pa, const void *pb) {
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+int mgt_images_val_split(mgt_dataset *ds, double fraction, uint64_t seed, mgt_dataset *val,
+                         mgt_err *err) {
+    mgt_images *im = ds->images;
+    const int64_t n = ds->n;
+    if (!im || ds->rows || ds->first != 0)
+        return mgt_errf(err, "--val-split applies to a whole image set");
+    val_key *k = malloc(sizeof *k * (size_t)n);
+    int64_t *map = malloc(sizeof *map * (size_t)n);
+    if (!k || !map) {
+        free(k);
+        free(map);
+        return mgt_errf(err, "out of memory splitting %lld images", (long long)n);
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const int32_t l = ds->labels ? ds->labels[r] : ds->labels32[r];
+        k[r] = (val_key){l, mgt_rand64(mgt_key3(seed, VAL_PURPOSE, (uint64_t)l), (uint64_t)r), r};
+    }
+    /* Per class, its images in the seed's order; the first int(fraction * count) of them are
+     * held out (Keras' flow_from_directory holds out int(split * count) of each class). */
+    qsort(k, (size_t)n, sizeof *k, by_class_key);
+    int64_t nv = 0, nt = 0;
+    for (int64_t lo = 0, hi; lo < n; lo = hi) {
+        for (hi = lo; hi < n && k[hi].label == k[lo].label; hi++)
+            ;
+        const int64_t hold = (int64_t)(fraction * (double)(hi - lo));
+        for (int64_t i = lo; i < hi; i++)
+            k[i].label = i - lo < hold ? -1 : 0; /* -1: validation */
+        nv += hold;
+    }
+    /* The training rows first, then the validation rows, each in the set's order. */
+    for (int64_t i = 0; i < n; i++)
+        if (k[i].label == 0)
+            map[nt++] = k[i].row;
+    for (int64_t i = 0, j = nt; i < n; i++)
+        if (k[i].label < 0)
+            map[j++] = k[i].row;
+    free(k);
+    if (nv < 1 || nt < 1) {
+        free(map);
+        return mgt_errf(err,
+                        "--val-split %g holds out %lld of the %lld images (int(%g x the images of "
+                        "each class)); use a fraction that leaves images on both sides",
+                        fraction, (long long)nv, (long long)n, fraction);
+    }
+    qsort(map, (size_t)nt, sizeof *map, by_row);
+    qsort(map + nt, (size_t)nv, sizeof *map, by_row);
+    free(im->split_rows);
+    im->split_rows = map;
+    *val = *ds;
+    val->owned = 0;
+    val->rows = map + nt;
+    val->n = nv;
+    ds->rows = map;
+    ds->n = nt;
+    return 0;
 }
 
 /* The pool and each thread's scratch memory, once. */

@@ -77,6 +77,15 @@ void mgt_images_threads(mgt_dataset *ds, int threads);
 void mgt_images_gather(const mgt_dataset *ds, const int64_t *rows, int n, const mgt_augment *a,
                        uint64_t seed, int64_t epoch, int normalize, float *x, int32_t *labels);
 
+/* --val-split on an image set (ds as loaded): the same share of every class held out for
+ * validation, as Keras' validation_split does per class in flow_from_directory: int(fraction x
+ * the class's images) of each class, chosen by a permutation of the class seeded with `seed`
+ * (the same on every rank and run for one seed). ds becomes the training part and *val the held
+ * out part, views of the same set in its order (ds keeps owning it). -1 with err when either
+ * part would be empty. */
+int mgt_images_val_split(mgt_dataset *ds, double fraction, uint64_t seed, mgt_dataset *val,
+                         mgt_err *err);
+
 /* Row `row`'s sides: stored height and width, then the original's (the stored ones in the square
  * layout). */
 void mgt_images_dims(const mgt_dataset *ds, int64_t row, int d[4]);

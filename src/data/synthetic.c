@@ -173,6 +173,10 @@ mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t coun
         v.first = ds->first + first;
         return v;
     }
+    if (ds->images && ds->rows) { /* the rows' map moves; the labels stay the set's */
+        v.rows = ds->rows + first;
+        return v;
+    }
     if (ds->images)
         v.first = ds->first + first;
     else if (ds->pixels)

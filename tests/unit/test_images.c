@@ -17,12 +17,14 @@
 #include <pthread.h>
 #include <stdio.h> /* before jpeglib.h, which uses FILE */
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <jpeglib.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/convert.h"
 #include "data/decode.h"
 #include "data/images.h"
 #include "data/pool.h"
@@ -431,6 +433,83 @@ static void test_decode_limits(tally *t) {
     free(img.px);
 }
 
+/* --val-split on an image set: a tree of 3 classes of 7, 4 and 10 tiny PNGs converted here, then
+ * split: int(0.3 x each class) held out (2, 1, 3), the same rows for the same seed, other rows for
+ * another, the two parts disjoint and whole, in the set's order, and gathered with their labels. */
+static void test_val_split(tally *t) {
+    char root[] = "/tmp/mgt-valsplit-XXXXXX", path[256];
+    if (!mkdtemp(root)) {
+        CHECK(t, 0);
+        return;
+    }
+    const int per[3] = {7, 4, 10};
+    for (int c = 0; c < 3; c++) {
+        snprintf(path, sizeof path, "%s/src/c%d", root, c);
+        char src[256];
+        snprintf(src, sizeof src, "%s/src", root);
+        mkdir(src, 0755);
+        mkdir(path, 0755);
+        for (int i = 0; i < per[c]; i++) {
+            snprintf(path, sizeof path, "%s/src/c%d/%02d.png", root, c, i);
+            FILE *f = fopen(path, "wb");
+            fwrite(png_3x2, 1, sizeof png_3x2, f);
+            fclose(f);
+        }
+    }
+    char src[256], dst[256];
+    snprintf(src, sizeof src, "%s/src", root);
+    snprintf(dst, sizeof dst, "%s/set", root);
+    mgt_convert_opts o = {.src = src, .dst = dst, .split = "train", .size = 8, .threads = 1,
+                          .verbose = 0, .host = "test"};
+    mgt_err e;
+    CHECK(t, mgt_convert(&o, &e) == 0);
+    const mgt_input_tf tf = {0};
+    int64_t seen[2][21];
+    for (int run = 0; run < 2; run++) {
+        mgt_dataset ds, val;
+        CHECK(t, mgt_dataset_load_images(&ds, dst, "train", 2, 2, 3, 3, &tf, &e) == 0);
+        CHECK(t, mgt_images_val_split(&ds, 0.3, 7 + (uint64_t)run, &val, &e) == 0);
+        CHECK(t, ds.n == 15 && val.n == 6);
+        int held[3] = {0, 0, 0}, all[21] = {0};
+        float x[6 * 2 * 2 * 3];
+        int32_t labels[6];
+        int64_t rows[6] = {0, 1, 2, 3, 4, 5};
+        mgt_images_gather(&val, rows, 6, NULL, 0, 0, 0, x, labels);
+        for (int i = 0; i < 6; i++) {
+            const int64_t r = val.rows[i];
+            CHECK(t, labels[i] == (r < 7 ? 0 : r < 11 ? 1 : 2)); /* the label of the row */
+            held[labels[i]]++;
+            all[r]++;
+            CHECK(t, i == 0 || val.rows[i - 1] < r); /* in the set's order */
+            seen[run][i] = r;
+        }
+        for (int64_t i = 0; i < ds.n; i++)
+            all[ds.rows[i]]++;
+        int whole = 1;
+        for (int r = 0; r < 21; r++)
+            whole &= all[r] == 1;
+        CHECK(t, whole && held[0] == 2 && held[1] == 1 && held[2] == 3);
+        mgt_dataset again, val2;
+        CHECK(t, mgt_dataset_load_images(&again, dst, "train", 2, 2, 3, 3, &tf, &e) == 0);
+        CHECK(t, mgt_images_val_split(&again, 0.3, 7 + (uint64_t)run, &val2, &e) == 0);
+        CHECK(t, !memcmp(val2.rows, val.rows, sizeof(int64_t) * 6)); /* the same seed, the same */
+        mgt_dataset_free(&again);
+        mgt_dataset sl = mgt_dataset_slice(&val, 2, 3); /* a slice of a split keeps its rows */
+        int32_t l3[3];
+        mgt_images_gather(&sl, rows, 3, NULL, 0, 0, 0, x, l3);
+        CHECK(t, sl.n == 3 && sl.rows[0] == val.rows[2] && l3[0] == labels[2] && l3[2] == labels[4]);
+        mgt_dataset_free(&ds);
+    }
+    CHECK(t, memcmp(seen[0], seen[1], sizeof(int64_t) * 6) != 0); /* another seed, others */
+    mgt_dataset ds, val;
+    CHECK(t, mgt_dataset_load_images(&ds, dst, "train", 2, 2, 3, 3, &tf, &e) == 0);
+    CHECK_ERR(t, mgt_images_val_split(&ds, 0.05, 1, &val, &e), &e, "holds out 0 of the 21 images");
+    mgt_dataset_free(&ds);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(t, system(cmd) == 0);
+}
+
 int main(void) {
     tally t = {0, 0};
     test_resample(&t);
@@ -438,6 +517,7 @@ int main(void) {
     test_pool(&t);
     test_decode(&t);
     test_decode_limits(&t);
+    test_val_split(&t);
     printf("test_images: %d passed, %d failed\n", t.pass, t.fail);
     return t.fail ? 1 : 0;
 }
