@@ -6,7 +6,9 @@
  * large photograph resized to 256 pixels does not alias; when enlarging it is plain bilinear
  * interpolation. Two separable passes, horizontal then vertical, each rounding to bytes, with
  * coefficients rounded to 22 fractional bits, as Pillow does (libImaging/Resample.c); a pass whose
- * size does not change is skipped. tests/cli/images.sh compares the bytes with Pillow's.
+ * size does not change is skipped. tests/cli/images.sh compares the bytes with Pillow's: Debian's
+ * (9.4) exactly, PyPI's current one up to the order of the passes (Pillow 13 runs the vertical
+ * one first for some sizes; horizontal first is Pillow's order from 3.4 to 12).
  *
  * A window of the result can be computed alone: resizing to fw x fh and keeping [x0, x0 + ow) x
  * [y0, y0 + oh) gives the bytes a resize then a crop would, at the cost of the window only (a

@@ -14,6 +14,8 @@
 #     and Normalize in float32 (exactly: no tolerance; normalised on the transform's threads),
 #     the fallback crop too, and the evaluation resize + centre crop of the original's geometry;
 #     the same for --square; the batches are the same bytes on 1 and 3 threads;
+#     and 2b. all of it again against PyPI's current Pillow (a virtual environment in the build
+#     folder, made once: about 30 s), equal up to the order of Pillow's two passes;
 #  3. training on an image set learns (10 classes, random-resized crops, flips, normalisation),
 #     and reports top-5 accuracy; eval and predict read it;
 #  4. augmented batches are the same on any rank count: 1, 2 and 3 ranks (a batch of 32 that 3
@@ -106,6 +108,7 @@ check_dump() { # check_dump NAME "H W TRAIN SEED EPOCH THREADS" [EXTRA...]: mgt_
   mkdir -p dump$n_dump
   # shellcheck disable=SC2086
   "$MGT_IMAGES_DUMP" "${DUMP_SET:-set}" train $args dump$n_dump "$@" >dump$n_dump.log 2>&1 || { bad "$name: dump failed"; cat dump$n_dump.log; return; }
+  echo "${DUMP_SET:-set}" >dump$n_dump/set.txt
   local r; r=$("$PY" "$DATA_PY" crops "${DUMP_SET:-set}" train dump$n_dump)
   [ $? -eq 0 ] && ok "$name: ${r#ok: }" || { bad "$name"; echo "$r" | tail -5; }
 }
@@ -125,6 +128,29 @@ expect_fail "a whole-picture split into a square set" "setsq holds images stored
 mkdir -p t1 t3
 "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 1 t1 >/dev/null 2>&1 && "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 3 t3 >/dev/null 2>&1 \
   && cmp -s t1/x.npy t3/x.npy && ok "a batch is the same bytes on 1 and 3 threads" || bad "threads changed a batch"
+
+# ---- 2b. PyPI's current Pillow ------------------------------------------------------------
+# The bytes above are Debian's Pillow's (9.4), exactly. PyPI's current one (13 at the time of
+# writing; in a virtual environment in the build folder, made once: about 30 s) runs the
+# vertical pass first for some sizes, which rounds the intermediate bytes otherwise: every stored
+# image and transform is checked against it too, equal or equal up to that order only
+# (images_data.py --pass-order: mgtrain's bytes are its horizontal-first ones, its own its
+# vertical-first ones).
+if PYPI=$("$MGT_SRC/tests/tools/pillow-python" 2>pypi.log); then
+  ver=$("$PYPI" -c "import PIL; print(PIL.__version__)")
+  for s in "set train train" "setsq train train" "set test test"; do
+    set -- $s
+    r=$("$PYPI" "$DATA_PY" stored "$1" "$2" "$3" 48 --pass-order | tail -1)
+    [ "${r%%:*}" = ok ] && ok "Pillow $ver, $1 $2: ${r#ok: }" || { bad "Pillow $ver, stored $1 $2"; echo "$r"; }
+  done
+  for d in dump*/; do
+    d=${d%/}
+    r=$("$PYPI" "$DATA_PY" crops "$(cat "$d/set.txt")" train "$d" --pass-order | tail -1)
+    [ "${r%%:*}" = ok ] && ok "Pillow $ver, $d: ${r#ok: }" || { bad "Pillow $ver, $d"; echo "$r"; }
+  done
+else
+  bad "PyPI's Pillow could not be installed into a virtual environment"; tail -3 pypi.log
+fi
 
 # ---- 3. training learns, with top-5 ------------------------------------------------------
 cfg() { # cfg NAME ACTIVATION [EXTRA TRAIN KEYS...]
