@@ -1,10 +1,12 @@
 /* fault.c: the MGT_FAULT test hook (see fault.h). */
 #include "fault.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model.h"
@@ -23,18 +25,32 @@ void mgt_fault_init(mgt_fault *f, int rank) {
     long long step;
     char what[16];
     if (sscanf(v, "%d:%lld:%15s", &who, &step, what) != 3 ||
-        (strcmp(what, "exit") && strcmp(what, "sleep") && strcmp(what, "nan")))
-        mgt_die_all("MGT_FAULT=%s: expected RANK:STEP:exit|sleep|nan", v);
+        (strcmp(what, "exit") && strcmp(what, "sleep") && strcmp(what, "nan") &&
+         strcmp(what, "slow")))
+        mgt_die_all("MGT_FAULT=%s: expected RANK:STEP:exit|sleep|nan|slow", v);
     if (who != rank)
         return;
     f->step = step;
     f->kind = !strcmp(what, "exit")    ? MGT_FAULT_EXIT
               : !strcmp(what, "sleep") ? MGT_FAULT_SLEEP
+              : !strcmp(what, "slow")  ? MGT_FAULT_SLOW
                                        : MGT_FAULT_NAN;
 }
 
 void mgt_fault_point(const mgt_fault *f, int64_t step) {
-    if (step != f->step || (f->kind != MGT_FAULT_EXIT && f->kind != MGT_FAULT_SLEEP))
+    if (step != f->step)
+        return;
+    if (f->kind == MGT_FAULT_SLOW) {
+        fprintf(stderr, "rank %d: MGT_FAULT: step %lld takes 3 s longer\n", f->rank,
+                (long long)step);
+        fflush(stderr);
+        /* The whole 3 s, signals or not (a stop signal's handler interrupts the sleep). */
+        struct timespec left = {3, 0};
+        while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+        }
+        return;
+    }
+    if (f->kind != MGT_FAULT_EXIT && f->kind != MGT_FAULT_SLEEP)
         return;
     /* _exit and pause, not mgt_die: the point is a rank that vanishes or hangs without a word to
      * the others, as a crashed or stopped process does. */

@@ -3,7 +3,9 @@
  *
  *   MGT_FAULT=RANK:STEP:exit   that rank exits (status 3) before the step;
  *   MGT_FAULT=RANK:STEP:sleep  that rank stops for good before the step (a hung peer);
- *   MGT_FAULT=RANK:STEP:nan    that rank's input batches are NaN from that step on.
+ *   MGT_FAULT=RANK:STEP:nan    that rank's input batches are NaN from that step on;
+ *   MGT_FAULT=RANK:STEP:slow   that rank takes 3 s longer before the step (a slow step: longer
+ *                              than Open MPI's 2 s from SIGCONT to SIGKILL when it ends a job).
  *
  * Unset, the hook does nothing. The "nan" fault poisons host buffers, so a run with it makes its
  * batches on the host (mgt_fault_host_batches).
@@ -20,7 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { MGT_FAULT_NONE = 0, MGT_FAULT_EXIT, MGT_FAULT_SLEEP, MGT_FAULT_NAN } mgt_fault_kind;
+typedef enum {
+    MGT_FAULT_NONE = 0,
+    MGT_FAULT_EXIT,
+    MGT_FAULT_SLEEP,
+    MGT_FAULT_NAN,
+    MGT_FAULT_SLOW
+} mgt_fault_kind;
 
 typedef struct mgt_fault {
     mgt_fault_kind kind; /* for this rank; MGT_FAULT_NONE when the hook names another rank */
@@ -33,7 +41,7 @@ struct mgt_model;
 
 /* Reads MGT_FAULT for this rank; a malformed value ends the job (every rank sees the same). */
 void mgt_fault_init(mgt_fault *f, int rank);
-/* Before optimizer step `step`: exits or stops this rank if the hook says so. */
+/* Before optimizer step `step`: exits, stops or slows this rank if the hook says so. */
 void mgt_fault_point(const mgt_fault *f, int64_t step);
 /* Poisons the `count` input values of a host batch of step `step`, from the fault's step on. */
 void mgt_fault_poison(const mgt_fault *f, int64_t step, float *x, size_t count);

@@ -5,6 +5,7 @@
 #include "runtime.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +115,10 @@ const int mgt_stop_signals[MGT_STOP_SIGNALS] = {SIGTERM, SIGHUP, SIGPIPE, SIGUSR
 static volatile sig_atomic_t caught_stop;
 static char held_lock[1024];
 static volatile sig_atomic_t lock_held;
+/* The controlling terminal while this rank's process group holds its foreground (take_terminal),
+ * and the process group to give it back to (the launcher's); tty_fd -1: not held. */
+static volatile sig_atomic_t tty_fd = -1;
+static volatile sig_atomic_t tty_owner = -1;
 
 void mgt_runtime_hold_lock(const char *path) {
     lock_held = 0;
@@ -130,9 +136,83 @@ static void drop_held_lock(void) {
     }
 }
 
+/* Async-signal-safe (tcgetpgrp, tcsetpgrp, pthread_sigmask, close): the terminal back to the
+ * launcher, if this process's group still holds it. SIGTTOU is blocked in case another process
+ * took the terminal meanwhile: from the background the call fails instead of stopping us. */
+static void give_back_terminal(void) {
+    const int fd = tty_fd;
+    if (fd < 0)
+        return;
+    tty_fd = -1;
+    sigset_t ttou, old;
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU);
+    pthread_sigmask(SIG_BLOCK, &ttou, &old);
+    if (tcgetpgrp(fd) == getpgrp())
+        (void)tcsetpgrp(fd, (pid_t)tty_owner);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(fd);
+}
+
 void mgt_runtime_exit_now(int status) {
     drop_held_lock();
+    give_back_terminal();
     _exit(status);
+}
+
+/* runtime.h, "Ctrl-C under mpirun": collective over the node's ranks. */
+static void take_terminal(mgt_runtime *rt) {
+    if (!rt->mpi)
+        return;
+    /* mine: whether this rank may take the terminal, and its process group. */
+    int mine[2] = {0, (int)getpgrp()};
+    const pid_t launcher = getpgid(getppid());
+    const int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    struct termios t;
+    if (fd >= 0 && launcher > 0 && tcgetpgrp(fd) == launcher && launcher != getpgrp() &&
+        tcgetattr(fd, &t) == 0)
+        mine[0] = (t.c_lflag & ISIG) && !(t.c_lflag & TOSTOP);
+    int *all = malloc(sizeof(int) * 2 * (size_t)rt->local_size);
+    if (!all)
+        mgt_die("out of memory for %d local ranks", rt->local_size);
+    MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, rt->node_comm);
+    int lead = -1;
+    for (int i = 0; i < rt->local_size && lead < 0; i++)
+        if (all[2 * i])
+            lead = i;
+    const pid_t group = lead >= 0 ? (pid_t)all[2 * lead + 1] : -1;
+    free(all);
+    if (lead < 0) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    /* The node's ranks that may join the first one's group (one session: mpirun's); then that
+     * one, from the background, makes its group the terminal's foreground. */
+    int joined = mine[0] && (group == getpgrp() || setpgid(0, group) == 0);
+    int held = 0;
+    if (rt->local_rank == lead) {
+        sigset_t ttou, old;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        pthread_sigmask(SIG_BLOCK, &ttou, &old);
+        held = tcsetpgrp(fd, group) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    MPI_Bcast(&held, 1, MPI_INT, lead, rt->node_comm);
+    if (!held || !joined) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    tty_owner = launcher;
+    tty_fd = fd;
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGTSTP, &ign, &rt->tstp_saved);
+    rt->tty_held = 1;
 }
 
 static void on_stop(int sig) {
@@ -164,11 +244,17 @@ void mgt_runtime_catch_stops(mgt_runtime *rt) {
         if (sigaction(mgt_stop_signals[i], &sa, &rt->stop_saved[i]) != 0)
             mgt_die("cannot catch %s: %s", mgt_signal_name(mgt_stop_signals[i]), strerror(errno));
     rt->stops_caught = 1;
+    take_terminal(rt);
 }
 
 void mgt_runtime_release_stops(mgt_runtime *rt) {
     if (!rt->stops_caught)
         return;
+    if (rt->tty_held) {
+        give_back_terminal();
+        sigaction(SIGTSTP, &rt->tstp_saved, NULL);
+        rt->tty_held = 0;
+    }
     for (int i = 0; i < MGT_STOP_SIGNALS; i++)
         sigaction(mgt_stop_signals[i], &rt->stop_saved[i], NULL);
     rt->stops_caught = 0;
@@ -241,6 +327,7 @@ void mgt_die(const char *fmt, ...) {
     va_end(ap);
     vreport(NULL, f.rank, f.msg);
     drop_held_lock();
+    give_back_terminal();
     if (f.world > 1)
         MPI_Abort(MPI_COMM_WORLD, 1);
     if (mpi_live())
@@ -271,6 +358,7 @@ void mgt_die_all(const char *fmt, ...) {
         vreport("mgtrain", f.rank, f.msg);
     fflush(stdout);
     drop_held_lock();
+    give_back_terminal();
     if (mpi_live()) {
         pthread_t t;
         /* Without the thread a missing rank would hang the job: fall back to ending it now. */

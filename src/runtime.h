@@ -21,18 +21,22 @@ enum { MGT_STOP_SIGNALS = 5 };
 extern const int mgt_stop_signals[MGT_STOP_SIGNALS];
 
 typedef struct mgt_runtime {
-    int rank, world;             /* in MPI_COMM_WORLD */
-    int local_rank, local_size;  /* on this node */
-    int node, nodes;             /* this node's index, node count */
-    int max_local_size;          /* most ranks on any node */
+    int rank, world;            /* in MPI_COMM_WORLD */
+    int local_rank, local_size; /* on this node */
+    int node, nodes;            /* this node's index, node count */
+    int max_local_size;         /* most ranks on any node */
     char host[64];
-    int launched;                /* started by mpirun/srun (seen before MPI_Init) */
-    int mpi;                     /* MPI was initialised (launched) */
-    int own_mpi;                 /* by mgt_runtime_init, which then also finalises it */
+    int launched; /* started by mpirun/srun (seen before MPI_Init) */
+    int mpi;      /* MPI was initialised (launched) */
+    int own_mpi;  /* by mgt_runtime_init, which then also finalises it */
     MPI_Comm node_comm;
     /* While stop signals are caught (mgt_runtime_catch_stops): the dispositions they replaced. */
     int stops_caught;
     struct sigaction stop_saved[MGT_STOP_SIGNALS];
+    /* While this rank's process group holds the terminal (mgt_runtime_catch_stops): SIGTSTP's
+     * disposition it replaced. */
+    int tty_held;
+    struct sigaction tstp_saved;
     /* SIGXFSZ's, replaced for the runtime's life (mgt_runtime_init). */
     int xfsz_ignored;
     struct sigaction xfsz_saved;
@@ -51,6 +55,23 @@ void mgt_runtime_finalize(mgt_runtime *rt);
  * long. Training catches them from the moment it holds its run folder until it has let it go;
  * outside (start-up, evaluation, prediction) the signals keep their default effect: there is
  * nothing to save and no folder to leave clean.
+ *
+ * Ctrl-C under mpirun. A terminal sends SIGINT to its foreground process group, which under
+ * Open MPI's mpirun holds mpirun alone: mpirun starts each rank in a process group of its own,
+ * and takes SIGINT (and SIGTERM, SIGHUP) as the order to end the job: SIGCONT to every rank at
+ * once, SIGTERM odls_base_sigkill_timeout (1 s) later, SIGKILL as long again, and an exit status
+ * of 1 whatever the ranks' (Open MPI 4.1: orte/mca/ess/hnp's clean_abort, odls_base's
+ * kill_local_procs). A step and a checkpoint rarely fit in that second. So where mpirun (this
+ * rank's parent) is the terminal's foreground, catching the stops is collective over the node:
+ * the node's ranks join the process group of the first of them and make it the terminal's
+ * foreground, and Ctrl-C reaches them, as it reaches a run without a launcher, while mpirun
+ * waits for them to end; their exit status (130) becomes mpirun's. The terminal goes back to
+ * mpirun when the stops are released and on every ending mgtrain controls. Meanwhile SIGTSTP
+ * (Ctrl-Z) is ignored: the ranks alone would stop, mpirun and the shell would not know, and the
+ * terminal would hang. Not done where the terminal stops a background writer (stty tostop:
+ * mpirun would stop when it next prints) or does not send signals at all (-isig), nor under
+ * srun or a job scheduler (no terminal): there SIGINT reaches the ranks as it is (srun's double
+ * Ctrl-C) or through launch/mgtrun, which relays it.
  * mgt_runtime_release_stops restores what was there before (a program using libmgt may have
  * handlers of its own). */
 void mgt_runtime_catch_stops(mgt_runtime *rt);

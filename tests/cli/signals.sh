@@ -4,7 +4,8 @@
 # Stop signals: SIGTERM, SIGUSR1 or SIGINT on any rank (or on mpirun) make every rank finish its
 # step, save a checkpoint at that step, say where it stopped and exit 128 + the signal's number;
 # the resumed run ends with the weights of an uninterrupted one, bit for bit (same rank count). A
-# second Ctrl-C stops at once. Also measures the time from SIGTERM to the end of the job.
+# second Ctrl-C stops at once. Ctrl-C on the terminal of mpirun or launch/mgtrun waits for a step
+# of any length. Also measures the time from SIGTERM to the end of the job.
 source "$(dirname "$0")/lib.bash"
 N="--data synthetic --synthetic-samples 20000 --batch-size 64 --optimizer sgd --lr 0.05 --epochs 2"
 MSG='interrupted at epoch [0-9]+ step [0-9]+ \(SIG[A-Z0-9]+\): checkpoint saved; resume with --resume'
@@ -151,4 +152,45 @@ exec 3>&-
 start conv --model "$MGT_SRC/examples/convnet.cfg" --data synthetic --synthetic-samples 1280 \
   --save-every 2 --verbose 2 &&
   stop "ConvNet, SIGTERM to both ranks" conv 143 SIGTERM -TERM $(rank_pid 0) $(rank_pid 1)
+# 8. Ctrl-C on the terminal of `mpirun -np 2` and of `launch/mgtrun -np 2`, during the seed
+# ConvNet's first epoch, in a step that rank 0 makes 3 s longer (MGT_FAULT=0:1:slow): longer than
+# Open MPI's own end of a job (SIGCONT, SIGTERM 1 s later, SIGKILL 1 s after that), which a Ctrl-C
+# reaching mpirun starts. Under mpirun the ranks hold the terminal (runtime.h); mgtrun passes the
+# Ctrl-C on to them. Either way: the step ends, a checkpoint at it, no lock, exit 130, and
+# --resume ends with the uninterrupted run's weights, bit for bit (--reproducible; its batchnorm
+# synchronised, as --reproducible asks). 12x12 inputs, 4 steps of 32: about 15 s in all.
+# (env --default-signal: a test's commands may start with SIGINT ignored, as a background job's
+# are, and a shell script such as mgtrun cannot then catch it; a terminal's shell does not.)
+sed 's/^\[batchnorm\]$/[batchnorm]\nsync = true/' "$MGT_SRC/examples/convnet.cfg" >conv.cfg
+grep -q '^sync = true' conv.cfg || bad "no [batchnorm] section in examples/convnet.cfg"
+C=(--model conv.cfg --input-shape 12,12,1 --data synthetic --synthetic-samples 128 --batch-size 32
+   --epochs 1 --reproducible --no-validation --verbose 2)
+mpi 2 "${C[@]}" --out conv-ref >conv-ref.log 2>&1 || { bad "the uninterrupted ConvNet"; cat conv-ref.log; }
+root=(); [ "$(id -u)" -eq 0 ] && root=(--as-root)
+# ctrl_c_tty NAME DIR CMD...: CMD ARGS C --out DIR on a pseudo-terminal, ^C typed in the slow step.
+ctrl_c_tty() {
+  local name=$1 dir=$2 line rc
+  shift 2
+  line=$(printf '%q ' env MGT_FAULT=0:1:slow "$@" "${C[@]}" --out "$dir")
+  env --default-signal=INT script -qfec "$line" /dev/null <keys >"$dir.raw" 2>&1 &
+  sp=$!
+  exec 3>keys
+  if wait_grep "$dir.raw" 'MGT_FAULT: step 1 takes 3 s longer' 120; then
+    printf '\003' >&3
+    wait $sp
+    rc=$?
+    tr -d '\r' <"$dir.raw" >"$dir.log"
+    check_stop "$name" "$dir.log" $rc 130 "$dir" SIGINT
+    [ ! -e "$dir/mgtrain.lock" ] && ok "$name: no lock left" || bad "$name: $dir/mgtrain.lock left"
+    mpi 2 "${C[@]}" --verbose 0 --out "$dir" --resume >"$dir.resume.log" 2>&1 ||
+      { bad "$name: --resume"; cat "$dir.resume.log"; }
+    same "$name, then --resume: the uninterrupted run's weights" conv-ref/weights.safetensors "$dir/weights.safetensors" 0
+  else
+    bad "$name: the slow step never came"; tr -d '\r' <"$dir.raw"; kill $sp
+  fi
+  exec 3>&-
+}
+ctrl_c_tty "ConvNet, Ctrl-C on mpirun -np 2's terminal" conv-mpirun "${MPIRUN[@]}" -np 2 "$MGT_BIN"
+ctrl_c_tty "ConvNet, Ctrl-C on launch/mgtrun -np 2's terminal" conv-mgtrun "$MGT_SRC/launch/mgtrun" -np 2 "${root[@]}" "$MGT_BIN"
+
 finish
