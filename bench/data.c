@@ -13,13 +13,17 @@
  *   images/s/core   = images/s / threads (the rate one core gives when the threads have a core
  *                     each; on a shared or smaller machine the CPU column says what was had)
  *   images/CPU-s    = timed images / CPU seconds used (load-independent)
- * and, once every thread count ran, the process's peak resident memory after reading every
- * stored image at least once (--pass: a whole pass over the set first), which does not grow
- * with the set's size: samples are read into per-thread buffers, not mapped. */
+ * and, once every thread count ran, with --parts, what each part of a sample's work costs on one
+ * thread (the read; the crop, resize and scaling; the normalisation, made in the same pass on the
+ * same thread; and, for comparison, the separate pass over the batch it replaces), then the
+ * process's peak resident memory after reading every stored image at least once (--pass: a whole
+ * pass over the set first), which does not grow with the set's size: samples are read into
+ * per-thread buffers, not mapped. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include "data/images.h"
 #include "util.h"
@@ -31,20 +35,32 @@ static double cpu_seconds(void) {
            ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* This thread's CPU time: --parts runs on the calling thread alone (a pool of one), so that a
+ * loaded machine stretches none of its figures. */
+static double thread_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: mgt_data_bench --data DIR [--split train|test] [--input H,W] "
                     "[--mode train|eval] [--threads 1,2,4] [--batch 256] [--batches 20] "
-                    "[--warmup 2] [--pass]\n");
+                    "[--warmup 2] [--pass] [--parts]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *dir = NULL, *split = "train", *mode = "train", *threads_s = "1";
-    int h = 224, w = 224, batch = 256, batches = 20, warmup = 2, pass = 0;
+    int h = 224, w = 224, batch = 256, batches = 20, warmup = 2, pass = 0, parts = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--pass")) {
             pass = 1;
+            continue;
+        }
+        if (!strcmp(a, "--parts")) {
+            parts = 1;
             continue;
         }
         if (!v)
@@ -132,11 +148,56 @@ int main(int argc, char **argv) {
             break;
         p++;
     }
+    if (parts) { /* one thread: what each part of a sample's work costs, and where it runs */
+        mgt_images_threads(&ds, 1);
+        const int n = batch;
+        uint8_t *buf = malloc(mgt_images_max_bytes(&ds));
+        double t_read = 0, t_plain = 0, t_norm = 0, t_serial = 0;
+        for (int rep = 0; rep < batches + 1; rep++) {
+            for (int i = 0; i < n; i++)
+                rows[i] = (next++ * 7919) % ds.n;
+            const int timed = rep > 0; /* the first pass warms the page cache */
+            double t0 = thread_seconds();
+            for (int i = 0; i < n; i++) {
+                int d[4];
+                if (mgt_images_read(&ds, rows[i], buf, d, &e) < 0) {
+                    fprintf(stderr, "mgt_data_bench: %s\n", e.msg);
+                    return 2;
+                }
+            }
+            double t1 = thread_seconds();
+            mgt_images_gather(&ds, rows, n, train ? &a : NULL, 1, rep, 0, x, labels);
+            double t2 = thread_seconds();
+            mgt_images_gather(&ds, rows, n, train ? &a : NULL, 1, rep, 1, x, labels);
+            double t3 = thread_seconds();
+            mgt_images_gather(&ds, rows, n, train ? &a : NULL, 1, rep, 0, x, labels);
+            double t4 = thread_seconds();
+            mgt_dataset_normalize(&ds, x, n); /* the pass over the batch it replaces */
+            double t5 = thread_seconds();
+            if (timed) {
+                t_read += t1 - t0, t_plain += t2 - t1, t_norm += t3 - t2;
+                t_serial += t5 - t4;
+            }
+        }
+        const double per = 1e3 / ((double)n * batches); /* seconds in all -> ms per sample */
+        const double read = t_read * per, plain = t_plain * per, norm = t_norm * per;
+        printf("# per-sample parts, one thread, CPU ms: read %.4f, crop+resize+scale %.4f, "
+               "normalised on the same pass %.4f (so normalisation %.4f), old separate pass "
+               "over the batch %.4f\n",
+               read, plain - read, norm - read, norm - plain, t_serial * per);
+        free(buf);
+    }
+    int64_t set_bytes = 0;
+    for (int64_t r = 0; r < ds.n; r++) {
+        int d[4];
+        mgt_images_dims(&ds, r, d);
+        set_bytes += (int64_t)d[0] * d[1] * 3;
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("# peak resident memory %.1f MiB (the set: %lld images, %.1f MiB stored%s)\n",
            (double)ru.ru_maxrss / 1024.0, (long long)ds.n,
-           (double)ds.n * mgt_images_side(&ds) * mgt_images_side(&ds) * 3 / 1048576.0,
+           (double)set_bytes / 1048576.0,
            pass ? ", every one read" : "");
     free(x);
     free(labels);

@@ -674,6 +674,14 @@ static void gather_one(void *ctx, int64_t i, int k) {
     g->labels[i] = ds->labels ? ds->labels[li] : ds->labels32[li];
 }
 
+int mgt_images_read(const mgt_dataset *ds, int64_t row, uint8_t *buf, int d[4], mgt_err *err) {
+    return read_stored(ds->images, ds->rows ? ds->rows[row] : ds->first + row, buf, d, err);
+}
+
+size_t mgt_images_max_bytes(const mgt_dataset *ds) {
+    return ds->images->max_bytes;
+}
+
 void mgt_images_dims(const mgt_dataset *ds, int64_t row, int d[4]) {
     const mgt_images *im = ds->images;
     d[0] = d[1] = d[2] = d[3] = im->size;

@@ -86,6 +86,12 @@ void mgt_images_gather(const mgt_dataset *ds, const int64_t *rows, int n, const 
 int mgt_images_val_split(mgt_dataset *ds, double fraction, uint64_t seed, mgt_dataset *val,
                          mgt_err *err);
 
+/* Row `row`'s stored bytes into buf (at least mgt_images_max_bytes), its sides into d as
+ * mgt_images_dims gives them: the read a sample's transform starts with (for bench/data's
+ * per-part costs). 0, or -1 with err. */
+int mgt_images_read(const mgt_dataset *ds, int64_t row, uint8_t *buf, int d[4], mgt_err *err);
+size_t mgt_images_max_bytes(const mgt_dataset *ds);
+
 /* Row `row`'s sides: stored height and width, then the original's (the stored ones in the square
  * layout). */
 void mgt_images_dims(const mgt_dataset *ds, int64_t row, int d[4]);
