@@ -99,8 +99,8 @@ int mgt_runtime_cores(const mgt_runtime *rt);
  * the launcher end the job: misuse costs the grace period, never a hang.
  *
  * Under mpirun, Open MPI itself still reports a non-zero exit status ("mpirun detected that one
- * or more processes exited with non-zero status") unless it runs quiet (mpirun -q). Both never
- * return. */
+ * or more processes exited with non-zero status") after the message, whatever the ranks do,
+ * unless it runs quiet (mpirun -q); launch/mgtrun leaves those boxes out. Both never return. */
 void mgt_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void mgt_die_all(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #define MGT_DIE_ALL_GRACE_S 30

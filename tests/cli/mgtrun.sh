@@ -5,7 +5,7 @@
 # launch/mgtrun: starts mgtrain under mpirun with the right options, printing the exact command;
 # refuses root without --as-root, and a rank count that is not a positive whole number. Its host
 # lists (-H, --hostfile) on this machine as "localhost": what they turn into and what they refuse
-# (tests/cli/multinode.sh runs them across nodes).
+# (tests/cli/multinode.sh runs them across nodes). Its errors end with mgtrain's own line.
 source "$(dirname "$0")/lib.bash"
 MGTRUN=$MGT_SRC/launch/mgtrun
 root=(); [ "$(id -u)" -eq 0 ] && root=(--as-root)
@@ -70,6 +70,32 @@ expect_fail "-np with no value" "mgtrun: -np needs a value" "$MGTRUN" -np
 expect_fail "a program path that is not there" "mgtrun: ./no/mgtrain: not an executable file" "$MGTRUN" -np 2 "${root[@]}" ./no/mgtrain
 "$MGTRUN" --help >help.log 2>&1 && grep -qF 'mgtrun [-np N] [-H HOST[:SLOTS],... | --hostfile FILE]' help.log \
   && ok "--help shows the usage" || { bad "--help"; cat help.log; }
+
+# --- one line per error ----------------------------------------------------------------------
+# Whatever ends the job, mgtrain's own line is the last: Open MPI's boxes that only restate a
+# rank's non-zero exit are left out, a refusal every rank meets (exit 2) and a failure one rank
+# meets alone (MPI_Abort, exit 1) alike; its other boxes (a rank killed by a signal) stay.
+# last_line NAME WANT_RC PATTERN CMD...: CMD's exit status and its last line
+last_line() {
+  local name=$1 want=$2 pat=$3 out rc
+  shift 3
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc -eq "$want" ] && grep -qE -- "$pat" <<<"$(tail -1 <<<"$out")" && ! grep -qE 'terminated normally|non-zero status|MPI_ABORT|ORTE_ERROR_LOG' <<<"$out"; then
+    ok "$name: exit $rc, the last line: $(tail -1 <<<"$out")"
+  else
+    bad "$name: exit $rc (wanted $want), the last line not /$pat/:"; echo "$out" | tail -12
+  fi
+}
+last_line "a flag mistyped (mgtrun -np 2 mgtrain --epoch 2)" 2 '^mgtrain: unknown flag --epoch .*did you mean --epochs' \
+  "${noenv[@]}" timeout 300 "$MGTRUN" -np 2 "${root[@]}" "$MGT_BIN" --epoch 2
+last_line "one rank's failure (MPI_Abort)" 1 '^rank 0: MGT_DUMP_GRADIENTS: .*check that the folder exists' \
+  env MGT_DUMP_GRADIENTS="$T/no/grads.safetensors" "${noenv[@]}" timeout 300 "$MGTRUN" -np 2 "${root[@]}" "$MGT_BIN" \
+  --data synthetic --synthetic-samples 512 --max-steps 2 --verbose 0 --out abort
+printf '#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -KILL $$\nsleep 2\n' >killed.sh
+chmod +x killed.sh
+out=$("${noenv[@]}" timeout 300 "$MGTRUN" -np 2 "${root[@]}" ./killed.sh 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q 'exited on signal 9 (Killed)' <<<"$out" && ok "a rank killed by a signal: Open MPI's box kept (exit $rc)" ||
+  { bad "a rank killed by a signal: exit $rc"; echo "$out"; }
 
 # --- host lists -------------------------------------------------------------------------------
 # hosts NAME LOG MGTRUN-ARGS... -- MGTRAIN-ARGS...: runs a short job; sets CMD to the printed line
