@@ -64,8 +64,17 @@ static const flag flags[] = {
      "'*,!fc' freezes all but fc): their weights do not move and get no gradient, a batchnorm "
      "uses its moving statistics"},
     {"out", "DIR", C_TRAIN, "runs/<model name>", "where weights, checkpoint and metrics go"},
-    {"init-weights", "FILE", C_TRAIN, "none (random)", "start from these weights (names and "
-                                                       "shapes checked)"},
+    {"init-weights", "FILE", C_TRAIN, "none (random)",
+     "start from these weights (safetensors: mgtrain's, PyTorch's, torchvision's, timm's); every "
+     "tensor of the model must match one of FILE by name and shape, and every tensor of FILE be "
+     "used, unless --init-partial"},
+    {"init-partial", NULL, C_TRAIN, "off (all must match)",
+     "with --init-weights: the model's tensors that FILE does not match (a new head) keep their "
+     "initial values, and FILE's tensors that match none are left unused; a table says which"},
+    {"name-map", "FILE", C_TRAIN | C_EVAL | C_PREDICT, "none (names as they are)",
+     "rename the tensors of --init-weights or --weights as FILE says, one 'FROM TO' a line ('*' "
+     "matches any run of characters, TO - drops): examples/*.map map torchvision's and timm's "
+     "names to the model files beside them"},
     {"val-split", "F", C_TRAIN, "none (validate on t10k)", "hold out the last fraction F of the "
                                                           "training data for validation (an "
                                                           "image set: F of every class, chosen "
@@ -189,7 +198,7 @@ static const char *key_of_flag(const char *name) {
 
 /* Flags whose value is a path: never empty, never longer than MGT_CLI_MAX_PATH. */
 static const char *const path_flags[] = {"model",   "data",   "out", "init-weights", "timeline",
-                                         "weights", "output", "run", "algo-cache"};
+                                         "weights", "output", "run", "algo-cache",   "name-map"};
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 
 static const char *const commands[] = {"train", "eval",    "predict", "summary",
@@ -422,6 +431,8 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "max-steps")) rc = need_i64(n, v, 0, &o->max_steps, err);
     else if (!strcmp(n, "out")) o->out = v;
     else if (!strcmp(n, "init-weights")) o->init_weights = v;
+    else if (!strcmp(n, "init-partial")) o->init_partial = 1;
+    else if (!strcmp(n, "name-map")) o->name_map = v;
     else if (!strcmp(n, "val-split")) rc = need_double(n, v, 1e-6, 0.999, &o->val_split, err);
     else if (!strcmp(n, "save-every")) rc = need_i64(n, v, 0, &o->save_every, err);
     else if (!strcmp(n, "resume")) {

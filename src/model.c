@@ -1063,10 +1063,8 @@ void mgt_model_summary(const mgt_model *m, FILE *f) {
     }
     char fz[32];
     commas(frozen, fz, sizeof fz);
-    fprintf(f,
-            "Non-trainable params: %s (%s in %d frozen layer%s, the rest batchnorm moving "
-            "statistics)\n",
-            c, fz, nfrozen, nfrozen == 1 ? "" : "s");
+    fprintf(f, "Non-trainable params: %s (%s in %d frozen layer%s%s)\n", c, fz, nfrozen,
+            nfrozen == 1 ? "" : "s", fixed ? ", the rest batchnorm moving statistics" : "");
 }
 
 void mgt_model_summary_memory(const mgt_model *m, int64_t global_batch, size_t act_bytes,

@@ -15,6 +15,8 @@ typedef struct mgt_options {
     int64_t max_steps; /* 0: no limit */
     const char *out;   /* NULL: runs/<model> */
     const char *init_weights, *weights, *output, *split;
+    const char *name_map;     /* --name-map: renames of the weights file's tensors (pretrained.h) */
+    int init_partial;         /* --init-partial: what does not match keeps its initial value */
     double val_split;         /* < 0: validate on the test split */
     int no_validation;        /* train only: no validation, no final test evaluation */
     int64_t save_every;       /* 0: only at epoch ends */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pretrained.h"
 #include "runtime.h"
 
 int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *be, mgt_comm *comm,
@@ -65,7 +66,13 @@ void mgt_replica_start(mgt_replica *r, const mgt_replica_source *src, mgt_ckpt_p
     if (r->comm->rank == 0) {
         if (src->resume_dir)
             rc = mgt_ckpt_read(src->resume_dir, m, r->opt, &r->files.run, &r->host, pos, &e);
-        else if (src->weights)
+        else if (src->weights && (src->pretrained || src->map)) {
+            const mgt_pretrained_opts po = {src->weights, src->map, src->partial, src->flag};
+            mgt_model_init_host(m, src->seed, r->host.w, r->host.buf); /* what is left */
+            rc = mgt_pretrained_load(m, &po, r->host.w, r->host.buf, &r->weights_report, &e);
+            if (rc < 0 && r->weights_report) /* what did not match, before the error */
+                fputs(r->weights_report, stderr);
+        } else if (src->weights)
             rc = mgt_model_load_weights(m, src->weights, r->host.w, r->host.buf, &e);
         else
             mgt_model_init_host(m, src->seed, r->host.w, r->host.buf);
@@ -179,6 +186,7 @@ void mgt_replica_load_weights(mgt_replica *r, const char *path) {
 }
 
 void mgt_replica_free(mgt_replica *r) {
+    free(r->weights_report);
     free(r->host.w);
     free(r->host.buf);
     for (int i = 0; i < MGT_OPT_MAX_SLOTS; i++)

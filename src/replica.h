@@ -34,7 +34,8 @@ typedef struct mgt_replica {
     mgt_comm *comm;
     mgt_ckpt_arrays host; /* host copies of the weights, buffers and optimizer slots */
     mgt_replica_files files;
-    int64_t saved_step; /* the step of OUT/checkpoint.safetensors (-1: none known) */
+    int64_t saved_step;   /* the step of OUT/checkpoint.safetensors (-1: none known) */
+    char *weights_report; /* rank 0: pretrained.h's table of the weights it started from */
 } mgt_replica;
 
 /* After mgt_model_alloc and mgt_optim_init: the host copies. files NULL: a replica that saves
@@ -44,7 +45,12 @@ int mgt_replica_init(mgt_replica *r, mgt_model *m, mgt_optim *opt, mgt_backend *
 
 /* Where rank 0 takes the state from (mgt_replica_start). */
 typedef struct mgt_replica_source {
-    const char *weights;    /* a weights file; NULL: initialise from the seed */
+    const char *weights; /* a weights file; NULL: initialise from the seed */
+    /* The weights read as pretrained.h says, through this name map (NULL: none), leaving what
+     * does not match at its initial value where partial is set; where neither pretrained nor a
+     * map is asked for, the file must hold exactly the model's tensors. flag names the file. */
+    int pretrained, partial;
+    const char *map, *flag;
     const char *resume_dir; /* the folder of a checkpoint to resume (then weights is unused) */
     uint64_t seed;          /* the run's seed, unless the checkpoint has one */
 } mgt_replica_source;

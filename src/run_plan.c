@@ -266,6 +266,11 @@ static void training(mgt_run_plan *p, const mgt_model *m, const mgt_options *o,
     out->keep_checkpoints = o->keep_checkpoints;
     out->save_every = o->save_every;
     out->init_weights = o->init_weights;
+    out->init_partial = o->init_partial;
+    out->name_map = o->name_map;
+    if (o->init_partial && !o->init_weights && p->command == MGT_CMD_TRAIN)
+        mgt_die_all("--init-partial goes with --init-weights FILE: it keeps the initial values "
+                    "of the model's tensors that FILE does not match");
     out->output = o->output;
 }
 

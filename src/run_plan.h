@@ -55,6 +55,8 @@ typedef struct mgt_out_plan {
     int64_t keep_checkpoints; /* the last K checkpoints are kept */
     int64_t save_every;       /* also checkpoint every N steps (0: at epoch ends only) */
     const char *init_weights; /* train: start from these weights (NULL: from the seed) */
+    int init_partial;         /* train: what does not match keeps its initial value */
+    const char *name_map;     /* the weights file's renames (pretrained.h; NULL: none) */
     const char *weights;      /* eval, predict: --weights, or the weights of --run's folder */
     const char *output;       /* predict: the .npy it writes */
     char run_model[600], run_weights[600]; /* --run DIR: the files the folder names */

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,7 +376,21 @@ static int64_t json_count(const cJSON *v) {
 
 /* Fills *e from one header entry, checking dtype, shape and offsets against the data size;
  * *where is the entry's place in the data. */
-static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const char *blob,
+/* The bytes of one element of a dtype the safetensors format names; 0 for an unknown one. */
+static int dtype_bytes(const char *dt) {
+    static const struct {
+        const char *name;
+        int bytes;
+    } types[] = {{"F64", 8}, {"F32", 4}, {"F16", 2},  {"BF16", 2},    {"I64", 8},
+                 {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U64", 8},     {"U32", 4},
+                 {"U16", 2}, {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(dt, types[i].name))
+            return types[i].bytes;
+    return 0;
+}
+
+static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const char *blob, int any,
                         mgt_tensor_entry *e, span *where, mgt_err *err) {
     const char *nm = it->string;
     if (strlen(nm) >= sizeof e->name)
@@ -394,11 +409,18 @@ static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const c
                         "%s: tensor %s lacks a dtype, shape or data_offsets; the file is "
                         "damaged",
                         path, nm);
-    if (strcmp(dt->valuestring, "F32") != 0)
+    const int esize = any ? dtype_bytes(dt->valuestring) : 4;
+    if (!any && strcmp(dt->valuestring, "F32") != 0)
         return mgt_errf(err,
                         "%s: tensor %s has dtype %.16s; only F32 is supported (convert the "
                         "file to float32)",
                         path, nm, dt->valuestring);
+    if (!esize)
+        return mgt_errf(err,
+                        "%s: tensor %s has dtype %.16s, which safetensors does not name; the "
+                        "file is damaged",
+                        path, nm, dt->valuestring);
+    snprintf(e->dtype, sizeof e->dtype, "%s", dt->valuestring);
     int nd = cJSON_GetArraySize(sh);
     if (nd > MGT_MAX_DIMS)
         return mgt_errf(err, "%s: tensor %s has %d dimensions (at most %d are supported)", path, nm,
@@ -407,7 +429,7 @@ static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const c
     int64_t numel = 1;
     for (int d = 0; d < nd; d++) {
         int64_t v = json_count(cJSON_GetArrayItem(sh, d));
-        if (v < 0 || (v > 0 && numel > ST_MAX_BYTES / 4 / v))
+        if (v < 0 || (v > 0 && numel > ST_MAX_BYTES / 8 / v))
             return mgt_errf(err, "%s: tensor %s has an invalid shape; the file is damaged", path,
                             nm);
         e->shape[d] = v;
@@ -420,20 +442,82 @@ static int parse_tensor(const char *path, const cJSON *it, int64_t dlen, const c
                         "%s: tensor %s: data_offsets are invalid or outside the %lld-byte "
                         "data section; the file is truncated or damaged",
                         path, nm, (long long)dlen);
-    if (en - b != 4 * numel)
+    if (en - b != esize * numel)
         return mgt_errf(err,
                         "%s: tensor %s: data_offsets [%lld, %lld] hold %lld bytes but its "
                         "shape needs %lld; the file is damaged",
                         path, nm, (long long)b, (long long)en, (long long)(en - b),
-                        (long long)(4 * numel));
+                        (long long)(esize * numel));
+    where->begin = b;
+    where->end = en;
+    if (strcmp(e->dtype, "F32")) { /* read_any: converted, or no data (convert_tensors) */
+        e->data = NULL;
+        return 0;
+    }
     if (b % 4 != 0)
         return mgt_errf(err,
                         "%s: tensor %s starts at byte %lld of the data, not a multiple of 4; "
                         "rewrite the file with aligned tensors",
                         path, nm, (long long)b);
     e->data = (const float *)(const void *)(blob + b);
-    where->begin = b;
-    where->end = en;
+    return 0;
+}
+
+/* IEEE half and bfloat16 bits to float. */
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    float v;
+    if (exp == 0)
+        v = ldexpf((float)man, -24); /* zero and subnormals */
+    else if (exp == 31)
+        v = man ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(man | 0x400), (int)exp - 25);
+    return sign ? -v : v;
+}
+
+static float bf16_to_float(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* read_any: the F16, BF16 and F64 tensors into float32 (st->converted); the offsets were
+ * checked by the parse. */
+static int convert_tensors(const char *path, mgt_safetensors *st, const span *where, mgt_err *err) {
+    size_t total = 0;
+    for (int i = 0; i < st->nt; i++) {
+        const char *dt = st->t[i].dtype;
+        if (!strcmp(dt, "F16") || !strcmp(dt, "BF16") || !strcmp(dt, "F64"))
+            total += (size_t)(where[i].end - where[i].begin) / (size_t)dtype_bytes(dt);
+    }
+    if (!total)
+        return 0;
+    st->converted = malloc(total * sizeof(float));
+    if (!st->converted)
+        return mgt_errf(err, "%s: out of memory converting %zu values to float32", path, total);
+    float *out = st->converted;
+    for (int i = 0; i < st->nt; i++) {
+        const char *dt = st->t[i].dtype;
+        const unsigned char *p = (const unsigned char *)st->blob + where[i].begin;
+        const int eb = dtype_bytes(dt);
+        const size_t n = (size_t)(where[i].end - where[i].begin) / (size_t)eb;
+        if (strcmp(dt, "F16") && strcmp(dt, "BF16") && strcmp(dt, "F64"))
+            continue;
+        st->t[i].data = out;
+        for (size_t j = 0; j < n; j++, p += eb) {
+            if (eb == 8) {
+                double d;
+                memcpy(&d, p, sizeof d);
+                out[j] = (float)d;
+            } else {
+                const uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+                out[j] = dt[0] == 'B' ? bf16_to_float(h) : half_to_float(h);
+            }
+        }
+        out += n;
+    }
     return 0;
 }
 
@@ -499,7 +583,7 @@ static int check_tiling(const char *path, const mgt_safetensors *st, span *order
  * name twice, the tensors tiling the data. When the metadata says the CRC covers the header,
  * *hcrc is the CRC-32 of the canonical header (the tree printed by cJSON without spaces, with
  * the crc32 value replaced by ST_CRC_ZERO) and *covered is set. */
-static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t dlen,
+static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t dlen, int any,
                         mgt_safetensors *st, uint32_t *hcrc, int *covered, mgt_err *err) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
@@ -551,12 +635,21 @@ static int parse_header(const char *path, const char *hdr, size_t hlen, int64_t 
         if (strcmp(it->string, "__metadata__") == 0)
             continue;
         order[st->nt].index = st->nt;
-        rc = parse_tensor(path, it, dlen, st->blob, &st->t[st->nt], &order[st->nt], err);
+        rc = parse_tensor(path, it, dlen, st->blob, any, &st->t[st->nt], &order[st->nt], err);
         st->nt += rc == 0;
     }
     const char *twice = rc ? NULL : first_repeat(names, n);
     if (twice)
         rc = mgt_errf(err, "%s: the header names %.80s twice; the file is damaged", path, twice);
+    if (!rc && any) { /* before check_tiling sorts the spans */
+        span *by_index = malloc(sizeof *by_index * ((size_t)nt + 1));
+        rc = by_index ? 0 : mgt_errf(err, "%s: out of memory reading the header", path);
+        for (int i = 0; !rc && i < st->nt; i++)
+            by_index[order[i].index] = order[i];
+        if (!rc)
+            rc = convert_tensors(path, st, by_index, err);
+        free(by_index);
+    }
     if (!rc)
         rc = check_tiling(path, st, order, dlen, err);
     n = 0;
@@ -652,11 +745,11 @@ static int check_prefix(const char *path, const unsigned char *pre, int64_t size
 }
 
 /* Everything after the bytes are in memory: the header, the tiling, the CRC. */
-static int parse_loaded(const char *path, const char *hdr, size_t hlen, int64_t dlen,
+static int parse_loaded(const char *path, const char *hdr, size_t hlen, int64_t dlen, int any,
                         mgt_safetensors *st, mgt_err *err) {
     uint32_t hcrc = 0;
     int covered = 0;
-    if (parse_header(path, hdr, hlen, dlen, st, &hcrc, &covered, err) ||
+    if (parse_header(path, hdr, hlen, dlen, any, st, &hcrc, &covered, err) ||
         check_crc(path, st, dlen, hcrc, covered, err)) {
         mgt_safetensors_free(st);
         return -1;
@@ -677,10 +770,10 @@ int mgt_safetensors_parse(const char *name, const void *bytes, size_t size, mgt_
         return mgt_errf(err, "%s: out of memory for %lld bytes", name, (long long)size);
     if (dlen > 0)
         memcpy(st->blob, b + 8 + hlen, (size_t)dlen);
-    return parse_loaded(name, (const char *)b + 8, (size_t)hlen, dlen, st, err);
+    return parse_loaded(name, (const char *)b + 8, (size_t)hlen, dlen, 0, st, err);
 }
 
-int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err) {
+static int read_file(const char *path, int any, mgt_safetensors *st, mgt_err *err) {
     memset(st, 0, sizeof *st);
     /* Not blocking: a pipe named as a weights file is refused below instead of waiting for a
      * writer. */
@@ -724,13 +817,21 @@ int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err) {
         mgt_errf(err, "%s is truncated or unreadable (%s)", path, errstr(errno));
         goto out;
     }
-    rc = parse_loaded(path, hdr, hlen, dlen, st, err);
+    rc = parse_loaded(path, hdr, hlen, dlen, any, st, err);
 out:
     fclose(f);
     free(hdr);
     if (rc)
         mgt_safetensors_free(st);
     return rc ? -1 : 0;
+}
+
+int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err) {
+    return read_file(path, 0, st, err);
+}
+
+int mgt_safetensors_read_any(const char *path, mgt_safetensors *st, mgt_err *err) {
+    return read_file(path, 1, st, err);
 }
 
 const mgt_tensor_entry *mgt_safetensors_find(const mgt_safetensors *st, const char *name) {
@@ -753,6 +854,7 @@ void mgt_safetensors_free(mgt_safetensors *st) {
     free(st->t);
     free(st->meta);
     free(st->blob);
+    free(st->converted);
     memset(st, 0, sizeof *st);
 }
 

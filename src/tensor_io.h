@@ -43,6 +43,9 @@ typedef struct mgt_tensor_entry {
     int ndim;
     int64_t shape[MGT_MAX_DIMS];
     const float *data; /* writer: host data; reader: points into the file's loaded data */
+    /* reader: the tensor's dtype as the file names it ("F32"); mgt_safetensors_read_any's
+     * non-float tensors have data NULL */
+    char dtype[8];
 } mgt_tensor_entry;
 
 typedef struct mgt_meta_entry {
@@ -61,6 +64,7 @@ typedef struct mgt_safetensors {
     mgt_meta_entry *meta;
     int nmeta;
     void *blob;
+    float *converted; /* mgt_safetensors_read_any: the F16, BF16 and F64 tensors as float32 */
 } mgt_safetensors;
 
 /* Reads and validates the whole file, which must be a regular file: header length within the
@@ -68,6 +72,10 @@ typedef struct mgt_safetensors {
  * no name twice, the data tiled exactly, the CRC as above. Errors name the file and what is wrong
  * ("... is truncated", "... CRC mismatch: the file is damaged"). */
 int mgt_safetensors_read(const char *path, mgt_safetensors *st, mgt_err *err);
+/* The same for weights written by other tools (--init-weights): tensors of any dtype the
+ * safetensors format names; F16, BF16 and F64 ones are converted to float32 (data points to the
+ * copy), integer and boolean ones (PyTorch's num_batches_tracked) are listed with data NULL. */
+int mgt_safetensors_read_any(const char *path, mgt_safetensors *st, mgt_err *err);
 /* The same checks on a file's bytes already in memory (`name` for messages); the data is copied,
  * bytes may be freed afterwards. */
 int mgt_safetensors_parse(const char *name, const void *bytes, size_t size, mgt_safetensors *st,

@@ -350,6 +350,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     claim_out(s);
     mgt_ckpt_pos pos;
     const mgt_replica_source src = {.weights = s->resumed ? NULL : p->out.init_weights,
+                                    .pretrained = 1,
+                                    .partial = p->out.init_partial,
+                                    .map = p->out.name_map,
+                                    .flag = "--init-weights",
                                     .resume_dir = s->resumed ? s->out : NULL,
                                     .seed = p->step.seed};
     mgt_replica_start(&s->rep, &src, &pos);
@@ -392,6 +396,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     if (s->resumed && rt->rank == 0)
         printf("  resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", s->out,
                (long long)pos.epoch + 1, (long long)pos.step);
+    if (s->rep.weights_report) { /* rank 0: what --init-weights loaded */
+        fputs(s->rep.weights_report, stdout);
+        fflush(stdout);
+    }
 
     /* A loader thread pays where a GPU computes, or where reading a batch may wait for the disk
      * (it reads ahead). A synthetic batch waits for nothing: on the CPU, whose lanes hold every
@@ -471,8 +479,15 @@ static void prepare_inference(session *s) {
         mgt_die_all("%d ranks for %lld samples: start at most %lld ranks", s->rt->world,
                     (long long)s->data.test.n, (long long)s->data.test.n);
     mgt_ckpt_pos pos;
-    const mgt_replica_source src = {.weights = s->p.out.weights, .seed = s->p.step.seed};
+    const mgt_replica_source src = {.weights = s->p.out.weights,
+                                    .map = s->p.out.name_map,
+                                    .flag = "--weights",
+                                    .seed = s->p.step.seed};
     mgt_replica_start(&s->rep, &src, &pos);
+    if (s->rep.weights_report) { /* rank 0: what the name map loaded */
+        fputs(s->rep.weights_report, stdout);
+        fflush(stdout);
+    }
 }
 
 int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o) {

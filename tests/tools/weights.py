@@ -2,7 +2,7 @@
 
     load(path) -> (tensors: dict name -> float64 array, metadata: dict)
     flat(path) -> every tensor, by name order, in one float64 vector
-    write(path, tensors)  writes float32 tensors (no metadata)
+    write(path, tensors)  writes float32 tensors, and int64 ones as I64 (no metadata)
 """
 import json
 import struct
@@ -19,7 +19,9 @@ def load(path):
     out = {}
     for k, v in hdr.items():
         a, b = v["data_offsets"]
-        out[k] = np.frombuffer(raw[base + a:base + b], "<f4").reshape(v["shape"]).astype(np.float64)
+        dt = {"F32": "<f4", "I64": "<i8"}[v["dtype"]]
+        out[k] = np.frombuffer(raw[base + a:base + b], dt).reshape(v["shape"]).astype(
+            np.float64 if dt == "<f4" else np.int64)
     return out, meta
 
 
@@ -31,8 +33,10 @@ def flat(path):
 def write(path, tensors):
     hdr, blobs, at = {}, [], 0
     for k, a in tensors.items():
-        a = np.ascontiguousarray(a, dtype="<f4")
-        hdr[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        ints = np.asarray(a).dtype.kind in "iu"
+        a = np.ascontiguousarray(a, dtype="<i8" if ints else "<f4")
+        hdr[k] = {"dtype": "I64" if ints else "F32", "shape": list(a.shape),
+                  "data_offsets": [at, at + a.nbytes]}
         blobs.append(a.tobytes())
         at += a.nbytes
     h = json.dumps(hdr).encode()

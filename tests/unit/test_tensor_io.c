@@ -13,9 +13,13 @@
  * rename leaves the existing file byte-for-byte as it was and no temporary file behind; a device,
  * pipe or folder is never replaced, a symbolic link to a regular file is written through. The .npy
  * header is checked byte-exactly, and numpy itself loads the file when /usr/bin/python3 has numpy.
+ * Other tools' dtypes (mgt_safetensors_read_any, --init-weights): F16, BF16 and F64 tensors come
+ * back as float32 with the exact values (each chosen representable in both: normal, subnormal
+ * half, signed zero, infinity), I64 tensors with no data; the strict reader refuses them.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +83,40 @@ static int write_st(const char *path, const char *json, const void *data, size_t
     int rc = b ? spit(path, b, n) : -1;
     free(b);
     return rc;
+}
+
+/* F16, BF16, F64 and I64 tensors, as PyTorch saves them (see the top). */
+static void test_dtypes(tally *t, const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/dtypes.safetensors", dir);
+    /* half: 1.5, -2, 2^-24 (the least subnormal), -0, +inf; bfloat16: 1.5, -2^-130; f64: 0.1 and
+     * 3 (0.1 rounds to the nearest float); i64: 7 */
+    const unsigned char data[] = {
+        0x00, 0x3e, 0x00, 0xc0, 0x01, 0x00, 0x00, 0x80, 0x00, 0x7c, /* F16 [5], bytes 0-10 */
+        0xc0, 0x3f, 0x08, 0x80,                                     /* BF16 [2], 10-14 */
+        0x9a, 0x99, 0x99, 0x99, 0x99, 0x99, 0xb9, 0x3f,             /* F64 [2], 14-30 */
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x08, 0x40,
+        0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00}; /* I64 [], 30-38 */
+    const char *json = "{\"h\":{\"dtype\":\"F16\",\"shape\":[5],\"data_offsets\":[0,10]},"
+                       "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[10,14]},"
+                       "\"d\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[14,30]},"
+                       "\"n\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[30,38]}}";
+    CHECK(t, write_st(path, json, data, sizeof data) == 0);
+    mgt_safetensors st;
+    mgt_err e;
+    CHECK(t, mgt_safetensors_read(path, &st, &e) < 0 && strstr(e.msg, "has dtype F16"));
+    CHECK(t, mgt_safetensors_read_any(path, &st, &e) == 0);
+    const mgt_tensor_entry *h = mgt_safetensors_find(&st, "h"), *b = mgt_safetensors_find(&st, "b"),
+                           *d = mgt_safetensors_find(&st, "d"), *n = mgt_safetensors_find(&st, "n");
+    CHECK(t, h && b && d && n && h->data && b->data && d->data && !n->data);
+    if (h && b && d && n && h->data && b->data && d->data) {
+        CHECK(t, h->data[0] == 1.5f && h->data[1] == -2.0f && h->data[2] == 0x1p-24f);
+        CHECK(t, h->data[3] == 0.0f && signbit(h->data[3]) && isinf(h->data[4]) && h->data[4] > 0);
+        CHECK(t, b->data[0] == 1.5f && b->data[1] == -0x1p-130f);
+        CHECK(t, d->data[0] == 0.1f && d->data[1] == 3.0f);
+        CHECK(t, !strcmp(n->dtype, "I64") && n->ndim == 0 && !strcmp(h->dtype, "F16"));
+    }
+    mgt_safetensors_free(&st);
 }
 
 /* Entries of dir whose name contains ".tmp.". */
@@ -667,6 +705,7 @@ int main(void) {
     test_integrity(t, dir);
     test_atomic(t, dir);
     test_npy(t, dir);
+    test_dtypes(t, dir);
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
