@@ -129,6 +129,21 @@ mkdir -p t1 t3
 "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 1 t1 >/dev/null 2>&1 && "$MGT_IMAGES_DUMP" set train 40 40 1 7 3 3 t3 >/dev/null 2>&1 \
   && cmp -s t1/x.npy t3/x.npy && ok "a batch is the same bytes on 1 and 3 threads" || bad "threads changed a batch"
 
+# Real photographs (Debian's lomiri-wallpapers-20.04: four JPEGs of 9 to 24 megapixels, 11 MB,
+# installed by tests/run): stored whole at 256, their evaluation crop at 224 is torchvision's
+# Resize(256) + CenterCrop(224) of the original photo, byte for byte (a few seconds).
+photos=$(ls /usr/share/backgrounds/*_by_*.jpg 2>/dev/null | head -4)
+if [ -n "$photos" ]; then
+  mkdir -p real/photo && for f in $photos; do ln -s "$f" real/photo/; done
+  mkdir -p evalreal
+  "$MGT_BIN" convert real realset --size 256 --verbose 0 >/dev/null 2>&1 \
+    && "$MGT_IMAGES_DUMP" realset train 224 224 0 7 0 2 evalreal >/dev/null 2>&1 \
+    && r=$("$PY" "$DATA_PY" evalorig realset train real evalreal) && ok "photos: ${r#ok: }" \
+    || { bad "evaluation crops of real photos"; echo "$r"; }
+else
+  echo "SKIPPED (part): no lomiri-wallpapers-20.04 photos (tests/run installs the package)"
+fi
+
 # ---- 2b. PyPI's current Pillow ------------------------------------------------------------
 # The bytes above are Debian's Pillow's (9.4), exactly. PyPI's current one (13 at the time of
 # writing; in a virtual environment in the build folder, made once: about 30 s) runs the

@@ -11,6 +11,9 @@ convert stores and what an image set's transforms give.
       by torchvision's Resize(SIZE) rule (short side SIZE, long side int(SIZE * long / short)) with
       Image.BILINEAR, centre-cropped (CenterCrop's rounding) to SIZE: the shards of DST's SPLIT
       must hold exactly these bytes, and the labels the classes' sorted positions.
+  images_data.py evalorig DST SPLIT SRC DUMP
+      DUMP holds evaluation crops of DST's SPLIT (converted from SRC): each must be torchvision's
+      Resize + CenterCrop of the original photo, by Pillow, exactly.
   images_data.py crops DST SPLIT DUMP
       DUMP (a folder of tests/tools/mgt_images_dump) holds rows of DST's SPLIT, the crops mgtrain
       drew for them, and what its transform made of them. Checks: (1) the crop and flip of each row against an
@@ -366,6 +369,33 @@ def check_crops(dst, split, dump):
     return 1 if fails else 0
 
 
+def check_eval_originals(dst, split, src, dump):
+    """DUMP holds evaluation crops (TRAIN 0) of DST's SPLIT, converted from SRC: each must be
+    torchvision's Resize(side) + CenterCrop(input) of the ORIGINAL photo, by Pillow, exactly (the
+    one stored resize is Resize(side) itself when side is the stored size)."""
+    meta = json.load(open(os.path.join(dump, "meta.json")))
+    rows = np.load(os.path.join(dump, "rows.npy"))
+    x = np.rint(np.load(os.path.join(dump, "x.npy")) * 255).astype(np.uint8)
+    _, files = files_of(src)
+    h, w = x.shape[1], x.shape[2]
+    side = max(math.floor(max(h, w) / meta["center_crop"] + 1e-9), max(h, w))
+    fails = 0
+    for i, r in enumerate(rows):
+        img = pil_rgb(files[int(r)][0])
+        ow, oh = img.size
+        rw, rh = (side, int(side * oh / ow)) if ow <= oh else (int(side * ow / oh), side)
+        top, left = int(round((rh - h) / 2.0)), int(round((rw - w) / 2.0))
+        same, _ = same_or_pass_order(
+            x[i], lambda: resize(img, (rw, rh)).crop((left, top, left + w, top + h)))
+        if not same:
+            print(f"FAIL: row {r} ({files[int(r)][0]}): differs from Resize({side}) + "
+                  f"CenterCrop of the original")
+            fails += 1
+    print(("ok" if fails == 0 else "FAIL") + f": {len(rows)} evaluation crops equal Pillow "
+          f"{Image.__version__}'s Resize({side}) + CenterCrop({h}x{w}) of the original photos")
+    return 1 if fails else 0
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "tree":
@@ -374,6 +404,8 @@ def main():
         return 0
     if cmd == "stored":
         return check_stored(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    if cmd == "evalorig":
+        return check_eval_originals(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     if cmd == "crops":
         return check_crops(sys.argv[2], sys.argv[3], sys.argv[4])
     print("unknown command", cmd)
