@@ -25,6 +25,11 @@
 #include "trainer.h"
 #include "version.h"
 
+static int replaceable(const char *path) {
+    (void)path;
+    return 1;
+}
+
 /* Rank 0 writes the outputs, so rank 0 checks them before any work (outputs.h): a wrong one
  * would otherwise be found only when the run ends, or replace what the run reads. NULL if all
  * is well, else the message in err. */
@@ -34,6 +39,10 @@ static const char *check_outputs(const mgt_options *o, mgt_err *err) {
         p.out[p.nout++] = (mgt_output){o->timeline, "--timeline", mgt_timeline_is_ours};
     if (o->output)
         p.out[p.nout++] = (mgt_output){o->output, "--output", NULL};
+    /* read and saved again by design: any file there may be replaced, but never one of a run,
+     * of an image set or of the command's inputs */
+    if (o->algo_cache)
+        p.out[p.nout++] = (mgt_output){o->algo_cache, "--algo-cache", replaceable};
     char run_model[600], run_weights[600], name[64], out[600], copy[80];
     mgt_err ignored; /* a --run folder that names no model: the command says so */
     if (o->run &&

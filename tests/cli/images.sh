@@ -324,6 +324,8 @@ expect_fail "predict --output onto another image set's shard, --overwrite" \
   "$MGT_BIN" predict --run learn --data set --output set3/train-00000_x.npy --overwrite
 expect_fail "--timeline onto a set's manifest, --overwrite" "\-\-timeline set3/images.json is a file of the image set" \
   "$MGT_BIN" --model learn.cfg --data set --timeline set3/images.json --overwrite --max-steps 1 --out o11
+expect_fail "--algo-cache onto a set's classes.txt" "\-\-algo-cache set3/classes.txt is a file of the image set" \
+  "$MGT_BIN" --model learn.cfg --data set --algo-cache set3/classes.txt --max-steps 1 --out o14
 expect_fail "training into an image set's folder" "\-\-out set3 holds an image set" \
   "$MGT_BIN" --model learn.cfg --data set --out set3 --max-steps 1
 same_files set3.before set3 && cmp -s set3.before/images.json set3/images.json && ok "set3 intact after the refused outputs" || bad "set3 changed"
@@ -361,6 +363,6 @@ expect_fail "--skip-bad with no readable image" "allbad: none of its 2 files is 
   "$MGT_BIN" convert allbad b12 --skip-bad
 
 # (b1, b2 and b4 stopped at a file during the conversion: they keep what they finished)
-left=$(ls -d o1 o2 o3 o5 o6 o7 o8 o10 o11 o12 b5 b6 b7 b8 b9 b10 2>/dev/null)
+left=$(ls -d o1 o2 o3 o5 o6 o7 o8 o10 o11 o12 o14 b5 b6 b7 b8 b9 b10 2>/dev/null)
 [ -z "$left" ] && ok "refused starts wrote no output folder" || bad "left behind: $left"
 finish
