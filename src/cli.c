@@ -18,8 +18,16 @@
 #include "parse.h"
 #include "splits.h" /* MGT_DEFAULT_DATA, for the help text */
 
-/* C_ALL: the commands that run a model; convert has flags of its own. */
-enum { C_TRAIN = 1, C_EVAL = 2, C_PREDICT = 4, C_SUMMARY = 8, C_ALL = 15, C_CONVERT = 16 };
+/* C_ALL: the commands that run a model; convert has flags of its own, export some of both. */
+enum {
+    C_TRAIN = 1,
+    C_EVAL = 2,
+    C_PREDICT = 4,
+    C_SUMMARY = 8,
+    C_ALL = 15,
+    C_CONVERT = 16,
+    C_EXPORT = 32
+};
 
 typedef struct flag {
     const char *name;
@@ -32,7 +40,7 @@ typedef struct flag {
 /* One row per flag, kept as written (clang-format would re-wrap the rows). */
 /* clang-format off */
 static const flag flags[] = {
-    {"model", "FILE", C_ALL, "the built-in MLP (examples/mlp.cfg)", "model file (INI)"},
+    {"model", "FILE", C_ALL | C_EXPORT, "the built-in MLP (examples/mlp.cfg)", "model file (INI)"},
     {"data", "DIR|synthetic", C_TRAIN | C_EVAL | C_PREDICT, MGT_DEFAULT_DATA,
      "folder of IDX files (train-*, t10k-*, plain or .gz), of .npy files (train_x.npy, "
      "train_y.npy, test_x.npy, test_y.npy) or an image set (mgtrain convert), or synthetic data"},
@@ -71,7 +79,7 @@ static const flag flags[] = {
     {"init-partial", NULL, C_TRAIN, "off (all must match)",
      "with --init-weights: the model's tensors that FILE does not match (a new head) keep their "
      "initial values, and FILE's tensors that match none are left unused; a table says which"},
-    {"name-map", "FILE", C_TRAIN | C_EVAL | C_PREDICT, "none (names as they are)",
+    {"name-map", "FILE", C_TRAIN | C_EVAL | C_PREDICT | C_EXPORT, "none (names as they are)",
      "rename the tensors of --init-weights or --weights as FILE says, one 'FROM TO' a line ('*' "
      "matches any run of characters, TO - drops): examples/*.map map torchvision's and timm's "
      "names to the model files beside them"},
@@ -122,7 +130,7 @@ static const flag flags[] = {
     {"cuda-graph", "on|off", C_TRAIN, "on",
      "GPUs: once warm, replay each step's forward and backward as CUDA graphs (off: launch every "
      "op each step)"},
-    {"input-shape", "H,W,C", C_ALL, "[input] shape",
+    {"input-shape", "H,W,C", C_ALL | C_EXPORT, "[input] shape",
      "build the model for inputs of this shape, e.g. 224,224,3 (every layer's shape follows)"},
     {"transport", "auto|nccl|mpi|shm", C_TRAIN, "auto (nccl for GPUs, when ranks > 1)",
      "gradient all-reduce; shm: CPU ranks of one node sum straight from each other's memory; "
@@ -149,8 +157,9 @@ static const flag flags[] = {
      "batch (debugging scale-out, audited runs, CI baselines; slower, CPU only)"},
     {"repro-chunk", "N", C_TRAIN, "[train] repro_chunk (8)",
      "--reproducible's chunk in samples: larger is faster, but no more ranks than chunks do work"},
-    {"weights", "FILE", C_EVAL | C_PREDICT, "none (required)", "weights.safetensors to use"},
-    {"run", "DIR", C_EVAL | C_PREDICT, "none", "a training run's --out folder: its model file "
+    {"weights", "FILE", C_EVAL | C_PREDICT | C_EXPORT, "none (required)",
+     "weights.safetensors to use"},
+    {"run", "DIR", C_EVAL | C_PREDICT | C_EXPORT, "none", "a training run's --out folder: its model file "
                                               "copy and weights.safetensors"},
     {"split", "train|test", C_EVAL | C_PREDICT | C_CONVERT, "test (convert: train)",
      "which split of --data; convert: the split DST gets (a test or validation tree: test)"},
@@ -173,9 +182,14 @@ static const flag flags[] = {
     {"skip-bad", NULL, C_CONVERT, "off (stop at the first)",
      "convert: leave out files that are not readable JPEG or PNG images, and list them in "
      "DST/SPLIT_skipped.txt"},
-    {"output", "FILE", C_PREDICT, "none (required)", "where predict writes its .npy"},
-    {"help", NULL, C_ALL | C_CONVERT, "", "show this help (also -h)"},
-    {"version", NULL, C_ALL | C_CONVERT, "", "print the version and the backends built in"},
+    {"output", "FILE", C_PREDICT | C_EXPORT, "none (required)",
+     "where predict writes its .npy, export its model file"},
+    {"format", "onnx", C_EXPORT, "onnx", "export: the file format (ONNX, opset 21, dynamic batch)"},
+    {"batchnorm", "fold|keep", C_EXPORT, "fold",
+     "export: fold each batchnorm into the convolution before it where it can, or keep every "
+     "one a BatchNormalization node"},
+    {"help", NULL, C_ALL | C_CONVERT | C_EXPORT, "", "show this help (also -h)"},
+    {"version", NULL, C_ALL | C_CONVERT | C_EXPORT, "", "print the version and the backends built in"},
 };
 /* clang-format on */
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
@@ -202,7 +216,7 @@ static const char *const path_flags[] = {"model",   "data",   "out", "init-weigh
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 
 static const char *const commands[] = {"train", "eval",    "predict", "summary",
-                                       "plot",  "convert", "help"};
+                                       "plot",  "convert", "export",  "help"};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
 static int command_bit(const char *cmd) {
@@ -210,6 +224,7 @@ static int command_bit(const char *cmd) {
            : !strcmp(cmd, "eval")    ? C_EVAL
            : !strcmp(cmd, "predict") ? C_PREDICT
            : !strcmp(cmd, "convert") ? C_CONVERT
+           : !strcmp(cmd, "export")  ? C_EXPORT
                                      : C_SUMMARY;
 }
 
@@ -243,7 +258,8 @@ void mgt_cli_usage(FILE *f, const char *cmd) {
                 "  summary   print the model's layer table\n"
                 "  plot      mgtrain plot RUN_DIR: draw RUN_DIR/curves.png from metrics.csv\n"
                 "  convert   mgtrain convert SRC DST: a folder of JPEG/PNG images, one folder per\n"
-                "            class, into an image set that --data DST trains on\n\n"
+                "            class, into an image set that --data DST trains on\n"
+                "  export    write a trained model as an ONNX file (--run DIR --output FILE)\n\n"
                 "flags of train (see 'mgtrain COMMAND --help' for the others):\n",
                 MGT_VERSION);
     } else if (bit == C_CONVERT) {
@@ -530,6 +546,15 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "skip-bad")) o->skip_bad = 1;
     else if (!strcmp(n, "square")) o->convert_square = 1;
     else if (!strcmp(n, "output")) o->output = v;
+    else if (!strcmp(n, "format")) {
+        if (strcmp(v, "onnx"))
+            rc = mgt_errf(err, "--format %.80s: the one format export writes is onnx", v);
+    }
+    else if (!strcmp(n, "batchnorm")) {
+        if (strcmp(v, "fold") && strcmp(v, "keep"))
+            rc = mgt_errf(err, "--batchnorm %.80s: use fold or keep", v);
+        o->keep_bn = !strcmp(v, "keep");
+    }
     /* clang-format on */
     return rc;
 }
@@ -563,7 +588,7 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
             const char *near = mgt_nearest(argv[1], commands, NCOMMANDS);
             return mgt_errf(err,
                             "unknown command '%.80s'%s%s%s; commands are train, eval, predict, "
-                            "summary, plot, convert (see mgtrain --help)",
+                            "summary, plot, convert, export (see mgtrain --help)",
                             argv[1], near ? " (did you mean '" : "", near ? near : "",
                             near ? "'?)" : "");
         }
@@ -579,7 +604,7 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
         if (c->help_cmd && !is_command(c->help_cmd))
             return mgt_errf(err,
                             "unknown command '%.80s' for mgtrain help; commands are train, "
-                            "eval, predict, summary, plot, convert",
+                            "eval, predict, summary, plot, convert, export",
                             c->help_cmd);
         return 0;
     }

@@ -117,6 +117,8 @@ int main(int argc, char **argv) {
             rc = mgt_cmd_summary(&rt, o);
         else if (!strcmp(o->command, "convert"))
             rc = mgt_cmd_convert(&rt, o);
+        else if (!strcmp(o->command, "export"))
+            rc = mgt_cmd_export(&rt, o);
         else
             rc = mgt_cmd_train(&rt, o);
         break;

@@ -70,6 +70,7 @@ enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
 typedef struct mgt_fused mgt_fused;
+typedef struct mgt_onnx_layer mgt_onnx_layer; /* export.h */
 
 /* A batch in backend memory, as forward and the loss read it (staging.h hands it over). */
 typedef struct mgt_input {
@@ -212,6 +213,10 @@ typedef struct mgt_layer_type {
                           const mgt_fused *f, float *y);
     void (*backward_fused)(mgt_model *m, mgt_layer *l, const mgt_step *s, const float *x,
                            const mgt_fused *f, float *dy, float *dx);
+    /* May be NULL (the type cannot be exported yet). Writes the layer's own op as ONNX nodes
+     * (export.h: its inputs, weights and output value; the layer's activation is added after
+     * it). -1 with err when out of memory or the layer's settings have no ONNX equivalent. */
+    int (*onnx)(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err);
 } mgt_layer_type;
 
 /* What a fusion group hands its batchnorm (forward_fused, backward_fused). */

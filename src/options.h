@@ -17,6 +17,7 @@ typedef struct mgt_options {
     const char *init_weights, *weights, *output, *split;
     const char *name_map;     /* --name-map: renames of the weights file's tensors (pretrained.h) */
     int init_partial;         /* --init-partial: what does not match keeps its initial value */
+    int keep_bn;              /* export --batchnorm keep: no folding */
     double val_split;         /* < 0: validate on the test split */
     int no_validation;        /* train only: no validation, no final test evaluation */
     int64_t save_every;       /* 0: only at epoch ends */

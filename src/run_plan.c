@@ -22,6 +22,8 @@ static mgt_command command_of(const char *name) {
         return MGT_CMD_PREDICT;
     if (!strcmp(name, "summary"))
         return MGT_CMD_SUMMARY;
+    if (!strcmp(name, "export"))
+        return MGT_CMD_EXPORT;
     return MGT_CMD_TRAIN;
 }
 
@@ -276,9 +278,14 @@ static void training(mgt_run_plan *p, const mgt_model *m, const mgt_options *o,
 
 /* eval and predict: the weights of --weights (or of --run's folder), and predict's output. */
 static void inference(mgt_run_plan *p, const mgt_model *m, const mgt_options *o) {
-    const char *what = p->command == MGT_CMD_PREDICT ? "predict" : "eval";
+    const char *what = p->command == MGT_CMD_PREDICT  ? "predict"
+                       : p->command == MGT_CMD_EXPORT ? "export"
+                                                      : "eval";
     if (p->command == MGT_CMD_PREDICT && !o->output)
         mgt_die_all("predict needs --output FILE.npy");
+    if (p->command == MGT_CMD_EXPORT && !o->output)
+        mgt_die_all("export needs --output FILE.onnx");
+    p->out.keep_bn = o->keep_bn;
     p->out.weights = o->weights ? o->weights : o->run ? p->out.run_weights : NULL;
     if (!p->out.weights)
         mgt_die_all("%s needs --weights FILE or --run DIR (e.g. --run runs/%s, the --out folder "
@@ -289,7 +296,8 @@ static void inference(mgt_run_plan *p, const mgt_model *m, const mgt_options *o)
 void mgt_run_plan_make(mgt_run_plan *p, mgt_model *m, const mgt_options *o, const mgt_runtime *rt) {
     memset(p, 0, sizeof *p);
     p->command = command_of(o->command);
-    const int inferring = p->command == MGT_CMD_EVAL || p->command == MGT_CMD_PREDICT;
+    const int inferring =
+        p->command == MGT_CMD_EVAL || p->command == MGT_CMD_PREDICT || p->command == MGT_CMD_EXPORT;
     if (inferring)
         find_run(p, o);
     load_model(p, m, o, rt);

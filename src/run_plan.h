@@ -37,7 +37,13 @@
 #include "splits.h"
 #include "train_cfg.h"
 
-typedef enum { MGT_CMD_TRAIN = 0, MGT_CMD_EVAL, MGT_CMD_PREDICT, MGT_CMD_SUMMARY } mgt_command;
+typedef enum {
+    MGT_CMD_TRAIN = 0,
+    MGT_CMD_EVAL,
+    MGT_CMD_PREDICT,
+    MGT_CMD_SUMMARY,
+    MGT_CMD_EXPORT
+} mgt_command;
 
 typedef struct mgt_step_plan {
     mgt_pipeline pipeline; /* bucket_mb < 0: the backend's default (reducer.h) */
@@ -58,7 +64,8 @@ typedef struct mgt_out_plan {
     int init_partial;         /* train: what does not match keeps its initial value */
     const char *name_map;     /* the weights file's renames (pretrained.h; NULL: none) */
     const char *weights;      /* eval, predict: --weights, or the weights of --run's folder */
-    const char *output;       /* predict: the .npy it writes */
+    const char *output;       /* predict: the .npy it writes; export: the model file */
+    int keep_bn;              /* export: every batchnorm a node of its own (no folding) */
     char run_model[600], run_weights[600]; /* --run DIR: the files the folder names */
 } mgt_out_plan;
 

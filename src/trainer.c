@@ -25,6 +25,7 @@
 #include "data/shard.h"
 #include "default_model.h"
 #include "evaluate.h"
+#include "export.h"
 #include "fault.h"
 #include "fit.h"
 #include "gpu.h"
@@ -32,6 +33,7 @@
 #include "model.h"
 #include "optim.h"
 #include "placement.h"
+#include "pretrained.h"
 #include "replica.h"
 #include "run_plan.h"
 #include "rundir.h"
@@ -569,6 +571,43 @@ int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
         }
     }
     mgt_model_free(&s->m);
+    mgt_run_plan_free(&s->p);
+    return 0;
+}
+
+int mgt_cmd_export(mgt_runtime *rt, const mgt_options *o) {
+    if (rt->world > 1)
+        mgt_die_all("mgtrain export runs as one process; start it without mpirun or with -np 1");
+    session ss, *s = open_session(&ss, rt, o);
+    mgt_model *m = &s->m;
+    const mgt_out_plan *out = &s->p.out;
+    float *w = calloc(m->param_count + 1, sizeof *w), *buf = calloc(m->buffer_count + 1, sizeof *buf);
+    char *report = NULL;
+    mgt_err e;
+    int rc = w && buf ? 0 : mgt_errf(&e, "out of host memory for the weights of %s", m->name);
+    if (!rc && out->name_map) {
+        const mgt_pretrained_opts po = {out->weights, out->name_map, 0, "--weights"};
+        rc = mgt_pretrained_load(m, &po, w, buf, &report, &e);
+        if (report)
+            fputs(report, rc ? stderr : stdout);
+    } else if (!rc) {
+        rc = mgt_model_load_weights(m, out->weights, w, buf, &e);
+    }
+    const mgt_export_opts eo = {.keep_bn = out->keep_bn, .version = MGT_VERSION};
+    if (!rc)
+        rc = mgt_export_onnx(m, w, buf, &eo, out->output, &e);
+    free(report);
+    free(w);
+    free(buf);
+    if (rc)
+        mgt_die_all("%s", e.msg);
+    printf("wrote %s: model %s as ONNX (opset %d), input [batch, %d, %d, %d] float32 (NHWC), "
+           "output [batch, %d] (%s); batchnorm %s\n",
+           out->output, m->name, MGT_ONNX_OPSET, m->input.h, m->input.w, m->input.c, m->classes,
+           m->layers[m->nlayers - 1].act == MGT_ACT_SOFTMAX ? "softmax probabilities" : "logits",
+           out->keep_bn ? "kept" : "folded where it follows a convolution");
+    fflush(stdout);
+    mgt_model_free(m);
     mgt_run_plan_free(&s->p);
     return 0;
 }

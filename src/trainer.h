@@ -19,5 +19,6 @@ int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o);
+int mgt_cmd_export(mgt_runtime *rt, const mgt_options *o);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "../comm.h"
 #include "../repro.h"
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"momentum", "epsilon", "sync", NULL};
@@ -165,6 +166,22 @@ static int takes_x_relu(const mgt_layer *l, const mgt_backend *be) {
     return be->ops->bn_x_relu;
 }
 
+/* BatchNormalization in inference mode, with the moving statistics (the exporter folds a
+ * batchnorm into the convolution before it instead, where it can). */
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const char *in[5] = {x->in[0], mgt_onnx_param(x, m, l, 0), mgt_onnx_param(x, m, l, 1),
+                         m->buffers[l->buffer[0]].name, m->buffers[l->buffer[1]].name};
+    const mgt_param *mean = &m->buffers[l->buffer[0]], *var = &m->buffers[l->buffer[1]];
+    const mgt_onnx_attr a = {.name = "epsilon", .kind = MGT_ONNX_FLOAT, .f = l->cfg.epsilon};
+    x->out_rank = x->in_rank[0];
+    if (!in[1] || !in[2] ||
+        mgt_onnx_init_f32(x->g, mean->name, x->buf + mean->offset, 1, mean->shape) < 0 ||
+        mgt_onnx_init_f32(x->g, var->name, x->buf + var->offset, 1, var->shape) < 0 ||
+        mgt_onnx_node(x->g, "BatchNormalization", in, 5, x->out, &a, 1) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_batchnorm = {
     .name = "batchnorm", .keys = keys, .defaults = defaults, .set = set, .build = build,
     .alloc = alloc, .forward = forward, .backward = backward, .release = release,
@@ -172,4 +189,5 @@ const mgt_layer_type mgt_layer_batchnorm = {
     .takes_x_relu = takes_x_relu,
     .forward_fused = forward_fused,
     .backward_fused = backward_fused,
+    .onnx = onnx,
 };

@@ -2,6 +2,7 @@
  * rule: "same" pads so that out = ceil(in / stride), the extra row/column at the bottom/right). */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"filters", "kernel", "stride", "padding", "use_bias", "algo",
@@ -150,9 +151,18 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *st, const float
     st->be->ops->conv2d_bwd(st->be, &s, x, mgt_w(m, l, 0), dy, dx, mgt_g(m, l, 0), db);
 }
 
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const mgt_conv_shape s = geometry(l, 1);
+    const char *wn, *bn;
+    if (mgt_onnx_conv_params(x, m, l, 0, 1, &wn, &bn) < 0 ||
+        mgt_onnx_conv_node(x, mgt_onnx_input4(x, m, l, 0), wn, bn, &s, 1, x->out) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_conv2d = {
     .name = "conv2d", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = mgt_conv_set, .build = build, .forward = forward, .backward = backward,
     .scratch = scratch, .applies_act = applies_act, .bwd_reads = MGT_BWD_READS_X,
-    .cancellable_bias = 1,
+    .cancellable_bias = 1, .onnx = onnx,
 };

@@ -1,6 +1,7 @@
 /* dense.c: y = x W^T + b, W in PyTorch's [out][in] layout. Needs a flat input. */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"units", "use_bias", NULL};
@@ -119,9 +120,22 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         bwd(s->be, n, in, out, x, w, dy, dx, NULL, NULL);
 }
 
+/* Gemm(x, W, b) with W's [out][in] transposed: ONNX's Linear. */
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const mgt_onnx_attr t = {.name = "transB", .kind = MGT_ONNX_INT, .i = 1};
+    const char *in[3] = {mgt_onnx_input2(x, m, l, 0), mgt_onnx_param(x, m, l, 0),
+                         l->param[1] >= 0 ? mgt_onnx_param(x, m, l, 1) : NULL};
+    x->out_rank = 2;
+    if (!in[1] || (l->param[1] >= 0 && !in[2]) ||
+        mgt_onnx_node(x->g, "Gemm", in, in[2] ? 3 : 2, x->out, &t, 1) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_dense = {
     .name = "dense", .keys = keys, .required = required, .has_act = 1, .defaults = defaults,
     .set = set, .build = build, .forward = forward, .backward = backward,
     .applies_act = applies_act, .applies_act_grad = applies_act_grad,
     .takes_x_relu = takes_x_relu, .grad_rows = grad_rows, .bwd_reads = MGT_BWD_READS_X,
+    .onnx = onnx,
 };

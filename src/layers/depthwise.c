@@ -19,6 +19,7 @@
  * weights' gradient needs it) and computes the gradient w.r.t. it in a work tensor. */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const dw_keys[] = {"kernel", "stride", "padding", "use_bias", NULL};
@@ -139,6 +140,26 @@ static void sep_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
     st->be->ops->dwconv_bwd(st->be, &d, x, mgt_w(m, l, 0), work, dx, mgt_g(m, l, 0), NULL);
 }
 
+/* A Conv of one group per channel; the separable layer's pointwise 1x1 Conv after it. */
+static int dw_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const mgt_conv_shape s = dw_geometry(l, 1);
+    const char *wn, *bn;
+    if (mgt_onnx_conv_params(x, m, l, 0, 1, &wn, &bn) < 0 ||
+        mgt_onnx_conv_node(x, mgt_onnx_input4(x, m, l, 0), wn, bn, &s, s.c, x->out) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
+static int sep_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const mgt_conv_shape d = dw_geometry(l, 1), p = pw_geometry(l, 1);
+    const char *dw = mgt_onnx_param(x, m, l, 0), *mid = mgt_onnx_name(x, "depthwise"), *wn, *bn;
+    if (!dw || mgt_onnx_conv_node(x, mgt_onnx_input4(x, m, l, 0), dw, NULL, &d, d.c, mid) < 0 ||
+        mgt_onnx_conv_params(x, m, l, 1, 2, &wn, &bn) < 0 ||
+        mgt_onnx_conv_node(x, mid, wn, bn, &p, 1, x->out) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_depthwise_conv2d = {
     .name = "depthwise_conv2d",
     .keys = dw_keys,
@@ -151,6 +172,7 @@ const mgt_layer_type mgt_layer_depthwise_conv2d = {
     .backward = dw_bwd,
     .scratch = dw_scratch,
     .bwd_reads = MGT_BWD_READS_X,
+    .onnx = dw_onnx,
 };
 
 const mgt_layer_type mgt_layer_separable_conv2d = {
@@ -166,4 +188,5 @@ const mgt_layer_type mgt_layer_separable_conv2d = {
     .scratch = sep_scratch,
     .bwd_reads = MGT_BWD_READS_X,
     .temps = sep_temps,
+    .onnx = sep_onnx,
 };

@@ -3,6 +3,7 @@
  * depend on how many ranks share the batch, nor on the backend. */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"rate", NULL};
@@ -48,7 +49,14 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
                             (uint64_t)s->first_sample, dx);
 }
 
+/* Gone in inference: the output is the input. */
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    (void)m, (void)l, (void)err;
+    x->alias = 0;
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_dropout = {
     .name = "dropout", .keys = keys, .required = required, .set = set, .build = build,
-    .forward = forward, .backward = backward, .inplace = 1,
+    .forward = forward, .backward = backward, .inplace = 1, .onnx = onnx,
 };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static int no_keys(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
@@ -112,6 +113,36 @@ static void concat_bwd(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy,
     }
 }
 
+/* Sum or Concat (along the channels) of the inputs, all at one rank: 4-D if any is. */
+static int merge_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, const char *op,
+                      mgt_err *err) {
+    int rank = 2;
+    for (int k = 0; k < l->ninputs; k++)
+        rank = x->in_rank[k] == 4 ? 4 : rank;
+    /* each input's name is copied into the node as it is written, but the helpers' names are
+     * reused after four: kept here */
+    char names[MGT_MAX_INPUTS][192];
+    const char *in[MGT_MAX_INPUTS];
+    for (int k = 0; k < l->ninputs; k++) {
+        snprintf(names[k], sizeof names[k], "%s",
+                 rank == 4 ? mgt_onnx_input4(x, m, l, k) : mgt_onnx_input2(x, m, l, k));
+        in[k] = names[k];
+    }
+    const mgt_onnx_attr a = {.name = "axis", .kind = MGT_ONNX_INT, .i = 1};
+    x->out_rank = rank;
+    if (mgt_onnx_node(x->g, op, in, l->ninputs, x->out, &a, op[0] == 'C') < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
+static int add_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    return merge_onnx(x, m, l, "Sum", err);
+}
+
+static int concat_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    return merge_onnx(x, m, l, "Concat", err);
+}
+
 const mgt_layer_type mgt_layer_add = {
     .name = "add",
     .has_act = 1,
@@ -121,6 +152,7 @@ const mgt_layer_type mgt_layer_add = {
     .merge = 1,
     .forward_n = add_fwd,
     .backward_n = add_bwd,
+    .onnx = add_onnx,
 };
 
 const mgt_layer_type mgt_layer_concat = {
@@ -131,4 +163,5 @@ const mgt_layer_type mgt_layer_concat = {
     .merge = 1,
     .forward_n = concat_fwd,
     .backward_n = concat_bwd,
+    .onnx = concat_onnx,
 };

@@ -10,6 +10,7 @@
  * (temps: saved), alive from forward to backward only. */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"size", "stride", "padding", NULL};
@@ -116,12 +117,41 @@ static void avg_bwd(mgt_model *m, mgt_layer *l, const mgt_step *st, const float 
     st->be->ops->avgpool_bwd(st->be, &s, dy, dx);
 }
 
+/* MaxPool or AveragePool with mgtrain's padding; an average over the real values only
+ * (count_include_pad = 0), as the layer takes it. */
+static int pool_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, const char *op,
+                     mgt_err *err) {
+    const mgt_pool_shape s = geometry(l, 1);
+    const int64_t bottom = (int64_t)(s.oh - 1) * s.stride + s.size - s.h - s.pad_top;
+    const int64_t right = (int64_t)(s.ow - 1) * s.stride + s.size - s.w - s.pad_left;
+    const int64_t k[2] = {s.size, s.size}, st[2] = {s.stride, s.stride};
+    const int64_t pads[4] = {s.pad_top, s.pad_left, bottom > 0 ? bottom : 0, right > 0 ? right : 0};
+    const mgt_onnx_attr a[3] = {
+        {.name = "kernel_shape", .kind = MGT_ONNX_INTS, .ints = k, .nints = 2},
+        {.name = "strides", .kind = MGT_ONNX_INTS, .ints = st, .nints = 2},
+        {.name = "pads", .kind = MGT_ONNX_INTS, .ints = pads, .nints = 4}};
+    const char *in = mgt_onnx_input4(x, m, l, 0);
+    x->out_rank = 4;
+    if (mgt_onnx_node(x->g, op, &in, 1, x->out, a, 3) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
+static int max_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    return pool_onnx(x, m, l, "MaxPool", err);
+}
+
+static int avg_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    return pool_onnx(x, m, l, "AveragePool", err);
+}
+
 const mgt_layer_type mgt_layer_maxpool = {
     .name = "maxpool", .keys = keys, .defaults = defaults, .set = set, .build = build,
     .temps = max_temps, .forward = max_fwd, .backward = max_bwd, .takes_x_relu = max_takes_x_relu,
+    .onnx = max_onnx,
 };
 
 const mgt_layer_type mgt_layer_avgpool = {
     .name = "avgpool", .keys = keys, .defaults = defaults, .set = set, .build = build,
-    .forward = avg_fwd, .backward = avg_bwd,
+    .forward = avg_fwd, .backward = avg_bwd, .onnx = avg_onnx,
 };

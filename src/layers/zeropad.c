@@ -4,6 +4,7 @@
  * stride-2 convolution and by 1 before its max pooling. */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"pad", NULL};
@@ -56,6 +57,18 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
     s->be->ops->pad_bwd(s->be, &g, dy, dx);
 }
 
+/* Pad with zeros: top, left, bottom, right of the two spatial axes. */
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const int *p = l->cfg.pad; /* top, bottom, left, right */
+    const int64_t pads[8] = {0, 0, p[0], p[2], 0, 0, p[1], p[3]}, n = 8;
+    const char *in[2] = {mgt_onnx_input4(x, m, l, 0), mgt_onnx_name(x, "pads")};
+    x->out_rank = 4;
+    if (mgt_onnx_init_i64(x->g, in[1], pads, 1, &n) < 0 ||
+        mgt_onnx_node(x->g, "Pad", in, 2, x->out, NULL, 0) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_zeropad = {
     .name = "zeropad",
     .keys = keys,
@@ -64,4 +77,5 @@ const mgt_layer_type mgt_layer_zeropad = {
     .build = build,
     .forward = forward,
     .backward = backward,
+    .onnx = onnx,
 };
