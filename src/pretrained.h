@@ -12,7 +12,8 @@
  * tensor whose whole name matches FROM takes the name TO, where each `*` of FROM matches any run
  * of characters and each `*` of TO is what the matching `*` of FROM took, in order; TO `-` drops
  * the tensor (it is neither loaded nor unused). The first line that matches wins; a name no line
- * matches stays as it is. `#` starts a comment (examples/resnet50_torchvision.map). PyTorch's
+ * matches stays as it is. `#` starts a comment (examples/resnet50_torchvision.map and
+ * examples/xception_timm.map). PyTorch's
  * batchnorm step counters (*.num_batches_tracked, integers) are not weights: they are counted apart
  * and never unused. Files of any float dtype load (F16, BF16 and F64 converted to float32:
  * tensor_io.h). */

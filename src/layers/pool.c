@@ -3,8 +3,10 @@
  * TensorFlow's: out = ceil(in / stride), the windows overhanging by pad = (out - 1) * stride +
  * size - in split with the odd one at the bottom/right, and the overhang left out of each window
  * (a maximum over the real values, an average divided by their count). PyTorch's MaxPool2d(3, 2,
- * padding=1) gives the same shape on even inputs but centres its windows differently; the file
- * asks for TensorFlow's.
+ * padding=1) gives the same shape on even inputs but centres its windows differently: padding = 1
+ * asks for PyTorch's, p rows and columns on every side (at most half the size), left out of each
+ * window alike (a max over them is PyTorch's; an average divides by the real values, as PyTorch's
+ * count_include_pad = False).
  *
  * Max pooling keeps, per output, the index of the input it picked for backward: planned memory
  * (temps: saved), alive from forward to backward only. */
@@ -21,10 +23,18 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     if (!strcmp(key, "size"))
         return mgt_set_pos_int(v, &l->cfg.kernel, err);
     if (!strcmp(key, "padding")) {
+        int p;
+        if (mgt_parse_int(v, &p) == 0 && p >= 0) { /* PyTorch's padding = p, on every side */
+            l->cfg.same = 0;
+            l->cfg.pad[0] = p;
+            return 0;
+        }
         if (strcmp(v, "valid") && strcmp(v, "same"))
-            return mgt_errf(err, "expected valid or same (TensorFlow's: the border windows "
-                                 "overhang, the odd row/column at the bottom/right)");
+            return mgt_errf(err, "expected valid, same (TensorFlow's: the border windows "
+                                 "overhang, the odd row/column at the bottom/right) or a number "
+                                 "of rows and columns on every side (PyTorch's padding)");
         l->cfg.same = !strcmp(v, "same");
+        l->cfg.pad[0] = 0;
         return 0;
     }
     l->cfg.stride_set = 1;
@@ -43,9 +53,11 @@ static mgt_pool_shape geometry(const mgt_layer *l, int n) {
         s.ow = g.ow;
         s.pad_top = g.pad_top;
         s.pad_left = g.pad_left;
-    } else {
-        s.oh = s.h >= s.size ? (s.h - s.size) / stride + 1 : 0;
-        s.ow = s.w >= s.size ? (s.w - s.size) / stride + 1 : 0;
+    } else { /* valid, or PyTorch's padding p on every side */
+        const int p = l->cfg.pad[0];
+        s.oh = s.h + 2 * p >= s.size ? (s.h + 2 * p - s.size) / stride + 1 : 0;
+        s.ow = s.w + 2 * p >= s.size ? (s.w + 2 * p - s.size) / stride + 1 : 0;
+        s.pad_top = s.pad_left = p;
     }
     return s;
 }
@@ -58,6 +70,11 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
                         "size = %d does not fit the %dx%d input; use a smaller size or "
                         "padding = same",
                         s.size, s.h, s.w);
+    if (!l->cfg.same && 2 * l->cfg.pad[0] > s.size)
+        return mgt_errf(err,
+                        "padding = %d is more than half of size %d, so windows would hold no "
+                        "input; pad at most %d (PyTorch's rule)",
+                        l->cfg.pad[0], s.size, s.size / 2);
     if (s.pad_top >= s.size || s.pad_left >= s.size)
         return mgt_errf(err,
                         "stride %d is larger than size %d, so padding = same would leave "

@@ -18,8 +18,13 @@
 #    head alone (1 bucket of 20,490 values, against the whole model's); and the fine-tuned
 #    model predicts what torchvision predicts with that head (same bound).
 # 3. without --init-partial the new head is an error that names it, after the table.
-# Cost: about 30 s on 2 cores (torchvision's model made once, the 100 MB weights file written once
-# and read 4 times, 6 steps of ResNet-50 at 64x64 on 2 ranks). The steps' times with and
+# 4. timm's Xception (timm.create_model("legacy_xception"), timm from PyPI beside Debian's PyTorch)
+#    through examples/xception_timm.map into examples/xception_timm.cfg at 72x72 (even sizes, where
+#    its max pooling's padding differs from TensorFlow's): predict equals timm's logits (float64,
+#    eval) to 2e-4 of the largest, the bound of 1. (74 convolutions of K <= 2048 terms).
+# Cost: about 40 s on 2 cores (torchvision's model made once, the 100 MB weights file written once
+# and read 4 times, 6 steps of ResNet-50 at 64x64 on 2 ranks; timm's Xception made once and
+# predicted on 3 images). The steps' times with and
 # without the frozen backbone are printed (--profile), not checked: bench/ measures speed.
 source "$(dirname "$0")/lib.bash"
 PY=/usr/bin/python3
@@ -126,4 +131,39 @@ expect_fail "a new head without --init-partial" \
   "tv.safetensors: tensor 'predictions.weight' has shape \[1000,2048\] but model ft needs \[10,2048\] \(and 3 more: see the table above\); pass --init-partial" \
   "$MGT_BIN" "${F[@]}" --max-steps 1 --out strict
 [ ! -e strict/weights.safetensors ] && ok "nothing trained from a partial match without --init-partial" || bad "strict run wrote weights"
+
+# 4. timm's Xception
+if TPY=$("$MGT_SRC/tests/tools/timm-python"); then
+  "$TPY" - "$TOOLS" <<'PY' || bad "making timm's Xception"
+import os, sys, numpy as np, torch, timm
+sys.path.insert(0, sys.argv[1])
+import weights
+torch.manual_seed(0)
+m = timm.create_model("legacy_xception")
+r = np.random.default_rng(2)
+m.train()
+for mod in m.modules():
+    if isinstance(mod, torch.nn.BatchNorm2d):
+        mod.momentum = None
+with torch.no_grad():
+    for _ in range(2):
+        m(torch.from_numpy(r.standard_normal((4, 3, 72, 72)).astype(np.float32)))
+weights.write("xc.safetensors", {k: v.numpy() for k, v in m.state_dict().items()})
+os.makedirs("dx", exist_ok=True)
+x = r.uniform(0, 1, (3, 72, 72, 3)).astype(np.float32)
+for s in ("train", "test"):
+    np.save(f"dx/{s}_x.npy", x); np.save(f"dx/{s}_y.npy", np.zeros(3, np.int64))
+m = m.double().eval()
+with torch.no_grad():
+    np.save("want_xc.npy", m(torch.from_numpy((x - 0.5) / 0.5).double().permute(0, 3, 1, 2)).numpy())
+PY
+  "$MGT_BIN" predict --model "$MGT_SRC/examples/xception_timm.cfg" --input-shape 72,72,3 --conv-algo direct \
+    --data dx --weights xc.safetensors --name-map "$MGT_SRC/examples/xception_timm.map" --output xc.npy \
+    >p3.log 2>&1 || { bad "predict timm's Xception"; tail -5 p3.log; }
+  grep -qE "loaded +236 of the model's 236 tensors" p3.log && ok "timm's Xception: every tensor loaded through the map" \
+    || { bad "timm's Xception's table"; cat p3.log; }
+  out=$("$PY" cmp.py xc.npy want_xc.npy) && ok "timm's Xception through the map equals timm: $out" || bad "timm's Xception: $out"
+else
+  bad "cannot install timm from PyPI beside Debian's PyTorch"
+fi
 finish
