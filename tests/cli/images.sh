@@ -30,7 +30,8 @@
 #     --algo-cache, --out) may name an image set's file; SIGTERM, SIGINT, SIGHUP and a closed
 #     pipe stop a conversion with one line, exit 128 + the signal, no lock, no temporary file,
 #     and the set says it is incomplete until the same command finishes it.
-# Cost on 2 cores: about 2 minutes, 30 s of it making the PyPI Pillow environment the first time.
+# Cost on 2 cores: about 2 minutes, 30 s of it making the PyPI Pillow environment the first time
+# (left out under the sanitizers).
 #
 # Tolerances, as in npy.sh: R ranks sum R partial gradients instead of one sum over the batch,
 # float32 rounding of about (B/R + R) * 2^-24 relative per step; 16 smooth (tanh, average pool)
@@ -160,7 +161,11 @@ fi
 # image and transform is checked against it too, equal or equal up to that order only
 # (images_data.py --pass-order: mgtrain's bytes are its horizontal-first ones, its own its
 # vertical-first ones).
-if PYPI=$("$MGT_SRC/tests/tools/pillow-python" 2>pypi.log); then
+# Under the sanitizers (tests/sanitize sets ASAN_OPTIONS) this part is left out: it runs no
+# mgtrain code the part above did not, and would cost the sanitized suite a second environment.
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+  echo "SKIPPED (part): PyPI's Pillow under the sanitizers (the first tier checks it)"
+elif PYPI=$("$MGT_SRC/tests/tools/pillow-python" 2>pypi.log); then
   ver=$("$PYPI" -c "import PIL; print(PIL.__version__)")
   for s in "set train train" "setsq train train" "set test test"; do
     set -- $s
