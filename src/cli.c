@@ -90,8 +90,9 @@ static const flag flags[] = {
     {"no-validation", NULL, C_TRAIN, "off", "train only: skip validation and the final test "
                                             "evaluation (benchmarks)"},
     {"save-every", "N", C_TRAIN, "0 (epoch ends only)", "also checkpoint every N steps"},
-    {"resume", NULL, C_TRAIN, "off", "continue from OUT/checkpoint.safetensors (any rank "
-                                     "count); --resume auto: resume if there is one, else start"},
+    {"resume", NULL, C_TRAIN, "off", "continue the run in OUT from its checkpoint, with the "
+                                     "settings it was started with (any rank count); --resume "
+                                     "auto: resume if there is one, else start"},
     {"overwrite", NULL, C_TRAIN | C_PREDICT, "off (refused)",
      "train into a folder that holds another run, removing its files first; replace an "
      "existing --timeline or --output file"},
@@ -214,6 +215,7 @@ static const char *key_of_flag(const char *name) {
 static const char *const path_flags[] = {"model",   "data",   "out", "init-weights", "timeline",
                                          "weights", "output", "run", "algo-cache",   "name-map"};
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
+static int is_path_flag(const char *name);
 
 static const char *const commands[] = {"train", "eval",    "predict", "summary",
                                        "plot",  "convert", "export",  "help"};
@@ -232,6 +234,22 @@ static int is_command(const char *s) {
     for (int i = 0; i < NCOMMANDS; i++)
         if (!strcmp(s, commands[i]))
             return 1;
+    return 0;
+}
+
+int mgt_cli_flag(const char *name, const char **def, int *takes_value, int *is_path) {
+    const flag *f = NULL;
+    for (int i = 0; i < NFLAGS && !f; i++)
+        if (!strcmp(flags[i].name, name))
+            f = &flags[i];
+    if (!f)
+        return -1;
+    if (def)
+        *def = f->def;
+    if (takes_value)
+        *takes_value = f->arg != NULL;
+    if (is_path)
+        *is_path = is_path_flag(name);
     return 0;
 }
 
@@ -422,6 +440,11 @@ void mgt_options_defaults(mgt_options *o) {
 static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     int64_t i64 = 0;
     int rc = 0;
+    if (o->ngiven == MGT_MAX_GIVEN_FLAGS)
+        return mgt_errf(err, "more than %d flags; put [train] settings in the model file",
+                        MGT_MAX_GIVEN_FLAGS);
+    o->given[o->ngiven].name = n;
+    o->given[o->ngiven++].value = v;
     if (v && is_path_flag(n)) {
         char what[32];
         snprintf(what, sizeof what, "--%s", n);

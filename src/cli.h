@@ -43,6 +43,10 @@ void mgt_options_defaults(mgt_options *o);
  * state it resets on every call (so it is not reentrant), and lets it reorder argv. */
 int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err);
 
+/* What the flag table says of flag `name` (without --): its default as the help text gives it,
+ * whether it takes a value, whether the value is a path. -1 if there is no such flag. */
+int mgt_cli_flag(const char *name, const char **def, int *takes_value, int *is_path);
+
 /* The help text: the general one (cmd NULL), or one command's flags with their defaults. */
 void mgt_cli_usage(FILE *f, const char *cmd);
 

@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+enum { MGT_MAX_GIVEN_FLAGS = 96 };
+
 typedef struct mgt_options {
     const char *command; /* train, eval, predict, summary, convert */
     const char *model;   /* NULL: the embedded default (examples/mlp.cfg) */
@@ -63,6 +65,12 @@ typedef struct mgt_options {
         const char *flag, *key, *value;
     } train_keys[16];
     int ntrain_keys;
+    /* Every flag as given, in order: its name (without --) and value (NULL: a switch). A run
+     * folder records the ones that define the run, which --resume takes again (resume.h). */
+    struct {
+        const char *name, *value;
+    } given[MGT_MAX_GIVEN_FLAGS];
+    int ngiven;
 } mgt_options;
 
 /* --resume: off; "require" (plain --resume): the run's checkpoint must be there; "auto": resume

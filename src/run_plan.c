@@ -41,11 +41,34 @@ static void find_run(mgt_run_plan *p, const mgt_options *o) {
     p->model_file = o->model ? o->model : out->run_model;
 }
 
-/* A [train] key given on the command line; its error names the flag instead of the key. */
-static void override(mgt_train_cfg *t, const char *flag, const char *key, const char *value) {
-    mgt_err e;
-    if (value && mgt_train_set(t, key, value, &e) < 0)
-        mgt_die_all("%s %s: %s", flag, value, strchr(e.msg, ':') ? strchr(e.msg, ':') + 2 : e.msg);
+int mgt_run_plan_overrides(const mgt_options *o, mgt_train_override *out, int max) {
+    const mgt_train_override named[] = {{"epochs", "epochs", o->epochs},
+                                        {"batch-size", "batch_size", o->batch_size},
+                                        {"optimizer", "optimizer", o->optimizer},
+                                        {"lr", "learning_rate", o->lr},
+                                        {"seed", "seed", o->seed},
+                                        {"accum-steps", "accum_steps", o->accum_steps}};
+    int n = 0;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (named[i].value && n < max)
+            out[n++] = named[i];
+    for (int i = 0; i < o->ntrain_keys && n < max; i++)
+        out[n++] = (mgt_train_override){o->train_keys[i].flag, o->train_keys[i].key,
+                                        o->train_keys[i].value};
+    return n;
+}
+
+/* The command line's [train] overrides onto t; an error names the flag instead of the key. */
+static int override_all(mgt_train_cfg *t, const mgt_options *o, mgt_err *err) {
+    mgt_train_override ov[32];
+    const int n = mgt_run_plan_overrides(o, ov, 32);
+    for (int i = 0; i < n; i++) {
+        mgt_err e;
+        if (mgt_train_set(t, ov[i].key, ov[i].value, &e) < 0)
+            return mgt_errf(err, "--%s %s: %s", ov[i].flag, ov[i].value,
+                            strchr(e.msg, ':') ? strchr(e.msg, ':') + 2 : e.msg);
+    }
+    return 0;
 }
 
 /* Without --model the built-in copy of examples/mlp.cfg trains: say so when an examples/mlp.cfg
@@ -85,19 +108,8 @@ static void load_model(mgt_run_plan *p, mgt_model *m, const mgt_options *o, cons
         snprintf(m->path, sizeof m->path, "built-in model");
         note_builtin(rt);
     }
-    if (rc < 0)
+    if (rc < 0 || override_all(t, o, &e) < 0)
         mgt_die_all("%s", e.msg);
-    override(t, "--epochs", "epochs", o->epochs);
-    override(t, "--batch-size", "batch_size", o->batch_size);
-    override(t, "--optimizer", "optimizer", o->optimizer);
-    override(t, "--lr", "learning_rate", o->lr);
-    override(t, "--seed", "seed", o->seed);
-    override(t, "--accum-steps", "accum_steps", o->accum_steps);
-    for (int i = 0; i < o->ntrain_keys; i++) {
-        char flag[64];
-        snprintf(flag, sizeof flag, "--%s", o->train_keys[i].flag);
-        override(t, flag, o->train_keys[i].key, o->train_keys[i].value);
-    }
     if (o->conv_algo && mgt_conv2d_set_algo(m, o->conv_algo, &e) < 0)
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
     if (o->input_shape && mgt_model_set_input_shape(m, o->input_shape, &e) < 0)
@@ -111,6 +123,19 @@ static void load_model(mgt_run_plan *p, mgt_model *m, const mgt_options *o, cons
     if (t->lr < 0)
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
     mgt_train_apply_loss(t, m);
+}
+
+int mgt_run_plan_train_cfg(mgt_train_cfg *t, const char *path, const char *text, size_t len,
+                           const mgt_options *o, mgt_err *err) {
+    mgt_model m;
+    memset(&m, 0, sizeof m);
+    int rc = mgt_model_file_parse_len(&m, t, path, text, len, err);
+    mgt_model_free(&m);
+    if (rc < 0 || override_all(t, o, err) < 0)
+        return -1;
+    if (t->lr < 0)
+        t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
+    return 0;
 }
 
 /* eval and predict --run without --model: the folder's model copy must be the model its

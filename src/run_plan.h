@@ -89,6 +89,20 @@ typedef struct mgt_run_plan {
     int floor; /* summary --floor: each layer's floor on an H100 */
 } mgt_run_plan;
 
+/* A [train] key the command line sets: the flag (its name without --), the key and the value. */
+typedef struct mgt_train_override {
+    const char *flag, *key, *value;
+} mgt_train_override;
+
+/* The [train] keys o sets, in the order the plan applies them (later ones win), into out[max];
+ * returns their count. */
+int mgt_run_plan_overrides(const mgt_options *o, mgt_train_override *out, int max);
+/* The [train] section a run resolves to from the model file's text (len bytes, named path in
+ * messages) and o's overrides, as mgt_run_plan_make resolves it (the optimizer's default
+ * learning rate filled in). -1 with err, which names the file's line or the flag. */
+int mgt_run_plan_train_cfg(mgt_train_cfg *t, const char *path, const char *text, size_t len,
+                           const mgt_options *o, mgt_err *err);
+
 /* Resolves the command line o on the runtime rt into p, and parses the model into m; every rank
  * calls it alike. Errors end the job (see the top). */
 void mgt_run_plan_make(mgt_run_plan *p, mgt_model *m, const mgt_options *o, const mgt_runtime *rt);

@@ -483,6 +483,10 @@ int mgt_rundir_begin(mgt_rundir *d, const mgt_run_info *ri, int resumed, int64_t
              cJSON_AddStringToObject(j, "backend", ri->backend) &&
              cJSON_AddStringToObject(j, "data", ri->data) &&
              cJSON_AddStringToObject(j, "version", ri->version) &&
+             cJSON_AddItemToObject(j, "flags",
+                                   ri->nflags > 0 ? cJSON_CreateStringArray(
+                                                        (const char *const *)ri->flags, ri->nflags)
+                                                  : cJSON_CreateArray()) &&
              cJSON_AddItemToObject(seg, "start_step", whole_number(start_step)) &&
              cJSON_AddNullToObject(seg, "end_step") &&
              cJSON_AddNumberToObject(seg, "world", ri->world) &&
@@ -545,6 +549,52 @@ int mgt_rundir_find(const char *dir, char *model, char *weights, size_t n, mgt_e
     else {
         snprintf(model, n, "%s/%s", dir, copy);
         snprintf(weights, n, "%s/weights.safetensors", dir);
+    }
+    cJSON_Delete(info);
+    return rc;
+}
+
+int mgt_rundir_read_record(const char *dir, mgt_run_record *r, mgt_err *err) {
+    memset(r, 0, sizeof *r);
+    r->nflags = -1;
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, MGT_RUN_INFO);
+    if (access(path, F_OK) != 0)
+        return 0;
+    cJSON *info = read_info(dir);
+    if (!info)
+        return mgt_errf(err,
+                        "%s is not readable JSON; the run's settings cannot be known: move it "
+                        "away to resume with the flags given now alone",
+                        path);
+    const char *data = json_str(info, "data"), *copy = json_str(info, "model_copy");
+    snprintf(r->data, sizeof r->data, "%s", data ? data : "");
+    snprintf(r->model_copy, sizeof r->model_copy, "%s", copy && !strchr(copy, '/') ? copy : "");
+    const cJSON *segs = cJSON_GetObjectItemCaseSensitive(info, "segments");
+    const cJSON *last = cJSON_GetArrayItem(segs, cJSON_GetArraySize(segs) - 1);
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(last, "world");
+    r->world = cJSON_IsNumber(world) ? (int)world->valuedouble : 0;
+    const cJSON *flags = cJSON_GetObjectItemCaseSensitive(info, "flags");
+    int rc = 1;
+    if (flags) {
+        size_t used = 0;
+        r->nflags = 0;
+        const cJSON *f;
+        cJSON_ArrayForEach(f, flags) {
+            const size_t len = cJSON_IsString(f) ? strlen(f->valuestring) : 0;
+            if (!cJSON_IsString(f) || strncmp(f->valuestring, "--", 2) ||
+                used + len + 1 > sizeof r->flags) {
+                rc = mgt_errf(err,
+                              "%s: its \"flags\" are not the words of a command line (it was "
+                              "edited or damaged); restore it, or move it away to resume with "
+                              "the flags given now alone",
+                              path);
+                break;
+            }
+            memcpy(r->flags + used, f->valuestring, len + 1);
+            used += len + 1;
+            r->nflags++;
+        }
     }
     cJSON_Delete(info);
     return rc;

@@ -76,14 +76,32 @@ int mgt_rundir_clean_temporaries(mgt_rundir *d, char *notice, size_t notice_size
 int mgt_rundir_copy_model(mgt_rundir *d, const char *name, const char *text, size_t len,
                           mgt_err *err);
 
-/* What run.json says about the run (strings are copied). */
+/* What run.json says about the run (strings are copied). flags: the command line's words that
+ * define the run ("--lr=0.01", "--no-validation"; resume.h), which a resumed run takes again. */
 typedef struct mgt_run_info {
     const char *model, *model_file, *model_copy, *optimizer, *backend, *data, *version;
     int world, nodes, epochs;
     int64_t global_batch;
     double lr;
     uint64_t seed;
+    const char *const *flags;
+    int nflags;
 } mgt_run_info;
+
+/* What a run folder's run.json records of the run, for a resume: its flags (NUL-separated
+ * words, nflags of them; nflags -1 when run.json has no record of them: an older mgtrain wrote
+ * it), its data as described, its model copy's file name, and the ranks of its last segment. */
+typedef struct mgt_run_record {
+    char flags[8192];
+    int nflags;
+    char data[900];
+    char model_copy[80];
+    int world;
+} mgt_run_record;
+
+/* Reads dir's run.json into r: 1 when there is one, 0 when there is none, -1 with err when it
+ * cannot be read or is damaged. */
+int mgt_rundir_read_record(const char *dir, mgt_run_record *r, mgt_err *err);
 
 /* Writes run.json for a run that starts (resumed = 0: the segments start anew) or resumes
  * (resumed = 1: the existing segments are kept) at start_step, with a new segment "running". */

@@ -35,6 +35,7 @@
 #include "placement.h"
 #include "pretrained.h"
 #include "replica.h"
+#include "resume.h"
 #include "run_plan.h"
 #include "rundir.h"
 #include "splits.h"
@@ -52,15 +53,17 @@ typedef struct session {
     mgt_replica rep;
     mgt_stage st;
     mgt_splits data;
-    const char *out; /* the run folder (train), p.out.dir */
-    mgt_rundir rd;   /* the run folder (rank 0 of train) */
-    int resumed;     /* train: from the run folder's checkpoint */
+    const mgt_options *o; /* the options the plan was made from */
+    const char *out;      /* the run folder (train), p.out.dir */
+    mgt_rundir rd;        /* the run folder (rank 0 of train) */
+    int resumed;          /* train: from the run folder's checkpoint */
 } session;
 
 /* The command's plan and its model, resolved from the command line o (errors end the job). */
 static session *open_session(session *s, mgt_runtime *rt, const mgt_options *o) {
     memset(s, 0, sizeof *s);
     s->rt = rt;
+    s->o = o;
     mgt_rundir_init(&s->rd, "");
     mgt_run_plan_make(&s->p, &s->m, o, rt);
     s->out = s->p.out.dir;
@@ -282,6 +285,9 @@ static void prepare_out(session *s, int64_t start_step, uint64_t seed) {
     const char *text = p->model_text ? p->model_text : MGT_DEFAULT_MODEL_TEXT;
     const size_t len = p->model_text ? p->model_len : strlen(MGT_DEFAULT_MODEL_TEXT);
     snprintf(copy, sizeof copy, "%.*s.cfg", (int)sizeof m->name - 1, m->name);
+    const char *flags[MGT_MAX_GIVEN_FLAGS];
+    char words[8192];
+    const int nflags = mgt_resume_record(s->o, flags, MGT_MAX_GIVEN_FLAGS, words, sizeof words);
     const mgt_run_info ri = {.model = m->name,
                              .model_file = m->path,
                              .model_copy = copy,
@@ -294,7 +300,9 @@ static void prepare_out(session *s, int64_t start_step, uint64_t seed) {
                              .epochs = p->loop.epochs,
                              .global_batch = p->step.pipeline.batch,
                              .lr = p->step.optim.lr,
-                             .seed = seed};
+                             .seed = seed,
+                             .flags = flags,
+                             .nflags = nflags};
     if (mgt_rundir_copy_model(&s->rd, m->name, text, len, &e) < 0 ||
         mgt_rundir_begin(&s->rd, &ri, s->resumed, start_step, &e) < 0)
         mgt_die("%s", e.msg);
@@ -340,9 +348,15 @@ static void report_training(const session *s, const mgt_fit_result *r, double te
     fflush(stdout);
 }
 
-int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
+int mgt_cmd_train(mgt_runtime *rt, const mgt_options *given) {
     const double t_start = mgt_now();
+    /* A resumed run takes the flags its folder records, given ones after them (resume.h). */
+    mgt_resume *resume = malloc(sizeof *resume);
+    if (!resume)
+        mgt_die("out of memory");
+    const mgt_options *o = mgt_resume_options(resume, given, rt);
     session ss, *s = open_session(&ss, rt, o);
+    mgt_resume_check(resume, given, &s->p, &s->m, rt);
     const mgt_run_plan *p = &s->p;
     mgt_model *m = &s->m;
     const mgt_pipeline *pipe = &p->step.pipeline;
@@ -371,10 +385,12 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     mgt_err e;
     if (s->resumed && nothing_left(s, &pos)) {
         free_session(s);
+        free(resume);
         return 0;
     }
     /* After the start: a resumed run's seed is the checkpoint's, and it keys synthetic data. */
     load_data(s, pos.seed, 1);
+    mgt_resume_check_data(resume, given, s->data.desc, rt);
     if (s->resumed &&
         mgt_ckpt_check_position(&pos, s->out, s->data.train.n,
                                 pipe->batch * (pipe->accum_steps > 1 ? pipe->accum_steps : 1),
@@ -402,6 +418,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
         fputs(s->rep.weights_report, stdout);
         fflush(stdout);
     }
+    if (s->resumed)
+        mgt_resume_report(resume, given, rt);
 
     /* A loader thread pays where a GPU computes, or where reading a batch may wait for the disk
      * (it reads ahead). A synthetic batch waits for nothing: on the CPU, whose lanes hold every
@@ -410,17 +428,17 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
      * `data` phase at batch 256 on a 2-core EPYC (--profile): 0.07-0.21 ms waiting for a
      * thread, 0.18 made on one, 0.09-0.12 made on the lanes. */
     const int cpu = !strcmp(s->pl.be.ops->name, "cpu");
-    const mgt_stage_train_opts so = {.seed = pos.seed,
-                                     .batch = pipe->batch,
-                                     .rank = rt->rank,
-                                     .world = rt->world,
-                                     .threaded = !cpu || (mgt_runtime_cores(rt) > 1 &&
-                                                          !mgt_dataset_is_synthetic(
-                                                              &s->data.train)),
-                                     .device_data = p->step.device_data,
-                                     .host_batches = mgt_fault_host_batches(&fault),
-                                     .augment = p->data.augment,
-                                     .chunk = pipe->chunk};
+    const mgt_stage_train_opts so = {
+        .seed = pos.seed,
+        .batch = pipe->batch,
+        .rank = rt->rank,
+        .world = rt->world,
+        .threaded =
+            !cpu || (mgt_runtime_cores(rt) > 1 && !mgt_dataset_is_synthetic(&s->data.train)),
+        .device_data = p->step.device_data,
+        .host_batches = mgt_fault_host_batches(&fault),
+        .augment = p->data.augment,
+        .chunk = pipe->chunk};
     if (mgt_stage_train(&s->st, &s->data.train, &so, &e) < 0)
         mgt_die("%s", e.msg);
     const mgt_fit_env env = {.m = m,
@@ -446,6 +464,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     if (res.stop_signal) {
         end_segment(s, pos.step, how);
         free_session(s);
+        free(resume);
         mgt_runtime_release_stops(rt);
         return 128 + res.stop_signal;
     }
@@ -469,6 +488,7 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o) {
     end_segment(s, pos.step, how);
     report_training(s, &res, test_loss, test_acc, test_top5, t_start);
     free_session(s);
+    free(resume);
     mgt_runtime_release_stops(rt);
     return 0;
 }

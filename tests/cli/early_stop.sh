@@ -72,7 +72,7 @@ mpi 2 train --model over.cfg "${N[@]}" --out over2 >over2.log 2>&1 || { bad "2 r
 [ "$(rows over2)" = "$n" ] && [ "$(meta_step over2/best.safetensors)" = $((best * 8)) ] \
   && ok "2 ranks stop after the same epoch ($n), with the same best epoch ($best)" \
   || bad "2 ranks: $(rows over2) epochs, best at step $(meta_step over2/best.safetensors)"
-"$MGT_BIN" train --model over.cfg "${N[@]}" --epochs 2 --out overr >overr1.log 2>&1 \
+"$MGT_BIN" train --model over.cfg "${N[@]}" --max-steps 16 --out overr >overr1.log 2>&1 \
   && "$MGT_BIN" train --model over.cfg "${N[@]}" --resume --out overr >overr2.log 2>&1 \
   || { bad "stopped and resumed"; tail -n 5 overr1.log overr2.log; }
 grep -q "^Epoch $n: early stopping" overr2.log && ok "resumed after epoch 2: stops after epoch $n too" \

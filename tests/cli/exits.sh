@@ -33,7 +33,7 @@ if wait_file hup/checkpoint.safetensors 120; then
   grep -qE "$MSG" hup.log && grep -q "(SIGHUP)" hup.log && ok "SIGHUP: '$(grep -oE "$MSG" hup.log)'" \
     || { bad "SIGHUP: no checkpoint message"; tail -3 hup.log; }
   clean hup SIGHUP
-  "$MGT_BIN" $N --synthetic-samples 2048 --epochs 1 --max-steps 1 --out hup --resume >hup2.log 2>&1 \
+  "$MGT_BIN" $N --max-steps 1 --out hup --resume >hup2.log 2>&1 \
     && ok "SIGHUP, then --resume: trains on" || { bad "resume after SIGHUP"; tail -3 hup2.log; }
 else
   bad "SIGHUP: no checkpoint within 120 s"; kill $p; wait $p
