@@ -125,11 +125,12 @@ __global__ void k_xent(int n, int k, const float *logits, const int32_t *__restr
     }
 }
 
-/* Fixed-order tree sum of n partials into sums[0..2] (one block). */
+/* Fixed-order tree sum of n partials, times scale (backend.h: xent's), into sums[0..2] (one
+ * block). */
 constexpr int kSumThreads = 256;
 
 __global__ void k_sum3(int n, const double *__restrict__ a, const double *__restrict__ b,
-                       const double *__restrict__ c, float *__restrict__ sums) {
+                       const double *__restrict__ c, double scale, float *__restrict__ sums) {
     __shared__ double sa[kSumThreads], sb[kSumThreads], sc[kSumThreads];
     double ta = 0.0, tb = 0.0, tc = 0.0;
     for (int i = threadIdx.x; i < n; i += kSumThreads) {
@@ -150,9 +151,9 @@ __global__ void k_sum3(int n, const double *__restrict__ a, const double *__rest
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        sums[0] += (float)sa[0];
-        sums[1] += (float)sb[0];
-        sums[2] += (float)sc[0];
+        sums[0] += (float)(sa[0] * scale);
+        sums[1] += (float)(sb[0] * scale);
+        sums[2] += (float)(sc[0] * scale);
     }
 }
 
@@ -172,7 +173,7 @@ void xent(mgt_backend *be, int n, int k, const float *logits, const int32_t *lab
                    probs ? probs + off : nullptr, dlogits ? dlogits + off : nullptr, scale,
                    smoothing, im->part.a, im->part.b, im->part.c);
         MGT_LAUNCH(k_sum3, 1, kSumThreads, im->stream, m, im->part.a, im->part.b, im->part.c,
-                   sums);
+                   (double)scale, sums);
     }
 }
 

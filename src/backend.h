@@ -32,7 +32,24 @@ static inline size_t mgt_dtype_size(mgt_dtype t) {
     return t == MGT_BF16 ? 2 : 4;
 }
 
-typedef enum { MGT_ACT_NONE = 0, MGT_ACT_RELU, MGT_ACT_SIGMOID, MGT_ACT_TANH, MGT_ACT_SOFTMAX } mgt_act;
+/* GELU: x Phi(x) with the normal distribution's Phi (MGT_ACT_GELU, PyTorch's GELU()), or its tanh
+ * form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (MGT_ACT_GELU_TANH, GPT-2's, PyTorch's
+ * GELU(approximate="tanh")). */
+typedef enum {
+    MGT_ACT_NONE = 0,
+    MGT_ACT_RELU,
+    MGT_ACT_SIGMOID,
+    MGT_ACT_TANH,
+    MGT_ACT_SOFTMAX,
+    MGT_ACT_GELU,
+    MGT_ACT_GELU_TANH
+} mgt_act;
+
+/* Whether an activation's gradient needs its input: GELU's derivative is no function of its
+ * output (which is not monotonic), so act_bwd reads the input x where the others read y. */
+static inline int mgt_act_bwd_reads_x(mgt_act a) {
+    return a == MGT_ACT_GELU || a == MGT_ACT_GELU_TANH;
+}
 
 /* Which algorithm a convolution may use ([conv2d] algo, --conv-algo), as cuDNN's algorithm
  * choice: AUTO lets the backend take the fastest (on the CPU: Winograd for every 3x3 stride-1
@@ -88,6 +105,23 @@ typedef struct mgt_bn_pass {
     int x_relu;
 } mgt_bn_pass;
 
+/* Causal multi-head self-attention over n sequences of t positions (backend.h: attn_fwd). The
+ * input is the fused projection of GPT-2, [n][t][3c]: per position the c queries, then the c
+ * keys, then the c values, each split into `heads` heads of d = c / heads channels (head h: the
+ * channels h d .. h d + d - 1 of each). Position i attends to positions j <= i (causal) or all
+ * t (not causal), with scores (q_i . k_j) / sqrt(d) and a softmax over j; the output [n][t][c]
+ * holds each head's weighted sum of values in its channels. Dropout on the attention weights
+ * (rate > 0, training): weight (sample s, head h, i, j) is kept when mgt_uniform(key,
+ * ((s * heads + h) * t + i) * t + j) >= rate, s counted from first_sample (the position of the
+ * batch's first sequence in the global batch), and scaled by 1 / (1 - rate), so the mask is
+ * regenerated in backward and does not depend on the rank count. */
+typedef struct mgt_attn_shape {
+    int n, t, c, heads;
+    int causal;
+    float rate;
+    uint64_t key, first_sample;
+} mgt_attn_shape;
+
 typedef struct mgt_ops mgt_ops;
 
 enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16, MGT_MARK_SETS = 2, MGT_GRAPHS = 4 };
@@ -120,6 +154,8 @@ struct mgt_ops {
      *   over the gradient of the ReLU before it (fuse.c); else that gradient is a pass of its
      *   own. */
     int conv_relu, bn_x_relu;
+    /* gelu: act_fwd and act_bwd take the GELUs (MGT_ACT_GELU, MGT_ACT_GELU_TANH). */
+    int gelu;
 
     /* Memory. alloc returns zeroed memory or NULL. */
     void *(*alloc)(mgt_backend *be, size_t bytes);
@@ -243,6 +279,49 @@ struct mgt_ops {
     void (*dense_bwd_rows)(mgt_backend *be, int n, int in, int out, int r0, int r1,
                            const float *x, const float *dy, float *dw);
 
+    /* Dense with the weights in the [in][out] layout (Hugging Face's Conv1D, GPT-2's): y[n][out]
+     * = x[n][in] * W + b (b may be NULL); backward dx = dy * W^T, dW[in][out] = x^T * dy,
+     * db = column sums of dy as dense_bwd sums them. With act GELU or GELU_TANH (else NONE),
+     * forward writes the product in pre and act_fwd's GELU of it in y (the layer keeps pre for
+     * backward; pre may be y where act is NONE). Optional, as every op down to optim_step: NULL
+     * where the backend has no sequence ops (a model that needs one is then refused). */
+    void (*dense_io_fwd)(mgt_backend *be, int n, int in, int out, mgt_act act, const float *x,
+                         const float *w, const float *b, float *pre, float *y);
+    void (*dense_io_bwd)(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                         const float *dy, float *dx, float *dw, float *db);
+
+    /* ---- sequence models: (n, t, c) activations, row-major, one row per position ---- */
+
+    /* Token and position embeddings: y[i][p] = wte[ids[i][p]] + wpe[p] (wpe NULL: none), ids
+     * [n][t] holding token ids in [0, v) as float32 values (whole numbers, exact below 2^24;
+     * the data readers refuse others, which the CPU clamps into the table).
+     * Backward: dwte[v][c] = sum over the positions holding each token of dy, added to what dwte
+     * holds with accumulate (a tied output layer wrote its part first), else written (rows of
+     * tokens that do not occur: 0); dwpe[t][c] = sum over the sequences of dy (wpe's gradient,
+     * NULL: none). */
+    void (*embed_fwd)(mgt_backend *be, int n, int t, int c, int v, const float *ids,
+                      const float *wte, const float *wpe, float *y);
+    void (*embed_bwd)(mgt_backend *be, int n, int t, int c, int v, const float *ids,
+                      const float *dy, float *dwte, int accumulate, float *dwpe);
+    /* Layer normalisation of `rows` rows of c values: mean and rstd = 1 / sqrt(var + eps)
+     * (biased variance) per row, saved for backward, y = (x - mean) * rstd * gamma + beta.
+     * Backward: dx, and dgamma, dbeta summed over the rows (written). */
+    void (*layernorm_fwd)(mgt_backend *be, int rows, int c, float eps, const float *x,
+                          const float *gamma, const float *beta, float *y, float *mean,
+                          float *rstd);
+    void (*layernorm_bwd)(mgt_backend *be, int rows, int c, const float *x, const float *gamma,
+                          const float *mean, const float *rstd, const float *dy, float *dx,
+                          float *dgamma, float *dbeta);
+    /* Attention (mgt_attn_shape): y[n][t][c] from qkv[n][t][3c], and lse[n][heads][t], each
+     * query's log of its softmax's sum (in the scores' units: max + log sum exp(score - max)),
+     * which backward needs to recompute the weights without keeping them. Backward: dqkv from
+     * dy, reading qkv, y and lse. attn_scratch: the bytes of scratch (reserve) both need. */
+    size_t (*attn_scratch)(mgt_backend *be, const mgt_attn_shape *s);
+    void (*attn_fwd)(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, float *y,
+                     float *lse);
+    void (*attn_bwd)(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, const float *y,
+                     const float *lse, const float *dy, float *dqkv);
+
     /* Convolution (cross-correlation, as in PyTorch and Keras). */
     size_t (*conv2d_scratch)(const mgt_conv_shape *s); /* bytes of scratch fwd/bwd need */
     void (*conv2d_fwd)(mgt_backend *be, const mgt_conv_shape *s, const float *x, const float *w,
@@ -306,7 +385,9 @@ struct mgt_ops {
 
     /* Activations over n rows of `row` values (softmax: across each row): y = f(x), y may be x
      * (in place); MGT_ACT_NONE copies. Backward uses the forward OUTPUT y: g = dy * f'(y), and
-     * dx = g, or dx += g with accumulate (one pass either way); dx may be dy without accumulate. */
+     * dx = g, or dx += g with accumulate (one pass either way); dx may be dy without accumulate.
+     * For the GELUs (mgt_act_bwd_reads_x) backward's y is the forward's INPUT x instead. The
+     * GELUs are optional: a backend without them (GPU) refuses a model that has one. */
     void (*act_fwd)(mgt_backend *be, mgt_act act, int n, int row, const float *x, float *y);
     void (*act_bwd)(mgt_backend *be, mgt_act act, int n, int row, const float *y, const float *dy,
                     float *dx, int accumulate);
@@ -318,6 +399,8 @@ struct mgt_ops {
      *  (1 - s) * t + s / k (sparse: t the label's one-hot; an out-of-range label stays an
      *  all-zero target); s = 0 leaves t as it is, bit for bit;
      *  dlogits (may be NULL) = (probs - target) * scale  (dense: probs * sum(t) - t);
+     *  scale multiplies what is added to sums[0..2] too: a sequence model's n rows are the
+     *  positions of its samples, each sample's loss their mean (scale = 1 / positions);
      *  sums[0] += sum of per-sample losses, sums[1] += number of correct argmax predictions
      *  (against the label, or the largest target; smoothing does not change which), sums[2] +=
      *  number of samples whose label is among the 5 most probable classes (top-5 accuracy: the

@@ -297,7 +297,7 @@ static size_t place(block *bl, int n, int *order, const block **near) {
 static void needs_grad_of(const mgt_model *m, int *ng) {
     for (int i = 0; i < m->nlayers; i++) {
         const mgt_layer *l = &m->layers[i];
-        ng[i] = mgt_layer_trains(l);
+        ng[i] = mgt_layer_trains(l) || mgt_layer_trains_tied(m, l);
         for (int k = 0; k < l->ninputs; k++)
             if (l->inputs[k] >= 0 && ng[l->inputs[k]])
                 ng[i] = 1;
@@ -357,9 +357,12 @@ static int mask_from_y(const mgt_group *g) {
     return g->add >= 0 && g->act >= 0;
 }
 
-/* Whether layer j's backward reads its input slot k (which must then outlive it). */
+/* Whether layer j's backward reads its input slot k (which must then outlive it): its type's,
+ * or an [activation] whose gradient needs its input (a GELU's). */
 static int reads_input_in_bwd(const mgt_model *m, int j) {
-    return (m->layers[j].type->bwd_reads & MGT_BWD_READS_X) != 0;
+    const mgt_layer *l = &m->layers[j];
+    return (l->type->bwd_reads & MGT_BWD_READS_X) != 0 ||
+           (l->type->identity && mgt_act_bwd_reads_x(l->act));
 }
 
 /* Whether layer l's own backward reads its output y: its activation's gradient (a group's:
@@ -368,7 +371,8 @@ static int reads_own_y(const graph *g, const mgt_layer *l) {
     const int q = g->group_of[l->index];
     if (q >= 0)
         return g->groups[q].tail == l->index && mask_from_y(&g->groups[q]);
-    return l->act != MGT_ACT_NONE && !l->fused_act;
+    return (l->act != MGT_ACT_NONE && !l->fused_act && !mgt_act_bwd_reads_x(l->act)) ||
+           (l->type->bwd_reads & MGT_BWD_READS_Y);
 }
 
 int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_err *err) {
@@ -495,6 +499,16 @@ int mgt_model_plan(const mgt_model *m, int batch, int share, mgt_plan *p, mgt_er
             p->unplanned += align_up(bytes); /* a block of its own without sharing */
             continue;
         }
+        /* A sequence model's logits (B * T * V values: GPT-2's are 6 times its activations at
+         * batch 4): the loss writes their gradient over them, nothing reading them afterwards
+         * in a training step (model.h: mgt_model_loss). */
+        if (share && i == L - 1 && m->labels_per_sample > 1 && p->y_from[i] == i) {
+            block *b = &bl[blk[4 * i]];
+            blk[4 * i + 1] = blk[4 * i];
+            b->end = 2 * L - at[i] > b->end ? 2 * L - at[i] : b->end;
+            p->unplanned += align_up(bytes);
+            continue;
+        }
         blk[4 * i + 1] = n;
         bl[n++] = (block){align_up(bytes), 0, first, 2 * L - at[i]};
         p->unplanned += bl[n - 1].bytes;
@@ -582,6 +596,17 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
     const mgt_ops *o = be->ops;
     if (mgt_model_check_batch(m, max_batch, err) < 0)
         return -1;
+    if (m->labels_per_sample > 1 && m->loss != MGT_LOSS_SPARSE_CE)
+        return mgt_errf(err,
+                        "model %s scores every position of a sequence against the next token: "
+                        "train it with loss = sparse_categorical_crossentropy",
+                        m->name);
+    for (int i = 0; i < m->nlayers; i++)
+        if (mgt_act_bwd_reads_x(m->layers[i].act) && !o->gelu)
+            return mgt_errf(err,
+                            "layer %s: the %s backend has no %s activation yet; train this "
+                            "model with --device cpu",
+                            m->layers[i].name, o->name, mgt_act_name(m->layers[i].act));
     m->be = be;
     m->max_batch = max_batch < 1 ? 1 : max_batch;
     m->act_bytes = mgt_dtype_size(be->act);
@@ -610,6 +635,17 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
     needs_grad_of(m, m->needs_grad);
     set_accumulate(m, at);
     free(at);
+    /* A tied tensor's gradient: written by its last user in the file (the first to run
+     * backward), added to by the layer that owns it (model.h: tied). */
+    for (int i = 0; i < m->nlayers; i++)
+        m->layers[i].grad_accumulate = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        for (int j = 0; mgt_layer_trains_tied(m, l) && j < i; j++)
+            for (int k = 0; k < 4; k++)
+                if (m->layers[j].param[k] == l->tied)
+                    m->layers[j].grad_accumulate = 1;
+    }
 #define ALLOC(ptr, bytes)                                                                          \
     do {                                                                                           \
         size_t b_ = (bytes);                                                                       \
@@ -636,15 +672,20 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
     }
     m->sums = m->g + sums_at;
     ALLOC(m->buf, m->buffer_count * sizeof(float));
+    /* labels and one-hot targets per sample: one, or one per position of a sequence output
+     * (whose probabilities are not kept: mgt_model_loss) */
+    const size_t per = (size_t)(m->labels_per_sample > 1 ? m->labels_per_sample : 1);
+    const size_t outs = (size_t)mgt_shape_elems(m->layers[m->nlayers - 1].out);
     ALLOC(m->x, mb * in * sizeof(float));
-    ALLOC(m->labels, mb * sizeof(int32_t));
-    ALLOC(m->targets, mb * (size_t)m->classes * sizeof(float));
-    ALLOC(m->probs, mb * (size_t)m->classes * sizeof(float));
+    ALLOC(m->labels, mb * per * sizeof(int32_t));
+    ALLOC(m->targets, per > 1 ? 0 : mb * (size_t)m->classes * sizeof(float));
+    ALLOC(m->probs, per > 1 ? 0 : mb * (size_t)m->classes * sizeof(float));
     ALLOC(m->act, m->plan.arena);
     if (be->act != MGT_F32) { /* the input and the output cross into and out of the type here */
-        ALLOC(m->x_act, mb * in * m->act_bytes);
-        ALLOC(m->out_f, mb * (size_t)m->classes * sizeof(float));
-        ALLOC(m->dout_f, mb * (size_t)m->classes * sizeof(float));
+        if (!m->vocab) /* token ids stay float32 (model.h) */
+            ALLOC(m->x_act, mb * in * m->act_bytes);
+        ALLOC(m->out_f, mb * outs * sizeof(float));
+        ALLOC(m->dout_f, mb * outs * sizeof(float));
     }
     m->input_reader = -1;
     for (int i = m->nlayers - 1; i >= 0; i--)
@@ -718,6 +759,14 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
             uint64_t key = mgt_key3(seed, 0x494e4954ULL /* "INIT" */, (uint64_t)i);
             for (size_t j = 0; j < p->count; j++)
                 d[j] = (2.0f * mgt_uniform(key, j) - 1.0f) * limit;
+        }
+        if (p->init == MGT_INIT_NORMAL) { /* Box-Muller on two 53-bit uniforms in (0, 1] */
+            const uint64_t key = mgt_key3(seed, 0x494e4954ULL, (uint64_t)i);
+            for (size_t j = 0; j < p->count; j++) {
+                const double u1 = ((double)(mgt_rand64(key, 2 * j) >> 11) + 1.0) * 0x1p-53;
+                const double u2 = (double)(mgt_rand64(key, 2 * j + 1) >> 11) * 0x1p-53;
+                d[j] = (float)((double)p->std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+            }
         }
     }
     for (int i = 0; i < m->nbuffers; i++)
@@ -807,8 +856,9 @@ float *mgt_model_output(mgt_model *m, const mgt_step *s) {
     float *y = rows_of(last->y, s, last->out);
     if (!m->out_f)
         return y;
-    float *out = f32_rows(m->out_f, s, (size_t)m->classes);
-    s->be->ops->act_to_f32(s->be, MGT_ACT_NONE, s->n, m->classes, y, out);
+    const int per = (int)mgt_shape_elems(last->out);
+    float *out = f32_rows(m->out_f, s, (size_t)per);
+    s->be->ops->act_to_f32(s->be, MGT_ACT_NONE, s->n, per, y, out);
     return out;
 }
 
@@ -885,10 +935,11 @@ static void layer_backward(mgt_model *m, mgt_layer *l, const mgt_step *s) {
     const mgt_ops *o = s->be->ops;
     float *y = rows_of(l->y, s, l->out), *dy = rows_of(m->dy[l->index], s, l->out);
     const int row = (int)mgt_shape_elems(l->out);
-    if (l->type->identity) {
+    if (l->type->identity) { /* a GELU's gradient reads its input (backend.h: act_bwd) */
         float *dx = dy_of(m, s, l->inputs[0]);
+        const float *fx = mgt_act_bwd_reads_x(l->act) ? input_of(m, s, l->inputs[0]) : y;
         if (dx)
-            o->act_bwd(s->be, own_act(l), s->n, row, y, dy, dx, (int)(l->accumulate & 1));
+            o->act_bwd(s->be, own_act(l), s->n, row, fx, dy, dx, (int)(l->accumulate & 1));
         return;
     }
     /* else done by its reader, or by the layer's backward */
@@ -948,18 +999,25 @@ void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
      * With a softmax last layer the probabilities replace the logits there (what predict
      * reports); with a logits layer they go to a separate buffer and the output stays logits. */
     float *y = mgt_model_output(m, s);
-    float *probs = last->fused_act ? y : f32_rows(m->probs, s, (size_t)k);
+    /* A sequence model scores every position: its n samples are n * T rows of logits, each
+     * sample's loss the mean over its positions (scale 1 / T: xent's gradient and sums), and
+     * the probabilities are not kept (predict applies the softmax to the logits). */
+    const int per = m->labels_per_sample > 1 ? m->labels_per_sample : 1;
+    const size_t kk = (size_t)k * (size_t)per;
+    float *probs = per > 1 ? NULL : last->fused_act ? y : f32_rows(m->probs, s, (size_t)k);
     float *dy = backward ? rows_of(m->dy[m->nlayers - 1], s, last->out) : NULL;
-    float *dlogits = backward && m->dout_f ? f32_rows(m->dout_f, s, (size_t)k) : dy;
+    float *dlogits = backward && m->dout_f ? f32_rows(m->dout_f, s, kk) : dy;
     const size_t r0 = (size_t)s->row0;
+    const int rows = s->n * per;
+    const float scale = 1.0f / (float)per;
     if (m->loss == MGT_LOSS_SPARSE_CE)
-        o->xent_sparse(s->be, s->n, k, y, s->in.labels + r0, probs, dlogits, 1.0f,
+        o->xent_sparse(s->be, rows, k, y, s->in.labels + r0 * (size_t)per, probs, dlogits, scale,
                        m->label_smoothing, m->sums);
     else
-        o->xent_dense(s->be, s->n, k, y, s->in.targets + r0 * (size_t)k, probs, dlogits, 1.0f,
+        o->xent_dense(s->be, rows, k, y, s->in.targets + r0 * kk, probs, dlogits, scale,
                       m->label_smoothing, m->sums);
     if (dlogits && dlogits != dy) /* the logits' gradient into the activation type */
-        o->act_from_f32(s->be, (size_t)s->n * (size_t)k, dlogits, dy);
+        o->act_from_f32(s->be, (size_t)rows * (size_t)k, dlogits, dy);
 }
 
 void mgt_model_loss_backward(mgt_model *m, const mgt_step *s, int backward) {
@@ -985,7 +1043,11 @@ void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out) {
 }
 
 static void shape_str(mgt_shape s, char *buf, size_t n) {
-    if (s.h == 1 && s.w == 1)
+    if (s.seq && s.c == 1) /* token ids */
+        snprintf(buf, n, "(%d)", s.w);
+    else if (s.seq)
+        snprintf(buf, n, "(%d, %d)", s.w, s.c);
+    else if (s.h == 1 && s.w == 1)
         snprintf(buf, n, "(%d)", s.c);
     else
         snprintf(buf, n, "(%d, %d, %d)", s.h, s.w, s.c);

@@ -12,7 +12,8 @@
  * <layer>.running_mean, <layer>.running_var (a separable convolution: <layer>.depthwise.weight,
  * <layer>.pointwise.weight, <layer>.pointwise.bias).
  *
- * Activations are NHWC values of the backend's activation type (float32, or bfloat16 on a GPU
+ * Activations are NHWC values (a sequence's: (T, C), one row a position: mgt_shape) of the
+ * backend's activation type (float32, or bfloat16 on a GPU
  * with --precision bf16: backend.h), in one arena allocated for the largest local batch when the
  * model is built. A planner (mgt_model_plan) places every activation, every gradient of an
  * activation and every layer's temporary tensor at an offset of that arena for the span of the
@@ -33,8 +34,12 @@
 
 struct mgt_comm;
 
+/* A tensor's shape per sample: an image h x w x c (NHWC; dense outputs 1 x 1 x units), or, with
+ * seq set, a sequence of w positions of c channels each (h = 1): a transformer's (T, C), one row
+ * of c values per position, so a batch is n * w rows (the (B, T, C) of llm.c and nanoGPT). */
 typedef struct mgt_shape {
-    int h, w, c; /* per sample; dense outputs are 1 x 1 x units */
+    int h, w, c;
+    int seq;
 } mgt_shape;
 
 /* Capacities. The backends take element counts as int (BLAS, cuBLAS and cuDNN do too), so every
@@ -59,9 +64,11 @@ typedef struct mgt_param {
     size_t offset, count; /* in floats, within its arena */
     float fan_in, fan_out;  /* for Glorot initialisation (weights) */
     int init;               /* MGT_INIT_* */
+    float std;              /* MGT_INIT_NORMAL's standard deviation */
 } mgt_param;
 
-enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT };
+/* Zeros, ones, Keras' Glorot-uniform, or a normal distribution of mean 0 (GPT-2's 0.02). */
+enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT, MGT_INIT_NORMAL };
 
 /* The step's sums that travel with the gradients, right after the arena (m->sums): the loss, the
  * correct predictions, the top-5 hits and the count of ranks asking to stop (fit.c). */
@@ -132,8 +139,9 @@ static inline float *mgt_step_rows(float *base, const mgt_step *s, size_t per_sa
     return (float *)mgt_step_bytes(base, s, per_sample * mgt_dtype_size(s->be->act));
 }
 
-/* What a layer type's backward reads of its forward pass (the planner keeps those alive). */
-enum { MGT_BWD_READS_X = 1 };
+/* What a layer type's backward reads of its forward pass (the planner keeps those alive): its
+ * input x, its own output y (besides what its activation reads: attention's output). */
+enum { MGT_BWD_READS_X = 1, MGT_BWD_READS_Y = 2 };
 
 /* A layer type: one file in layers/, one line in layers/registry.c. */
 typedef struct mgt_layer_type {
@@ -271,6 +279,10 @@ typedef struct mgt_layer_cfg {
     mgt_act act_type;            /* [activation] */
     int size_set, stride_set;    /* pool keys seen */
     mgt_conv_algo algo;          /* conv2d: algo = auto|direct|winograd */
+    int w_in_out;                /* dense: weight_layout = in_out ([in][out], GPT-2's Conv1D) */
+    float init_std;              /* dense, embedding: > 0: normal weights of this deviation */
+    int heads, causal;           /* attention */
+    int positions;               /* embedding: the position table's rows (0: none) */
 } mgt_layer_cfg;
 
 enum { MGT_MAX_INPUTS = 16 };
@@ -294,6 +306,14 @@ struct mgt_layer {
     int fused_act;    /* softmax left to the loss op (last layer, cross-entropy) */
     mgt_layer_cfg cfg;
     int param[4];     /* indices into m->params (-1: none) */
+    /* A tensor of another layer that this one uses as its weight (dense's tied = NAME: an output
+     * layer tied to the token embedding), an index into m->params, -1 for none; the name as
+     * written. The layer then has no weight of its own. The tensor's gradient is written by
+     * whichever of its users runs backward first (the later one in the file) and added to by
+     * the others, whose grad_accumulate is set (mgt_model_alloc). */
+    int tied;
+    char tied_name[128];
+    int grad_accumulate;
     int buffer[2];    /* indices into m->buffers */
     float *y;         /* output activations [max_batch][out] (in the activation arena) */
     float *saved, *work; /* the planner's layer-private memory (temps), or NULL */
@@ -330,6 +350,12 @@ struct mgt_model {
     char name[64];    /* from the file name: examples/mlp.cfg -> "mlp" */
     char path[512];
     mgt_shape input;
+    /* Token input ([input] context and vocab): the input is a sequence of input.w token ids in
+     * [0, vocab), float32 values (whole numbers) read by an [embedding], never converted to
+     * another activation type; 0 for an image input. labels_per_sample: the integer labels each
+     * sample has, 1, or a sequence output's positions (the next token at every position). */
+    int vocab;
+    int labels_per_sample;
     mgt_input_tf input_tf; /* [input] mean, std, center_crop (data/augment.h) */
     int nlayers;
     mgt_layer *layers;
@@ -454,6 +480,11 @@ void mgt_model_init_host(const mgt_model *m, uint64_t seed, float *w, float *buf
 /* Whether layer l has tensors that train (parameters, and not frozen). */
 static inline int mgt_layer_trains(const mgt_layer *l) {
     return l->param[0] >= 0 && !l->frozen;
+}
+/* Whether layer l trains a tied tensor (model.h: tied): it is not frozen, nor is the layer that
+ * owns the tensor (whose tensors then lie past the gradient arena: mgt_model_layout). */
+static inline int mgt_layer_trains_tied(const mgt_model *m, const mgt_layer *l) {
+    return l->tied >= 0 && !l->frozen && m->params[l->tied].offset < m->grad_count;
 }
 /* Layer l's trainable tensors in the parameter and gradient arenas: one range holds them all, as
  * a layer declares them one after another (mgt_model_add_param). Returns the range's floats (0:

@@ -6,7 +6,19 @@
  * sees every raw line, counts lines and opens a new section record at each "[...]" header; the
  * handler, which inih calls for each key = value of that line right after, files the pair under
  * the section the reader opened. The [train] section's pairs go to its reader (model.h:
- * mgt_model_section), the model knowing nothing of them. */
+ * mgt_model_section), the model knowing nothing of them.
+ *
+ * A block of layers repeated (a transformer's twelve blocks) is written once, between
+ *   [repeat]
+ *   count = 12
+ *   ... the block's sections ...
+ *   [end]
+ * The reader keeps the block's lines and hands them to inih `count` times, each time with {i}
+ * replaced by the block's index (from 0) and {input} by the name of the layer before the block
+ * (for the first block, the layer above [repeat]; for the next, the last layer of the one before;
+ * "input" where there is none), so that a block's names ("transformer.h.{i}.ln_1") differ from
+ * block to block and its residual sum can name the block's input. An error in a repeated line is
+ * reported at its line with the block's index. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,12 +50,24 @@ typedef struct pstate {
     int nseen;
     int had_input, had_train, failed;
     int had_mean, had_std; /* [input] normalisation keys */
+    int input_line;
+    char input_seen[8][16]; /* the [input] keys given */
+    int ninput_seen;
     int type_count[32];
     int cap;
     mgt_err *err;
+    /* [repeat]: the block's lines and their line numbers, how many times and which block is
+     * being replayed (replaying: its next line), the [repeat] header's line, and the name of the
+     * layer the block starts from ({input}). */
+    char **blk;
+    int *blk_line;
+    int nblk, blk_cap, blk_count, blk_k, blk_pos, replaying, repeat_line;
+    int file_line; /* lines of the file read so far (line: the one being handled) */
+    char blk_input[64];
 } pstate;
 
-static const char *const input_keys[] = {"shape", "mean", "std", "center_crop", NULL};
+static const char *const input_keys[] = {"shape",   "mean",  "std", "center_crop",
+                                         "context", "vocab", NULL};
 
 static int fail(pstate *p, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(pstate *p, int line, const char *fmt, ...) {
@@ -55,7 +79,18 @@ static int fail(pstate *p, int line, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    mgt_errf(p->err, "%s:%d: %s", p->path, line, msg);
+    if (p->replaying)
+        mgt_errf(p->err, "%s:%d: %s (block %d of the [repeat] at line %d)", p->path, line, msg,
+                 p->blk_k, p->repeat_line);
+    else
+        mgt_errf(p->err, "%s:%d: %s", p->path, line, msg);
+    return 0;
+}
+
+static int seen_input_key(const pstate *p, const char *key) {
+    for (int i = 0; i < p->ninput_seen; i++)
+        if (!strcmp(p->input_seen[i], key))
+            return 1;
     return 0;
 }
 
@@ -67,9 +102,6 @@ static int seen(pstate *p, const char *key) {
 }
 
 static const char *const *required_keys(const pstate *p) {
-    static const char *const input_required[] = {"shape", NULL};
-    if (p->kind == SEC_INPUT)
-        return input_required;
     if (p->kind == SEC_TRAIN)
         return p->train->required;
     return NULL;
@@ -112,6 +144,7 @@ static void open_section(pstate *p, const char *s) {
             return;
         }
         p->had_input = 1;
+        p->input_line = p->line;
         p->kind = SEC_INPUT;
         return;
     }
@@ -173,30 +206,26 @@ static void open_section(pstate *p, const char *s) {
     p->kind = SEC_LAYER;
 }
 
-/* The line reader inih calls: counts lines, notices headers, rejects continuation lines. The
- * text is the bytes [text, end): a NUL byte is reported as one (as a C string the line would end
+/* The next raw line of the file into *line and *len (no NUL in it; the first line without a
+ * UTF-8 byte-order mark), counted; 0 at the end of the file, -1 on an error (reported). The text
+ * is the bytes [text, end): a NUL byte is reported as one (as a C string the line would end
  * there, and the key on it would seem to be missing), a UTF-8 byte-order mark that an editor put
  * before the first line is no part of it, and a UTF-16 file is named as such. */
-static char *reader(char *str, int num, void *stream) {
-    pstate *p = stream;
-    if (p->failed)
-        return NULL; /* the first error is the one reported: read no further */
-    if (p->text == p->end) {
-        close_section(p);
-        return NULL;
-    }
+static int raw_line(pstate *p, const char **line_out, size_t *len_out) {
+    if (p->text == p->end)
+        return 0;
     const char *line = p->text;
     const char *nl = memchr(line, '\n', (size_t)(p->end - line));
     size_t len = nl ? (size_t)(nl - line + 1) : (size_t)(p->end - line);
     p->text = line + len;
-    p->line++;
+    p->line = ++p->file_line;
     const unsigned char *u = (const unsigned char *)line;
     if (p->line == 1 && len >= 2 &&
         ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF))) {
         fail(p, p->line,
              "the file is UTF-16 text (it starts with a UTF-16 byte-order mark); save "
              "it as UTF-8");
-        return NULL;
+        return -1;
     }
     const char *nul = memchr(line, 0, len);
     if (nul) {
@@ -204,12 +233,219 @@ static char *reader(char *str, int num, void *stream) {
              "a NUL byte (character %zu of the line): a model file is plain text; save it as "
              "UTF-8 text (UTF-16 files, binary files and damaged ones hold NUL bytes)",
              (size_t)(nul - line) + 1);
-        return NULL;
+        return -1;
     }
     if (p->line == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) {
         line += 3;
         len -= 3;
     }
+    *line_out = line;
+    *len_out = len;
+    return 1;
+}
+
+/* A line's section header name ("[repeat]" -> "repeat") into name[n], or 0 if the line is no
+ * header. */
+static int header_of(const char *line, size_t len, char *name, size_t n) {
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    if (i == len || line[i] != '[')
+        return 0;
+    const char *close = memchr(line + i, ']', len - i);
+    size_t k = close ? (size_t)(close - line - i - 1) : 0;
+    if (!close || k >= n)
+        return 0;
+    memcpy(name, line + i + 1, k);
+    name[k] = 0;
+    mgt_trim(name);
+    return 1;
+}
+
+enum { MAX_REPEAT = 4096 };
+
+/* [repeat] at the line just read: its count, then its block's lines up to [end], kept for
+ * replaying. 0 when the block is read, -1 on an error (reported). */
+static int read_repeat(pstate *p) {
+    close_section(p);
+    if (p->failed)
+        return -1;
+    p->repeat_line = p->line;
+    p->blk_count = 0;
+    for (int i = 0; i < p->nblk; i++) /* an earlier [repeat]'s block */
+        free(p->blk[i]);
+    p->nblk = 0;
+    const char *line;
+    size_t len;
+    char name[64];
+    int r, in_block = 0;
+    while ((r = raw_line(p, &line, &len)) > 0) {
+        const int header = header_of(line, len, name, sizeof name);
+        if (header && !strcmp(name, "end")) {
+            if (p->nblk == 0)
+                return fail(p, p->line, "[repeat] at line %d has no layers before [end]",
+                            p->repeat_line),
+                       -1;
+            return 0;
+        }
+        if (header && !strcmp(name, "repeat"))
+            return fail(p, p->line,
+                        "[repeat] inside the [repeat] at line %d: repeated blocks do not nest; "
+                        "end the first with [end]",
+                        p->repeat_line),
+                   -1;
+        if (header && (!strcmp(name, "input") || !strcmp(name, "train")))
+            return fail(p, p->line,
+                        "[%s] inside the [repeat] at line %d: a repeated block holds layers "
+                        "only; end it with [end] first",
+                        name, p->repeat_line),
+                   -1;
+        if (header)
+            in_block = 1;
+        if (!in_block) { /* [repeat]'s own keys: count = N, comments, blank lines */
+            char text[256];
+            const size_t k = len < sizeof text - 1 ? len : sizeof text - 1;
+            memcpy(text, line, k);
+            text[k] = 0;
+            char *c = text;
+            while (*c == ' ' || *c == '\t')
+                c++;
+            if (!*c || *c == '\n' || *c == '\r' || *c == ';' || *c == '#')
+                continue;
+            char *eq = strchr(c, '=');
+            int count;
+            if (eq)
+                *eq = 0;
+            mgt_trim(c);
+            if (eq)
+                mgt_trim(eq + 1);
+            if (!eq || strcmp(c, "count"))
+                return fail(p, p->line,
+                            "[repeat] takes one key, count = N (the times its block is "
+                            "repeated), then the block's sections and [end]"),
+                       -1;
+            if (mgt_parse_int(eq + 1, &count) < 0 || count < 1 || count > MAX_REPEAT)
+                return fail(p, p->line,
+                            "[repeat] count = %s: expected a whole number from 1 to %d, e.g. "
+                            "count = 12",
+                            eq + 1, MAX_REPEAT),
+                       -1;
+            p->blk_count = count;
+            continue;
+        }
+        if (p->nblk == p->blk_cap) {
+            const int cap = p->blk_cap ? 2 * p->blk_cap : 64;
+            char **b = realloc(p->blk, sizeof *b * (size_t)cap);
+            if (b)
+                p->blk = b;
+            int *bl = realloc(p->blk_line, sizeof *bl * (size_t)cap);
+            if (bl)
+                p->blk_line = bl;
+            if (!b || !bl)
+                return fail(p, p->line, "out of memory"), -1;
+            p->blk_cap = cap;
+        }
+        char *copy = malloc(len + 1);
+        if (!copy)
+            return fail(p, p->line, "out of memory"), -1;
+        memcpy(copy, line, len);
+        copy[len] = 0;
+        p->blk_line[p->nblk] = p->line;
+        p->blk[p->nblk++] = copy;
+        if (p->blk_count == 0)
+            return fail(p, p->repeat_line,
+                        "[repeat] needs count = N (the times its block is repeated) before the "
+                        "block's first section"),
+                   -1;
+    }
+    if (r == 0)
+        fail(p, p->repeat_line, "[repeat] has no [end]: end the repeated block with [end]");
+    return -1;
+}
+
+/* Line `src` of a repeated block into out[n] with {i} and {input} replaced (see the top); -1
+ * when the result does not fit. */
+static int expand(const pstate *p, const char *src, char *out, size_t n) {
+    size_t o = 0;
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", p->blk_k);
+    for (const char *c = src; *c;) {
+        const char *put = NULL;
+        size_t skip = 1;
+        if (!strncmp(c, "{i}", 3))
+            put = idx, skip = 3;
+        else if (!strncmp(c, "{input}", 7))
+            put = p->blk_input, skip = 7;
+        const size_t k = put ? strlen(put) : 1;
+        if (o + k + 1 > n)
+            return -1;
+        memcpy(out + o, put ? put : c, k);
+        o += k;
+        c += skip;
+    }
+    out[o] = 0;
+    return 0;
+}
+
+/* The next line inih reads: a repeated block's, or the file's (see the top). 0 at the end, -1
+ * on an error (reported); the line in *line / *len (for a block's line: in buf). */
+static int next_line(pstate *p, const char **line, size_t *len, char *buf, size_t n) {
+    for (;;) {
+        if (p->replaying) {
+            if (p->blk_pos == p->nblk) {
+                p->blk_pos = 0;
+                if (++p->blk_k == p->blk_count) {
+                    p->replaying = 0;
+                    continue;
+                }
+            }
+            if (p->blk_pos == 0) { /* a block starts: the layer it starts from */
+                const mgt_model *m = p->m;
+                snprintf(p->blk_input, sizeof p->blk_input, "%s",
+                         m->nlayers ? m->layers[m->nlayers - 1].name : "input");
+            }
+            p->line = p->blk_line[p->blk_pos];
+            if (expand(p, p->blk[p->blk_pos++], buf, n) < 0)
+                return fail(p, p->line, "line longer than %zu characters once {i} and {input} "
+                                        "are replaced; shorten it",
+                            n - 2),
+                       -1;
+            *line = buf;
+            *len = strlen(buf);
+            return 1;
+        }
+        const int r = raw_line(p, line, len);
+        char name[64];
+        if (r <= 0 || !header_of(*line, *len, name, sizeof name))
+            return r;
+        if (!strcmp(name, "end"))
+            return fail(p, p->line, "[end] without a [repeat] above it"), -1;
+        if (strcmp(name, "repeat"))
+            return r;
+        if (read_repeat(p) < 0)
+            return -1;
+        p->replaying = 1;
+        p->blk_k = 0;
+        p->blk_pos = 0;
+    }
+}
+
+/* The line reader inih calls: counts lines, notices headers, rejects continuation lines. */
+static char *reader(char *str, int num, void *stream) {
+    pstate *p = stream;
+    if (p->failed)
+        return NULL; /* the first error is the one reported: read no further */
+    const char *line;
+    size_t len;
+    char buf[1024];
+    const int r = next_line(p, &line, &len, buf, sizeof buf);
+    if (r < 0)
+        return NULL;
+    if (r == 0) {
+        close_section(p);
+        return NULL;
+    }
+    const char *nl = len && line[len - 1] == '\n' ? line + len - 1 : NULL;
     if (len - (nl ? 1 : 0) >= (size_t)num - 1) {
         fail(p, p->line, "line longer than %d characters; shorten it", num - 3);
         str[0] = '\n';
@@ -270,14 +506,38 @@ static int set_input_tf(pstate *p, const char *key, const char *val) {
     return 1;
 }
 
+/* The most tokens a vocabulary may hold: ids travel as float32 values, whole numbers up to 2^24
+ * exactly (model.h). */
+#define MAX_VOCAB (1 << 24)
+
+/* [input] context = T and vocab = V: a sequence of T token ids (model.h). */
+static int set_tokens(pstate *p, const char *key, const char *val) {
+    int v;
+    const int vocab = !strcmp(key, "vocab");
+    if (mgt_parse_int(val, &v) < 0 || v < (vocab ? 2 : 1) || v > MAX_VOCAB)
+        return fail(p, p->line,
+                    vocab ? "[input] vocab = %s: expected the number of distinct tokens, a whole "
+                            "number from 2 to 16777216, e.g. vocab = 256 (bytes) or 50257 (GPT-2)"
+                          : "[input] context = %s: expected the tokens a sample holds, a whole "
+                            "number from 1 to 16777216, e.g. context = 1024",
+                    val);
+    if (vocab)
+        p->m->vocab = v;
+    else
+        p->m->input = (mgt_shape){1, v, 1, 1};
+    return 1;
+}
+
 static int set_input(pstate *p, const char *key, const char *val) {
+    if (!strcmp(key, "context") || !strcmp(key, "vocab"))
+        return set_tokens(p, key, val);
     if (strcmp(key, "shape"))
         return set_input_tf(p, key, val);
     int v[3];
     if (mgt_parse_int_list(val, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
         return fail(p, p->line, "[input] shape = %s: expected three positive whole numbers "
                                 "H,W,C, e.g. shape = 28,28,1", val);
-    p->m->input = (mgt_shape){v[0], v[1], v[2]};
+    p->m->input = (mgt_shape){v[0], v[1], v[2], 0};
     if (mgt_shape_elems(p->m->input) > MGT_MAX_TENSOR_ELEMS)
         return fail(p, p->line,
                     "[input] shape = %s: model too large: %lld values per sample, "
@@ -338,6 +598,8 @@ static int handler(void *user, const char *section, const char *key, const char 
         return fail(p, p->line, "[%s] %s is given twice in one section", p->sec_name, key);
     if (p->nseen < 32)
         snprintf(p->seen[p->nseen++], sizeof p->seen[0], "%s", key);
+    if (p->kind == SEC_INPUT && p->ninput_seen < 8)
+        snprintf(p->input_seen[p->ninput_seen++], sizeof p->input_seen[0], "%s", key);
     if (p->kind == SEC_INPUT)
         return set_input(p, key, value);
     if (p->kind == SEC_TRAIN)
@@ -378,8 +640,10 @@ static int handler(void *user, const char *section, const char *key, const char 
     }
     if (!strcmp(key, "activation")) {
         if (mgt_parse_act(value, &l->act) < 0)
-            return fail(p, p->line, "[%s] activation = %s: unknown; use relu, sigmoid, tanh, "
-                        "softmax or none", p->sec_name, value);
+            return fail(p, p->line,
+                        "[%s] activation = %s: unknown; use relu, sigmoid, tanh, softmax, gelu, "
+                        "gelu_tanh or none",
+                        p->sec_name, value);
         return 1;
     }
     if (l->type->set(l, key, value, &e) < 0)
@@ -528,7 +792,15 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
             l->param[j] = -1;
         for (int j = 0; j < 2; j++)
             l->buffer[j] = -1;
+        l->tied = -1;
         l->in = mgt_layer_input_shape(m, l, 0);
+        if (mgt_act_bwd_reads_x(l->act) && strcmp(l->type->name, "dense") &&
+            strcmp(l->type->name, "activation"))
+            return mgt_errf(err,
+                            "%s:%d: [%s] %s: activation = %s is supported on [dense] and "
+                            "[activation] layers; put it on a [dense] layer, or in an "
+                            "[activation] layer after this one",
+                            path, l->line, l->type->name, l->name, mgt_act_name(l->act));
         if (l->type->build(m, l, &e) < 0)
             return mgt_errf(err, "%s:%d: [%s] %s: %s", path, l->line, l->type->name, l->name,
                             e.msg);
@@ -543,7 +815,8 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
                             (long long)mgt_shape_elems(l->out), (long long)MGT_MAX_TENSOR_ELEMS);
     }
     mgt_layer *last = &m->layers[m->nlayers - 1];
-    if (last->out.h != 1 || last->out.w != 1 || last->out.c < 2)
+    const int per_position = last->out.seq && last->out.h == 1 && last->out.c >= 2;
+    if (!per_position && (last->out.h != 1 || last->out.w != 1 || last->out.c < 2))
         return mgt_errf(err,
                         "%s:%d: the last layer (%s) gives %dx%dx%d per sample; for "
                         "classification it must give one score per class, e.g. [dense] units = "
@@ -555,9 +828,40 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
                             "%s:%d: softmax on %s needs a flat input (after [flatten] "
                             "or [dense])",
                             path, m->layers[i].line, m->layers[i].name);
+    if (per_position && last->act == MGT_ACT_SOFTMAX)
+        return mgt_errf(err,
+                        "%s:%d: the last layer (%s) of a sequence model gives logits at every "
+                        "position: remove its activation = softmax (the loss applies it)",
+                        path, last->line, last->name);
     m->classes = last->out.c;
+    m->labels_per_sample = per_position ? last->out.w : 1;
     mgt_model_layout(m); /* the frozen layers' tensors after the trainable ones */
     return check_tensor_names(m, path, err);
+}
+
+/* [input] gives an image shape, or a context and a vocabulary (token ids), not both. */
+static int check_input_kind(pstate *p) {
+    const mgt_model *m = p->m;
+    const int shape = seen_input_key(p, "shape"), ctx = seen_input_key(p, "context");
+    const int vocab = m->vocab > 0;
+    const char *why = NULL;
+    if (shape && (ctx || vocab))
+        why = "gives both shape (an image) and context/vocab (token ids); keep the one the "
+              "model reads";
+    else if (!shape && ctx != vocab)
+        why = ctx ? "has context but no vocab; token ids need both, e.g. context = 256 and "
+                    "vocab = 256"
+                  : "has vocab but no context; token ids need both, e.g. context = 256 and "
+                    "vocab = 256";
+    else if (!shape && !ctx)
+        why = "is missing the required key 'shape' (H,W,C of an image; or context and vocab "
+              "for token ids)";
+    else if (ctx && p->m->input_tf.norm)
+        why = "normalises token ids (mean, std); they are indices, not values: remove mean "
+              "and std";
+    if (why)
+        return mgt_errf(p->err, "%s:%d: [input] %s", p->path, p->input_line, why);
+    return 0;
 }
 
 /* Shapes, parameters and whole-model checks, after the file has been read. */
@@ -586,6 +890,8 @@ static int build(pstate *p) {
                         "0.224, 0.225",
                         p->path, p->had_mean ? "mean" : "std", p->had_mean ? "std" : "mean");
     m->input_tf.norm = p->had_mean;
+    if (check_input_kind(p) < 0)
+        return -1;
     for (int i = 0; i < m->nlayers; i++)
         for (int j = 0; j < i; j++)
             if (!strcmp(m->layers[i].name, m->layers[j].name))
@@ -625,9 +931,12 @@ static int build(pstate *p) {
 
 int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err) {
     int v[3];
+    if (m->vocab > 0)
+        return mgt_errf(err, "model %s reads token ids; its [input] context sets their number",
+                        m->name);
     if (mgt_parse_int_list(hwc, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
         return mgt_errf(err, "expected three positive whole numbers H,W,C, e.g. 224,224,3");
-    m->input = (mgt_shape){v[0], v[1], v[2]};
+    m->input = (mgt_shape){v[0], v[1], v[2], 0};
     return build_layers(m, m->path, err);
 }
 
@@ -732,6 +1041,10 @@ int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t
         return -1;
     pstate p = {.m = m, .path = path, .text = text, .end = text + len, .train = train, .err = err};
     int rc = ini_parse_stream(reader, &p, handler, &p);
+    for (int i = 0; i < p.nblk; i++)
+        free(p.blk[i]);
+    free(p.blk);
+    free(p.blk_line);
     if (p.failed)
         goto bad;
     if (rc != 0) {

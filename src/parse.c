@@ -99,10 +99,13 @@ int mgt_parse_float_list(const char *s, float *v, int max) {
     return parse_list(s, v, sizeof *v, max, one_float);
 }
 
-static const char *act_names[] = {"none", "relu", "sigmoid", "tanh", "softmax"};
+static const char *act_names[] = {"none",    "relu", "sigmoid",  "tanh",
+                                  "softmax", "gelu", "gelu_tanh"};
+enum { NACTS = sizeof act_names / sizeof act_names[0] };
+_Static_assert(NACTS == MGT_ACT_GELU_TANH + 1, "one name per activation of backend.h");
 
 int mgt_parse_act(const char *s, mgt_act *a) {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NACTS; i++)
         if (!strcasecmp(s, act_names[i])) {
             *a = (mgt_act)i;
             return 0;
@@ -114,7 +117,7 @@ int mgt_parse_act(const char *s, mgt_act *a) {
     return -1;
 }
 
-const char *mgt_act_name(mgt_act a) { return (unsigned)a < 5 ? act_names[a] : "?"; }
+const char *mgt_act_name(mgt_act a) { return (unsigned)a < NACTS ? act_names[a] : "?"; }
 
 int mgt_check_name(const char *s, mgt_err *err) {
     size_t n = strlen(s);

@@ -38,7 +38,7 @@ _Static_assert(SUMS_FROM_LOSS == SUM_VOTES, "the stop votes follow the loss op's
 static const char *const chunkable[] = {
     "dense",          "conv2d",  "depthwise_conv2d", "separable_conv2d", "maxpool",    "avgpool",
     "global_avgpool", "zeropad", "dropout",          "flatten",          "activation", "add",
-    "concat",         NULL};
+    "concat",         "embedding", "layernorm",      "attention",        NULL};
 
 static int is_batchnorm(const mgt_layer *l) {
     return !strcmp(l->type->name, "batchnorm");
@@ -227,12 +227,22 @@ void mgt_repro_backward(mgt_model *m, const mgt_step *s, int first) {
             mgt_model_layer_backward(m, i, s);
             continue;
         }
-        size_t lo;
+        /* A layer that adds to a tied tensor's gradient (model.h: tied) adds to zeros here,
+         * its own share alone; a tied layer's share of the tensor is summed as its own. */
+        size_t lo, tlo = 0, tcount = 0;
         const size_t count = mgt_layer_param_range(m, l, &lo);
+        if (mgt_layer_trains_tied(m, l))
+            tlo = m->params[l->tied].offset, tcount = m->params[l->tied].count;
         for (int c = 0; c < nch; c++) {
             const mgt_step q = chunk_step(s, c);
-            if (mgt_model_layer_backward(m, i, &q) && count)
+            if (l->grad_accumulate && count)
+                o->zero(be, m->g + lo, count * sizeof(float));
+            if (!mgt_model_layer_backward(m, i, &q))
+                continue;
+            if (count)
                 add_arena(r, be, lo, count, m->g + lo);
+            if (tcount)
+                add_arena(r, be, tlo, tcount, m->g + tlo);
         }
     }
 }

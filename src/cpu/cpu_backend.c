@@ -283,6 +283,7 @@ static const mgt_ops cpu_ops = {
     .name = "cpu",
     .conv_relu = 1,
     .bn_x_relu = 1,
+    .gelu = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_device = cpu_copy,
@@ -336,6 +337,15 @@ static const mgt_ops cpu_ops = {
     .dwconv_scratch = mgt_cpu_dwconv_scratch,
     .dwconv_fwd = mgt_cpu_dwconv_fwd,
     .dwconv_bwd = mgt_cpu_dwconv_bwd,
+    .dense_io_fwd = mgt_cpu_dense_io_fwd,
+    .dense_io_bwd = mgt_cpu_dense_io_bwd,
+    .embed_fwd = mgt_cpu_embed_fwd,
+    .embed_bwd = mgt_cpu_embed_bwd,
+    .layernorm_fwd = mgt_cpu_layernorm_fwd,
+    .layernorm_bwd = mgt_cpu_layernorm_bwd,
+    .attn_scratch = mgt_cpu_attn_scratch,
+    .attn_fwd = mgt_cpu_attn_fwd,
+    .attn_bwd = mgt_cpu_attn_bwd,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

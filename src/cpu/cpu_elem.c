@@ -91,6 +91,31 @@ static inline float sigmoidf(float v) {
     return e / (1.0f + e);
 }
 
+/* GELU (backend.h): the exact form x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), and the tanh form
+ * 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3); their derivatives, from x:
+ * Phi(x) + x phi(x), and 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2 / pi) (1 + 3 0.044715 x^2). */
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+static inline float gelu_f(float x) {
+    return 0.5f * x * (1.0f + erff(x * INV_SQRT2));
+}
+
+static inline float gelu_tanh_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
+}
+
+static inline float gelu_grad(float x) {
+    return 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
+}
+
+static inline float gelu_tanh_grad(float x) {
+    const float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+}
+
 MGT_SIMD
 static void softmax_row(int k, float *restrict x) {
     float mx = x[0];
@@ -143,12 +168,25 @@ static void act_fwd_range(void *p, size_t lo, size_t hi) {
             softmax_row(j->row, r);
         }
         break;
+    case MGT_ACT_GELU:
+        for (size_t i = lo; i < hi; i++)
+            y[i] = gelu_f(x[i]);
+        break;
+    case MGT_ACT_GELU_TANH:
+        for (size_t i = lo; i < hi; i++)
+            y[i] = gelu_tanh_f(x[i]);
+        break;
     case MGT_ACT_NONE:
     default:
         if (y != x)
             memcpy(y + lo, x + lo, sizeof(float) * (hi - lo));
         break;
     }
+}
+
+void mgt_cpu_act_fwd_range(mgt_act act, const float *x, float *y, size_t n) {
+    act_job j = {.act = act, .row = 1, .x = x, .out = y};
+    act_fwd_range(&j, 0, n);
 }
 
 MGT_SIMD
@@ -194,6 +232,18 @@ static void act_bwd_range(void *p, size_t lo, size_t hi) {
     case MGT_ACT_TANH:
         for (size_t i = lo; i < hi; i++) {
             const float g = dy[i] * (1.0f - y[i] * y[i]);
+            dx[i] = acc ? dx[i] + g : g;
+        }
+        break;
+    case MGT_ACT_GELU: /* y is the input x here (backend.h) */
+        for (size_t i = lo; i < hi; i++) {
+            const float g = dy[i] * gelu_grad(y[i]);
+            dx[i] = acc ? dx[i] + g : g;
+        }
+        break;
+    case MGT_ACT_GELU_TANH:
+        for (size_t i = lo; i < hi; i++) {
+            const float g = dy[i] * gelu_tanh_grad(y[i]);
             dx[i] = acc ? dx[i] + g : g;
         }
         break;
@@ -337,9 +387,9 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
         if (valid && ahead < 5)
             top5++;
     }
-    sums[0] += (float)loss;
-    sums[1] += (float)correct;
-    sums[2] += (float)top5;
+    sums[0] += (float)(loss * scale);
+    sums[1] += (float)((double)correct * scale);
+    sums[2] += (float)((double)top5 * scale);
 }
 
 MGT_SIMD
@@ -393,7 +443,7 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
         if (ahead < 5)
             top5++;
     }
-    sums[0] += (float)loss;
-    sums[1] += (float)correct;
-    sums[2] += (float)top5;
+    sums[0] += (float)(loss * scale);
+    sums[1] += (float)((double)correct * scale);
+    sums[2] += (float)((double)top5 * scale);
 }

@@ -14,6 +14,8 @@
  *   cpu_depthwise.c depthwise convolution;
  *   cpu_norm.c     batch normalisation;
  *   cpu_elem.c     activations, dropout, fused softmax + cross-entropy;
+ *   cpu_seq.c      sequence models: [in][out] dense layers, embeddings, layer normalisation,
+ *                  attention;
  *   cpu_clip.c     gradient clipping by value and by global norm;
  *   cpu_optim.c    the optimizers' steps over the flat parameter arena.
  *
@@ -248,6 +250,30 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
                          float *probs, float *dlogits, float scale, float smoothing, float *sums);
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
+
+/* y[i] = f(x[i]) for i < n, an element-wise activation (not softmax): act_fwd's formulas. */
+void mgt_cpu_act_fwd_range(mgt_act act, const float *x, float *y, size_t n);
+
+/* cpu_seq.c */
+void mgt_cpu_dense_io_fwd(mgt_backend *be, int n, int in, int out, mgt_act act, const float *x,
+                          const float *w, const float *b, float *pre, float *y);
+void mgt_cpu_dense_io_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                          const float *dy, float *dx, float *dw, float *db);
+void mgt_cpu_embed_fwd(mgt_backend *be, int n, int t, int c, int v, const float *ids,
+                       const float *wte, const float *wpe, float *y);
+void mgt_cpu_embed_bwd(mgt_backend *be, int n, int t, int c, int v, const float *ids,
+                       const float *dy, float *dwte, int accumulate, float *dwpe);
+void mgt_cpu_layernorm_fwd(mgt_backend *be, int rows, int c, float eps, const float *x,
+                           const float *gamma, const float *beta, float *y, float *mean,
+                           float *rstd);
+void mgt_cpu_layernorm_bwd(mgt_backend *be, int rows, int c, const float *x, const float *gamma,
+                           const float *mean, const float *rstd, const float *dy, float *dx,
+                           float *dgamma, float *dbeta);
+size_t mgt_cpu_attn_scratch(mgt_backend *be, const mgt_attn_shape *s);
+void mgt_cpu_attn_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, float *y,
+                      float *lse);
+void mgt_cpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, const float *y,
+                      const float *lse, const float *dy, float *dqkv);
 
 /* cpu_clip.c */
 void mgt_cpu_clip_value(mgt_backend *be, size_t n, float *g, float limit);

@@ -13,7 +13,7 @@ static const char *const required[] = {"type", NULL};
 static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     (void)key;
     if (mgt_parse_act(v, &l->act) < 0)
-        return mgt_errf(err, "unknown; use relu, sigmoid, tanh, softmax or none");
+        return mgt_errf(err, "unknown; use relu, sigmoid, tanh, softmax, gelu, gelu_tanh or none");
     return 0;
 }
 

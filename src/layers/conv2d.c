@@ -106,7 +106,7 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     if (s.oh < 1 || s.ow < 1)
         return mgt_errf(err, "kernel = %d,%d does not fit the %dx%d input; use a smaller kernel "
                         "or padding = same", s.kh, s.kw, s.h, s.w);
-    l->out = (mgt_shape){s.oh, s.ow, s.oc};
+    l->out = (mgt_shape){s.oh, s.ow, s.oc, 0};
     int64_t ws[4] = {s.oc, s.c, s.kh, s.kw}, bs[1] = {s.oc};
     float area = (float)s.kh * (float)s.kw;
     l->param[0] = mgt_model_add_param(m, l, "weight", 4, ws, MGT_INIT_GLOROT, area * (float)s.c,

@@ -64,7 +64,7 @@ static int dw_build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     if (add_depthwise(m, l, "weight", err) < 0)
         return -1;
     const mgt_conv_shape s = dw_geometry(l, 1);
-    l->out = (mgt_shape){s.oh, s.ow, s.c};
+    l->out = (mgt_shape){s.oh, s.ow, s.c, 0};
     const int64_t bs[1] = {s.c};
     if (l->cfg.bias &&
         (l->param[1] = mgt_model_add_param(m, l, "bias", 1, bs, MGT_INIT_ZERO, 0, 0, err)) < 0)
@@ -93,7 +93,7 @@ static int sep_build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     if (add_depthwise(m, l, "depthwise.weight", err) < 0)
         return -1;
     const mgt_conv_shape p = pw_geometry(l, 1);
-    l->out = (mgt_shape){p.oh, p.ow, p.oc};
+    l->out = (mgt_shape){p.oh, p.ow, p.oc, 0};
     const int64_t ws[4] = {p.oc, p.c, 1, 1}, bs[1] = {p.oc};
     l->param[1] = mgt_model_add_param(m, l, "pointwise.weight", 4, ws, MGT_INIT_GLOROT, (float)p.c,
                                       (float)p.oc, err);

@@ -13,7 +13,7 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     int64_t n = mgt_shape_elems(l->in);
     if (n > MGT_MAX_TENSOR_ELEMS) /* the model checks every layer's input; this cast must hold */
         return mgt_errf(err, "model too large: %lld values per sample", (long long)n);
-    l->out = (mgt_shape){1, 1, (int)n};
+    l->out = (mgt_shape){1, 1, (int)n, 0};
     return 0;
 }
 

@@ -11,7 +11,7 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
 
 static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     (void)m, (void)err;
-    l->out = (mgt_shape){1, 1, l->in.c};
+    l->out = (mgt_shape){1, 1, l->in.c, 0};
     return 0;
 }
 

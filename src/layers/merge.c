@@ -85,7 +85,7 @@ static int concat_build(mgt_model *m, mgt_layer *l, mgt_err *err) {
                             err);
         c += b.c;
     }
-    l->out = (mgt_shape){l->in.h, l->in.w, c};
+    l->out = (mgt_shape){l->in.h, l->in.w, c, l->in.seq};
     return 0;
 }
 

@@ -80,7 +80,7 @@ static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
                         "stride %d is larger than size %d, so padding = same would leave "
                         "windows with no input in them; use a stride up to the size",
                         s.stride, s.size);
-    l->out = (mgt_shape){s.oh, s.ow, s.c};
+    l->out = (mgt_shape){s.oh, s.ow, s.c, 0};
     return 0;
 }
 

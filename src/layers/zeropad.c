@@ -38,7 +38,7 @@ static mgt_pad_shape geometry(const mgt_layer *l, int n) {
 static int build(mgt_model *m, mgt_layer *l, mgt_err *err) {
     (void)m, (void)err;
     const int *p = l->cfg.pad;
-    l->out = (mgt_shape){l->in.h + p[0] + p[1], l->in.w + p[2] + p[3], l->in.c};
+    l->out = (mgt_shape){l->in.h + p[0] + p[1], l->in.w + p[2] + p[3], l->in.c, 0};
     return 0;
 }
 

@@ -1085,7 +1085,7 @@ static void test_xent(mgt_backend *be) {
             o->xent_sparse(be, c.n, c.k, c.logits, c.labels, c.probs, d, 1.0f, 0.0f, sums);
         fd_check(dense ? "xent_dense dlogits" : "xent_sparse dlogits", xent_obj, &c, c.logits, cnt,
                  d);
-        /* scale multiplies the gradient */
+        /* scale multiplies the gradient, and the sums (a sequence's mean over positions) */
         float *d2 = fbuf(cnt), sums2[3] = {0, 0, 0};
         if (dense)
             o->xent_dense(be, c.n, c.k, c.logits, c.targets, c.probs, d2, 0.25f, 0.0f, sums2);
@@ -1096,6 +1096,10 @@ static void test_xent(mgt_backend *be) {
         for (size_t i = 0; i < cnt; i++)
             worst = fmax(worst, fabs(d2[i] - 0.25 * d[i]));
         CHECK(worst == 0.0, "xent (dense %d): scale 0.25 gradient off by %.3g", dense, worst);
+        CHECK(sums2[1] == 0.25f * sums[1] && sums2[2] == 0.25f * sums[2] &&
+                  near(sums2[0], 0.25 * sums[0], 2, fabs(sums[0])),
+              "xent (dense %d): scale 0.25 sums %g %g, unscaled %g %g", dense, sums2[0],
+              sums2[1], sums[0], sums[1]);
         /* probs aliasing logits gives the same probabilities, loss and gradient */
         float *alias = fbuf(cnt), *d3 = fbuf(cnt), sums3[3] = {0, 0, 0};
         memcpy(alias, c.logits, cnt * sizeof(float));
@@ -1104,8 +1108,8 @@ static void test_xent(mgt_backend *be) {
         else
             o->xent_sparse(be, c.n, c.k, alias, c.labels, alias, d3, 1.0f, 0.0f, sums3);
         CHECK(memcmp(alias, c.probs, cnt * sizeof(float)) == 0 &&
-                  memcmp(d3, d, cnt * sizeof(float)) == 0 && sums3[0] == sums2[0] &&
-                  sums3[1] == sums2[1],
+                  memcmp(d3, d, cnt * sizeof(float)) == 0 && sums3[0] == sums[0] &&
+                  sums3[1] == sums[1],
               "xent (dense %d) with probs aliasing logits differs", dense);
         tmp_free_all();
     }
@@ -1122,9 +1126,9 @@ static void test_xent(mgt_backend *be) {
         float probs[6], d[6], sums[3] = {1.0f, 2.0f, 0.0f}; /* sums accumulate (+=) */
         o->xent_sparse(be, 2, 3, logits, labels, probs, d, 0.5f, 0.0f, sums);
         const double l2 = 0.40760596444438, l0 = 2.40760596444438;
-        CHECK(near(sums[0], 1.0 + l2 + l0, 8, 5), "xent_sparse loss sum %.7f, expected %.7f",
-              sums[0], 1.0 + l2 + l0);
-        CHECK(sums[1] == 3.0f, "xent_sparse correct count %g, expected 2 + 1", sums[1]);
+        CHECK(near(sums[0], 1.0 + 0.5 * (l2 + l0), 8, 5),
+              "xent_sparse loss sum %.7f, expected %.7f", sums[0], 1.0 + 0.5 * (l2 + l0));
+        CHECK(sums[1] == 2.5f, "xent_sparse correct count %g, expected 2 + 0.5 x 1", sums[1]);
         CHECK(near(probs[0], pr[0], 8, 1) && near(probs[2], pr[2], 8, 1),
               "xent_sparse probs %g %g %g", probs[0], probs[1], probs[2]);
         CHECK(near(d[2], 0.5 * (pr[2] - 1.0), 8, 1) && near(d[3], 0.5 * (pr[0] - 1.0), 8, 1) &&
