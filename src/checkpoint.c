@@ -255,10 +255,12 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
         s[3] = -1;
     else if (got != 4)
         return mgt_errf(err, "%s: checkpoint metadata 'epoch_sums' is missing or malformed", path);
+    /* The counts are whole numbers of samples, or for a sequence model fractions of them (a
+     * sample's share is its positions' mean: model.h). */
     const double most = (double)pos->step_in_epoch * (double)run->step_batch;
     if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || !isfinite(s[3]) || s[0] < 0 ||
-        s[1] < 0 || s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) || s[1] != floor(s[1]) ||
-        (s[3] != -1 && (s[3] < s[1] || s[3] > s[2] || s[3] != floor(s[3]))))
+        s[1] < 0 || s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) ||
+        (s[3] != -1 && (s[3] < s[1] || s[3] > s[2])))
         return mgt_errf(err,
                         "%s: checkpoint metadata epoch_sums = %s is out of range (a finite loss "
                         "sum, correct predictions among at most %.0f samples); resume from "

@@ -183,6 +183,11 @@ static const flag flags[] = {
     {"skip-bad", NULL, C_CONVERT, "off (stop at the first)",
      "convert: leave out files that are not readable JPEG or PNG images, and list them in "
      "DST/SPLIT_skipped.txt"},
+    {"text", NULL, C_CONVERT, "off (images)",
+     "convert: SRC is a text file or a folder of them; DST gets byte-level token shards "
+     "(train.bin, val.bin; vocab 256) for a language model"},
+    {"val-fraction", "F", C_CONVERT, "0.1",
+     "convert --text: the last fraction of each file that goes to val.bin"},
     {"output", "FILE", C_PREDICT | C_EXPORT, "none (required)",
      "where predict writes its .npy, export its model file"},
     {"format", "onnx", C_EXPORT, "onnx", "export: the file format (ONNX, opset 21, dynamic batch)"},
@@ -433,6 +438,7 @@ void mgt_options_defaults(mgt_options *o) {
     o->keep_checkpoints = 1;
     o->bucket_mb = -1;
     o->convert_size = 256;
+    o->val_fraction = 0.1;
     o->cuda_graph = 1;
 }
 
@@ -568,6 +574,8 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "shard-size")) rc = need_i64(n, v, 1, &o->shard_size, err);
     else if (!strcmp(n, "skip-bad")) o->skip_bad = 1;
     else if (!strcmp(n, "square")) o->convert_square = 1;
+    else if (!strcmp(n, "text")) o->convert_text = 1;
+    else if (!strcmp(n, "val-fraction")) rc = need_double(n, v, 0, 0.5, &o->val_fraction, err);
     else if (!strcmp(n, "output")) o->output = v;
     else if (!strcmp(n, "format")) {
         if (strcmp(v, "onnx"))

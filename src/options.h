@@ -57,6 +57,8 @@ typedef struct mgt_options {
     /* convert (data/convert.h): SRC and DST, and its flags. */
     const char *convert_src, *convert_dst;
     int convert_size, skip_bad, convert_square;
+    int convert_text;    /* --text: SRC is text, DST gets token shards (data/text.h) */
+    double val_fraction; /* --val-fraction */
     int64_t shard_size;
     int convert_threads; /* --threads (0: every core) */
     /* [train] keys set by flags of their own (--lr-schedule, --clip-norm, ...), in the order

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "data/images.h"
+#include "data/tokens.h"
 #include "runtime.h"
 
 static int idx_present(const char *dir, const char *stem) {
@@ -25,6 +26,19 @@ static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m,
                        int64_t synthetic_samples) {
     const int h = m->input.h, w = m->input.w, c = m->input.c, k = m->classes;
     mgt_err e;
+    if (m->vocab > 0) { /* a language model: token shards, or synthetic tokens */
+        if (s->synthetic ? mgt_dataset_synthetic_tokens(ds, test ? SYNTHETIC_TEST : synthetic_samples,
+                                                        w, m->vocab, s->seed, test ? 2 : 1, &e)
+                         : !mgt_tokens_dir(s->dir)
+                             ? mgt_errf(&e,
+                                        "model %s reads token ids, but %s holds no token shards "
+                                        "(NAME.bin files with train or val in the name); make "
+                                        "them from text with mgtrain convert --text",
+                                        m->path, s->dir)
+                             : mgt_dataset_load_tokens(ds, s->dir, test, w, m->vocab, &e))
+            mgt_die_all("%s", e.msg);
+        return;
+    }
     if (s->synthetic)
         mgt_dataset_synthetic(ds, test ? SYNTHETIC_TEST : synthetic_samples, h, w, c, k, s->seed,
                               test ? 2 : 1);
@@ -49,6 +63,10 @@ static void check_transforms(const mgt_splits *s, const mgt_model *m, const mgt_
                     m->path, s->synthetic ? "synthetic data" : s->dir);
     if (!train)
         return;
+    if (m->vocab > 0 && mgt_augment_on(aug))
+        mgt_die_all("%s: augmentation (augment_*) moves and flips pixels; a language model's "
+                    "inputs are token ids: remove the augment_ keys",
+                    m->path);
     if (aug->resized_crop && !images)
         mgt_die_all("%s: augment_resized_crop crops and resizes images stored larger than the "
                     "input, which image sets hold (mgtrain convert); for %s use augment_crop "
@@ -126,6 +144,9 @@ void mgt_splits_load(mgt_splits *s, const mgt_splits_opts *o, const mgt_model *m
         snprintf(s->desc, sizeof s->desc, "%s", dir);
     const mgt_dataset *any = train ? &s->train : &s->test;
     char what[160];
+    if (any->tokens)
+        snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc), " (%s)",
+                 mgt_tokens_describe(any, what, sizeof what));
     if (any->images) { /* how the stored images become inputs */
         char eval[96];
         snprintf(s->desc + strlen(s->desc), sizeof s->desc - strlen(s->desc),

@@ -18,12 +18,14 @@ int mgt_stage_init(mgt_stage *s, mgt_backend *be, const mgt_model *m, mgt_err *e
     s->one_hot = m->loss == MGT_LOSS_CE;
     s->max_batch = m->max_batch;
     const size_t mb = (size_t)s->max_batch, in = (size_t)s->elems, k = (size_t)s->classes;
+    s->labels = m->labels_per_sample > 1 ? m->labels_per_sample : 1;
+    const size_t nl = mb * (size_t)s->labels;
     s->x[0] = m->x;
     s->l[0] = m->labels;
     s->t[0] = m->targets;
     s->hx = malloc(sizeof(float) * in * mb);
     s->ht = malloc(sizeof(float) * k * mb);
-    s->hl = malloc(sizeof(int32_t) * mb);
+    s->hl = malloc(sizeof(int32_t) * nl);
     s->rows = malloc(sizeof(int64_t) * mb);
     if (!s->hx || !s->ht || !s->hl || !s->rows)
         return mgt_errf(err, "out of host memory for a batch of %d samples", s->max_batch);
@@ -60,7 +62,7 @@ static int second_set(mgt_stage *s, mgt_err *err) {
     if (s->x[1] && s->x[1] != s->x[0])
         return 0;
     s->x[1] = o->alloc(s->be, sizeof(float) * in * mb);
-    s->l[1] = o->alloc(s->be, sizeof(int32_t) * mb);
+    s->l[1] = o->alloc(s->be, sizeof(int32_t) * mb * (size_t)s->labels);
     s->t[1] = o->alloc(s->be, sizeof(float) * k * mb);
     if (!s->x[1] || !s->l[1] || !s->t[1])
         return mgt_errf(err,
@@ -160,7 +162,7 @@ static mgt_input upload(mgt_stage *s, const float *x, const int32_t *labels, int
     if (host)
         return (mgt_input){x, labels, s->one_hot ? s->ht : NULL};
     o->to_device(s->be, s->x[0], x, sizeof(float) * (size_t)s->elems * (size_t)n);
-    o->to_device(s->be, s->l[0], labels, sizeof(int32_t) * (size_t)n);
+    o->to_device(s->be, s->l[0], labels, sizeof(int32_t) * (size_t)n * (size_t)s->labels);
     if (s->one_hot)
         o->to_device(s->be, s->t[0], s->ht, sizeof(float) * (size_t)s->classes * (size_t)n);
     return (mgt_input){s->x[0], s->l[0], s->one_hot ? s->t[0] : NULL};
@@ -193,7 +195,7 @@ mgt_input mgt_stage_put(mgt_stage *s, const mgt_batch *bt) {
             one_hot(s->classes, bt->labels, bt->n, s->pinned_t[k]);
         void *dst[3] = {s->x[k], s->l[k], s->t[k]};
         const void *src[3] = {bt->x, bt->labels, s->pinned_t[k]};
-        const size_t bytes[3] = {sizeof(float) * in * n, sizeof(int32_t) * n,
+        const size_t bytes[3] = {sizeof(float) * in * n, sizeof(int32_t) * n * (size_t)s->labels,
                                  t ? sizeof(float) * cls * n : 0};
         o->stage(s->be, k, 3, dst, src, bytes);
         if (s->mark)

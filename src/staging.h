@@ -38,6 +38,7 @@ typedef struct mgt_stage {
     mgt_backend *be;
     int64_t elems; /* input values per sample */
     int classes;
+    int labels;    /* integer labels a sample: 1, or a sequence model's positions */
     int one_hot;   /* the loss reads one-hot targets (categorical cross-entropy) */
     int max_batch; /* samples per rank and step, at most */
     int staged;    /* the backend stages batches on its copy queue (two sets) */

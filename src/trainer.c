@@ -22,6 +22,7 @@
 
 #include "checkpoint.h"
 #include "data/convert.h"
+#include "data/text.h"
 #include "data/shard.h"
 #include "default_model.h"
 #include "evaluate.h"
@@ -636,6 +637,23 @@ int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o) {
     if (rt->world > 1)
         mgt_die_all("mgtrain convert runs as one process, on --threads threads (default: every "
                     "core); start it without mpirun or with -np 1");
+    if (o->convert_text) { /* text into byte-level token shards (data/text.h) */
+        const mgt_text_opts to = {.src = o->convert_src,
+                                  .dst = o->convert_dst,
+                                  .val_fraction = o->val_fraction,
+                                  .verbose = o->verbose};
+        mgt_text_result r;
+        mgt_err e;
+        if (mgt_text_convert(&to, &r, &e) < 0)
+            mgt_die_all("%s", e.msg);
+        if (o->verbose)
+            printf("%s: %lld training and %lld validation tokens (bytes; vocab 256) from %d "
+                   "file%s%s in %s/train.bin and %s/val.bin\n",
+                   o->convert_src, (long long)r.train_tokens, (long long)r.val_tokens, r.files,
+                   r.files == 1 ? "" : "s", r.skipped ? " (binary files left out)" : "",
+                   o->convert_dst, o->convert_dst);
+        return 0;
+    }
     const mgt_convert_opts co = {.src = o->convert_src,
                                  .dst = o->convert_dst,
                                  .split = o->split ? o->split : "train",

@@ -17,6 +17,7 @@
 #include "augment.h"
 
 typedef struct mgt_images mgt_images;
+typedef struct mgt_tokens mgt_tokens;
 
 typedef struct mgt_dataset {
     int64_t n;   /* samples */
@@ -48,6 +49,10 @@ typedef struct mgt_dataset {
      * parts): sample i is the set's image rows[i], and its label labels[rows[i]] (the set's
      * arrays, not offset); NULL: sample i is image first + i. The set owns the array. */
     const int64_t *rows;
+    /* A token set's shards (tokens.h): a sample is a window of T + 1 tokens, its input the
+     * first T (h = 1, w = T, c = 1) and its T labels the next token at each; sample 0 of this
+     * view is window `first`. NULL for the other sources. */
+    mgt_tokens *tokens;
     /* How samples become inputs beyond the source's own scaling: [input] mean and std (applied
      * by mgt_dataset_normalize, after augmentation) and, for image sets, center_crop. */
     mgt_input_tf tf;
@@ -89,7 +94,12 @@ int mgt_dataset_file(const char *dir, int i, char *p, size_t n);
 
 /* 1 for generated (synthetic) data: no samples in memory. */
 static inline int mgt_dataset_is_synthetic(const mgt_dataset *ds) {
-    return !ds->pixels && !ds->fpixels && !ds->images;
+    return !ds->pixels && !ds->fpixels && !ds->images && !ds->tokens;
+}
+
+/* The integer labels a sample has: one, or a token window's T. */
+static inline int mgt_dataset_labels_per_sample(const mgt_dataset *ds) {
+    return ds->tokens ? ds->w : 1;
 }
 
 /* n samples of shape (h, w, c) with labels in [0, classes); split_salt tells the train and test

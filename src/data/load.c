@@ -15,6 +15,7 @@
 #include "dataset.h"
 #include "images.h"
 #include "npy.h"
+#include "tokens.h"
 
 static int exists(const char *path) {
     struct stat st;
@@ -81,6 +82,10 @@ static int check_one_format(const char *dir, mgt_err *err) {
     }
     if (idx_file_in(dir, file[n], sizeof file[n]))
         name[n++] = "IDX";
+    if (n < 2 && mgt_tokens_dir(dir)) {
+        snprintf(file[n], sizeof file[n], "%s/*.bin", dir);
+        name[n++] = "token shards";
+    }
     if (n < 2)
         return 0;
     return mgt_errf(err,
@@ -92,6 +97,8 @@ static int check_one_format(const char *dir, mgt_err *err) {
 
 int mgt_dataset_has_split(const char *dir, int test) {
     char p[600];
+    if (mgt_tokens_dir(dir))
+        return mgt_tokens_has_split(dir, test);
     if (mgt_images_dir(dir))
         return mgt_images_has_split(dir, test ? "test" : "train");
     if (mgt_dataset_dir_is_npy(dir))
@@ -108,6 +115,16 @@ static int load_format(mgt_dataset *ds, const char *dir, int test, int h, int w,
     }
     if (mgt_images_dir(dir))
         return mgt_dataset_load_images(ds, dir, test ? "test" : "train", h, w, c, classes, tf, err);
+    if (mgt_tokens_dir(dir)) {
+        if (h != 1 || c != 1 || classes < 2) {
+            memset(ds, 0, sizeof *ds);
+            return mgt_errf(err,
+                            "%s holds token shards, which a language model reads: its [input] "
+                            "has context and vocab (docs/transformers.md)",
+                            dir);
+        }
+        return mgt_dataset_load_tokens(ds, dir, test, w, classes, err);
+    }
     if (mgt_dataset_dir_is_npy(dir))
         return mgt_dataset_load_npy(ds, dir, test ? "test" : "train", h, w, c, classes, err);
     if (c != 1) {

@@ -65,7 +65,7 @@ static void gather_part(void *p, size_t lo, size_t hi) {
     const gather_job *g = p;
     const size_t elems = (size_t)g->ds->h * (size_t)g->ds->w * (size_t)g->ds->c;
     mgt_dataset_gather_with(g->ds, g->templates, g->rows + lo, (int)(hi - lo), g->x + lo * elems,
-                            g->labels + lo);
+                            g->labels + lo * (size_t)mgt_dataset_labels_per_sample(g->ds));
 }
 
 /* A batch's samples: on the threads of the backend's ops where the loader has no thread of its
@@ -163,7 +163,8 @@ mgt_loader *mgt_loader_create(mgt_backend *be, const mgt_dataset *ds, uint64_t s
     size_t in = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c;
     int ok = l->perm != NULL;
     for (int i = 0; i < l->slots && ok; i++) {
-        size_t xb = sizeof(float) * in * (size_t)max_local, lb = sizeof(int32_t) * (size_t)max_local;
+        size_t xb = sizeof(float) * in * (size_t)max_local;
+        size_t lb = sizeof(int32_t) * (size_t)max_local * (size_t)mgt_dataset_labels_per_sample(ds);
         size_t ib = sizeof(int64_t) * (size_t)max_local;
         l->s[i].b.ids = be->ops->host_alloc ? be->ops->host_alloc(be, ib) : malloc(ib);
         ok = l->s[i].b.ids != NULL;

@@ -9,6 +9,7 @@
  * gather took 0.30 ms on one core of a Xeon, 0.063 ms batched. */
 #include "dataset.h"
 #include "images.h"
+#include "tokens.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,10 @@ void mgt_dataset_gather_with(const mgt_dataset *ds, const uint64_t *templates,
         mgt_images_gather(ds, idx, count, NULL, 0, 0, 0, x, labels);
         return;
     }
+    if (ds->tokens) {
+        mgt_tokens_gather(ds, idx, count, x, labels);
+        return;
+    }
     const int64_t elems = (int64_t)ds->h * ds->w * ds->c;
     for (int k = 0; k < count; k++) {
         float *xs = x + (int64_t)k * elems;
@@ -177,7 +182,7 @@ mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t coun
         v.rows = ds->rows + first;
         return v;
     }
-    if (ds->images)
+    if (ds->images || ds->tokens)
         v.first = ds->first + first;
     else if (ds->pixels)
         v.pixels = ds->pixels + first * elems;
@@ -185,7 +190,7 @@ mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t coun
         v.fpixels = ds->fpixels + first * elems * (int64_t)sizeof(float);
     if (ds->labels)
         v.labels = ds->labels + first;
-    else
+    else if (ds->labels32)
         v.labels32 = ds->labels32 + first;
     return v;
 }
@@ -199,6 +204,7 @@ void mgt_dataset_free(mgt_dataset *ds) {
         else
             free(ds->pixels);
         mgt_images_free(ds->images);
+        mgt_tokens_free(ds->tokens);
         free(ds->labels);
         free(ds->labels32);
     }
@@ -207,6 +213,7 @@ void mgt_dataset_free(mgt_dataset *ds) {
     ds->labels = NULL;
     ds->labels32 = NULL;
     ds->images = NULL;
+    ds->tokens = NULL;
     ds->map = NULL;
     ds->owned = 0;
     ds->n = 0;
