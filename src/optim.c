@@ -22,6 +22,11 @@ static float adam_lr(float lr, const mgt_opt_settings *s, int64_t t) {
     return (float)(lr * sqrt(1.0 - pow(s->beta2, td)) / (1.0 - pow(s->beta1, td)));
 }
 
+/* AdamW's: lr / (1 - beta1^t); sqrt(1 - beta2^t) goes with it (mgt_optim_begin). */
+static float adamw_lr(float lr, const mgt_opt_settings *s, int64_t t) {
+    return (float)(lr / (1.0 - pow(s->beta1, (double)t)));
+}
+
 /* Keras' defaults: learning rate 0.01 for SGD and 0.001 otherwise. */
 static const mgt_optimizer table[] = {
     [MGT_OPT_SGD] = {.name = "sgd",
@@ -38,6 +43,11 @@ static const mgt_optimizer table[] = {
                       .keys = {"beta_1", "beta_2", "epsilon"},
                       .slot_names = {"optimizer.m", "optimizer.v"},
                       .lr_at = adam_lr},
+    [MGT_OPT_ADAMW] = {.name = "adamw",
+                       .default_lr = 0.001f,
+                       .keys = {"beta_1", "beta_2", "epsilon", "decay_all"},
+                       .slot_names = {"optimizer.m", "optimizer.v"},
+                       .lr_at = adamw_lr},
 };
 _Static_assert(sizeof table / sizeof table[0] == MGT_OPT_COUNT,
                "the optimizer table needs one row per kind of cpu/optim_math.h");
@@ -51,6 +61,7 @@ static const mgt_opt_key keys[] = {
     {"beta_2", offsetof(mgt_opt_settings, beta2), MGT_OPT_KEY_FRACTION, 0.999f, "0.9"},
     {"epsilon", offsetof(mgt_opt_settings, epsilon), MGT_OPT_KEY_POSITIVE, 1e-7f, "1e-7"},
     {"weight_decay", offsetof(mgt_opt_settings, weight_decay), MGT_OPT_KEY_NONNEG, 0.0f, "0.0001"},
+    {"decay_all", offsetof(mgt_opt_settings, decay_all), MGT_OPT_KEY_BOOL, 0.0f, "true"},
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
 
@@ -137,7 +148,41 @@ void mgt_optim_begin(mgt_optim *o, int64_t global_n) {
     o->t++;
     o->step = (mgt_opt_hyper){.s = c->opt,
                               .lr = d->lr_at ? d->lr_at(o->lr, &c->opt, o->t) : o->lr,
-                              .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f};
+                              .scale = global_n > 0 ? 1.0f / (float)global_n : 0.0f,
+                              .lr_decay = o->lr,
+                              .bc2_sqrt = (float)sqrt(1.0 - pow(c->opt.beta2, (double)o->t))};
+}
+
+int mgt_optim_skip_decay(mgt_optim *o, const size_t *lo, const size_t *count, int n, mgt_err *err) {
+    free(o->skip_lo);
+    free(o->skip_n);
+    o->skip_lo = o->skip_n = NULL;
+    o->nskip = 0;
+    if (n <= 0)
+        return 0;
+    o->skip_lo = malloc(sizeof *o->skip_lo * (size_t)n);
+    o->skip_n = malloc(sizeof *o->skip_n * (size_t)n);
+    if (!o->skip_lo || !o->skip_n)
+        return mgt_errf(err, "out of host memory for the optimizer's %d tensors", n);
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && lo[i] < lo[i - 1] + count[i - 1])
+            return mgt_errf(err, "the tensors without weight decay are not in arena order");
+        o->skip_lo[i] = lo[i];
+        o->skip_n[i] = count[i];
+    }
+    o->nskip = n;
+    return 0;
+}
+
+/* One backend call over [lo, lo + count), its state at the instance's slice. */
+static void step_range(mgt_optim *o, mgt_backend *be, float *w, const float *g, size_t lo,
+                       size_t count, const mgt_opt_hyper *h) {
+    if (count == 0)
+        return;
+    float *slots[MGT_OPT_MAX_SLOTS] = {0};
+    for (int i = 0; i < o->nslots; i++)
+        slots[i] = o->slot[i] + (lo - o->lo);
+    be->ops->optim_step(be, o->cfg.optimizer, count, w + lo, g + lo, slots, h);
 }
 
 void mgt_optim_update(mgt_optim *o, mgt_backend *be, float *w, const float *g, size_t lo,
@@ -148,10 +193,31 @@ void mgt_optim_update(mgt_optim *o, mgt_backend *be, float *w, const float *g, s
         mgt_die("optimizer update of [%zu, %zu) outside this rank's slice [%zu, %zu); please "
                 "report this",
                 lo, lo + count, o->lo, o->lo + o->n);
-    float *slots[MGT_OPT_MAX_SLOTS] = {0};
-    for (int i = 0; i < o->nslots; i++)
-        slots[i] = o->slot[i] + (lo - o->lo);
-    be->ops->optim_step(be, o->cfg.optimizer, count, w + lo, g + lo, slots, &o->step);
+    /* AdamW's decay on the matrices only: the ranges of the other tensors (biases, norms'
+     * gains) take the rule without it, between them the decaying ones; the same elements get
+     * the same arithmetic however the range is cut (ZeRO-1's slices, buckets). */
+    if (o->cfg.optimizer != MGT_OPT_ADAMW || o->cfg.opt.decay_all || !o->nskip ||
+        o->step.s.weight_decay == 0.0f) {
+        step_range(o, be, w, g, lo, count, &o->step);
+        return;
+    }
+    mgt_opt_hyper plain = o->step;
+    plain.s.weight_decay = 0.0f;
+    const size_t end = lo + count;
+    size_t at = lo;
+    for (int i = 0; i < o->nskip && at < end; i++) {
+        const size_t s0 = o->skip_lo[i], s1 = o->skip_lo[i] + o->skip_n[i];
+        if (s1 <= at)
+            continue;
+        if (s0 >= end)
+            break;
+        if (s0 > at)
+            step_range(o, be, w, g, at, s0 - at, &o->step);
+        const size_t a = s0 > at ? s0 : at, b = s1 < end ? s1 : end;
+        step_range(o, be, w, g, a, b - a, &plain);
+        at = b;
+    }
+    step_range(o, be, w, g, at, end - at, &o->step);
 }
 
 void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int64_t global_n) {
@@ -220,5 +286,7 @@ void mgt_optim_state_get(mgt_optim *o, mgt_backend *be, mgt_comm *c, float *cons
 void mgt_optim_free(mgt_optim *o, mgt_backend *be) {
     for (int i = 0; i < o->nslots; i++)
         be->ops->free(be, o->slot[i]);
+    free(o->skip_lo);
+    free(o->skip_n);
     memset(o, 0, sizeof *o);
 }

@@ -84,6 +84,9 @@ typedef struct mgt_optim {
     size_t lo, n;       /* the slice this instance keeps state for and updates (all: 0, count) */
     int rank, shards;   /* ZeRO-1: this rank of `shards` (1: not sharded) */
     mgt_opt_hyper step; /* the current step's values (mgt_optim_begin) */
+    /* AdamW: the ranges of the arena that take no weight decay (mgt_optim_skip_decay) */
+    size_t *skip_lo, *skip_n;
+    int nskip;
     float lr;  /* the next step's learning rate: cfg.lr until the schedule sets it (schedule.h) */
 } mgt_optim;
 
@@ -101,6 +104,11 @@ void mgt_optim_step(mgt_optim *o, mgt_backend *be, float *w, const float *g, int
 void mgt_optim_begin(mgt_optim *o, int64_t global_n);
 void mgt_optim_update(mgt_optim *o, mgt_backend *be, float *w, const float *g, size_t lo,
                       size_t count);
+/* AdamW's decay applies to the matrices only, as GPT-2's recipes have it (decay_all = true: to
+ * every tensor): the n ranges [lo[i], lo[i] + count[i]) of the arena, in arena order (the
+ * biases, norms' gains and other vectors), are updated without it. */
+int mgt_optim_skip_decay(mgt_optim *o, const size_t *lo, const size_t *count, int n,
+                         mgt_err *err);
 /* Collective: the state from whole host arenas full[i][count], read on `root` only, into every
  * rank's backend memory (broadcast, or scattered into the slices). */
 void mgt_optim_state_put(mgt_optim *o, mgt_backend *be, struct mgt_comm *c, float *const *full,

@@ -22,8 +22,8 @@
 
 #include "checkpoint.h"
 #include "data/convert.h"
-#include "data/text.h"
 #include "data/shard.h"
+#include "data/text.h"
 #include "default_model.h"
 #include "evaluate.h"
 #include "export.h"
@@ -81,6 +81,28 @@ static void *share_arena(void *ctx, size_t bytes) {
     return p;
 }
 
+/* AdamW decays the matrices only (optim.h): the trainable tensors of one dimension (biases,
+ * norms' gains) are told to the optimizer, in arena order. */
+static int skip_decay(mgt_optim *o, const mgt_model *m, mgt_err *err) {
+    size_t *lo = malloc(sizeof *lo * (size_t)(m->nparams + 1));
+    size_t *n = malloc(sizeof *n * (size_t)(m->nparams + 1));
+    int k = 0;
+    for (int i = 0; lo && n && i < m->nparams; i++) {
+        const mgt_param *p = &m->params[i];
+        if (p->ndim >= 2 || p->offset >= m->grad_count)
+            continue;
+        int j = k++; /* insertion by offset */
+        for (; j > 0 && lo[j - 1] > p->offset; j--)
+            lo[j] = lo[j - 1], n[j] = n[j - 1];
+        lo[j] = p->offset, n[j] = p->count;
+    }
+    const int rc = lo && n ? mgt_optim_skip_decay(o, lo, n, k, err)
+                           : mgt_errf(err, "out of host memory for the optimizer's tensors");
+    free(lo);
+    free(n);
+    return rc;
+}
+
 /* The backend and transport the plan asks for, and memory for the model, its optimizer, the
  * host copies of the state and the input batches. */
 static void set_up(session *s) {
@@ -114,6 +136,7 @@ static void set_up(session *s) {
     if (mgt_model_alloc(m, be, max_batch, &e) < 0 ||
         mgt_optim_init_sharded(&s->opt, &p->step.optim, be, m->grad_count, s->rt->rank, shards,
                                &e) < 0 ||
+        skip_decay(&s->opt, m, &e) < 0 ||
         mgt_replica_init(&s->rep, m, &s->opt, be, &s->pl.comm, train ? &files : NULL, &e) < 0 ||
         mgt_stage_init(&s->st, be, m, &e) < 0)
         mgt_die("%s", e.msg);

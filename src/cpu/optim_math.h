@@ -2,8 +2,9 @@
  * both backends: the CPU loops (cpu_optim.c) and the GPU kernels (cuda/gpu_optim.cu, compiled for
  * the device under nvcc) are both made from each rule, so the two update alike.
  *
- * g is the element's SUM of per-sample gradients over the global batch; every rule uses
- * gt = g * scale + weight_decay * w (scale = 1 / global batch; L2, with w before the update).
+ * g is the element's SUM of per-sample gradients over the global batch; every rule but AdamW's
+ * uses gt = g * scale + weight_decay * w (scale = 1 / global batch; L2, with w before the
+ * update); AdamW decays w itself (Loshchilov and Hutter's decoupled weight decay).
  *
  * Adding an optimizer: its rule here, with any new setting in mgt_opt_settings, its line in
  * MGT_OPTIMIZERS, and its row in optim.c's table (name, default learning rate, keys, state slots).
@@ -26,8 +27,9 @@ typedef struct mgt_opt_settings {
     int nesterov;       /* sgd */
     float rho;          /* rmsprop */
     float beta1, beta2; /* adam */
-    float epsilon;      /* rmsprop, adam */
-    float weight_decay; /* every rule: L2 */
+    float epsilon;      /* rmsprop, adam, adamw */
+    float weight_decay; /* every rule: L2; adamw: decoupled */
+    int decay_all;      /* adamw: every tensor decays (else the matrices only: optim.h) */
 } mgt_opt_settings;
 
 /* What a rule reads for one step. */
@@ -35,6 +37,8 @@ typedef struct mgt_opt_hyper {
     mgt_opt_settings s;
     float lr;    /* this step's learning rate (Adam's carries its bias correction) */
     float scale; /* 1 / global batch */
+    /* AdamW: the scheduled rate (lr is it over 1 - beta_1^t) and sqrt(1 - beta_2^t) */
+    float lr_decay, bc2_sqrt;
 } mgt_opt_hyper;
 
 /* State below the smallest normal float (2^-126, about 1.2e-38) is stored as zero.
@@ -125,11 +129,31 @@ MGT_HD static inline void mgt_adam_rule(float *w, float *m, float *v, float g,
     *w -= h->lr * mu / (sqrtf(vi) + h->s.epsilon);
 }
 
+/* PyTorch's AdamW (torch.optim.AdamW), in its order of operations:
+ *   w *= 1 - lr_sched * weight_decay                 (decoupled: no part of the moments)
+ *   m = b1 * m + (1 - b1) * gt;  v = b2 * v + (1 - b2) * gt^2
+ *   w -= (lr_sched / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ * with gt = g * scale, lr = lr_sched / (1 - b1^t) and bc2_sqrt = sqrt(1 - b2^t) (optim.c). The
+ * decay is the optimizer's to skip on biases and norms (optim.h: weight_decay is 0 in their
+ * update). The moments are flushed as Adam's are (above). */
+MGT_HD static inline void mgt_adamw_rule(float *w, float *m, float *v, float g,
+                                         const mgt_opt_hyper *h) {
+    const float gt = g * h->scale;
+    const float wd = *w * (1.0f - h->lr_decay * h->s.weight_decay);
+    const float mi = mgt_opt_flush_by(h->s.beta1 * *m + (1.0f - h->s.beta1) * gt, h);
+    const float vi = mgt_opt_flush_by(h->s.beta2 * *v + (1.0f - h->s.beta2) * gt * gt, h);
+    *m = mi;
+    *v = vi;
+    const float mu = mgt_opt_flushing(h) ? (fabsf(mi) < FLT_MIN / h->lr ? 0.0f : mi) : mi;
+    *w = wd - h->lr * mu / (sqrtf(vi) / h->bc2_sqrt + h->s.epsilon);
+}
+
 /* The optimizers, X(ID, rule) each, in the order of optim.c's table. */
 #define MGT_OPTIMIZERS(X)                                                                          \
     X(SGD, mgt_sgd_rule)                                                                           \
     X(RMSPROP, mgt_rmsprop_rule)                                                                   \
-    X(ADAM, mgt_adam_rule)
+    X(ADAM, mgt_adam_rule)                                                                         \
+    X(ADAMW, mgt_adamw_rule)
 
 #define MGT_OPT_KIND_(id, rule) MGT_OPT_##id,
 typedef enum { MGT_OPTIMIZERS(MGT_OPT_KIND_) MGT_OPT_COUNT } mgt_opt_kind;
