@@ -6,15 +6,20 @@
 #include "data/shard.h"
 #include "runtime.h"
 
+/* The outputs of one sample: its classes' scores, at every position of a sequence model. */
+static size_t outputs_per_sample(const mgt_model *m) {
+    return (size_t)m->classes * (size_t)(m->labels_per_sample > 1 ? m->labels_per_sample : 1);
+}
+
 /* Runs this rank's shard of ds forward. With labels: loss and accuracy sums of the shard. With
- * outputs != NULL: the shard's outputs (rows of `classes`), in dataset order. */
+ * outputs != NULL: the shard's outputs (rows of outputs_per_sample), in dataset order. */
 static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int labels,
                                float *outputs) {
     mgt_model *m = e->m;
     mgt_backend *be = e->st->be;
     const mgt_ops *o = be->ops;
     const mgt_range r = mgt_shard_range(ds->n, e->comm->rank, e->comm->world);
-    const size_t k = (size_t)m->classes;
+    const size_t k = outputs_per_sample(m);
     mgt_eval_sums sums = {0, 0, (double)r.count, 0};
     o->zero(be, m->sums, 3 * sizeof(float));
     for (int64_t done = 0; done < r.count;) {
@@ -56,7 +61,7 @@ mgt_eval_sums mgt_eval_metrics(const mgt_eval *e, const mgt_dataset *ds) {
 
 float *mgt_eval_outputs(const mgt_eval *e, const mgt_dataset *ds) {
     const int rank = e->comm->rank, world = e->comm->world;
-    const size_t k = (size_t)e->m->classes;
+    const size_t k = outputs_per_sample(e->m);
     const mgt_range r = mgt_shard_range(ds->n, rank, world);
     float *mine = malloc(sizeof(float) * (size_t)(r.count ? r.count : 1) * k);
     float *all = rank == 0 ? malloc(sizeof(float) * (size_t)(ds->n ? ds->n : 1) * k) : NULL;

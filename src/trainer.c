@@ -570,7 +570,9 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
     const mgt_eval ev = {.m = &s->m, .st = &s->st, .comm = &s->pl.comm};
     float *all = mgt_eval_outputs(&ev, ds);
     /* Rank 0 holds the outputs: non-finite ones are not written as predictions. */
-    size_t bad = 0, count = rt->rank == 0 ? (size_t)ds->n * (size_t)m->classes : 0;
+    const int per = m->labels_per_sample > 1 ? m->labels_per_sample : 1; /* positions */
+    const size_t k = (size_t)m->classes * (size_t)per;
+    size_t bad = 0, count = rt->rank == 0 ? (size_t)ds->n * k : 0;
     while (bad < count && isfinite(all[bad]))
         bad++;
     char msg[1100];
@@ -579,15 +581,21 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
                  "predict: output %zu of sample %zu is %s: the weights (%.300s) give "
                  "non-finite outputs on this data; they come from a run that diverged or are "
                  "damaged: nothing was written to %.300s",
-                 bad % (size_t)m->classes, bad / (size_t)m->classes,
+                 bad % k, bad / k,
                  isnan(all[bad]) ? "NaN" : "infinite", s->p.out.weights, output);
     mgt_die_all_if_root(bad < count ? msg : NULL);
     if (rt->rank == 0) {
         mgt_err e;
-        if (mgt_npy_write(output, all, ds->n, m->classes, &e) < 0)
+        /* a sequence model's: (samples, positions, classes) */
+        const int64_t shape[3] = {ds->n, per > 1 ? per : m->classes, m->classes};
+        const void *part = all;
+        const size_t len = sizeof(float) * count;
+        if (mgt_npy_write_parts(output, "<f4", shape, per > 1 ? 3 : 2, 1, &part, &len, &e) < 0)
             mgt_die("%s", e.msg);
-        printf("wrote %s: %lld x %d float32 (%s of the last layer)\n", output, (long long)ds->n,
-               m->classes,
+        char dims[48];
+        snprintf(dims, sizeof dims, per > 1 ? "%d x %d" : "%d", per, m->classes);
+        printf("wrote %s: %lld x %s float32 (%s of the last layer)\n", output, (long long)ds->n,
+               dims,
                m->layers[m->nlayers - 1].act == MGT_ACT_SOFTMAX ? "softmax probabilities"
                                                                 : "logits");
         fflush(stdout);
