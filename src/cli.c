@@ -43,7 +43,8 @@ static const flag flags[] = {
     {"model", "FILE", C_ALL | C_EXPORT, "the built-in MLP (examples/mlp.cfg)", "model file (INI)"},
     {"data", "DIR|synthetic", C_TRAIN | C_EVAL | C_PREDICT, MGT_DEFAULT_DATA,
      "folder of IDX files (train-*, t10k-*, plain or .gz), of .npy files (train_x.npy, "
-     "train_y.npy, test_x.npy, test_y.npy) or an image set (mgtrain convert), or synthetic data"},
+     "train_y.npy, test_x.npy, test_y.npy), an image set (mgtrain convert) or token shards "
+     "(*train*.bin, *val*.bin: a language model's), or synthetic data"},
     {"epochs", "N", C_TRAIN, "[train] epochs", "epochs to train"},
     {"batch-size", "N", C_ALL, "[train] batch_size", "GLOBAL batch, split over the ranks"},
     {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
