@@ -317,6 +317,12 @@ struct mgt_ops {
      * which backward needs to recompute the weights without keeping them. Backward: dqkv from
      * dy, reading qkv, y and lse. attn_scratch: the bytes of scratch (reserve) both need. */
     size_t (*attn_scratch)(mgt_backend *be, const mgt_attn_shape *s);
+    /* One position's attention during generation: the query q (the first c values of its qkv
+     * row) against a cache of keys kc and values vc, [t][c] each, of positions 0 .. p (row p
+     * included): y[c] = each head's softmax(q k^T / sqrt(d)) v over them. It uses p + 1 floats
+     * of scratch (reserve). */
+    void (*attn_decode)(mgt_backend *be, int c, int heads, int p, const float *q,
+                        const float *kc, const float *vc, float *y);
     void (*attn_fwd)(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, float *y,
                      float *lse);
     void (*attn_bwd)(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, const float *y,

@@ -26,7 +26,8 @@ enum {
     C_SUMMARY = 8,
     C_ALL = 15,
     C_CONVERT = 16,
-    C_EXPORT = 32
+    C_EXPORT = 32,
+    C_GENERATE = 64
 };
 
 typedef struct flag {
@@ -40,7 +41,7 @@ typedef struct flag {
 /* One row per flag, kept as written (clang-format would re-wrap the rows). */
 /* clang-format off */
 static const flag flags[] = {
-    {"model", "FILE", C_ALL | C_EXPORT, "the built-in MLP (examples/mlp.cfg)", "model file (INI)"},
+    {"model", "FILE", C_ALL | C_EXPORT | C_GENERATE, "the built-in MLP (examples/mlp.cfg)", "model file (INI)"},
     {"data", "DIR|synthetic", C_TRAIN | C_EVAL | C_PREDICT, MGT_DEFAULT_DATA,
      "folder of IDX files (train-*, t10k-*, plain or .gz), of .npy files (train_x.npy, "
      "train_y.npy, test_x.npy, test_y.npy), an image set (mgtrain convert) or token shards "
@@ -49,7 +50,7 @@ static const flag flags[] = {
     {"batch-size", "N", C_ALL, "[train] batch_size", "GLOBAL batch, split over the ranks"},
     {"optimizer", "NAME", C_TRAIN, "[train] optimizer", NULL /* the names, from optim.c */},
     {"lr", "X", C_TRAIN, "[train] learning_rate", "learning rate"},
-    {"seed", "N", C_TRAIN, "[train] seed", "seed of initialisation, shuffling and dropout"},
+    {"seed", "N", C_TRAIN | C_GENERATE, "[train] seed", "seed of initialisation, shuffling and dropout (generate: of sampling)"},
     {"lr-schedule", "NAME", C_TRAIN, "[train] lr_schedule (constant)",
      "learning-rate schedule: constant, step, cosine, exponential or plateau"},
     {"warmup-steps", "N", C_TRAIN, "[train] warmup_steps (0)",
@@ -159,9 +160,9 @@ static const flag flags[] = {
      "batch (debugging scale-out, audited runs, CI baselines; slower, CPU only)"},
     {"repro-chunk", "N", C_TRAIN, "[train] repro_chunk (8)",
      "--reproducible's chunk in samples: larger is faster, but no more ranks than chunks do work"},
-    {"weights", "FILE", C_EVAL | C_PREDICT | C_EXPORT, "none (required)",
+    {"weights", "FILE", C_EVAL | C_PREDICT | C_EXPORT | C_GENERATE, "none (required)",
      "weights.safetensors to use"},
-    {"run", "DIR", C_EVAL | C_PREDICT | C_EXPORT, "none", "a training run's --out folder: its model file "
+    {"run", "DIR", C_EVAL | C_PREDICT | C_EXPORT | C_GENERATE, "none", "a training run's --out folder: its model file "
                                               "copy and weights.safetensors"},
     {"split", "train|test", C_EVAL | C_PREDICT | C_CONVERT, "test (convert: train)",
      "which split of --data; convert: the split DST gets (a test or validation tree: test)"},
@@ -195,8 +196,14 @@ static const flag flags[] = {
     {"batchnorm", "fold|keep", C_EXPORT, "fold",
      "export: fold each batchnorm into the convolution before it where it can, or keep every "
      "one a BatchNormalization node"},
-    {"help", NULL, C_ALL | C_CONVERT | C_EXPORT, "", "show this help (also -h)"},
-    {"version", NULL, C_ALL | C_CONVERT | C_EXPORT, "", "print the version and the backends built in"},
+    {"prompt", "TEXT", C_GENERATE, "none (required)",
+     "generate: the text to continue (a byte-level model), or token ids separated by spaces"},
+    {"max-new-tokens", "N", C_GENERATE, "256", "generate: the tokens to sample after the prompt"},
+    {"temperature", "T", C_GENERATE, "1", "generate: the logits are divided by T before the "
+                                          "softmax; 0: the most likely token every step"},
+    {"top-k", "K", C_GENERATE, "0 (every token)", "generate: sample among the K most likely tokens"},
+    {"help", NULL, C_ALL | C_CONVERT | C_EXPORT | C_GENERATE, "", "show this help (also -h)"},
+    {"version", NULL, C_ALL | C_CONVERT | C_EXPORT | C_GENERATE, "", "print the version and the backends built in"},
 };
 /* clang-format on */
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
@@ -223,8 +230,8 @@ static const char *const path_flags[] = {"model",   "data",   "out", "init-weigh
 enum { NPATH_FLAGS = sizeof path_flags / sizeof path_flags[0] };
 static int is_path_flag(const char *name);
 
-static const char *const commands[] = {"train", "eval",    "predict", "summary",
-                                       "plot",  "convert", "export",  "help"};
+static const char *const commands[] = {"train",   "eval",   "predict",  "summary", "plot",
+                                       "convert", "export", "generate", "help"};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
 static int command_bit(const char *cmd) {
@@ -233,6 +240,7 @@ static int command_bit(const char *cmd) {
            : !strcmp(cmd, "predict") ? C_PREDICT
            : !strcmp(cmd, "convert") ? C_CONVERT
            : !strcmp(cmd, "export")  ? C_EXPORT
+           : !strcmp(cmd, "generate") ? C_GENERATE
                                      : C_SUMMARY;
 }
 
@@ -283,7 +291,8 @@ void mgt_cli_usage(FILE *f, const char *cmd) {
                 "  plot      mgtrain plot RUN_DIR: draw RUN_DIR/curves.png from metrics.csv\n"
                 "  convert   mgtrain convert SRC DST: a folder of JPEG/PNG images, one folder per\n"
                 "            class, into an image set that --data DST trains on\n"
-                "  export    write a trained model as an ONNX file (--run DIR --output FILE)\n\n"
+                "  export    write a trained model as an ONNX file (--run DIR --output FILE)\n"
+                "  generate  text sampled from a trained language model (--run DIR --prompt TEXT)\n\n"
                 "flags of train (see 'mgtrain COMMAND --help' for the others):\n",
                 MGT_VERSION);
     } else if (bit == C_CONVERT) {
@@ -576,6 +585,15 @@ static int take(mgt_options *o, const char *n, const char *v, mgt_err *err) {
     else if (!strcmp(n, "skip-bad")) o->skip_bad = 1;
     else if (!strcmp(n, "square")) o->convert_square = 1;
     else if (!strcmp(n, "text")) o->convert_text = 1;
+    else if (!strcmp(n, "prompt")) o->prompt = v;
+    else if (!strcmp(n, "max-new-tokens")) rc = need_i64(n, v, 1, &o->max_new_tokens, err);
+    else if (!strcmp(n, "temperature")) rc = need_double(n, v, 0, 100, &o->temperature, err);
+    else if (!strcmp(n, "top-k")) {
+        rc = need_i64(n, v, 0, &i64, err);
+        if (!rc && i64 > 16777216)
+            rc = mgt_errf(err, "--top-k %.80s: at most 16777216 (the largest vocabulary)", v);
+        o->top_k = (int)i64;
+    }
     else if (!strcmp(n, "val-fraction")) rc = need_double(n, v, 0, 0.5, &o->val_fraction, err);
     else if (!strcmp(n, "output")) o->output = v;
     else if (!strcmp(n, "format")) {

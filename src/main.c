@@ -119,6 +119,8 @@ int main(int argc, char **argv) {
             rc = mgt_cmd_convert(&rt, o);
         else if (!strcmp(o->command, "export"))
             rc = mgt_cmd_export(&rt, o);
+        else if (!strcmp(o->command, "generate"))
+            rc = mgt_cmd_generate(&rt, o);
         else
             rc = mgt_cmd_train(&rt, o);
         break;

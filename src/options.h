@@ -59,6 +59,11 @@ typedef struct mgt_options {
     int convert_size, skip_bad, convert_square;
     int convert_text;    /* --text: SRC is text, DST gets token shards (data/text.h) */
     double val_fraction; /* --val-fraction */
+    /* generate (generate.h): --prompt, --max-new-tokens, --temperature, --top-k */
+    const char *prompt;
+    int64_t max_new_tokens;
+    double temperature;
+    int top_k;
     int64_t shard_size;
     int convert_threads; /* --threads (0: every core) */
     /* [train] keys set by flags of their own (--lr-schedule, --clip-norm, ...), in the order

@@ -24,6 +24,8 @@ static mgt_command command_of(const char *name) {
         return MGT_CMD_SUMMARY;
     if (!strcmp(name, "export"))
         return MGT_CMD_EXPORT;
+    if (!strcmp(name, "generate"))
+        return MGT_CMD_GENERATE;
     return MGT_CMD_TRAIN;
 }
 
@@ -305,6 +307,7 @@ static void training(mgt_run_plan *p, const mgt_model *m, const mgt_options *o,
 static void inference(mgt_run_plan *p, const mgt_model *m, const mgt_options *o) {
     const char *what = p->command == MGT_CMD_PREDICT  ? "predict"
                        : p->command == MGT_CMD_EXPORT ? "export"
+                       : p->command == MGT_CMD_GENERATE ? "generate"
                                                       : "eval";
     if (p->command == MGT_CMD_PREDICT && !o->output)
         mgt_die_all("predict needs --output FILE.npy");
@@ -321,8 +324,8 @@ static void inference(mgt_run_plan *p, const mgt_model *m, const mgt_options *o)
 void mgt_run_plan_make(mgt_run_plan *p, mgt_model *m, const mgt_options *o, const mgt_runtime *rt) {
     memset(p, 0, sizeof *p);
     p->command = command_of(o->command);
-    const int inferring =
-        p->command == MGT_CMD_EVAL || p->command == MGT_CMD_PREDICT || p->command == MGT_CMD_EXPORT;
+    const int inferring = p->command == MGT_CMD_EVAL || p->command == MGT_CMD_PREDICT ||
+                          p->command == MGT_CMD_EXPORT || p->command == MGT_CMD_GENERATE;
     if (inferring)
         find_run(p, o);
     load_model(p, m, o, rt);

@@ -42,7 +42,8 @@ typedef enum {
     MGT_CMD_EVAL,
     MGT_CMD_PREDICT,
     MGT_CMD_SUMMARY,
-    MGT_CMD_EXPORT
+    MGT_CMD_EXPORT,
+    MGT_CMD_GENERATE
 } mgt_command;
 
 typedef struct mgt_step_plan {

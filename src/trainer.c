@@ -27,6 +27,7 @@
 #include "default_model.h"
 #include "evaluate.h"
 #include "export.h"
+#include "generate.h"
 #include "fault.h"
 #include "fit.h"
 #include "gpu.h"
@@ -661,6 +662,30 @@ int mgt_cmd_export(mgt_runtime *rt, const mgt_options *o) {
     fflush(stdout);
     mgt_model_free(m);
     mgt_run_plan_free(&s->p);
+    return 0;
+}
+
+int mgt_cmd_generate(mgt_runtime *rt, const mgt_options *o) {
+    if (rt->world > 1)
+        mgt_die_all("mgtrain generate samples one sequence on one process; start it without "
+                    "mpirun or with -np 1");
+    if (!o->prompt)
+        mgt_die_all("generate needs --prompt TEXT (the text to continue)");
+    session ss, *s = open_session(&ss, rt, o);
+    set_up(s);
+    mgt_ckpt_pos pos;
+    const mgt_replica_source src = {.weights = s->p.out.weights, .seed = s->p.step.seed};
+    mgt_replica_start(&s->rep, &src, &pos);
+    const mgt_generate_opts go = {.prompt = o->prompt,
+                                  .max_new = o->max_new_tokens,
+                                  .temperature = o->temperature,
+                                  .top_k = o->top_k,
+                                  .seed = s->p.step.seed};
+    mgt_err e;
+    if (mgt_generate(&s->m, &go, stdout, &e) < 0)
+        mgt_die_all("%s", e.msg);
+    fflush(stdout);
+    free_session(s);
     return 0;
 }
 

@@ -18,6 +18,8 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o);
+/* generate: text from a trained language model (generate.h), on one process. */
+int mgt_cmd_generate(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o);
 int mgt_cmd_export(mgt_runtime *rt, const mgt_options *o);
 

@@ -346,6 +346,7 @@ static const mgt_ops cpu_ops = {
     .attn_scratch = mgt_cpu_attn_scratch,
     .attn_fwd = mgt_cpu_attn_fwd,
     .attn_bwd = mgt_cpu_attn_bwd,
+    .attn_decode = mgt_cpu_attn_decode,
 };
 
 int mgt_cpu_backend_init(mgt_backend *be, int threads) {

@@ -274,6 +274,8 @@ void mgt_cpu_attn_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
                       float *lse);
 void mgt_cpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, const float *y,
                       const float *lse, const float *dy, float *dqkv);
+void mgt_cpu_attn_decode(mgt_backend *be, int c, int heads, int p, const float *q,
+                         const float *kc, const float *vc, float *y);
 
 /* cpu_clip.c */
 void mgt_cpu_clip_value(mgt_backend *be, size_t n, float *g, float limit);

@@ -536,3 +536,39 @@ void mgt_cpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
     attn_job j = {.s = s, .qkv = qkv, .y = y, .lse = lse, .dy = dy, .dqkv = dqkv};
     attn_run(be, &j, attn_bwd_lane);
 }
+
+/* One query against the cache (generation): per head, the scores of positions 0 .. p, their
+ * softmax (the maximum subtracted, the sum in double) and the weighted sum of the values, on the
+ * calling thread (a position's work is small: heads x p x d). */
+void mgt_cpu_attn_decode(mgt_backend *be, int c, int heads, int p, const float *q,
+                         const float *kc, const float *vc, float *y) {
+    (void)be;
+    const int d = c / heads;
+    const float scale = 1.0f / sqrtf((float)d);
+    float *w = mgt_cpu_impl_of(be)->scratch; /* p + 1 weights: the attention's scratch */
+    for (int h = 0; h < heads; h++) {
+        const float *qh = q + (size_t)h * d;
+        float mx = -INFINITY;
+        for (int j = 0; j <= p; j++) {
+            const float *k = kc + (size_t)j * c + (size_t)h * d;
+            float s = 0.0f;
+            for (int e = 0; e < d; e++)
+                s += qh[e] * k[e];
+            w[j] = s * scale;
+            mx = w[j] > mx ? w[j] : mx;
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= p; j++)
+            sum += w[j] = expf(w[j] - mx);
+        const float inv = (float)(1.0 / sum);
+        float *yh = y + (size_t)h * d;
+        for (int e = 0; e < d; e++)
+            yh[e] = 0.0f;
+        for (int j = 0; j <= p; j++) {
+            const float *v = vc + (size_t)j * c + (size_t)h * d;
+            const float a = w[j] * inv;
+            for (int e = 0; e < d; e++)
+                yh[e] += a * v[e];
+        }
+    }
+}

@@ -11,6 +11,7 @@
 #     file: the same logits;
 #   - logits against float64 within the rounding bound; one step's loss and the summed gradient
 #     of every tensor likewise;
+#   - greedy generation with the key/value cache: the tokens of float64 greedy decoding;
 #   - three AdamW steps (weight decay on the matrices) as close to a float64 run as PyTorch's
 #     float32 run is (0.87 to 0.95 times its distance at this batch; gpt2_hf.py: the scatter
 #     allowed).
@@ -63,6 +64,13 @@ hf step cfg.json $W0 g.st data/train.bin "$loss"
   >pred2.log 2>&1 || { bad "predict from transformers' model.safetensors"; cat pred2.log; }
 cmp -s l.npy l2.npy && ok "transformers' model.safetensors loads into mgtrain: the same logits" ||
   bad "logits from transformers' file differ"
+
+# Greedy generation with the key/value cache, past the context (16) so that the cache is rebuilt.
+"$MGT_BIN" generate --model hf.cfg --weights $W0 --prompt "The model" --max-new-tokens 24 \
+  --temperature 0 >gen.bin 2>gen.log || { bad "generate"; cat gen.log; }
+hf generate cfg.json $W0 "The model" gen.bin 24
+expect_fail "generate: a prompt of token ids for a byte-level model is text" \
+  "generate needs --prompt" "$MGT_BIN" generate --model hf.cfg --weights $W0
 
 # Three AdamW steps.
 { cat hf.cfg; printf 'weight_decay = 0.1\nepsilon = 1e-8\n'; } >aw.cfg

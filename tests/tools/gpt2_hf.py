@@ -9,6 +9,11 @@
     gpt2_hf.py step     CFG_JSON W.safetensors GRADS.safetensors TRAIN.bin LOSS
         one step on TRAIN.bin's B windows: mgtrain's loss (its epoch line) and summed gradients
         (MGT_DUMP_GRADIENTS) against float64.
+    gpt2_hf.py generate CFG_JSON W.safetensors PROMPT OUT.bin N
+        mgtrain generate --temperature 0 (OUT.bin: the prompt's bytes and N more) against greedy
+        decoding of the float64 model, recomputed over the whole context at every step (the
+        last half of it kept when it is full, as mgtrain does): the same tokens, up to a step
+        whose two best logits are within rounding of each other.
     gpt2_hf.py adamw    CFG_JSON W0.safetensors W3.safetensors TRAIN.bin LR WD EPS
         three AdamW steps from W0 on TRAIN.bin's B windows: mgtrain's weights (W3) against a
         float64 run, as close as PyTorch's float32 run is (below: the scatter allowed).
@@ -179,8 +184,35 @@ def cmd_adamw(cfgp, w0, w3, train_bin, lr, wd, eps):
           f"run, PyTorch float32 {e_pt:.3e} (ratio {e_mg / e_pt:.2f})")
 
 
+def cmd_generate(cfgp, weights, prompt, out_bin, n):
+    cfg, c = config(cfgp)
+    m = model_from(cfg, weights, torch.float64)
+    got = open(out_bin, "rb").read()
+    ids = list(prompt.encode())
+    check(got[:len(ids)] == bytes(ids), "generate echoes the prompt")
+    agree, t = 0, c["context"]
+    start = max(0, len(ids) - t)  # the context: mgtrain keeps the last half when it is full
+    with torch.no_grad():
+        for k in range(int(n)):
+            if len(ids) - start > t:
+                start = len(ids) - t // 2
+            logits = m(torch.tensor([ids[start:]])).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            want = int(torch.argmax(logits))
+            if float(top[0] - top[1]) < 1e-4:  # a float32 rounding may pick either
+                break
+            if len(got) <= len(ids) or got[len(ids)] != want:
+                break
+            ids.append(want)
+            agree += 1
+    check(agree == int(n) or agree >= 8,
+          f"greedy generation with the key/value cache: {agree} of {n} tokens as the float64 "
+          "model decodes them from the whole context")
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     torch.manual_seed(0)
-    {"weights": cmd_weights, "step": cmd_step, "adamw": cmd_adamw}[cmd](*args)
+    {"weights": cmd_weights, "step": cmd_step, "adamw": cmd_adamw,
+     "generate": cmd_generate}[cmd](*args)
     sys.exit(1 if fails else 0)
