@@ -584,6 +584,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     mgt_profile_sync(&f->prof, env->comm);
     mgt_metrics_init(&f->mt, env->comm->rank == 0 ? o->log.verbose : 0, (int)epochs, env->out,
                      o->log.launched, env->m->classes);
+    if (env->m->labels_per_sample > 1) /* a language model: perplexity and bits too */
+        f->mt.lm = env->m->vocab == 256 ? MGT_LM_BYTES : MGT_LM_TOKENS;
     if (env->comm->rank == 0 && o->resumed)
         keep_history(f);
     if (env->comm->rank == 0 && o->log.tensorboard &&

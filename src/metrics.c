@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -365,10 +366,18 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
         if (row->val_loss >= 0 && mt->top5 && row->val_top5 >= 0)
             snprintf(val + strlen(val), sizeof val - strlen(val), " - val_top5_acc: %.4f",
                      row->val_top5);
+        char lm[96] = "";
+        const char *bits = mt->lm == MGT_LM_BYTES ? "bpb" : "bpt";
+        if (mt->lm) /* perplexity and bits per token (byte) of the training and validation loss */
+            snprintf(lm, sizeof lm, " - ppl: %.3f - %s: %.4f", exp(row->loss), bits,
+                     row->loss / log(2.0));
+        if (mt->lm && row->val_loss >= 0)
+            snprintf(lm + strlen(lm), sizeof lm - strlen(lm), " - val_ppl: %.3f - val_%s: %.4f",
+                     exp(row->val_loss), bits, row->val_loss / log(2.0));
         if (mt->verbose == 1 && mt->bar_open)
             printf("\r\033[K");
-        printf("Epoch %d/%d - %.0fs - loss: %.4f - acc: %.4f%s%s\n", row->epoch, mt->epochs,
-               row->seconds, row->loss, row->acc, t5, val);
+        printf("Epoch %d/%d - %.0fs - loss: %.4f - acc: %.4f%s%s%s\n", row->epoch, mt->epochs,
+               row->seconds, row->loss, row->acc, t5, val, lm);
         fflush(stdout);
         mt->bar_open = 0;
     }

@@ -61,7 +61,12 @@ typedef struct mgt_metrics {
     mgt_tb tb;            /* TensorBoard event file; tb.fd < 0: none */
     int steps_fd[2];      /* per-step rows: metrics_steps.jsonl, .csv (-1: none) */
     int top5;             /* top-5 accuracy is shown and written (more than 5 classes) */
+    /* A language model's losses are also shown as perplexity (e^loss) and bits per token
+     * (loss / ln 2; bits per byte for a byte-level model): MGT_LM_* (0: an image model). */
+    int lm;
 } mgt_metrics;
+
+enum { MGT_LM_NONE = 0, MGT_LM_TOKENS, MGT_LM_BYTES };
 
 /* verbose < 0: 1 on a terminal, 2 otherwise; launched: started by mpirun/srun, whose ranks'
  * stdout may be a pseudo-terminal even when the launcher's own output is not a terminal.

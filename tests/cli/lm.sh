@@ -8,7 +8,8 @@
 # 1. convert --text: text files into llm.c shards of bytes (magic, version 1, the count, uint16
 #    tokens; each file's last tenth, from a line start, in val.bin); binary files left out;
 #    an existing shard never replaced.
-# 2. Shards read in both formats (llm.c's and nanoGPT's raw uint16), training whose loss falls;
+# 2. Shards read in both formats (llm.c's and nanoGPT's raw uint16), training whose loss falls
+#    (with perplexity and bits per byte beside it);
 #    synthetic tokens; the errors of a token set that does not fit the model.
 # 3. Rank counts: one step's summed gradients on 2 and 3 ranks equal 1 rank's within float32
 #    rounding of a sum, 2 u sqrt(K) of each tensor's largest element (tests/tools/gradcmp.py) for
@@ -58,6 +59,12 @@ first=$(grep -m1 -oE "^Epoch 1/3.* loss: [0-9.]+" run1.log | grep -oE "[0-9.]+$"
 last=$(grep -m1 -oE "^Epoch 3/3.* loss: [0-9.]+" run1.log | grep -oE "[0-9.]+$")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' &&
   ok "the loss falls: $first -> $last (bytes, vocab 256)" || bad "the loss did not fall: $first -> $last"
+# perplexity and bits per byte beside the losses: e^loss and loss / ln 2 (to the 4 decimals shown)
+awk '/^Epoch 3\/3/ { for (i = 1; i <= NF; i++) v[$i] = $(i + 1)
+  ok = v["val_loss:"] > 0 && sqrt((v["val_bpb:"] - v["val_loss:"] / log(2)) ^ 2) < 2e-4 &&
+       sqrt((v["val_ppl:"] / exp(v["val_loss:"]) - 1) ^ 2) < 2e-4 }
+  END { exit !ok }' run1.log && ok "validation perplexity and bits per byte: $(grep -oE 'val_ppl: [0-9.]+ - val_bpb: [0-9.]+' run1.log | tail -1)" ||
+  bad "perplexity and bits per byte: $(grep '^Epoch 3' run1.log)"
 # nanoGPT's format: the same tokens as raw uint16 train.bin / val.bin give the same run
 mkdir -p raw
 for s in train val; do tail -c +1025 tok/$s.bin >raw/$s.bin; done
