@@ -674,7 +674,10 @@ int mgt_cmd_generate(mgt_runtime *rt, const mgt_options *o) {
     session ss, *s = open_session(&ss, rt, o);
     set_up(s);
     mgt_ckpt_pos pos;
-    const mgt_replica_source src = {.weights = s->p.out.weights, .seed = s->p.step.seed};
+    const mgt_replica_source src = {.weights = s->p.out.weights,
+                                    .map = s->p.out.name_map,
+                                    .flag = "--weights",
+                                    .seed = s->p.step.seed};
     mgt_replica_start(&s->rep, &src, &pos);
     const mgt_generate_opts go = {.prompt = o->prompt,
                                   .max_new = o->max_new_tokens,
