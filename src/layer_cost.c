@@ -149,6 +149,8 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
     for (int j = 0; j < 4; j++)
         if (l->param[j] >= 0)
             P += (double)m->params[l->param[j]].count;
+    if (l->tied >= 0) /* an output layer on the token table reads it as its weight */
+        P += (double)m->params[l->tied].count;
     memset(fwd, 0, sizeof *fwd);
     memset(bwd, 0, sizeof *bwd);
     /* Backward: does it run, and which input gradients does it make. */
@@ -190,7 +192,7 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
             mgt_conv2d_geometry(n, l->in.h, l->in.w, l->in.c, l->cfg.filters, l->cfg.kernel,
                                 l->cfg.kernel_w, l->cfg.stride, l->cfg.same);
         mac_mma = (double)s.n * s.oh * s.ow * s.oc * s.kh * s.kw * s.c;
-    } else if (!strcmp(t, "dense")) {
+    } else if (!strcmp(t, "dense")) { /* a sequence's: every position, elems(in) = T C */
         mac_mma = nn * elems(l->in) * l->cfg.units;
     } else if (!strcmp(t, "depthwise_conv2d") || !strcmp(t, "separable_conv2d")) {
         const mgt_conv_shape d =
@@ -208,6 +210,37 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
         bwd->flops = 2 * (mac + mac_mma) * (dx > 0 ? 2 : 1) + (bias ? Y : 0);
         bwd->mma = 2 * mac_mma * (dx > 0 ? 2 : 1);
         bwd->bytes = e * (Y + X + dx + dx_acc) + 4 * 2 * P;
+    } else if (!strcmp(t, "attention")) {
+        /* per head and query, scores against the keys at or before it (causal: T (T + 1) / 2
+         * pairs a head, all T^2 otherwise) and the weighted values: two products of d = C /
+         * heads multiply-adds a pair, and an exponential (about 4 flops) a pair. Backward
+         * recomputes the scores and forms dV, dP, dQ and dK: five products a pair. Bytes: the
+         * fused QKV in, the output, one log-sum-exp a head and position; no T x T matrix. */
+        const double T = l->out.w, H = l->cfg.heads, d = (double)l->out.c / H;
+        const double pairs = nn * H * (l->cfg.causal ? T * (T + 1) / 2 : T * T);
+        fwd->flops += 2 * 2 * pairs * d + 4 * pairs;
+        fwd->mma = 2 * 2 * pairs * d;
+        fwd->bytes = e * (X + Y) + 4 * nn * H * T;
+        bwd->flops = 2 * 5 * pairs * d + 6 * pairs;
+        bwd->mma = 2 * 5 * pairs * d;
+        bwd->bytes = e * (X + 2 * Y + dx + dx_acc) + 4 * nn * H * T;
+    } else if (!strcmp(t, "layernorm")) {
+        /* mean and variance (two passes over the row), normalise, scale and shift; the row's
+         * mean and 1/std kept (8 bytes a row). Backward: x, dy read, dx written, and the two
+         * parameter sums over the rows (a second pass over x and dy) */
+        const double rows = nn * l->in.h * l->in.w;
+        fwd->flops += 8 * X;
+        fwd->bytes = e * (X + Y) + 8 * rows + 4 * P;
+        bwd->flops = 14 * X;
+        bwd->bytes = e * (2 * X + 2 * Y + dx + dx_acc) + 8 * rows + 4 * 2 * P;
+    } else if (!strcmp(t, "embedding")) {
+        /* a row of the token table and one of the position table per position, added; backward
+         * adds dy into the token rows (read and written) and sums it into the position table,
+         * and clears the token table's gradient first where it writes it (not tied) */
+        fwd->flops += Y;
+        fwd->bytes = e * Y + 4 * 2 * Y + 4 * X;
+        bwd->flops = 2 * Y;
+        bwd->bytes = e * Y + 4 * 2 * Y + 4 * X + (l->grad_accumulate ? 0 : 4 * P);
     } else if (!strcmp(t, "batchnorm")) {
         /* statistics and the normalisation: x read, y written; backward x and dy read, dx
          * written (its two channel sums need x and dy too: counted once) */
@@ -253,8 +286,9 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
     free(ng);
 }
 
-mgt_cost mgt_loss_cost(const mgt_model *m, int n) {
-    const double v = (double)(n > 0 ? n : 0) * m->classes;
+mgt_cost mgt_loss_cost(const mgt_model *m, int n) { /* a sequence model: every position's */
+    const double v = (double)(n > 0 ? n : 0) * m->classes *
+                     (m->labels_per_sample > 1 ? m->labels_per_sample : 1);
     return (mgt_cost){.flops = 8 * v, .mma = 0, .bytes = 4 * 2 * v};
 }
 
