@@ -8,6 +8,7 @@
  *
  * MPI starts next, so that a bad flag, which every rank parses identically, ends every rank the
  * same way: one line from rank 0 and exit status 2 everywhere (mgt_die_all). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,26 @@ static const char *check_outputs(const mgt_options *o, mgt_err *err) {
     return NULL;
 }
 
+#ifndef MGT_LIBRARY_ENTRY
+/* What the command printed must have reached standard output: a full device (>/dev/full), a
+ * closed one or an I/O error would otherwise leave it lost with status 0. NULL if all is well,
+ * else the message in err (rank 0; ferror holds a failure of any earlier write). */
+static const char *stdout_failed(mgt_err *err) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return NULL;
+    const int why = errno;
+    char reason[128] = "";
+    if (why)
+        snprintf(reason, sizeof reason, " (%s)", strerror(why));
+    mgt_errf(err,
+             "cannot write to standard output%s: what mgtrain printed is incomplete; give it "
+             "room, or send it elsewhere",
+             reason);
+    return err->msg;
+}
+#endif
+
 int main(int argc, char **argv) {
 #ifndef MGT_LIBRARY_ENTRY
     mgt_cpu_blas_choose(argv);
@@ -126,7 +147,11 @@ int main(int argc, char **argv) {
         break;
     }
     }
-    fflush(stdout);
+#ifndef MGT_LIBRARY_ENTRY
+    mgt_die_all_if_root(rt.rank == 0 ? stdout_failed(&e) : NULL);
+#else
+    fflush(stdout); /* the program's own: it says what its errors on it mean */
+#endif
     mgt_runtime_finalize(&rt);
     return rc;
 }

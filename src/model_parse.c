@@ -473,27 +473,32 @@ static char *reader(char *str, int num, void *stream) {
 static int set_input_tf(pstate *p, const char *key, const char *val) {
     mgt_input_tf *tf = &p->m->input_tf;
     if (!strcmp(key, "center_crop")) {
+        /* At least 1/20: evaluation resizes a stored image to input / center_crop, which a
+         * smaller fraction would make over 20 times the input (and, near 0, beyond any size). */
         float x;
-        if (mgt_parse_float(val, &x) < 0 || !(x > 0) || x > 1)
+        if (mgt_parse_float(val, &x) < 0 || !(x >= 0.05f) || x > 1)
             return fail(p, p->line,
                         "[input] center_crop = %s: expected the central fraction of a stored "
-                        "image that evaluation resizes to the input, from 0 (excluded) to 1, "
-                        "e.g. center_crop = 0.875 (224 of 256)",
+                        "image that evaluation resizes to the input, from 0.05 to 1, e.g. "
+                        "center_crop = 0.875 (224 of 256)",
                         val);
         tf->center_crop = x;
         return 1;
     }
+    /* Inputs are on the 0-1 scale (uint8 / 255), or near it (.npy floats): a mean beyond +-1000
+     * or a std outside [0.0001, 1000] is a mistake (a value of the 0-255 scale, a typo), and
+     * would take (x - mean) / std towards what a float cannot hold. */
     const int mean = !strcmp(key, "mean");
     float v[MGT_NORM_MAX_C];
     const int n = mgt_parse_float_list(val, v, MGT_NORM_MAX_C);
     int ok = n >= 1;
     for (int i = 0; ok && i < n; i++)
-        ok = mean || v[i] > 0;
+        ok = mean ? v[i] >= -1000 && v[i] <= 1000 : v[i] >= 0.0001f && v[i] <= 1000;
     if (!ok)
         return fail(p, p->line,
                     "[input] %s = %s: expected one number per channel (or one for all, at most "
-                    "%d)%s, on the 0-1 scale of the inputs, e.g. %s",
-                    key, val, MGT_NORM_MAX_C, mean ? "" : ", each above 0",
+                    "%d), each from %s to 1000, on the 0-1 scale of the inputs, e.g. %s",
+                    key, val, MGT_NORM_MAX_C, mean ? "-1000" : "0.0001",
                     mean ? "mean = 0.485, 0.456, 0.406" : "std = 0.229, 0.224, 0.225");
     memcpy(mean ? tf->mean : tf->std, v, sizeof(float) * (size_t)n);
     *(mean ? &p->had_mean : &p->had_std) = 1;

@@ -67,11 +67,13 @@ static int parse_points(mgt_sched_cfg *c, const char *v, mgt_err *err) {
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         float x;
+        /* At most 1e6 epochs, as warmup_epochs: times the steps of an epoch, a whole number of
+         * steps (llround) that an int64 holds. */
         if (n == MGT_LR_MAX_POINTS || mgt_parse_float(mgt_trim(tok), &x) < 0 || !(x > 0) ||
-            (n > 0 && x <= c->points[n - 1]))
+            x > 1e6f || (n > 0 && x <= c->points[n - 1]))
             return mgt_errf(err,
-                            "lr_decay_epochs = %s: expected a positive number of epochs (decay "
-                            "every so many epochs, e.g. lr_decay_epochs = 30) or up to %d "
+                            "lr_decay_epochs = %s: expected a number of epochs in (0, 1e+06] "
+                            "(decay every so many epochs, e.g. lr_decay_epochs = 30) or up to %d "
                             "increasing epochs to decay at (e.g. lr_decay_epochs = 30,60,80)",
                             v, MGT_LR_MAX_POINTS);
         c->points[n++] = x;

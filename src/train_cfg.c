@@ -238,12 +238,15 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
     if (!strcmp(key, "augment_scale") || !strcmp(key, "augment_ratio")) {
         const int scale = key[8] == 's';
         float r[2];
-        if (mgt_parse_float_list(v, r, 2) != 2 || !(r[0] > 0) || r[1] < r[0] || (scale && r[1] > 1))
-            return mgt_errf(err,
-                            "%s = %s: expected two numbers MIN, MAX with 0 < MIN <= MAX%s, e.g. "
-                            "%s = %s",
-                            key, v, scale ? " <= 1 (fractions of the image's area)" : "", key,
-                            scale ? "0.08, 1" : "0.75, 1.3333");
+        /* The ratio within [0.01, 100]: a crop's sides come from sqrt(area * ratio), rounded to
+         * whole pixels, and a crop 100 times wider than high is no picture any more. */
+        if (mgt_parse_float_list(v, r, 2) != 2 || !(r[0] > 0) || r[1] < r[0] ||
+            (scale && r[1] > 1) || (!scale && (r[0] < 0.01f || r[1] > 100)))
+            return mgt_errf(err, "%s = %s: expected two numbers MIN, MAX with %s, e.g. %s = %s",
+                            key, v,
+                            scale ? "0 < MIN <= MAX <= 1 (fractions of the image's area)"
+                                  : "0.01 <= MIN <= MAX <= 100 (width over height)",
+                            key, scale ? "0.08, 1" : "0.75, 1.3333");
         memcpy(scale ? t->augment_scale : t->augment_ratio, r, sizeof r);
         return 0;
     }

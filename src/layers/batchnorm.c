@@ -33,8 +33,8 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
             return mgt_errf(err, "expected a number in [0, 1), e.g. momentum = 0.99");
         l->cfg.momentum = x;
     } else {
-        if (x <= 0)
-            return mgt_errf(err, "expected a positive number, e.g. epsilon = 0.001");
+        if (!(x > 0) || x > 1)
+            return mgt_errf(err, "expected a number in (0, 1], e.g. epsilon = 0.001");
         l->cfg.epsilon = x;
     }
     return 0;

@@ -71,6 +71,39 @@ cfg "[input]" "shape = 28,28,1" "[flatten]" "[dense]" "units = ten" "[train]" "o
 expect_fail "bad value" "m.cfg:5: \[dense\] units = ten: expected a positive whole number" "$MGT_BIN" --model m.cfg "${base[@]}"
 cfg "[input]" "shape = 28,28,1" "[conv2d]" "filters = 4" "kernel = 30" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
 expect_fail "impossible shape" "m.cfg:3: \[conv2d\] conv2d_1: kernel = 30,30 does not fit the 28x28 input" "$MGT_BIN" --model m.cfg "${base[@]}"
+# Every number of a model file and every number flag has a range, and a value beyond it is named
+# with the range, rather than taken for what it overflows to (center_crop = 1e-9 made an
+# evaluation size beyond any int, which then read as 1).
+T_=(--model m.cfg "${base[@]}")
+range() { # range NAME PATTERN EXTRA-LINE SECTION-OF-IT...: the MLP with EXTRA-LINE after [SECTION]
+  local name=$1 pat=$2 line=$3 section=$4
+  sed "s/^\[$section\]\$/[$section]\n$line/" "$MGT_SRC/examples/mlp.cfg" >m.cfg
+  grep -qF -- "${line%%\\n*}" m.cfg || { bad "$name: no [$section] in examples/mlp.cfg"; return; }
+  one_line "$name" "$pat" "$MGT_BIN" "${T_[@]}"
+}
+range "[input] center_crop = 1e-9" "^mgtrain: m.cfg:[0-9]+: \[input\] center_crop = 1e-9: expected .* from 0.05 to 1" "center_crop = 1e-9" input
+range "[input] mean = 1e30" "\[input\] mean = 1e30: expected one number per channel .*each from -1000 to 1000" "mean = 1e30\nstd = 1" input
+range "[input] std = 0" "\[input\] std = 0: expected one number per channel .*each from 0.0001 to 1000" "mean = 0.5\nstd = 0" input
+range "[train] augment_ratio = 0.001, 1" "augment_ratio = 0.001, 1: expected two numbers MIN, MAX with 0.01 <= MIN <= MAX <= 100" "augment_ratio = 0.001, 1" train
+range "[train] lr_decay_epochs = 1e30" "lr_decay_epochs = 1e30: expected a number of epochs in \(0, 1e\+06\]" "lr_decay_epochs = 1e30\nlr_schedule = step" train
+cfg "[input]" "shape = 8,8,1" "[batchnorm]" "epsilon = 5" "[flatten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
+one_line "[batchnorm] epsilon = 5" "m.cfg:4: \[batchnorm\] epsilon = 5: expected a number in \(0, 1\]" "$MGT_BIN" "${T_[@]}"
+one_line "--val-split 1" "^mgtrain: --val-split 1: expected a number from 1e-06 to 0.999" "$MGT_BIN" --val-split 1 "${base[@]}"
+one_line "--comm-timeout 0" "^mgtrain: --comm-timeout 0: expected a number from 1 to 1e\+07" "$MGT_BIN" --comm-timeout 0 "${base[@]}"
+
+# What mgtrain prints must reach standard output: a full device or a closed one is said in one
+# line on standard error, exit 2.
+for what in "--help" "--version" "summary" "train --data synthetic --synthetic-samples 256 --max-steps 2 --verbose 2 --out full"; do
+  # shellcheck disable=SC2086 # the words of the command
+  out=$("$MGT_BIN" $what 2>&1 >/dev/full); rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^mgtrain: cannot write to standard output.*what mgtrain printed is incomplete" <<<"$out" \
+    && ok "mgtrain $what >/dev/full: one line, exit 2" || { bad "mgtrain $what >/dev/full: exit $rc"; echo "$out"; }
+done
+out=$("$MGT_BIN" summary 2>&1 >&-); rc=$?
+[ $rc -eq 2 ] && grep -q "^mgtrain: cannot write to standard output (Bad file descriptor)" <<<"$out" \
+  && ok "mgtrain summary with standard output closed: said, exit 2" || { bad "summary >&-: exit $rc"; echo "$out"; }
+[ ! -e full/mgtrain.lock ] && [ -s full/weights.safetensors ] && ok "the run into /dev/full kept its files and left no lock" || bad "full: $(ls full)"
+
 cfg "[input]" "shape = 28,28,1" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
 expect_fail "dense on an image" "needs a flat input .* put a \[flatten\] section before it" "$MGT_BIN" --model m.cfg "${base[@]}"
 cfg "[input]" "shape = 28,28,1" "[flaten]" "[dense]" "units = 10" "[train]" "optimizer = sgd" "loss = sparse_categorical_crossentropy" "batch_size = 8"
