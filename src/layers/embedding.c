@@ -28,8 +28,9 @@ static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     if (!strcmp(key, "units"))
         return mgt_set_pos_int(v, &l->cfg.units, err);
     if (!strcmp(key, "init_std")) {
-        if (mgt_parse_float(v, &l->cfg.init_std) < 0 || !(l->cfg.init_std > 0))
-            return mgt_errf(err, "expected a positive deviation, e.g. init_std = 0.02");
+        if (mgt_parse_float(v, &l->cfg.init_std) < 0 || !(l->cfg.init_std > 0) ||
+            l->cfg.init_std > 1)
+            return mgt_errf(err, "expected a deviation in (0, 1], e.g. init_std = 0.02");
         return 0;
     }
     if (mgt_parse_int(v, &l->cfg.positions) < 0 || l->cfg.positions < 0)

@@ -16,8 +16,8 @@ static void defaults(mgt_layer *l) {
 
 static int set(mgt_layer *l, const char *key, const char *v, mgt_err *err) {
     (void)key;
-    if (mgt_parse_float(v, &l->cfg.epsilon) < 0 || !(l->cfg.epsilon > 0))
-        return mgt_errf(err, "expected a small positive number, e.g. epsilon = 1e-5");
+    if (mgt_parse_float(v, &l->cfg.epsilon) < 0 || !(l->cfg.epsilon > 0) || l->cfg.epsilon > 1)
+        return mgt_errf(err, "expected a number in (0, 1], e.g. epsilon = 1e-5");
     return 0;
 }
 
