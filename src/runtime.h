@@ -70,7 +70,7 @@ void mgt_runtime_finalize(mgt_runtime *rt);
  * (Ctrl-Z) is ignored: the ranks alone would stop, mpirun and the shell would not know, and the
  * terminal would hang. Not done where the terminal stops a background writer (stty tostop:
  * mpirun would stop when it next prints) or does not send signals at all (-isig), nor under
- * srun or a job scheduler (no terminal): there SIGINT reaches the ranks as it is (srun's double
+ * srun or a job scheduler (no terminal): there SIGINT reaches the ranks as it is (srun -X's
  * Ctrl-C) or through launch/mgtrun, which relays it.
  * mgt_runtime_release_stops restores what was there before (a program using libmgt may have
  * handlers of its own). */

@@ -161,6 +161,32 @@ SIG=SIGUSR1 stop_job time-limit TL '"${SLURM_ON[@]}" scancel --batch --signal=US
 has "time-limit: the template requeues the job" "work/runs/slurm-$JID.out" "stopped before the time limit with a checkpoint; requeued to resume it"
 SIG=SIGTERM stop_job preempted PRE '"${SLURM_ON[@]}" scontrol requeue "$JID"'
 
+# Ctrl-C at an interactive srun's terminal. srun takes one Ctrl-C as a request for its tasks'
+# states, and two within a second as SIGINT followed at once by SIGKILL (22.05's _handle_intr and
+# job_force_termination): nothing could be saved. With --disable-status (-X) one Ctrl-C reaches
+# the tasks as SIGINT alone: the ranks finish the step that rank 0 makes 3 s longer
+# (MGT_FAULT=0:1:slow), save it and exit 130, and so does srun (about 10 s).
+mkfifo keys
+line=$(printf '%q ' env MGT_FAULT=0:1:slow "${SLURM_ON[@]}" srun -X --mpi=pmix -N 1 -n 2 --cpus-per-task=1 \
+  "$MGT_BIN" --data synthetic --synthetic-samples 1024 --batch-size 64 --verbose 2 --out work/INT)
+env --default-signal=INT script -qfec "$line" /dev/null <keys >int.raw 2>&1 &
+sp=$!
+exec 3>keys
+for _ in $(seq 1200); do grep -q 'MGT_FAULT: step 1 takes 3 s longer' int.raw 2>/dev/null && break; sleep 0.1; done
+if grep -q 'MGT_FAULT: step 1 takes 3 s longer' int.raw; then
+  printf '\003' >&3
+  wait $sp
+  rc=$?
+  tr -d '\r' <int.raw >int.log
+  [ $rc = 130 ] && ok "srun -X, Ctrl-C: exit 130" || { bad "srun -X, Ctrl-C: exit $rc"; tail -20 int.log; }
+  has "srun -X, Ctrl-C: the ranks stop at the slow step" int.log "interrupted at epoch 1 step 2 \(SIGINT\): checkpoint saved"
+  [ -s work/INT/checkpoint.safetensors ] && [ ! -e work/INT/mgtrain.lock ] && ok "srun -X, Ctrl-C: a checkpoint, no lock" ||
+    bad "srun -X, Ctrl-C: $(ls work/INT)"
+else
+  bad "srun -X: the slow step never came"; tr -d '\r' <int.raw | tail -20; kill $sp
+fi
+exec 3>&-
+
 # Outside a job the template says what to do.
 expect_fail "the template outside Slurm says to submit it" "not inside a Slurm job" bash "$MGT_SRC/launch/mgtrain.sbatch"
 finish
