@@ -68,6 +68,9 @@ static char *word(char *buf, size_t n, size_t *used, const char *name, const cha
 static int parse_words(mgt_resume *r, const mgt_options *given, mgt_cli *c, mgt_err *err) {
     size_t used = 0;
     int n = 0;
+    const int cap = (int)(sizeof r->words / sizeof *r->words);
+    if (r->rec.nflags + (given ? given->ngiven : 0) + 3 > cap)
+        return mgt_errf(err, "more than %d flags in all", cap - 3);
     r->words[n++] = "mgtrain";
     r->words[n++] = "train";
     const char *f = r->rec.flags;
