@@ -99,6 +99,18 @@ dev_glibc_needed() {
     done | sort -t. -k1,1n -k2,2n -k3,3n | tail -n1
 }
 
+# dev_unsafe_runpath FILE...: "FILE: [ENTRY]" for each entry of a file's RUNPATH or RPATH that is
+# neither absolute nor $ORIGIN-relative (the loader reads an empty or relative one from the folder
+# a program is started in); nothing when all are sound. prepare-device builds without any.
+dev_unsafe_runpath() {
+    local f
+    for f in "$@"; do
+        readelf -d "$f" 2>/dev/null | sed -n 's/.*(R\(UN\)\{0,1\}PATH).*\[\(.*\)\]$/\2/p' |
+            awk -F: -v f="$f" '{ for (i = 1; i <= NF; i++)
+                if ($i !~ /^\// && $i !~ /^\$(ORIGIN|\{ORIGIN\})(\/|$)/) print f ": [" $i "]" }'
+    done
+}
+
 # ---- the kit, derived from the binaries -----------------------------------------------------
 
 # dev_is_elf FILE: whether FILE (through links) is an ELF object.

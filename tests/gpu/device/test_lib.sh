@@ -27,6 +27,15 @@ dev_version_ge 2.34 2.34 && ok "2.34 >= 2.34" || bad "2.34 >= 2.34"
 dev_version_ge 2.31 2.34 && bad "2.31 >= 2.34 said yes" || ok "2.31 < 2.34"
 dev_version_ge 9.10.0 9.9.2 && ok "9.10.0 >= 9.9.2 (numeric, not text)" || bad "9.10.0 >= 9.9.2"
 
+# 1b. Run paths: an empty entry (the current folder) is named; mgtrain's are sound.
+echo 'int main(void) { return 0; }' >rp.c
+if cc -o rp rp.c -Wl,-rpath,/usr/lib:: 2>/dev/null; then
+  is "an empty run-path entry is named" "$(dev_unsafe_runpath rp | paste -sd'|')" "rp: []|rp: []"
+else
+  bad "cannot build a program with a run path"
+fi
+is "mgtrain's run path" "$(dev_unsafe_runpath "$MGT_BIN")" ""
+
 # 2. ldd: a program linked to a library that is then removed must be named with that library
 #    and the symbol it no longer finds; mgtrain itself resolves completely here.
 if MGT_KEEP_GONE=1 build_needs_gone "$T/needs_gone"; then
