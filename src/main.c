@@ -9,6 +9,7 @@
  * MPI starts next, so that a bad flag, which every rank parses identically, ends every rank the
  * same way: one line from rank 0 and exit status 2 everywhere (mgt_die_all). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,7 +149,12 @@ int main(int argc, char **argv) {
     }
     }
 #ifndef MGT_LIBRARY_ENTRY
-    mgt_die_all_if_root(rt.rank == 0 ? stdout_failed(&e) : NULL);
+    /* A run stopped by SIGPIPE already said why, on stderr, and its status says it: the reader of
+     * standard output is gone, so that its last lines were lost is no news. */
+    if (rc == 128 + SIGPIPE)
+        fflush(stdout);
+    else
+        mgt_die_all_if_root(rt.rank == 0 ? stdout_failed(&e) : NULL);
 #else
     fflush(stdout); /* the program's own: it says what its errors on it mean */
 #endif
