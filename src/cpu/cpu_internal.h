@@ -3,6 +3,8 @@
  *
  * Files:
  *   cpu_backend.c  memory, scratch, the table, init/destroy, dense, flatten layout changes;
+ *   cpu_lanes.c    the worker threads, and ranges cut in parts for them;
+ *   cpu_gemm.c     GEMMs split across the lanes, with a dense layer's epilogue;
  *   cpu_blas.c     which OpenBLAS kernel runs, and choosing it where OpenBLAS cannot;
  *   cpu_conv.c     convolution: the choice between Winograd, cpu_convk.c and im2col +
  *                  OpenBLAS GEMM (chunked through the scratch buffer), and the last;
@@ -63,6 +65,16 @@ void mgt_cpu_lanes_destroy(mgt_cpu_lanes *l);
  * rows), so that the results do not depend on the number of threads. */
 void mgt_cpu_lanes_for(mgt_cpu_lanes *l, size_t n, size_t min_part,
                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+/* Part boundaries of mgt_cpu_lanes_for and mgt_cpu_lanes_parts: multiples of 16 items (64 bytes
+ * of floats). */
+#define MGT_CPU_SPLIT_ALIGN 16
+/* fn(ctx, lo, hi) over [0, n) in `parts` parts, the units of MGT_CPU_SPLIT_ALIGN items shared out
+ * evenly (shares differ by one unit at most; fixed by n and parts alone), which the lanes take in
+ * any order; on one lane, or with one part, in order on the calling thread. */
+void mgt_cpu_lanes_parts(mgt_cpu_lanes *l, size_t n, size_t parts,
+                         void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+
+/* cpu_gemm.c: GEMMs split across the lanes. */
 /* C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm (OpenBLAS single-threaded): the
  * larger GEMMs are cut into parts fixed by the shape alone (rows or columns of C) that the lanes
  * take, so the result is the same on any number of threads. l may be NULL. */
@@ -94,11 +106,6 @@ typedef struct mgt_cpu_gemm_epi {
 } mgt_cpu_gemm_epi;
 /* mgt_cpu_gemm with an epilogue (NULL: none), split as mgt_cpu_gemm splits. */
 void mgt_cpu_gemm_with(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_epi *e);
-/* ReLU in place on an m x n block of rows `ld` floats apart (act_fwd's: NaN stays NaN). */
-void mgt_cpu_relu_rows(int m, int n, int ld, float *c);
-/* c = mask > 0 ? c : 0 in place on an m x n block of rows `ld` floats apart, the mask laid out
- * alike (a ReLU's gradient, act_bwd's, where the mask is the ReLU's output or input). */
-void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask);
 /* Two independent products (a backward's weight and input gradients): where mgt_cpu_gemm would
  * cut neither in more than two parts, each is one call, the two on two lanes at once (or one
  * after the other on one lane), so that no operand is packed twice; larger ones are each split
@@ -106,6 +113,12 @@ void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask);
  * (mgt_cpu_gemm_epi; NULL: none). */
 void mgt_cpu_gemm_pair(mgt_cpu_lanes *l, const mgt_cpu_gemm_args *a, const mgt_cpu_gemm_args *b,
                        const mgt_cpu_gemm_epi *b_epi);
+/* cpu_elem.c: the row-wise passes of a split product's epilogue. */
+/* ReLU in place on an m x n block of rows `ld` floats apart (act_fwd's: NaN stays NaN). */
+void mgt_cpu_relu_rows(int m, int n, int ld, float *c);
+/* c = mask > 0 ? c : 0 in place on an m x n block of rows `ld` floats apart, the mask laid out
+ * alike (a ReLU's gradient, act_bwd's, where the mask is the ReLU's output or input). */
+void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask);
 
 
 typedef struct mgt_cpu_impl {
