@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "optim.h"
 #include "parse.h"
@@ -330,6 +331,27 @@ static const flag *find_flag(const char *name, size_t len) {
     return NULL;
 }
 
+/* Other trainers' names for flags mgtrain has (Keras' fit arguments, PyTorch's and Hugging Face's
+ * example scripts, Horovod's): no typo of the name, so no edit distance finds it. */
+static const struct {
+    const char *other, *ours;
+} flag_synonyms[] = {
+    {"learning-rate", "lr"},
+    {"num-epochs", "epochs"},
+    {"n-epochs", "epochs"},
+    {"validation-split", "val-split"},
+    {"output-dir", "out"},
+    {"log-dir", "out"},
+    {"checkpoint-dir", "out"},
+    {"resume-from-checkpoint", "resume"},
+    {"grad-accum", "accum-steps"},
+    {"gradient-accumulation-steps", "accum-steps"},
+    {"clip-grad-norm", "clip-norm"},
+    {"max-grad-norm", "clip-norm"},
+    {"mixed-precision", "precision"},
+    {"amp", "precision"},
+};
+
 /* "unknown flag --x for mgtrain CMD; did you mean --y? (see ...)", for `len` bytes of `name`. */
 static int unknown_flag(const char *shown, const char *name, size_t len, const char *cmd,
                         mgt_err *err) {
@@ -343,7 +365,16 @@ static int unknown_flag(const char *shown, const char *name, size_t len, const c
     if (len < sizeof given) { /* longer names are no typo of a short one */
         memcpy(given, name, len);
         given[len] = 0;
-        near = mgt_nearest(given, cands, n);
+        for (char *c = given; *c; c++) /* Python's spelling: --batch_size, --learning_rate */
+            if (*c == '_')
+                *c = '-';
+        for (size_t k = 0; !near && k < sizeof flag_synonyms / sizeof flag_synonyms[0]; k++)
+            if (!strcasecmp(given, flag_synonyms[k].other))
+                for (int i = 0; i < n; i++)
+                    if (!strcmp(cands[i], flag_synonyms[k].ours))
+                        near = cands[i];
+        if (!near)
+            near = mgt_nearest(given, cands, n);
     }
     return mgt_errf(err, "unknown flag %.80s%s for mgtrain %s%s%s%s (see mgtrain %s --help)", shown,
                     strlen(shown) > 80 ? "..." : "", cmd, near ? "; did you mean --" : "",

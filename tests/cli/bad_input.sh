@@ -57,6 +57,8 @@ one_line "predict --output naming a device" "^mgtrain: --output devnull is $kind
 one_line "--out naming a file" "^mgtrain: --out plainfile exists and is not a folder" "$MGT_BIN" --out plainfile --data synthetic
 
 expect_fail "unknown flag suggests the closest" "unknown flag --epoch .*did you mean --epochs" "$MGT_BIN" --epoch 3
+expect_fail "another trainer's name for a flag" "unknown flag --learning-rate .*did you mean --lr\?" "$MGT_BIN" --learning-rate 0.1
+expect_fail "a flag in Python's spelling" "unknown flag --batch_size .*did you mean --batch-size\?" "$MGT_BIN" --batch_size 64
 expect_fail "bad flag value" "--epochs x: expected a whole number" "$MGT_BIN" --epochs x
 expect_fail "unknown command" "unknown command 'trian' \(did you mean 'train'" "$MGT_BIN" trian
 expect_fail "flag of another command" "--output does not apply to mgtrain train" "$MGT_BIN" --output x.npy
