@@ -388,6 +388,12 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *given) {
     set_up(s);
     mgt_fault fault;
     mgt_fault_init(&fault, rt->rank);
+    /* A --data folder that is not there is the first mistake to name, before the run folder. */
+    mgt_err de;
+    mgt_die_all_if_root(rt->rank == 0 && p->data.source == MGT_DATA_FOLDER &&
+                                mgt_dataset_dir_check(p->data.dir, &de) < 0
+                            ? de.msg
+                            : NULL);
     claim_out(s);
     mgt_ckpt_pos pos;
     const mgt_replica_source src = {.weights = s->resumed ? NULL : p->out.init_weights,

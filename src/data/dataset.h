@@ -86,6 +86,9 @@ int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, i
                      const mgt_input_tf *tf, mgt_err *err);
 /* 1 if DIR has the images of the split (test = 0: training, 1: test) in its format. */
 int mgt_dataset_has_split(const char *dir, int test);
+/* -1, with what to pass instead, if DIR is no folder at all (a typo of --data): said before the
+ * run folder is looked at, as the first mistake on the command line. */
+int mgt_dataset_dir_check(const char *dir, mgt_err *err);
 /* 1 if DIR holds .npy data (train_x.npy or test_x.npy). */
 int mgt_dataset_dir_is_npy(const char *dir);
 /* The i-th name a data file of DIR may have (IDX, plain and .gz, then .npy), as DIR/NAME into

@@ -95,6 +95,20 @@ static int check_one_format(const char *dir, mgt_err *err) {
                     dir, name[0], file[0], name[1], file[1]);
 }
 
+int mgt_dataset_dir_check(const char *dir, mgt_err *err) {
+    struct stat st;
+    const char *what = stat(dir, &st) != 0 ? (errno == ENOENT ? "no such folder" : strerror(errno))
+                       : !S_ISDIR(st.st_mode) ? "not a folder"
+                                              : NULL;
+    if (!what)
+        return 0;
+    return mgt_errf(err,
+                    "--data %s: %s; pass --data with a folder of IDX files (e.g. %s), of .npy "
+                    "files (train_x.npy, train_y.npy, ...) or an image set (mgtrain convert), or "
+                    "--data synthetic",
+                    dir, what, "/usr/share/datasets/fashion-mnist");
+}
+
 int mgt_dataset_has_split(const char *dir, int test) {
     char p[600];
     if (mgt_tokens_dir(dir))

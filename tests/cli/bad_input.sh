@@ -201,6 +201,10 @@ expect_fail "label beyond the classes" "label 12 .*10 classes" "$MGT_BIN" --data
 python3 -c "open('d/train-labels-idx1-ubyte','wb').write(bytes(16))"
 expect_fail "wrong magic" "train-labels-idx1-ubyte.*magic" "$MGT_BIN" --data d --batch-size 10 --verbose 0
 expect_fail "missing data folder" "pass --data" "$MGT_BIN" --data /nonexistent --verbose 0
+# ... named before the run folder, here one that holds a run (the first mistake of the line first).
+expect_fail "a missing data folder before a run folder in use" \
+  "^mgtrain: --data /nonexistent: no such folder; pass --data with a folder" \
+  "$MGT_BIN" --data /nonexistent --out ok --verbose 0
 # A pipe as a data file or a model file is refused at once (it used to hang with no output).
 mkdir -p fifo && cp d/t10k-* d/train-labels-idx1-ubyte fifo/ && mkfifo fifo/train-images-idx3-ubyte m.fifo
 one_line "a pipe as a data file" "^mgtrain: fifo/train-images-idx3-ubyte is not a regular file" \
