@@ -744,7 +744,7 @@ def run_mgtrain(sess, mgtrain, np, args, warmup, batch, bind="none", cores_per_r
     chrt -f N); test_acc: the accuracy of the run's final test, where it printed one."""
     with tempfile.TemporaryDirectory(prefix="mgt-bench-") as tmp:
         tl = Path(tmp) / "timeline.json"
-        argv = [mgtrain, *args, "--batch-size", batch, "--verbose", "0", "--out",
+        argv = [mgtrain, *args, "--batch-size", batch, "--verbose", "2", "--out",
                 Path(tmp) / "out", "--timeline", tl]
         _, out, _ = sess.run([*prefix, *mpirun(np, argv, bind, cores_per_rank)],
                              env={**mpi_env(), **(env or {})}, peak_rss=True)

@@ -112,7 +112,7 @@ static const flag flags[] = {
      "write no TensorBoard event files to OUT/tb"},
     {"timeline", "FILE", C_TRAIN, "none", "write a Chrome-trace JSON of every step phase"},
     {"verbose", "0|1|2", C_TRAIN | C_CONVERT, "1 on a terminal, 2 otherwise",
-     "0 quiet, 1 progress bar, 2 epoch lines (convert: a line every 10%)"},
+     "0 nothing but errors, 1 progress bar, 2 epoch lines (convert: a line every 10%)"},
     {"device", "cpu|gpu|auto", C_TRAIN | C_EVAL | C_PREDICT, "auto", "compute backend"},
     {"gpus", "LIST", C_TRAIN | C_EVAL | C_PREDICT, "local rank i -> GPU i",
      "GPU ids by local rank, e.g. 0,2,3"},

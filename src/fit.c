@@ -516,7 +516,7 @@ static void start_pipeline(fit *f) {
         mgt_die("%s", e.msg);
     f->dump = env->fault->dump_gradients != NULL;
     mgt_bcast(env->comm, &f->dump, sizeof f->dump, 0, "gradient dump flag");
-    if (env->comm->rank == 0) {
+    if (env->comm->rank == 0 && f->o->log.verbose != 0) { /* --verbose 0: nothing but errors */
         char line[512];
         const mgt_optim *opt = env->opt;
         if (f->repro)

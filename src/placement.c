@@ -173,7 +173,7 @@ void mgt_place_report(mgt_placement *p, const mgt_runtime *rt, const mgt_place_r
     for (int r = 0; rt->rank == 0 && r < rt->world; r++)
         counts[r] = sizeof mine;
     mgt_gather_host(&p->comm, mine, sizeof mine, all, counts, 0, "start-up gather");
-    if (rt->rank == 0) {
+    if (rt->rank == 0 && !run->quiet) {
         int64_t b = run->batch;
         size_t params, frozen;
         const int nfrozen = mgt_model_count_params(m, &params, &frozen);

@@ -65,6 +65,7 @@ typedef struct mgt_place_run {
     const char *data;      /* the data's description */
     const char *out;       /* the output folder */
     int64_t chunk; /* --reproducible: ranks take whole chunks of this many samples (0: off) */
+    int quiet;     /* --verbose 0: the block is gathered but not printed */
 } mgt_place_run;
 
 /* Collective: gathers every rank's placement; rank 0 prints the start-up block. */

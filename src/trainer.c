@@ -245,7 +245,7 @@ static int nothing_left(session *s, const mgt_ckpt_pos *pos) {
         make_out_dir(s); /* its lock */
         mgt_replica_save_weights(&s->rep, s->out, pos->step);
     }
-    if (s->rt->rank == 0) {
+    if (s->rt->rank == 0 && s->p.log.verbose != 0) {
         if (pos->epoch >= epochs)
             printf("nothing left to train: the run in %s has trained all its %lld epochs (%lld "
                    "steps); pass --epochs with more to train it further\n",
@@ -343,7 +343,7 @@ static void end_segment(session *s, int64_t step, const char *how) {
 /* The closing lines: test figures, speed, where the weights are, and a GPU's peak memory. */
 static void report_training(const session *s, const mgt_fit_result *r, double test_loss,
                             double test_acc, double test_top5, double t_start) {
-    if (s->rt->rank != 0)
+    if (s->rt->rank != 0 || s->p.log.verbose == 0) /* --verbose 0: nothing but errors */
         return;
     char top5[48] = "";
     if (s->m.classes > 5 && test_top5 >= 0)
@@ -440,9 +440,10 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *given) {
                                .lr = p->step.optim.lr,
                                .data = s->data.desc,
                                .out = s->out,
-                               .chunk = pipe->chunk};
+                               .chunk = pipe->chunk,
+                               .quiet = p->log.verbose == 0};
     mgt_place_report(&s->pl, rt, &run);
-    if (s->resumed && rt->rank == 0)
+    if (s->resumed && rt->rank == 0 && !run.quiet)
         printf("  resumed from %s/checkpoint.safetensors at epoch %lld, step %lld\n", s->out,
                (long long)pos.epoch + 1, (long long)pos.step);
     if (s->rep.weights_report) { /* rank 0: what --init-weights loaded */

@@ -30,7 +30,7 @@ OPENBLAS_VERBOSE=2 "$MGT_BIN" --version >v.out 2>v.err || bad "mgtrain --version
 own=$(cores v.err | cut -d' ' -f1)
 [ -n "$own" ] || { bad "OPENBLAS_VERBOSE=2 printed no kernel: $(head -3 v.err)"; finish; exit 1; }
 run=(--data synthetic --synthetic-samples 512 --batch-size 64 --max-steps 3 --no-validation
-     --verbose 0)
+     --verbose 2)
 case $own in Prescott|Core2|Penryn|Dunnington|Nehalem|Atom|Katmai|Coppermine|Northwood|Banias|Sandybridge) old=1 ;; *) old=0 ;; esac
 
 # 1. OpenBLAS's own choice, and mgtrain's where it falls back

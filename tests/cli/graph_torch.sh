@@ -201,7 +201,7 @@ import numpy as np; r = np.random.default_rng(5)
 x = r.standard_normal((64, 16, 16, 3)).astype(np.float32); y = r.integers(0, 5, 64)
 for s in ('train', 'test'): np.save(f'big/{s}_x.npy', x); np.save(f'big/{s}_y.npy', y)
 " || bad "writing the data for resume"
-R=(--model smooth.cfg --data big --conv-algo direct --optimizer sgd --lr 0.05 --seed 3 --verbose 0)
+R=(--model smooth.cfg --data big --conv-algo direct --optimizer sgd --lr 0.05 --seed 3 --verbose 2)
 mpi 2 "${R[@]}" --epochs 2 --out straight >r1.log 2>&1 || { bad "smooth block straight"; tail -3 r1.log; }
 mpi 2 "${R[@]}" --epochs 1 --out split >r2.log 2>&1 || { bad "smooth block first epoch"; tail -3 r2.log; }
 mpi 3 "${R[@]}" --epochs 2 --out split --resume >r3.log 2>&1 || { bad "smooth block resumed"; tail -3 r3.log; }

@@ -6,7 +6,7 @@
 # the [train] row of docs/model-files.md lists the same names, and every one of them trains,
 # saves its state under its own name and resumes from it.
 source "$(dirname "$0")/lib.bash"
-N="--data synthetic --synthetic-samples 256 --batch-size 32 --verbose 0"
+N="--data synthetic --synthetic-samples 256 --batch-size 32 --verbose 2"
 
 line=$("$MGT_BIN" --help | grep -- "--optimizer NAME")
 # "sgd, rmsprop or adam" -> "sgd rmsprop adam"

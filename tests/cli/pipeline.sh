@@ -25,7 +25,7 @@
 source "$(dirname "$0")/lib.bash"
 : "${MGT_BUILD:?run through ctest}"
 export OMP_NUM_THREADS=1
-SYN=(--data synthetic --synthetic-samples 3000 --verbose 0 --no-validation)
+SYN=(--data synthetic --synthetic-samples 3000 --verbose 2 --no-validation)
 
 # ---- 1. requests --------------------------------------------------------------------------------
 REQ="$MGT_BUILD/tests/test_comm_requests"

@@ -27,7 +27,7 @@ sed -e 's/^filters = 32/filters = 8/' -e 's/^filters = 256/filters = 16/' \
   -e 's/^\[batchnorm\]/[batchnorm]\nsync = true/' "$MGT_SRC/examples/convnet.cfg" >convnet.cfg
 grep -q "sync = true" convnet.cfg && grep -q "filters = 16" convnet.cfg || bad "convnet.cfg not derived"
 run=(--data synthetic --synthetic-samples 3000 --batch-size 37 --epochs 3 --max-steps 170
-     --optimizer adam --no-validation --no-tensorboard --verbose 0)
+     --optimizer adam --no-validation --no-tensorboard --verbose 2)
 sha() { sha256sum <"$1/weights.safetensors" | cut -d' ' -f1; }
 
 for model in convnet mlp; do
@@ -57,7 +57,7 @@ done
 # (c) the graph model, with accumulation and clipping
 R="$MGT_SRC/tests/cli/residual.cfg"
 gr=(--data synthetic --synthetic-samples 3000 --batch-size 37 --accum-steps 2 --clip-norm 0.5
-    --epochs 3 --max-steps 100 --no-validation --no-tensorboard --verbose 0)
+    --epochs 3 --max-steps 100 --no-validation --no-tensorboard --verbose 2)
 for np in 1 2 4; do
   mpi $np --model "$R" "${gr[@]}" --reproducible --out res-r$np >res-r$np.log 2>&1 \
     && grep -q "Trained 100 steps" res-r$np.log || { bad "residual, $np ranks"; tail -5 res-r$np.log; }

@@ -17,7 +17,7 @@ source "$(dirname "$0")/lib.bash"
 json() { # json FILE EXPR: a Python expression over the JSON object j
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }
-N="--synthetic-samples 6000 --data synthetic --verbose 0"
+N="--synthetic-samples 6000 --data synthetic --verbose 2"
 sed 's/activation = relu/activation = tanh/' "$MGT_SRC/examples/mlp.cfg" >tanh.cfg
 grep -q "activation = tanh" tanh.cfg || bad "could not make the tanh MLP from examples/mlp.cfg"
 S=(--model tanh.cfg --optimizer sgd --lr 0.05)

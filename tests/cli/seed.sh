@@ -7,7 +7,7 @@
 # carry it exactly, and the resumed run must train as the uninterrupted one does (same shuffle).
 source "$(dirname "$0")/lib.bash"
 S=9007199254740993
-N="--data synthetic --synthetic-samples 512 --batch-size 64 --verbose 0"
+N="--data synthetic --synthetic-samples 512 --batch-size 64 --verbose 2"
 # The "seed" of a run.json, or of a safetensors file's metadata (8-byte length, JSON header).
 run_seed() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["seed"])' "$1"; }
 ckpt_seed() {
