@@ -499,6 +499,52 @@ static void stage_mark(void *ctx, int what) {
     mgt_profile_mark(ctx, what ? MGT_MARK_DATA_MAKE : MGT_MARK_DATA_WAIT);
 }
 
+/* Rank 0: a batch normalisation whose moving statistics cannot settle in the run's steps. Each
+ * training forward moves them by (1 - momentum) towards the batch's statistics, so after U
+ * updates momentum^U of their starting values (mean 0, variance 1) is left, and the rest is an
+ * average over about the last 1 / (1 - momentum) batches' activations, weighted to the latest.
+ * Evaluation and prediction normalise with them. With Keras' default of 0.99 a run of a few
+ * hundred steps ends with statistics partly from its start and its first weights: a small image
+ * set's ResNet trained to 0.998 and evaluated at chance, even on its own training images, after
+ * 160 steps. Said once, when more than e^-3 (5%) of the start would be left at the end: the
+ * average then spans less than a third of the run. */
+static void bn_settle_notice(const fit *f) {
+    const mgt_model *m = f->env->m;
+    float momentum = 0;
+    int n = 0;
+    const char *first = NULL;
+    for (int i = 0; i < m->nlayers; i++) {
+        const mgt_layer *l = &m->layers[i];
+        if (strcmp(l->type->name, "batchnorm") || l->frozen)
+            continue; /* a frozen batchnorm normalises with its statistics and never moves them */
+        if (l->cfg.momentum > momentum)
+            momentum = l->cfg.momentum, first = l->name;
+        n++;
+    }
+    if (n == 0 || momentum <= 0)
+        return;
+    /* The whole run's steps (a resumed run's statistics have moved since its start), each a
+     * forward per micro-batch. */
+    int64_t steps = f->o->regime.epochs * f->steps;
+    if (steps > f->limit)
+        steps = f->limit;
+    const double updates = (double)steps * f->accum, left = pow(momentum, updates);
+    if (steps <= 0 || left <= exp(-3.0))
+        return;
+    const int64_t need = (int64_t)ceil(-3.0 / log(momentum) / f->accum);
+    fprintf(stderr,
+            "notice: batch normalisation will not settle in this run: its moving statistics "
+            "(%d batchnorm layer%s, %s%s; momentum %g, an average over about the last %.0f "
+            "batches) will still be %.0f%% their starting values after the run's %lld step%s, "
+            "and most of the rest from its first steps' weights, and evaluation and prediction "
+            "normalise with them; set momentum = 0.9 in the [batchnorm] sections (PyTorch's "
+            "default, its momentum=0.1: about the last 10 batches) or train at least %lld steps "
+            "(more epochs, or a smaller --batch-size for more steps an epoch)\n",
+            n, n == 1 ? "" : "s", first, n > 1 ? ", ..." : "", momentum, 1.0 / (1.0 - momentum),
+            100.0 * left, (long long)steps, steps == 1 ? "" : "s", (long long)need);
+    fflush(stderr);
+}
+
 /* The step's pipeline (reducer.h) and its line in the start-up block (rank 0). */
 static void start_pipeline(fit *f) {
     const mgt_fit_env *env = f->env;
@@ -557,6 +603,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
         total = f->limit - pos->step;
     mgt_err e;
     start_pipeline(f);
+    if (env->comm->rank == 0)
+        bn_settle_notice(f);
     /* Spans a step may add beyond one per phase: each micro-batch's data, forward and backward
      * phases; each bucket's wait and update phases (interleaved), its request and, under ZeRO-1,
      * its weight gather; the metric sums' request, the whole arena's gather and its wait. */
