@@ -3,9 +3,12 @@
 # cores: 1
 # The sources keep the layering docs/architecture.md writes down (tests/tools/layering.py): no file
 # includes a header of a layer above its own, no two src/ modules include each other around a
-# circle, and every source file has its line in the file map. Then the check itself, on a copy of
-# the sources: a planted upward include, a circle, a file without a line and a line without a file
-# must each fail with a message naming them.
+# circle, no file of src/ or cuda/ calls a function of a layer above its own, no two src/ modules call
+# each other around a circle, and every source file has its line in the file map. Then the check
+# itself, on a copy of the sources: a planted upward include, a circle of includes, an upward
+# call (direct, and through a macro), two files calling each other, a file without a line and a
+# line without a file must each fail with a message naming them, and an op table's pointer to a
+# function (no call) must pass. A few seconds.
 source "$(dirname "$0")/lib.bash"
 check="$MGT_SRC/tests/tools/layering.py"
 
@@ -33,6 +36,28 @@ planted "a circle between two modules of one layer" \
 sed -i 's/#include "comm.h"/#include "comm.h"\n#include "replica.h"/' src/checkpoint.h
 grep -q '"replica.h"' src/checkpoint.h
 EOF
+planted "an upward call (the base layer's exact sums calling the training loop)" \
+  '^src/exactsum\.c \(layer base\) calls mgt_fit of src/fit\.c, layer loop above it$' <<'EOF'
+printf 'void mgt_planted(void);\nvoid mgt_planted(void) { mgt_fit(0, 0, 0, 0); }\n' >>src/exactsum.c
+EOF
+planted "an upward call through a macro of a header" \
+  '^src/tb\.c \(layer base\) calls mgt_fit of src/fit\.c, layer loop above it$' <<'EOF'
+printf '#define MGT_PLANTED_FIT(e) mgt_fit((e), 0, 0, 0)\n' >>src/util.h
+printf 'void mgt_planted(void);\nvoid mgt_planted(void) { MGT_PLANTED_FIT(0); }\n' >>src/tb.c
+EOF
+planted "two files of one layer calling each other" \
+  '^modules that call each other in a circle: src/exactsum src/tb: src/exactsum\.c calls mgt_tb_frame \(src/tb\.c\); src/tb\.c calls mgt_xs_round \(src/exactsum\.c\)$' <<'EOF'
+printf 'void mgt_planted_a(void);\nvoid mgt_planted_a(void) { mgt_tb_frame(0, 0, 0); }\n' >>src/exactsum.c
+printf 'void mgt_planted_b(void);\nvoid mgt_planted_b(void) { mgt_xs_round(0, 0, 0); }\n' >>src/tb.c
+EOF
+# An op table names its functions without calling them (the CPU backend's table is how the model
+# reaches the ops): a table in one file holding a function of another that calls back is no
+# circle.
+rm -rf copy && mkdir copy && cp -r "$MGT_SRC"/{src,cuda,include,tests,bench,docs} copy/
+printf 'void (*const mgt_planted_table[1])(size_t, int64_t *, float *) = {mgt_xs_round};\n' >>copy/src/tb.c
+printf 'void mgt_planted_b(void);\nvoid mgt_planted_b(void) { mgt_tb_frame(0, 0, 0); }\n' >>copy/src/exactsum.c
+out=$(python3 "$check" copy 2>&1) && ok "a function's address in a table is no call" ||
+  { bad "a function's address in a table was taken for a call:"; echo "$out" | tail -3; }
 planted "a new file with no line in the file map" \
   '^src/newpart\.c: no layer' <<'EOF'
 printf '#include "util.h"\n' >src/newpart.c
