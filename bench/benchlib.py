@@ -615,14 +615,29 @@ def install_deps(sess, *extra):
         sess.run([REPO / "launch" / "install-deps", *extra], record=False)
 
 
-def build(sess, targets):
+def build(sess, targets, cuda=False):
+    """The targets, built in sess.build (configured first where it is new: Release, and the GPU
+    backend only where `cuda` asks for it, since nvcc takes longer than the rest of the build).
+    The build's progress is shown as it goes; a build that has nothing to do takes a second."""
     b = sess.build
     if not sess.args.no_build:
         install_deps(sess)
-        if not (b / "CMakeCache.txt").exists():
-            sess.run(["cmake", "-S", REPO, "-B", b, "-DCMAKE_BUILD_TYPE=Release"], record=False)
-        sess.run(["cmake", "--build", b, "-j", str(os.cpu_count() or 2), "--target", *targets],
-                 record=False)
+        new = not (b / "CMakeCache.txt").exists()
+        if new or cuda:
+            flags = ["-DMGT_CUDA=ON"] if cuda else ["-DMGT_CUDA=OFF"] if new else []
+            sess.run(["cmake", "-S", REPO, "-B", b, "-DCMAKE_BUILD_TYPE=Release", *flags],
+                     record=False)
+        print(f"bench: building {', '.join(targets)} in {b}" +
+              (" (a new build: about two minutes on 2 cores" +
+               (", and nvcc's GPU backend several more)" if cuda else ")") if new else ""),
+              flush=True)
+        t = time.monotonic()
+        # Make's own lines ("[ 42%] Building C object ...") are the progress; not captured.
+        rc = subprocess.run(["cmake", "--build", str(b), "-j", str(os.cpu_count() or 2),
+                             "--target", *targets], cwd=REPO).returncode
+        if rc != 0:
+            die(f"the build failed (above): cmake --build {b} --target {' '.join(targets)}")
+        print(f"bench: built in {time.monotonic() - t:.0f} s", flush=True)
     paths = {"mgtrain": b / "mgtrain", "sgemm_rate": b / "bench" / "sgemm_rate",
              "mgt_allreduce_bench": b / "bench" / "mgt_allreduce_bench"}
     for t in targets:
