@@ -41,6 +41,16 @@ static void find_run(mgt_run_plan *p, const mgt_options *o) {
         !(o->model && o->weights))
         mgt_die_all("%s", e.msg);
     p->model_file = o->model ? o->model : out->run_model;
+    /* A run trained with --input-shape built its model copy for that shape: the copy alone
+     * would build another model. Its run.json records the flag; one given now wins. */
+    mgt_run_record *rec = o->model || o->input_shape ? NULL : calloc(1, sizeof *rec);
+    if (rec && mgt_rundir_read_record(o->run, rec, &e) > 0) {
+        const char *w = rec->flags, *key = "--input-shape=";
+        for (int i = 0; i < rec->nflags; i++, w += strlen(w) + 1)
+            if (!strncmp(w, key, strlen(key)))
+                snprintf(out->run_input_shape, sizeof out->run_input_shape, "%s", w + strlen(key));
+    }
+    free(rec);
 }
 
 int mgt_run_plan_overrides(const mgt_options *o, mgt_train_override *out, int max) {
@@ -114,8 +124,10 @@ static void load_model(mgt_run_plan *p, mgt_model *m, const mgt_options *o, cons
         mgt_die_all("%s", e.msg);
     if (o->conv_algo && mgt_conv2d_set_algo(m, o->conv_algo, &e) < 0)
         mgt_die_all("--conv-algo %s: %s", o->conv_algo, e.msg);
-    if (o->input_shape && mgt_model_set_input_shape(m, o->input_shape, &e) < 0)
-        mgt_die_all("--input-shape %s: %s", o->input_shape, e.msg);
+    const char *shape = o->input_shape ? o->input_shape
+                        : p->out.run_input_shape[0] ? p->out.run_input_shape : NULL;
+    if (shape && mgt_model_set_input_shape(m, shape, &e) < 0)
+        mgt_die_all("--input-shape %s: %s", shape, e.msg);
     if (t->freeze[0] && mgt_model_freeze(m, t->freeze, &e) < 0) {
         int flag = 0; /* the flag's value, or the model file's key */
         for (int i = 0; i < o->ntrain_keys; i++)

@@ -68,6 +68,7 @@ typedef struct mgt_out_plan {
     const char *output;       /* predict: the .npy it writes; export: the model file */
     int keep_bn;              /* export: every batchnorm a node of its own (no folding) */
     char run_model[600], run_weights[600]; /* --run DIR: the files the folder names */
+    char run_input_shape[32]; /* --run DIR without --model: the --input-shape it trained with */
 } mgt_out_plan;
 
 typedef struct mgt_run_plan {

@@ -601,7 +601,8 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
         if (mgt_npy_write_parts(output, "<f4", shape, per > 1 ? 3 : 2, 1, &part, &len, &e) < 0)
             mgt_die("%s", e.msg);
         char dims[48];
-        snprintf(dims, sizeof dims, per > 1 ? "%d x %d" : "%d", per, m->classes);
+        snprintf(dims, sizeof dims, per > 1 ? "%d x %d" : "%d", per > 1 ? per : m->classes,
+                 m->classes);
         printf("wrote %s: %lld x %s float32 (%s of the last layer)\n", output, (long long)ds->n,
                dims,
                m->layers[m->nlayers - 1].act == MGT_ACT_SOFTMAX ? "softmax probabilities"

@@ -3,7 +3,8 @@
 # timeout: 900
 # cores: 1
 # .npy datasets and augmentation end to end, with files written by numpy itself:
-#  1. the example of docs/data.md writes a folder that mgtrain trains on;
+#  1. the example of docs/data.md writes a folder that mgtrain trains on, and predict --run takes
+#     the --input-shape a run trained with;
 #  2. a 3-channel set (uint8 x, int64 / uint8 (N, 1) labels) trains the same weights on 1 and 2
 #     ranks, and its float32 copy (x / 255 computed in float32) the same weights as the bytes;
 #  3. with augment_flip and augment_crop, 1, 2 and 3 ranks (a batch of 32 that 3 does not divide)
@@ -51,6 +52,14 @@ CFG
 out=$(mpi 2 --model readme.cfg --data mydata --verbose 2 --out readme 2>&1)
 grep -q "^Test loss: .* - test acc: " <<<"$out" && [ -f readme/weights.safetensors ] \
   && ok "the example's folder trains on 2 ranks" || { bad "training on the example's folder"; echo "$out" | tail -5; }
+# A run trained with --input-shape: predict --run builds the model for the shape it trained
+# (run.json's flag; its model copy is the file as written, for 28x28x1), one class a column.
+mpi 1 --model "$MGT_SRC/examples/smallconv.cfg" --input-shape 32,32,3 --data mydata --max-steps 2 \
+  --no-validation --verbose 0 --out shaped >shaped.log 2>&1 || { bad "training with --input-shape"; tail -5 shaped.log; }
+out=$(mpi 2 predict --run shaped --data mydata --output shaped.npy 2>&1)
+grep -qx "wrote shaped.npy: 100 x 10 float32 (logits of the last layer)" <<<"$out" &&
+  ok "predict --run of a run trained with --input-shape: 100 x 10" ||
+  { bad "predict --run of a run trained with --input-shape:"; echo "$out" | tail -5; }
 
 # 2. A learnable 3-channel set (npy_data.py), as bytes and as float32 = bytes / 255.
 data=(12 10 512 128 5)
