@@ -6,8 +6,10 @@
 #   1. docs/cli.md is what docs/cli.cmake makes from this mgtrain's help texts, byte for byte;
 #   2. every flag of every command `mgtrain --help` lists is in docs/cli.md, and is also named
 #      in a written page (README.md or docs/, cli.md aside) that says what it is for;
-#   3. every relative link of README.md, docs/*.md, launch/README.md and bench/README.md names a
-#      file that exists, and every #anchor a heading of that page (GitHub's anchors).
+#   3. every relative link of README.md, docs/*.md, launch/README.md, bench/README.md and the
+#      pages of bench/results/ (which the others link to) names a file the repository tracks (one
+#      that exists, outside a git checkout), and every #anchor a heading of that page (GitHub's
+#      anchors);
 source "$(dirname "$0")/lib.bash"
 regen="cmake --build ${MGT_BUILD:-BUILD} --target docs-cli"
 
@@ -50,7 +52,28 @@ pages = [os.path.join(src, "README.md"), os.path.join(src, "launch", "README.md"
          os.path.join(src, "bench", "README.md")]
 pages += sorted(os.path.join(src, "docs", f) for f in os.listdir(os.path.join(src, "docs"))
                 if f.endswith(".md"))
+for d, dirs, files in sorted(os.walk(os.path.join(src, "bench", "results"))):
+    pages += sorted(os.path.join(d, f) for f in files if f.endswith(".md"))
 pages = [p for p in pages if os.path.exists(p)]
+
+# What the repository tracks (a link to a file left in a working tree, or only inside an archive,
+# is broken for every other reader); outside a git checkout, what exists.
+import subprocess
+try:
+    listed = subprocess.run(["git", "-C", src, "ls-files", "-z"], capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    tracked = {os.path.normpath(os.path.join(src, f)) for f in listed if f}
+    folders = set()
+    for f in tracked:  # every folder above a tracked file
+        while f != os.path.normpath(src) and f not in folders:
+            f = os.path.dirname(f)
+            folders.add(f)
+    tracked |= folders
+except (OSError, subprocess.CalledProcessError):
+    tracked = None
+
+def resolves(dest):
+    return os.path.normpath(dest) in tracked if tracked is not None else os.path.exists(dest)
 
 def outside_code(text):
     """The page's lines, with those of fenced code blocks left empty: nothing there is a link
@@ -105,8 +128,10 @@ for page in pages:
             links += 1
             path, _, anchor = target.partition("#")
             dest = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
-            if not os.path.exists(dest):
-                errors.append("%s:%d: %s: no file %s" % (rel, no, target, os.path.relpath(dest, src)))
+            if not resolves(dest):
+                errors.append("%s:%d: %s: no file %s%s" % (
+                    rel, no, target, os.path.relpath(dest, src),
+                    " in the repository (it is not tracked)" if os.path.exists(dest) else ""))
             elif anchor:
                 if not dest.endswith(".md"):
                     errors.append("%s:%d: %s: an anchor into a file that is not a page" % (rel, no, target))
@@ -120,4 +145,5 @@ sys.exit(1 if errors else 0)
 EOF
 ); then ok "links: $out, every one resolves"
 else bad "links that do not resolve:"; echo "$out"; fi
+
 finish
