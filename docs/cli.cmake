@@ -48,8 +48,8 @@ set(md [=[
      After changing a flag or a command: cmake --build build --target docs-cli -->
 
 Every command of `mgtrain` and every flag, with its default, as `mgtrain --help` and
-`mgtrain COMMAND --help` (or `-h`) print them; the man page (`man mgtrain`) is made from the same
-text. `mgtrain --version` prints the version and the backends built in (OpenBLAS, CUDA, cuDNN,
+`mgtrain COMMAND --help` (or `-h`) print them; the man page (`man mgtrain` once installed,
+`man -l build/mgtrain.1` in the build) is made from the same text. `mgtrain --version` prints the version and the backends built in (OpenBLAS, CUDA, cuDNN,
 NCCL, MPI). Flags must be spelled out; a wrong one is named with the closest valid one. A default
 that names a `[train]` key is the model file's ([Model files](model-files.md)): the flag overrides
 it. What the flags are for, topic by topic: the [User guide](guide.md) and the pages it links.

@@ -10,6 +10,9 @@
 #      pages of bench/results/ (which the others link to) names a file the repository tracks (one
 #      that exists, outside a git checkout), and every #anchor a heading of that page (GitHub's
 #      anchors);
+#   4. every figure in the README's text (a ratio, a percentage, a size, a rate or a time) is in
+#      its Results table or in a page of bench/results/, where it was measured.
+#   5. the README's set-up is two commands, the second the tests', and CI (.ci/run) runs that one.
 source "$(dirname "$0")/lib.bash"
 regen="cmake --build ${MGT_BUILD:-BUILD} --target docs-cli"
 
@@ -146,4 +149,45 @@ EOF
 ); then ok "links: $out, every one resolves"
 else bad "links that do not resolve:"; echo "$out"; fi
 
+# --- 4. the README's figures -----------------------------------------------------------------
+if out=$(python3 - "$MGT_SRC" <<'EOF'
+import os, re, sys
+src = sys.argv[1]
+prose, table, fence, section = [], [], None, ""
+for line in open(os.path.join(src, "README.md"), encoding="utf-8").read().split("\n"):
+    m = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
+    if m or fence:
+        fence = None if fence and m else (fence or m.group(1))
+        continue
+    if line.startswith("## "):
+        section = line.strip()
+    (table if section == "## Results" and line.startswith("|") else prose).append(line)
+# A figure: a number with a unit of measure, or a ratio (code spans are commands: --epochs 2).
+FIGURE = re.compile(r"(?<![\w.,])(\d[\d,]*(?:\.\d+)?)(x\b|%|\s?(?:MiB|GiB|KiB|GB|MB|KB|samples/s|"
+                    r"images/s|GFLOP/s|TFLOP/s|ms|min|s)\b)")
+def figures(text):
+    return {(m.group(1), m.group(2).strip()) for m in FIGURE.finditer(text)}
+measured = figures("\n".join(table))
+for d, dirs, files in os.walk(os.path.join(src, "bench", "results")):
+    for f in files:
+        if f.endswith(".md"):
+            measured |= figures(open(os.path.join(d, f), encoding="utf-8", errors="replace").read())
+found = sorted(figures(re.sub(r"`[^`]*`", "", "\n".join(prose))))
+missing = [n + ("" if u in ("x", "%") else " ") + u for n, u in found if (n, u) not in measured]
+print("%d figures in the README's text, %d rows in its Results table" % (len(found), len(table) - 2))
+for f in missing:
+    print("README.md: %s is neither in its Results table nor in a page of bench/results/" % f)
+sys.exit(1 if missing else 0)
+EOF
+); then ok "figures: $out; each one is there or under bench/results/"
+else bad "figures of the README that no result holds:"; echo "$out"; fi
+
+# --- 5. the set-up's two commands, and CI's ---------------------------------------------------
+setup=$(awk '/^## Set-up/ { f = 1; next } /^## / { f = 0 } f' "$MGT_SRC/README.md" |
+  awk '/^```sh/ { b = 1; next } /^```/ { b = 0 } b' | sed 's/[[:space:]]*#.*//' | grep -v '^[[:space:]]*$')
+tests_cmd=$(sed -n 2p <<<"$setup")
+if [ "$(wc -l <<<"$setup")" -eq 2 ] && [ -n "$tests_cmd" ] &&
+   grep -qE "^[[:space:]]*${tests_cmd//./\\.}( |$)" "$MGT_SRC/.ci/run"; then
+  ok "the README's set-up: $(head -1 <<<"$setup" | tr -s ' '), then $tests_cmd, which .ci/run runs"
+else bad "the README's set-up is not two commands whose second .ci/run runs:"; echo "$setup"; fi
 finish

@@ -31,7 +31,7 @@ PY=/usr/bin/python3
 
 # 1. The example of docs/data.md, verbatim.
 awk '/^```python$/{p=1; next} /^```$/{p=0} p' "$MGT_SRC/docs/data.md" >example.py
-[ "$(wc -l <example.py)" -eq 5 ] && ok "the example of docs/data.md is 5 lines" || bad "docs/data.md's example: $(wc -l <example.py) lines"
+[ "$(wc -l <example.py)" -eq 6 ] && ok "the example of docs/data.md is 6 lines" || bad "docs/data.md's example: $(wc -l <example.py) lines"
 "$PY" example.py || bad "docs/data.md's example failed"
 cat >readme.cfg <<'CFG'
 [input]
