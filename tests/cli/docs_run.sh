@@ -128,8 +128,8 @@ done
 if [ "${order[0]}" = README.md ] && [ -x "$W/build/mgtrain" ]; then
   if (cd "$W" && timeout 1500 "${clean_env[@]}" ./launch/quickstart) >quickstart2.log 2>&1 &&
      grep -q "out: runs/quickstart-2$" quickstart2.log && [ -s "$W/runs/quickstart/weights.safetensors" ] &&
-     [ -s "$W/runs/quickstart-2/weights.safetensors" ]; then
-    ok "./launch/quickstart again: runs/quickstart-2, runs/quickstart kept"
+     [ -s "$W/runs/quickstart-2/weights.safetensors" ] && [ -s "$W/build/mgtrain.1" ]; then
+    ok "./launch/quickstart again: runs/quickstart-2, runs/quickstart kept; build/mgtrain.1 built"
   else bad "./launch/quickstart a second time:"; tail -20 quickstart2.log; fi
 fi
 finish
