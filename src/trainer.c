@@ -715,9 +715,13 @@ int mgt_cmd_convert(mgt_runtime *rt, const mgt_options *o) {
             mgt_die_all("%s", e.msg);
         if (o->verbose)
             printf("%s: %lld training and %lld validation tokens (bytes; vocab 256) from %d "
-                   "file%s%s in %s/train.bin and %s/val.bin\n",
+                   "file%s%s%s%s%s in %s/train.bin and %s/val.bin\n",
                    o->convert_src, (long long)r.train_tokens, (long long)r.val_tokens, r.files,
-                   r.files == 1 ? "" : "s", r.skipped ? " (binary files left out)" : "",
+                   r.files == 1 ? "" : "s", r.skipped || r.links ? " (" : "",
+                   r.skipped ? "binary files" : "", r.skipped && r.links ? " and " : "",
+                   r.links     ? "links to a file read already left out)"
+                   : r.skipped ? " left out)"
+                               : "",
                    o->convert_dst, o->convert_dst);
         return 0;
     }

@@ -67,8 +67,17 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* SRC's files: itself, or a folder's regular files in name order (names: free each and it). */
-static int list_files(const char *src, char ***out, int *n, mgt_err *err) {
+/* The file each of names[0 .. k) is (device and inode), to tell a second name of one from
+ * another file. */
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+} file_id;
+
+/* SRC's files: itself, or a folder's regular files in name order (names: free each and it). A
+ * file reached by two names (a link beside its target: Debian's fortunes has NAME.u8 -> NAME) is
+ * read once, by the first name in that order; *links counts the others. */
+static int list_files(const char *src, char ***out, int *n, int *links, mgt_err *err) {
     struct stat st;
     *out = NULL;
     *n = 0;
@@ -110,6 +119,27 @@ static int list_files(const char *src, char ***out, int *n, mgt_err *err) {
     closedir(d);
     if (k > 1)
         qsort(names, (size_t)k, sizeof *names, by_name);
+    /* In name order, the names of a file seen before go (quadratic in the files: a folder of
+     * text files holds tens or hundreds). */
+    file_id *ids = malloc(sizeof *ids * (size_t)(k ? k : 1));
+    int kept = 0;
+    for (int i = 0; i < k; i++) {
+        int seen = 0;
+        if (ids && stat(names[i], &st) == 0) {
+            for (int j = 0; j < kept && !seen; j++)
+                seen = ids[j].dev == st.st_dev && ids[j].ino == st.st_ino;
+            if (!seen)
+                ids[kept] = (file_id){st.st_dev, st.st_ino};
+        }
+        if (seen) {
+            free(names[i]);
+            (*links)++;
+        } else {
+            names[kept++] = names[i];
+        }
+    }
+    free(ids);
+    k = kept;
     *out = names;
     *n = k;
     if (k == 0)
@@ -139,7 +169,7 @@ int mgt_text_convert(const mgt_text_opts *o, mgt_text_result *r, mgt_err *err) {
         return -1;
     char **files;
     int n;
-    if (list_files(o->src, &files, &n, err) < 0) {
+    if (list_files(o->src, &files, &n, &r->links, err) < 0) {
         free(files);
         return -1;
     }

@@ -6,8 +6,8 @@
 # (mostly mpirun's start-ups).
 #
 # 1. convert --text: text files into llm.c shards of bytes (magic, version 1, the count, uint16
-#    tokens; each file's last tenth, from a line start, in val.bin); binary files left out;
-#    an existing shard never replaced.
+#    tokens; each file's last tenth, from a line start, in val.bin); binary files left out, a
+#    file's second name (a link) read once; an existing shard never replaced.
 # 2. Shards read in both formats (llm.c's and nanoGPT's raw uint16), training whose loss falls
 #    (with perplexity and bits per byte beside it);
 #    synthetic tokens; the errors of a token set that does not fit the model.
@@ -28,8 +28,11 @@ for f in a b c; do
   for i in $(seq 1 200); do echo "$f line $i: the quick brown fox jumps over the lazy dog $((i * 7 % 13))"; done >text/$f.txt
 done
 printf 'bin\0ary' >text/d.dat
+ln -s a.txt text/e.u8 # a second name of a.txt (Debian's fortunes has NAME.u8 -> NAME): read once
 "$MGT_BIN" convert --text text tok >conv.log 2>&1 && ok "convert --text: $(tail -1 conv.log)" ||
   { bad "convert --text"; cat conv.log; }
+grep -q "from 3 files (binary files and links to a file read already left out)" conv.log &&
+  ok "a file reached by two names is read once" || bad "a link read again: $(tail -1 conv.log)"
 grep -q "left out text/d.dat" conv.log && ok "the binary file is left out and named" ||
   bad "binary file not named: $(cat conv.log)"
 /usr/bin/python3 - <<'PY' && ok "shards: llm.c's header, uint16 bytes, each file's last tenth in val.bin" || bad "shard contents"
