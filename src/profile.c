@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime.h"
 #include "tensor_io.h"
@@ -47,9 +48,21 @@ void mgt_profile_sync(mgt_profile *p, mgt_comm *c) {
     p->origin = mgt_now();
 }
 
-static void add_span(mgt_profile *p, double start, double dur, int phase, int64_t step) {
+/* The CPU seconds this process has used so far, all its threads: beside a phase's wall time,
+ * what it cost where other work shares the cores (a phase that waited for the cores has more
+ * wall than CPU time, one whose lanes all ran has up to lanes times as much CPU). */
+static double cpu_now(void) {
+    struct timespec t;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0)
+        return 0;
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void add_span(mgt_profile *p, double start, double dur, int phase, int64_t step,
+                     double cpu) {
     if (p->nspans < p->cap)
-        p->spans[p->nspans++] = (mgt_span){start - p->origin, dur, phase, (int32_t)step, -2, 0, 0};
+        p->spans[p->nspans++] =
+            (mgt_span){start - p->origin, dur, phase, (int32_t)step, -2, 0, 0, cpu};
 }
 
 static void store_step(mgt_profile *p, const double *cur) {
@@ -78,7 +91,7 @@ void mgt_profile_request(mgt_profile *p, int bucket, int coll, size_t bytes, dou
     if (!p->on || p->nspans >= p->cap)
         return;
     p->spans[p->nspans++] = (mgt_span){t0 - p->origin, t1 - t0, MGT_PH_ALLREDUCE, (int32_t)p->step,
-                                       bucket,         coll,    (int64_t)bytes};
+                                       bucket,         coll,    (int64_t)bytes,   -1};
     p->requests = 1;
 }
 
@@ -99,7 +112,7 @@ static void collect(mgt_profile *p, int k) {
     for (int i = 1; i < n; i++) {
         double d = sec[i] - sec[i - 1];
         cur[p->set_phase[k][i]] += d;
-        add_span(p, p->set_t0[k] + sec[i - 1], d, p->set_phase[k][i], p->set_step[k]);
+        add_span(p, p->set_t0[k] + sec[i - 1], d, p->set_phase[k][i], p->set_step[k], -1);
     }
     store_step(p, cur);
     p->set_step[k] = -1;
@@ -124,6 +137,8 @@ void mgt_profile_begin_step(mgt_profile *p, int64_t step) {
         p->first_step = step;
     memset(p->cur, 0, sizeof p->cur);
     p->mark = mgt_now();
+    if (!p->device)
+        p->cpu_mark = cpu_now();
     if (p->device) {
         int k = (int)(step % MGT_TIME_SETS);
         p->set = k;
@@ -153,10 +168,11 @@ void mgt_profile_phase(mgt_profile *p, int phase) {
         }
         return;
     }
-    double now = mgt_now();
+    const double now = mgt_now(), cpu = cpu_now();
     p->cur[phase] += now - p->mark;
-    add_span(p, p->mark, now - p->mark, phase, p->step);
+    add_span(p, p->mark, now - p->mark, phase, p->step, cpu - p->cpu_mark);
     p->mark = now;
+    p->cpu_mark = cpu;
 }
 
 /* On the device, the next step's point 0 is queued right after this step's last one: the device
@@ -295,12 +311,15 @@ static int write_trace(const char *path, const mgt_span *spans, const int64_t *c
     for (int r = 0; r < world; r++)
         for (int64_t i = 0; i < counts[r]; i++, sp++) {
             if (sp->bucket == -2) {
+                char cpu[48] = "";
+                if (sp->cpu >= 0)
+                    snprintf(cpu, sizeof cpu, ", \"cpu_ms\": %.3f", sp->cpu * 1e3);
                 len += (size_t)snprintf(s + len, cap - len,
                                         "{\"name\": \"%s\", \"cat\": \"step\", \"ph\": \"X\", "
                                         "\"pid\": %d, \"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, "
-                                        "\"args\": {\"step\": %d}},\n",
+                                        "\"args\": {\"step\": %d%s}},\n",
                                         phase_names[sp->phase], r, sp->start * 1e6, sp->dur * 1e6,
-                                        sp->step);
+                                        sp->step, cpu);
                 continue;
             }
             const int coll = sp->coll >= 0 && sp->coll < 3 ? sp->coll : 0;

@@ -41,6 +41,7 @@ typedef struct mgt_span {
     int32_t bucket; /* a request's bucket (-1: the whole arena); phases: -2 */
     int32_t coll;   /* a request's kind (comm.h's mgt_coll) */
     int64_t bytes;  /* a request's size */
+    double cpu;     /* host-timed phases: the process's CPU seconds in it (all threads); else -1 */
 } mgt_span;
 
 typedef struct mgt_layer_prof mgt_layer_prof; /* profile_layers.c */
@@ -65,6 +66,7 @@ typedef struct mgt_profile {
     int requests; /* spans of requests were recorded */
     int64_t nsteps, step_cap;
     double mark;       /* start of the current phase */
+    double cpu_mark;   /* the process's CPU seconds at that start (host timing) */
     double cur[MGT_PH_COUNT];
     int64_t step;
     int64_t first_step; /* the first step profiled (-1: none yet) */

@@ -79,7 +79,7 @@ same "one rank, --transport shm: weights = without" s1s/weights.safetensors s1/w
 # flight.
 mpi 2 --model "$MGT_SRC/examples/mlp.cfg" "${SYN[@]}" --max-steps 8 --bucket-mb 0.01 --profile \
   --timeline tl.json --out tl >tl.log 2>&1 || { bad "timeline run"; cat tl.log; }
-python3 - tl.json <<'PY' && ok "timeline: a span per bucket, the first inside backward" || bad "timeline buckets"
+python3 - tl.json <<'PY' && ok "timeline: a span per bucket, the first inside backward; CPU time per phase" || bad "timeline buckets"
 import json, sys
 ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
 for rank in (0, 1):
@@ -92,6 +92,11 @@ for rank in (0, 1):
         first = min(b, key=lambda e: e["args"]["bucket"])
         assert first["ts"] < back[0]["ts"] + back[0]["dur"], (first, back)
         assert all(e["name"] == "allreduce" and e["args"]["bytes"] > 0 for e in b)
+    # each phase carries the CPU time the rank's process spent in it: not negative, and the
+    # forward and backward of a step, which compute on this rank's lanes, used some
+    ph = [e for e in ev if e["pid"] == rank and e["tid"] == 0]
+    assert ph and all(e["args"]["cpu_ms"] >= 0 for e in ph), ph[:3]
+    assert sum(e["args"]["cpu_ms"] for e in ph if e["name"] in ("forward", "backward")) > 0
 PY
 grep -q "^allreduce = waiting after backward; in flight (hidden + waited for): rank 0 [0-9.]* ms ([0-9-]*% hidden), rank 1" tl.log \
   && ok "--profile: the wait and the time in flight" || { bad "profile line"; grep -A4 Profile tl.log; }
