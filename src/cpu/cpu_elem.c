@@ -93,7 +93,8 @@ static inline float sigmoidf(float v) {
 
 /* GELU (backend.h): the exact form x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), and the tanh form
  * 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3); their derivatives, from x:
- * Phi(x) + x phi(x), and 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2 / pi) (1 + 3 0.044715 x^2). */
+ * Phi(x) + x phi(x), and 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2 / pi) (1 + 3 0.044715 x^2).
+ */
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_A 0.044715f
 #define INV_SQRT2 0.7071067811865476f
@@ -103,47 +104,76 @@ static inline float gelu_f(float x) {
     return 0.5f * x * (1.0f + erff(x * INV_SQRT2));
 }
 
-/* tanh(u) = 1 - 2 / (e^2u + 1) with e^v of its own, in plain arithmetic that the compiler
- * vectorises (glibc's tanhf is a call per element: GELU took about as long as the GEMM before
- * it in a GPT MLP's first layer). e^v: v = k ln 2 + r with k the nearest integer to v / ln 2
- * (ln 2 in two parts, Cody and Waite's reduction, so r is exact to |r| <= ln 2 / 2), e^r by its
- * Taylor polynomial of degree 7 (truncation below |r|^8 / 8! < 7e-9, a tenth of float's
- * rounding), times 2^k put into the exponent's bits. v is clamped to [-87, 88], where e^v stays a
- * normal float; tanh is then within a few units in the last place of 1 (the form's absolute
- * error, which is what 1 + tanh in GELU sees). */
-static inline float exp_poly(float v) {
-    v = v < -87.0f ? -87.0f : v > 88.0f ? 88.0f : v;
-    const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    const float r = (v - k * 0.693145751953125f) - k * 1.42860682030941723e-6f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const int32_t bits = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
-static inline float tanh_poly(float u) {
-    return 1.0f - 2.0f / (exp_poly(2.0f * u) + 1.0f);
-}
-
-static inline float gelu_tanh_f(float x) {
-    return 0.5f * x * (1.0f + tanh_poly(GELU_K * (x + GELU_A * x * x * x)));
-}
-
 static inline float gelu_grad(float x) {
     return 0.5f * (1.0f + erff(x * INV_SQRT2)) + x * INV_SQRT_2PI * expf(-0.5f * x * x);
 }
 
-static inline float gelu_tanh_grad(float x) {
-    const float th = tanh_poly(GELU_K * (x + GELU_A * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+/* The tanh GELU on blocks of 8 elements (mgt_v8f), tanh(u) = 1 - 2 / (e^2u + 1) with
+ * mgt_cpu_exp8: vectorised, where glibc's tanhf is a call per element (GELU took about as long
+ * as the GEMM before it in a GPT MLP's first layer). tanh is then within a few units in the last
+ * place of 1 (the form's absolute error, which is what 1 + tanh in GELU sees). A range's last
+ * few elements go through a zero-padded block, so every element takes the same instructions
+ * wherever a lane's range starts or ends (its bits do not depend on the thread count). Each
+ * block is read whole before it is written: y may be x, dx may be dy. */
+static inline __attribute__((always_inline)) void gelu_tanh_th8(const mgt_v8f *x, mgt_v8f *th) {
+    mgt_v8f e = 2.0f * (GELU_K * (*x + GELU_A * *x * *x * *x));
+    mgt_cpu_exp8(&e);
+    *th = 1.0f - 2.0f / (e + 1.0f);
+}
+
+static inline __attribute__((always_inline)) void gelu_tanh_fwd8(const float *x, float *y) {
+    mgt_v8f v, th;
+    memcpy(&v, x, sizeof v);
+    gelu_tanh_th8(&v, &th);
+    v = 0.5f * v * (1.0f + th);
+    memcpy(y, &v, sizeof v);
+}
+
+static inline __attribute__((always_inline)) void gelu_tanh_fwd_n(const float *x, float *y,
+                                                                  size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        gelu_tanh_fwd8(x + i, y + i);
+    if (i < n) {
+        float a[8] = {0};
+        memcpy(a, x + i, sizeof(float) * (n - i));
+        gelu_tanh_fwd8(a, a);
+        memcpy(y + i, a, sizeof(float) * (n - i));
+    }
+}
+
+/* dx = dy * GELU'(x), or dx += it (acc), with GELU' = 0.5 (1 + th) + 0.5 x (1 - th^2)
+ * sqrt(2 / pi) (1 + 3 0.044715 x^2). */
+static inline __attribute__((always_inline)) void gelu_tanh_bwd8(const float *x, const float *dy,
+                                                                 float *dx, int acc) {
+    mgt_v8f v, g, th;
+    memcpy(&v, x, sizeof v);
+    memcpy(&g, dy, sizeof g);
+    gelu_tanh_th8(&v, &th);
+    g = g * (0.5f * (1.0f + th) +
+             0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_A * v * v));
+    if (acc) {
+        mgt_v8f d;
+        memcpy(&d, dx, sizeof d);
+        g = d + g;
+    }
+    memcpy(dx, &g, sizeof g);
+}
+
+static inline __attribute__((always_inline)) void gelu_tanh_bwd_n(const float *x, const float *dy,
+                                                                  float *dx, size_t n, int acc) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        gelu_tanh_bwd8(x + i, dy + i, dx + i, acc);
+    if (i < n) {
+        float a[8] = {0}, g[8] = {0}, d[8] = {0};
+        memcpy(a, x + i, sizeof(float) * (n - i));
+        memcpy(g, dy + i, sizeof(float) * (n - i));
+        if (acc)
+            memcpy(d, dx + i, sizeof(float) * (n - i));
+        gelu_tanh_bwd8(a, g, d, acc);
+        memcpy(dx + i, d, sizeof(float) * (n - i));
+    }
 }
 
 MGT_SIMD
@@ -203,8 +233,7 @@ static void act_fwd_range(void *p, size_t lo, size_t hi) {
             y[i] = gelu_f(x[i]);
         break;
     case MGT_ACT_GELU_TANH:
-        for (size_t i = lo; i < hi; i++)
-            y[i] = gelu_tanh_f(x[i]);
+        gelu_tanh_fwd_n(x + lo, y + lo, hi - lo);
         break;
     case MGT_ACT_NONE:
     default:
@@ -271,11 +300,8 @@ static void act_bwd_range(void *p, size_t lo, size_t hi) {
             dx[i] = acc ? dx[i] + g : g;
         }
         break;
-    case MGT_ACT_GELU_TANH:
-        for (size_t i = lo; i < hi; i++) {
-            const float g = dy[i] * gelu_tanh_grad(y[i]);
-            dx[i] = acc ? dx[i] + g : g;
-        }
+    case MGT_ACT_GELU_TANH: /* y is the input x here too */
+        gelu_tanh_bwd_n(y + lo, dy + lo, dx + lo, hi - lo, acc);
         break;
     case MGT_ACT_SOFTMAX:
         for (size_t i = lo; i < hi; i++) {
@@ -363,59 +389,199 @@ static void row_lse(int k, const float *l, float *mx_out, double *lse_out, float
     *inv_se_out = (float)(1.0 / se);
 }
 
-/* An out-of-range label counts as an all-zero target: no loss, zero gradient, never correct. */
+/* The sparse loss goes by blocks of rows, which the lanes take in any order: a language model's
+ * B x T rows of V logits (GPT-2: 8 x 1024 rows of 50,257) are a pass as large as a layer's, where
+ * one thread made the loss a tenth of the step. A block's sums are its own (the loss in double);
+ * the caller adds the blocks in order, and the block size follows from the row count alone, so
+ * the sums do not depend on the thread count. At most XENT_BLOCKS blocks of at least
+ * XENT_BLOCK_ROWS rows. A row runs on mgt_cpu_exp8 (cpu_internal.h) 8 logits at a time, its
+ * last k mod 8 on mgt_cpu_exp: every logit's exponential is formed by the same instructions in
+ * every pass over the row (p of the label, its rank and the argmax compare like with like). */
+enum { XENT_BLOCKS = 1024, XENT_BLOCK_ROWS = 16 };
+
+typedef struct {
+    int k, smooth;
+    float t_on, t_off, scale, smoothing;
+    const float *logits;
+    const int32_t *labels;
+    float *probs, *dlogits;
+    size_t n, block;
+    double loss[XENT_BLOCKS];
+    long correct[XENT_BLOCKS], top5[XENT_BLOCKS];
+} xent_job;
+
+/* e^(l[j] - mx) as the row's passes form it (the 8-wide form for j below k8, the rest alone). */
+static inline __attribute__((always_inline)) float xent_exp_at(const float *l, int j, int k8,
+                                                               float mx) {
+    if (j >= k8)
+        return mgt_cpu_exp(l[j] - mx);
+    mgt_v8f v;
+    memcpy(&v, l + (j & ~7), sizeof v);
+    v -= mx;
+    mgt_cpu_exp8(&v);
+    return v[j & 7];
+}
+
+/* One row: its loss (0 for an out-of-range label), and whether it is correct and in the top 5;
+ * p and d (either may be NULL, or l itself) written. e: k floats of scratch for the exponentials
+ * (k <= XENT_ROW_KEEP), or NULL to form them again. */
+static inline __attribute__((always_inline)) double xent_sparse_row(const xent_job *jb,
+                                                                    const float *l, int lab,
+                                                                    float *p, float *d, float *e,
+                                                                    int *correct, int *top5) {
+    const int k = jb->k, k8 = k & ~7, valid = lab >= 0 && lab < k;
+    /* the maximum, 8 running maxima (exact in any order) */
+    mgt_v8f vm = (mgt_v8f){0} + l[0];
+    for (int j = 0; j < k8; j += 8) {
+        mgt_v8f v;
+        memcpy(&v, l + j, sizeof v);
+        const mgt_v8i gt = v > vm;
+        vm = (mgt_v8f)(((mgt_v8i)v & gt) | ((mgt_v8i)vm & ~gt));
+    }
+    float mx = l[0];
+    for (int i = 0; i < 8; i++)
+        mx = vm[i] > mx ? vm[i] : mx;
+    for (int j = k8; j < k; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    /* the sum of exponentials in double, 8 running sums added in a fixed order */
+    double s8[8] = {0}, se = 0.0;
+    for (int j = 0; j < k8; j += 8) {
+        mgt_v8f v;
+        memcpy(&v, l + j, sizeof v);
+        v -= mx;
+        mgt_cpu_exp8(&v);
+        if (e)
+            memcpy(e + j, &v, sizeof v);
+        for (int i = 0; i < 8; i++)
+            s8[i] += v[i];
+    }
+    for (int j = k8; j < k; j++) {
+        const float ej = mgt_cpu_exp(l[j] - mx);
+        if (e)
+            e[j] = ej;
+        se += ej;
+    }
+    se += ((s8[0] + s8[4]) + (s8[1] + s8[5])) + ((s8[2] + s8[6]) + (s8[3] + s8[7]));
+    const double lse = (double)mx + log(se);
+    const float inv_se = (float)(1.0 / se);
+    const float p_lab = valid ? (e ? e[lab] : xent_exp_at(l, lab, k8, mx)) * inv_se : 0.0f;
+    double loss = 0.0;
+    if (valid && jb->smooth) {
+        double sl = 0.0;
+        for (int j = 0; j < k; j++)
+            sl += l[j];
+        loss = lse - (1.0 - (double)jb->smoothing) * l[lab] - (double)jb->smoothing / k * sl;
+    } else if (valid) {
+        loss = lse - (double)l[lab];
+    }
+    /* p_j, the gradient, the first maximum of p (per vector lane the first of its largest,
+     * then the lowest index among the lanes that hold the largest) and the label's rank */
+    const float t_hit = jb->smooth ? jb->t_on + jb->t_off : 1.0f,
+                t_miss = jb->smooth ? jb->t_off : 0.0f, scale = jb->scale;
+    mgt_v8f bp = (mgt_v8f){0} - 1.0f;
+    mgt_v8i bi = {0}, ahead8 = {0};
+    const mgt_v8i iota = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int j = 0; j < k8; j += 8) {
+        mgt_v8f v;
+        if (e) {
+            memcpy(&v, e + j, sizeof v);
+        } else {
+            memcpy(&v, l + j, sizeof v);
+            v -= mx;
+            mgt_cpu_exp8(&v);
+        }
+        const mgt_v8f pj = v * inv_se;
+        const mgt_v8i idx = iota + j, gt = pj > bp;
+        bp = (mgt_v8f)(((mgt_v8i)pj & gt) | ((mgt_v8i)bp & ~gt));
+        bi = (idx & gt) | (bi & ~gt);
+        ahead8 -= (pj > p_lab) | ((pj == p_lab) & (idx < lab)); /* a true compare is -1 */
+        if (d) {
+            const mgt_v8i hit = idx == lab;
+            const mgt_v8f t = (mgt_v8f)(((mgt_v8i)((mgt_v8f){0} + t_hit) & hit) |
+                                        ((mgt_v8i)((mgt_v8f){0} + t_miss) & ~hit));
+            const mgt_v8f dj = valid ? (pj - t) * scale : (mgt_v8f){0};
+            if (p)
+                memcpy(p + j, &pj, sizeof pj);
+            memcpy(d + j, &dj, sizeof dj);
+        } else if (p) {
+            memcpy(p + j, &pj, sizeof pj);
+        }
+    }
+    int best = 0, ahead = 0;
+    float best_p = -1.0f;
+    for (int i = 0; i < 8; i++) {
+        ahead += ahead8[i];
+        if (bp[i] > best_p || (bp[i] == best_p && bp[i] > -1.0f && bi[i] < best))
+            best_p = bp[i], best = bi[i];
+    }
+    for (int j = k8; j < k; j++) {
+        const float pj = (e ? e[j] : mgt_cpu_exp(l[j] - mx)) * inv_se;
+        if (pj > best_p)
+            best_p = pj, best = j;
+        ahead += pj > p_lab || (pj == p_lab && j < lab);
+        if (p)
+            p[j] = pj;
+        if (d)
+            d[j] = valid ? (pj - (j == lab ? t_hit : t_miss)) * scale : 0.0f;
+    }
+    *correct = valid && best == lab;
+    *top5 = valid && ahead < 5;
+    return loss;
+}
+
 MGT_SIMD
+static void xent_sparse_blocks(void *p, size_t lo, size_t hi) {
+    xent_job *jb = p;
+    const size_t k = (size_t)jb->k;
+    float keep[XENT_ROW_KEEP], *e = k <= XENT_ROW_KEEP ? keep : NULL;
+    for (size_t b = lo; b < hi; b++) {
+        const size_t r1 = (b + 1) * jb->block < jb->n ? (b + 1) * jb->block : jb->n;
+        double loss = 0.0;
+        long correct = 0, top5 = 0;
+        for (size_t r = b * jb->block; r < r1; r++) {
+            int c, t;
+            loss += xent_sparse_row(jb, jb->logits + r * k, jb->labels[r],
+                                    jb->probs ? jb->probs + r * k : NULL,
+                                    jb->dlogits ? jb->dlogits + r * k : NULL, e, &c, &t);
+            correct += c;
+            top5 += t;
+        }
+        jb->loss[b] = loss;
+        jb->correct[b] = correct;
+        jb->top5[b] = top5;
+    }
+}
+
+/* An out-of-range label counts as an all-zero target: no loss, zero gradient, never correct. */
 void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, const int32_t *labels,
                          float *probs, float *dlogits, float scale, float smoothing, float *sums) {
-    (void)be;
     if (n <= 0 || k <= 0)
         return;
-    const int smooth = smoothing > 0.0f;
-    const float t_on = 1.0f - smoothing, t_off = smoothing / (float)k;
+    xent_job job, *jb = &job; /* 24 KB of block sums, on the calling thread's stack */
+    size_t block = ((size_t)n + XENT_BLOCKS - 1) / XENT_BLOCKS;
+    block = block < XENT_BLOCK_ROWS ? XENT_BLOCK_ROWS : block;
+    *jb = (xent_job){.k = k,
+                     .smooth = smoothing > 0.0f,
+                     .t_on = 1.0f - smoothing,
+                     .t_off = smoothing / (float)k,
+                     .scale = scale,
+                     .smoothing = smoothing,
+                     .logits = logits,
+                     .labels = labels,
+                     .probs = probs,
+                     .dlogits = dlogits,
+                     .n = (size_t)n,
+                     .block = block};
+    const size_t blocks = ((size_t)n + block - 1) / block;
+    /* a part of the lanes' at least ELEM_PART logits */
+    mgt_cpu_lanes_for(mgt_cpu_impl_of(be)->lanes, blocks, ELEM_PART / (block * (size_t)k) + 1,
+                      xent_sparse_blocks, jb);
     double loss = 0.0;
     long correct = 0, top5 = 0;
-    float keep[XENT_ROW_KEEP], *e = k <= XENT_ROW_KEEP ? keep : NULL;
-    for (int i = 0; i < n; i++) {
-        const size_t off = (size_t)i * k;
-        const float *l = logits + off;
-        float *p = probs ? probs + off : NULL;
-        float *d = dlogits ? dlogits + off : NULL;
-        const int lab = labels[i];
-        const int valid = lab >= 0 && lab < k;
-        float mx, inv_se;
-        double lse;
-        row_lse(k, l, &mx, &lse, &inv_se, e);
-        const float p_lab = valid ? (e ? e[lab] : expf(l[lab] - mx)) * inv_se : 0.0f;
-        int ahead = 0;
-        if (valid && smooth) {
-            double sl = 0.0;
-            for (int j = 0; j < k; j++)
-                sl += l[j];
-            loss += lse - (1.0 - (double)smoothing) * l[lab] - (double)smoothing / k * sl;
-        } else if (valid) {
-            loss += lse - (double)l[lab];
-        }
-        int best = 0;
-        float best_p = -1.0f;
-        for (int j = 0; j < k; j++) {
-            const float pj = (e ? e[j] : expf(l[j] - mx)) * inv_se;
-            if (pj > best_p) {
-                best_p = pj;
-                best = j;
-            }
-            ahead += pj > p_lab || (pj == p_lab && j < lab);
-            if (p)
-                p[j] = pj;
-            if (d) {
-                const float t =
-                    smooth ? (j == lab ? t_on + t_off : t_off) : (j == lab ? 1.0f : 0.0f);
-                d[j] = valid ? (pj - t) * scale : 0.0f;
-            }
-        }
-        if (valid && best == lab)
-            correct++;
-        if (valid && ahead < 5)
-            top5++;
+    for (size_t b = 0; b < blocks; b++) {
+        loss += jb->loss[b];
+        correct += jb->correct[b];
+        top5 += jb->top5[b];
     }
     sums[0] += (float)(loss * scale);
     sums[1] += (float)((double)correct * scale);

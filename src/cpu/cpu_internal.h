@@ -44,6 +44,67 @@ static inline float mgt_cpu_keep_if(float v, int keep) {
     return v;
 }
 
+/* e^v without a call per element (glibc's expf is one): v = k ln 2 + r with k the nearest
+ * integer to v / ln 2 (ln 2 in two parts, Cody and Waite's reduction, so r is exact to
+ * |r| <= ln 2 / 2), e^r by its Taylor polynomial of degree 7 (truncation below |r|^8 / 8! <
+ * 6e-9, a tenth of float's rounding), times 2^k put into the exponent's bits: within 2 units in
+ * the last place of e^v (Horner's roundings). v is clamped to [-87, 88], where e^v stays a
+ * normal float (e^-87 = 1.6e-38 stands for anything smaller, which a softmax's sum of at least
+ * 1 cannot see); NaN stays NaN. Two forms of the same arithmetic: mgt_cpu_exp on one float, and
+ * mgt_cpu_exp8 on eight at once in a vector of GCC's and Clang's vector extension (two SSE
+ * registers in the baseline build, one AVX register in the x86-64-v3 clones), which is how the
+ * hot loops call it: the compiler keeps the clamp of the scalar form a branch, and the loop
+ * around it scalar, unless floating-point traps are assumed away. In a vector the clamp is a
+ * select, and every element of a loop over blocks of 8 takes the same instructions, so a
+ * pass split across lanes at multiples of 8 gives the same bits on any number of threads. */
+#define MGT_EXP_LO (-87.0f)
+#define MGT_EXP_HI 88.0f
+#define MGT_EXP_POLY(p, r)                                                                         \
+    do {                                                                                           \
+        p = (r) * (1.0f / 5040.0f) + 1.0f / 720.0f;                                                \
+        p = p * (r) + 1.0f / 120.0f;                                                               \
+        p = p * (r) + 1.0f / 24.0f;                                                                \
+        p = p * (r) + 1.0f / 6.0f;                                                                 \
+        p = p * (r) + 0.5f;                                                                        \
+        p = p * (r) + 1.0f;                                                                        \
+        p = p * (r) + 1.0f;                                                                        \
+    } while (0)
+
+static inline float mgt_cpu_exp(float v) {
+    v = v < MGT_EXP_LO ? MGT_EXP_LO : v > MGT_EXP_HI ? MGT_EXP_HI : v;
+    const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    const float r = (v - k * 0.693145751953125f) - k * 1.42860682030941723e-6f;
+    float p;
+    MGT_EXP_POLY(p, r);
+    const uint32_t bits = (uint32_t)((int32_t)k + 127) << 23; /* unsigned: NaN's k shifts too */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* Eight floats (and their bit patterns) as one value; loaded and stored with memcpy, which
+ * compiles to one unaligned vector move. Passed by pointer: a 32-byte vector passed by value
+ * changes the ABI between the clones (GCC's -Wpsabi). */
+typedef float mgt_v8f __attribute__((vector_size(32)));
+typedef int32_t mgt_v8i __attribute__((vector_size(32)));
+typedef uint32_t mgt_v8u __attribute__((vector_size(32)));
+
+/* *v = e^*v, element by element, as mgt_cpu_exp computes it (the blend of a comparison's mask:
+ * NaN compares false, and stays). */
+static inline __attribute__((always_inline)) void mgt_cpu_exp8(mgt_v8f *v) {
+    const mgt_v8f lo = (mgt_v8f){0} + MGT_EXP_LO, hi = (mgt_v8f){0} + MGT_EXP_HI;
+    mgt_v8i m = *v < lo;
+    mgt_v8f x = (mgt_v8f)(((mgt_v8i)lo & m) | ((mgt_v8i)*v & ~m));
+    m = x > hi;
+    x = (mgt_v8f)(((mgt_v8i)hi & m) | ((mgt_v8i)x & ~m));
+    const mgt_v8f k = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const mgt_v8f r = (x - k * 0.693145751953125f) - k * 1.42860682030941723e-6f;
+    mgt_v8f p;
+    MGT_EXP_POLY(p, r);
+    const mgt_v8u bits = (mgt_v8u)(__builtin_convertvector(k, mgt_v8i) + 127) << 23;
+    *v = p * (mgt_v8f)bits;
+}
+
 /* x rounded up to a multiple of q (buffer sizes in floats, channel counts in blocks). */
 static inline size_t mgt_cpu_pad_up(size_t x, size_t q) {
     return (x + q - 1) / q * q;
@@ -120,7 +181,6 @@ void mgt_cpu_relu_rows(int m, int n, int ld, float *c);
  * alike (a ReLU's gradient, act_bwd's, where the mask is the ReLU's output or input). */
 void mgt_cpu_keep_pos_rows(int m, int n, int ld, float *c, const float *mask);
 
-
 typedef struct mgt_cpu_impl {
     /* Scratch for the ops' own use (the convolution's column buffer). 64-byte aligned; only
      * reserve() (re)allocates it, ops never do. NULL / 0 until the first reserve(). */
@@ -140,8 +200,8 @@ void mgt_cpu_colsum(size_t rows, int cols, const float *m, float *out);
 /* cpu_backend.c */
 void mgt_cpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *b, float *y);
-void mgt_cpu_dense_bwd_rows(mgt_backend *be, int n, int in, int out, int r0, int r1,
-                            const float *x, const float *dy, float *dw);
+void mgt_cpu_dense_bwd_rows(mgt_backend *be, int n, int in, int out, int r0, int r1, const float *x,
+                            const float *dy, float *dw);
 void mgt_cpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                        const float *dy, float *dx, float *dw, float *db);
 void mgt_cpu_nhwc_to_chw(mgt_backend *be, int n, int h, int w, int c, const float *x, float *y);
@@ -192,9 +252,8 @@ enum { MGT_CPU_CONVK_FORWARD, MGT_CPU_CONVK_DATA, MGT_CPU_CONVK_FILTER };
 int mgt_cpu_convk_fits(const mgt_conv_shape *s, int pass);
 /* Scratch bytes any pass that fits needs (on up to 8 lanes); 0 when none fits. */
 size_t mgt_cpu_convk_scratch(const mgt_conv_shape *s);
-int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
-                      const mgt_conv_shape *s, const float *x, const float *w, const float *b,
-                      float *y);
+int mgt_cpu_convk_fwd(float *scratch, size_t bytes, mgt_cpu_lanes *lanes, const mgt_conv_shape *s,
+                      const float *x, const float *w, const float *b, float *y);
 int mgt_cpu_convk_bwd_data(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
                            const mgt_conv_shape *s, const float *w, const float *dy, float *dx);
 int mgt_cpu_convk_bwd_filter(float *scratch, size_t bytes, mgt_cpu_lanes *lanes,
@@ -287,8 +346,8 @@ void mgt_cpu_attn_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
                       float *lse);
 void mgt_cpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, const float *y,
                       const float *lse, const float *dy, float *dqkv);
-void mgt_cpu_attn_decode(mgt_backend *be, int c, int heads, int p, const float *q,
-                         const float *kc, const float *vc, float *y);
+void mgt_cpu_attn_decode(mgt_backend *be, int c, int heads, int p, const float *q, const float *kc,
+                         const float *vc, float *y);
 
 /* cpu_clip.c */
 void mgt_cpu_clip_value(mgt_backend *be, size_t n, float *g, float limit);

@@ -357,7 +357,69 @@ static inline float attn_keep(const mgt_attn_shape *s, uint64_t seq, int h, int 
     return mgt_uniform(s->key, ctr) >= s->rate ? 1.0f / (1.0f - s->rate) : 0.0f;
 }
 
+/* The largest of m and row[0 .. n), in 8 running maxima (one vector; a maximum is exact in any
+ * order). */
+static inline __attribute__((always_inline)) float row_max(const float *row, int n, float m) {
+    mgt_v8f acc = (mgt_v8f){0} + m;
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        mgt_v8f v;
+        memcpy(&v, row + j, sizeof v);
+        const mgt_v8i gt = v > acc;
+        acc = (mgt_v8f)(((mgt_v8i)v & gt) | ((mgt_v8i)acc & ~gt));
+    }
+    for (int k = 0; k < 8; k++)
+        m = acc[k] > m ? acc[k] : m;
+    for (; j < n; j++)
+        m = row[j] > m ? row[j] : m;
+    return m;
+}
+
+/* row[j] = e^(row[j] - m) for j < n (mgt_cpu_exp8 on blocks of 8, mgt_cpu_exp on the rest), and
+ * their sum: 8 running sums added in a fixed order, then the rest, so it depends on n alone. */
+static inline __attribute__((always_inline)) float row_exp_sum(float *row, int n, float m) {
+    mgt_v8f acc = {0};
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        mgt_v8f v;
+        memcpy(&v, row + j, sizeof v);
+        v -= m;
+        mgt_cpu_exp8(&v);
+        memcpy(row + j, &v, sizeof v);
+        acc += v;
+    }
+    float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; j < n; j++) {
+        row[j] = mgt_cpu_exp(row[j] - m);
+        sum += row[j];
+    }
+    return sum;
+}
+
+/* Backward's weights and score gradients for one query row of n keys, without dropout:
+ * p = e^(s - lse), dS = p (dP - D), in place of s and dP. */
+static inline __attribute__((always_inline)) void row_softmax_grad(float *pr, float *dpr, int n,
+                                                                   float lse, float D) {
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        mgt_v8f p, dp;
+        memcpy(&p, pr + j, sizeof p);
+        memcpy(&dp, dpr + j, sizeof dp);
+        p -= lse;
+        mgt_cpu_exp8(&p);
+        dp = p * (dp - D);
+        memcpy(pr + j, &p, sizeof p);
+        memcpy(dpr + j, &dp, sizeof dp);
+    }
+    for (; j < n; j++) {
+        const float p = mgt_cpu_exp(pr[j] - lse);
+        dpr[j] = p * (dpr[j] - D);
+        pr[j] = p;
+    }
+}
+
 /* Forward of one (sequence b, head h). */
+MGT_SIMD
 static void attn_fwd_one(const attn_job *jb, float *ws, int b, int h) {
     const mgt_attn_shape *s = jb->s;
     const int t = s->t, c = s->c, d = c / s->heads, ld = 3 * c;
@@ -381,16 +443,10 @@ static void attn_fwd_one(const attn_job *jb, float *ws, int b, int h) {
                 /* causal: keys after the query are not part of its softmax */
                 int jn = s->causal && i0 + i - j0 + 1 < bk ? i0 + i - j0 + 1 : bk;
                 jn = jn < 0 ? 0 : jn;
-                float m = mx[i];
-                for (int j = 0; j < jn; j++)
-                    m = row[j] > m ? row[j] : m;
+                const float m = row_max(row, jn, mx[i]);
                 /* 0 for the first block (mx -inf); 1 while no key has been seen */
-                const float corr = m == -INFINITY ? 1.0f : expf(mx[i] - m);
-                float ps = 0.0f;
-                for (int j = 0; j < jn; j++) {
-                    row[j] = expf(row[j] - m);
-                    ps += row[j];
-                }
+                const float corr = m == -INFINITY ? 1.0f : mgt_cpu_exp(mx[i] - m);
+                const float ps = row_exp_sum(row, jn, m);
                 for (int j = jn; j < bk; j++)
                     row[j] = 0.0f;
                 sum[i] = sum[i] * corr + ps;
@@ -417,6 +473,7 @@ static void attn_fwd_one(const attn_job *jb, float *ws, int b, int h) {
 }
 
 /* Backward of one (sequence b, head h): dq, dk, dv of the head's channels of dqkv. */
+MGT_SIMD
 static void attn_bwd_one(const attn_job *jb, float *ws, int b, int h) {
     const mgt_attn_shape *s = jb->s;
     const int t = s->t, c = s->c, d = c / s->heads, ld = 3 * c;
@@ -457,13 +514,17 @@ static void attn_bwd_one(const attn_job *jb, float *ws, int b, int h) {
                                : i0 + i - j0 + 1 < 0  ? 0
                                : i0 + i - j0 + 1 < bk ? i0 + i - j0 + 1
                                                       : bk;
-                const float l = lse[i0 + i];
-                for (int j = 0; j < jn; j++) {
-                    const float p = expf(pr[j] - l);
-                    const float keep = drop ? attn_keep(s, (uint64_t)b, h, i0 + i, j0 + j) : 1.0f;
-                    /* dS = P (dP keep - D); P keep enters dV */
-                    dpr[j] = p * (dpr[j] * keep - Dall[i]);
-                    pr[j] = p * keep;
+                const float l = lse[i0 + i], D = Dall[i];
+                if (drop) {
+                    for (int j = 0; j < jn; j++) {
+                        const float p = mgt_cpu_exp(pr[j] - l);
+                        const float keep = attn_keep(s, (uint64_t)b, h, i0 + i, j0 + j);
+                        /* dS = P (dP keep - D); P keep enters dV */
+                        dpr[j] = p * (dpr[j] * keep - D);
+                        pr[j] = p * keep;
+                    }
+                } else {
+                    row_softmax_grad(pr, dpr, jn, l, D);
                 }
                 for (int j = jn; j < bk; j++)
                     pr[j] = dpr[j] = 0.0f;
@@ -540,8 +601,8 @@ void mgt_cpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
 /* One query against the cache (generation): per head, the scores of positions 0 .. p, their
  * softmax (the maximum subtracted, the sum in double) and the weighted sum of the values, on the
  * calling thread (a position's work is small: heads x p x d). */
-void mgt_cpu_attn_decode(mgt_backend *be, int c, int heads, int p, const float *q,
-                         const float *kc, const float *vc, float *y) {
+void mgt_cpu_attn_decode(mgt_backend *be, int c, int heads, int p, const float *q, const float *kc,
+                         const float *vc, float *y) {
     (void)be;
     const int d = c / heads;
     const float scale = 1.0f / sqrtf((float)d);

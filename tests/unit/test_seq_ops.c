@@ -10,7 +10,8 @@
  *   layernorm_fwd / layernorm_bwd mean and 1/std saved, dx, dgamma, dbeta
  *   attn_fwd / attn_bwd           causal and full, several heads, t not a multiple of the
  *                                 64-position blocks, with and without dropout
- *   xent_sparse's scale           the gradient and the sums of a sequence's mean loss */
+ *   xent_sparse's scale           the gradient and the sums of a sequence's mean loss
+ *   xent_sparse over a vocabulary rows in blocks on the lanes, k not a multiple of 8 */
 #define OPCHECK_KEY 0x5345514f5053ULL /* "SEQOPS" */
 #include "fdcheck.h"
 #include "opcheck.h"
@@ -152,8 +153,9 @@ static void test_gelu(mgt_act act) {
         rg[i] = d * dy[i];
         ag[i] = ad * fabs(dy[i]);
     }
-    /* a handful of roundings per element, and erff/tanhf/expf within 2 ulp (glibc's bounds):
-     * k = 12 covers them */
+    /* a handful of roundings per element, erff and expf within 2 ulp (glibc's bounds), and
+     * the tanh form's exponential within 2 ulp too (mgt_cpu_exp8, cpu_internal.h): k = 12 covers
+     * them */
     double r = bound_ratio(y, ry, ay, N, 12);
     CHECK(r <= 1, "gelu %d forward: off by %.3g of its rounding bound", act, r);
     r = bound_ratio(dx, rg, ag, N, 16);
@@ -436,6 +438,70 @@ static void test_xent_scale(void) {
           s1[2]);
 }
 
+/* ---- the loss over a vocabulary: blocks of rows on the lanes ----
+ * n rows of k logits (k not a multiple of 8: the rows' vector part and their last few), one label
+ * out of range, against double: lse = mx + log sum e^(l - mx), p_j = e^(l_j - lse), the row's
+ * loss lse - l[label]. A probability rounds in the subtraction l_j - mx (relative error up to
+ * |l_j - mx| u in e^), in the exponential (2 u, cpu_internal.h), the sum's reciprocal and the
+ * product: k = 8 on p_j (1 + |l_j - mx|); the gradient one subtraction more, on p_j + t_j. A
+ * row's loss: lse from float exponentials (2 u each, relative to their sum), a logarithm and a
+ * subtraction, summed in double and rounded once to float: k = 8 on the sum of |lse| + |l|. The
+ * correct and top-5 counts are the reference's exactly (random logits have no ties). Two lanes
+ * give the same bits (the sums too: the blocks follow from the row count). */
+static void test_xent_vocab(int n, int k) {
+    const size_t cnt = (size_t)n * k;
+    float *l = fbuf(cnt), *p1 = fbuf(cnt), *d1 = fbuf(cnt), *p2 = fbuf(cnt), *d2 = fbuf(cnt);
+    int32_t *lab = tmp_alloc(sizeof(int32_t) * (size_t)n, 0);
+    fill(l, cnt, -4, 4);
+    for (int i = 0; i < n; i++)
+        lab[i] = i == n / 2 ? -1 : (int32_t)(mgt_rand64(OPCHECK_KEY, g_ctr++) % (uint64_t)k);
+    float s1[3] = {0}, s2[3] = {0};
+    be1.ops->xent_sparse(&be1, n, k, l, lab, p1, d1, 1.0f, 0.0f, s1);
+    be2.ops->xent_sparse(&be2, n, k, l, lab, p2, d2, 1.0f, 0.0f, s2);
+    CHECK(same_bits(p1, p2, cnt) && same_bits(d1, d2, cnt) && same_bits(s1, s2, 3),
+          "xent_sparse %d x %d: 2 lanes differ from 1", n, k);
+    double *rp = dbuf(cnt), *ap = dbuf(cnt), *rd = dbuf(cnt), *ad = dbuf(cnt);
+    double loss = 0, aloss = 0;
+    long correct = 0, top5 = 0;
+    for (int i = 0; i < n; i++) {
+        const float *r = l + (size_t)i * k;
+        double mx = r[0], se = 0;
+        int best = 0;
+        for (int j = 1; j < k; j++)
+            if (r[j] > mx)
+                mx = r[j], best = j;
+        for (int j = 0; j < k; j++)
+            se += exp(r[j] - mx);
+        const double lse = mx + log(se);
+        int ahead = 0;
+        for (int j = 0; j < k; j++) {
+            const size_t at = (size_t)i * k + j;
+            const double pj = exp(r[j] - lse), t = j == lab[i];
+            rp[at] = pj;
+            ap[at] = pj * (1 + fabs(r[j] - mx));
+            rd[at] = lab[i] < 0 ? 0 : pj - t;
+            ad[at] = ap[at] + t;
+            ahead += lab[i] >= 0 && r[j] > r[lab[i]];
+        }
+        if (lab[i] >= 0) {
+            loss += lse - r[lab[i]];
+            aloss += fabs(lse) + fabs(r[lab[i]]);
+            correct += best == lab[i];
+            top5 += ahead < 5;
+        }
+    }
+    double q = bound_ratio(p1, rp, ap, cnt, 8);
+    CHECK(q <= 1, "xent_sparse %d x %d probabilities: off by %.3g of their rounding bound", n, k,
+          q);
+    q = bound_ratio(d1, rd, ad, cnt, 9);
+    CHECK(q <= 1, "xent_sparse %d x %d gradient: off by %.3g of its rounding bound", n, k, q);
+    CHECK(near(s1[0], loss, 8, aloss), "xent_sparse %d x %d: loss sum %.7g, expected %.7g", n, k,
+          s1[0], loss);
+    CHECK(s1[1] == (float)correct && s1[2] == (float)top5,
+          "xent_sparse %d x %d: %g correct and %g in the top 5, expected %ld and %ld", n, k, s1[1],
+          s1[2], correct, top5);
+}
+
 /* ---- AdamW ---- */
 
 /* Three steps of AdamW against PyTorch's formulas in double (optim_math.h), and its decay
@@ -510,6 +576,8 @@ int main(void) {
     test_attention(2, 67, 8, 1, 0, 0.0f);   /* not causal */
     test_attention(1, 66, 16, 4, 1, 0.25f); /* dropout on the weights */
     test_xent_scale();
+    test_xent_vocab(200, 1003); /* 13 blocks of 16 rows, split over the lanes */
+    test_xent_vocab(37, 250);   /* the exponentials kept for the second pass (k <= 256) */
     test_adamw();
     mgt_backend_destroy(&be1);
     mgt_backend_destroy(&be2);
