@@ -9,6 +9,8 @@
 #    (--count-params), and trains a few steps through either batch path (tensor indexing, the
 #    DataLoader with a DistributedSampler, on 1 and 2 processes), each JSON line naming its path,
 #    its parameters and the steps it ran.
+#    bench/torch_gpt.py (the language-model benchmarks' twin) counts mgtrain's parameters of a
+#    GPT and, from the weights it writes, gives mgtrain's first three losses on the same windows.
 # 2. Arguments the peers refuse, in one line each: a global batch that does not split over the
 #    processes, the DataLoader on a graph model, and Keras on more than one process (refused
 #    before TensorFlow is imported, so this runs without it).
@@ -47,6 +49,40 @@ sys.exit(0 if ok else 1)" "$out"; then
     ok "torch_peer --batches $1 on $2 process(es): 3 steps, its path and parameters in its JSON"
   else bad "torch_peer --batches $1 --world $2:"; tail -5 <<<"$out"; fi
 done
+
+# 1b. bench/torch_gpt.py, the language-model benchmarks' PyTorch twin (bench/lm_peer, lm_learn):
+# the tests' GPT without dropout, on AdamW with weight decay, started on both sides from the
+# weights torch_gpt writes, on byte shards of a text: the same parameter count, and the same loss
+# at each of three steps, which holds only if the weights' names and layouts, the model and the
+# windows' order (torch_gpt's port of mgtrain's shuffle) are mgtrain's (another seed's windows:
+# 1.4e-3 relative at the first step), and AdamW's update is PyTorch's on both sides. Each loss
+# is a float32 mean over 4 x 32 positions of 256 logits from dot products of at most 128 terms
+# (each within gamma_128 = 7.6e-6 relative); the AdamW steps between them are
+# lr m / (sqrt(v) + eps) of gradients equal to rounding, which moves the weights alike except
+# where |g| is near eps. 3e-5 relative, 4 gamma_128, covers the forward pass's rounding. About
+# 10 s.
+sed '/^\[dropout\]/,/^rate/d; /^dropout = /d; s/^optimizer = adam$/optimizer = adamw\nweight_decay = 0.1/' \
+  "$MGT_SRC/tests/cli/lm_tiny.cfg" >gpt.cfg
+for i in $(seq 1 300); do echo "line $i: a fortune is a small text, and this one is number $((i * 7 % 31))"; done >gpt.txt
+"$MGT_BIN" convert --text gpt.txt gpt-tok >/dev/null 2>&1 || bad "convert --text for torch_gpt"
+want=$("$MGT_BIN" summary --model gpt.cfg | sed -n 's/^Trainable params: *\([0-9,]*\).*/\1/p' | tr -d ,)
+got=$("$PY" "$B/torch_gpt.py" --model gpt.cfg --count-params | "$PY" -c "import json,sys; print(json.load(sys.stdin)['params'])")
+[ -n "$want" ] && [ "$got" = "$want" ] && ok "torch_gpt: $got trainable parameters, as mgtrain summary" ||
+  bad "torch_gpt: $got trainable parameters, mgtrain summary '$want'"
+port=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+"$PY" "$B/torch_gpt.py" --model gpt.cfg --save-init gpt-init.safetensors --init-only &&
+  out=$(timeout 120 "$PY" "$B/torch_gpt.py" --model gpt.cfg --data gpt-tok --batch-size 4 --max-steps 3 \
+        --init-weights gpt-init.safetensors --log-losses --no-validation --port $port 2>&1) &&
+  "$MGT_BIN" train --model gpt.cfg --data gpt-tok --batch-size 4 --max-steps 3 --init-weights gpt-init.safetensors \
+    --log-every 1 --no-validation --verbose 0 --out gpt-run >gpt-run.log 2>&1 ||
+  { bad "torch_gpt and mgtrain from the same weights"; tail -5 <<<"$out"; tail -5 gpt-run.log; }
+"$PY" - "$out" gpt-run/metrics_steps.jsonl <<'PY' && ok "torch_gpt and mgtrain from the same weights on the same windows: the same losses at each of 3 AdamW steps" || bad "torch_gpt's losses are not mgtrain's"
+import json, sys
+t = json.loads([l for l in sys.argv[1].splitlines() if l.startswith("{")][-1])["losses"]
+m = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+print("torch_gpt", t, "mgtrain", m)
+assert len(t) == len(m) == 3 and all(abs(a - b) <= 3e-5 * abs(b) for a, b in zip(t, m)), (t, m)
+PY
 
 # 2. what the peers refuse
 expect_fail "torch_peer: a batch that does not split over the processes" "--batch-size 255 does not split evenly over --world 2" \
