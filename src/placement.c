@@ -109,17 +109,33 @@ void mgt_place_init(mgt_placement *p, mgt_runtime *rt, const mgt_place_opts *o) 
                    : mgt_gpu_count(why, sizeof why);
     /* Without NVIDIA's kernel driver the CUDA runtime says its driver is "insufficient", which
      * reads as a version problem: say what is missing instead. */
+    char none[512] = "";
+    if (ngpu <= 0)
+        snprintf(none, sizeof none, "no usable GPU on %s: %s (%s)", rt->host,
+                 access("/proc/driver/nvidia/version", F_OK) != 0 ? "no NVIDIA driver or GPU found"
+                 : ngpu == 0                                      ? "no device is visible"
+                                                                  : "CUDA cannot use it",
+                 ngpu == 0 ? "the CUDA runtime sees 0 devices" : why);
     if (ngpu <= 0 && asked)
-        mgt_die_all("%s: no usable GPU on %s: %s (%s); run with --device cpu",
-                    nids ? "--gpus" : "--device gpu", rt->host,
-                    access("/proc/driver/nvidia/version", F_OK) != 0
-                        ? "no NVIDIA driver or GPU found"
-                    : ngpu == 0 ? "no device is visible"
-                                : "CUDA cannot use it",
-                    ngpu == 0 ? "the CUDA runtime sees 0 devices" : why);
+        mgt_die_all("%s: %s; run with --device cpu", nids ? "--gpus" : "--device gpu", none);
     if (ngpu > 0) {
         start_gpu(p, rt, o, pick_gpu(rt, o, ngpu));
         return;
+    }
+    /* --device auto where a GPU may be (the driver's files or library are there) but none can be
+     * used: a CPU run that was not wanted, said once with the reason (a driver older than the
+     * CUDA the backend was built with, a GPU library missing, no device visible). Where no sign of
+     * a GPU exists the CPU is simply the device, and nothing is said. */
+    if (o->device == MGT_DEVICE_AUTO && why[0]) {
+        if (o->bf16)
+            mgt_die_all("--precision bf16 is for GPUs, and --device auto found none: %s; fix that, "
+                        "or leave --precision out to train in fp32 on the CPU",
+                        none);
+        if (rt->rank == 0)
+            fprintf(stderr,
+                    "notice: --device auto trains on the CPU: %s; --device gpu makes this an "
+                    "error, --device cpu says the CPU is meant\n",
+                    none);
     }
 #else
     if (o->device == MGT_DEVICE_GPU || nids)
