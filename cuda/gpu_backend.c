@@ -15,11 +15,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpu.h"
 #include "gpu_internal.h"
@@ -62,77 +60,6 @@ void mgt_gpu_describe(int device, char *buf, size_t n) {
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
 }
 
-/* ---- waiting --------------------------------------------------------------------------------- */
-
-void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev) {
-    if (im->capturing) { /* no wait can be recorded: the capture fails, the ops run again */
-        im->capture_broken = "a wait for the device";
-        return;
-    }
-    const double t0 = mgt_now();
-    for (int polls = 0;; polls++) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess)
-            return;
-        if (e != cudaErrorNotReady)
-            mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaEventQuery", __FILE__, __LINE__);
-        if (im->watch)
-            im->watch(im->watch_ctx, mgt_now() - t0);
-        /* Spin briefly (most waits are short: a metric read), then sleep between polls so a long
-         * wait does not hold a core the loader thread could use. */
-        if (polls < 200) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 20 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
-}
-
-/* Waits until everything queued on the compute stream so far has run. */
-static void drain(mgt_gpu_impl *im) {
-    GPU_CHECK(CUDA, cudaEventRecord(im->wait_ev, im->stream));
-    mgt_gpu_wait_event(im, im->wait_ev);
-}
-
-/* ---- memory -------------------------------------------------------------------------------- */
-
-/* An allocation that failed for lack of memory: one line with the numbers (the caller, which
- * knows what the memory was for, words the error that ends the job). */
-static void note_oom(size_t bytes, const char *what) {
-    size_t free_b = 0, total_b = 0;
-    (void)cudaGetLastError();
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-        free_b = total_b = 0;
-    fprintf(stderr,
-            "rank %d: cudaMalloc of %.1f MiB for %s failed: %.1f MiB free of %.1f MiB on this "
-            "GPU; a smaller per-GPU batch needs less\n",
-            mgt_gpu_rank(), (double)bytes / 1048576.0, what, (double)free_b / 1048576.0,
-            (double)total_b / 1048576.0);
-    fflush(stderr);
-}
-
-/* cudaMalloc that returns NULL (after note_oom) when memory runs out and ends the job on any
- * other error (a sticky fault from an earlier kernel, say). */
-static void *dev_malloc(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-    if (e == cudaErrorMemoryAllocation) {
-        note_oom(bytes, what);
-        return NULL;
-    }
-    if (e != cudaSuccess)
-        mgt_gpu_fail(MGT_GPU_CUDA, (int)e, "cudaMalloc", __FILE__, __LINE__);
-    return p;
-}
-
-static void account(mgt_gpu_impl *im, size_t add, size_t sub) {
-    im->mem_now += add;
-    if (im->mem_now > im->mem_peak)
-        im->mem_peak = im->mem_now;
-    im->mem_now -= sub;
-}
-
 /* Linked in (the GPU tests, the emulated build): at hand. In libmgt_gpu.so, gpu_load.c answers. */
 int mgt_gpu_loadable(void) {
     return 1;
@@ -168,27 +95,30 @@ static void *gpu_alloc(mgt_backend *be, size_t bytes) {
             return NULL;
         im->alloc_cap = cap;
     }
-    void *p = dev_malloc(bytes, "a tensor");
+    void *p = mgt_gpu_malloc(bytes, "a tensor");
     if (!p)
         return NULL;
     GPU_CHECK(CUDA, cudaMemsetAsync(p, 0, bytes ? bytes : 1, im->stream));
     im->alloc_p[im->nalloc] = p;
     im->alloc_n[im->nalloc++] = bytes ? bytes : 1;
-    account(im, bytes ? bytes : 1, 0);
+    mgt_gpu_account(im, bytes ? bytes : 1, 0);
     return p;
 }
 
-/* Drains the streams first: queued work may still use p (never called in the step loop). */
+/* Every stream drained first, by polled waits: queued work may still use p, and cudaFree waits
+ * for the whole device, a collective whose peer died included, with no --comm-timeout (never
+ * called in the step loop). */
 static void gpu_free(mgt_backend *be, void *p) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     if (!p)
         return;
-    drain(im);
-    GPU_CHECK(CUDA, cudaStreamSynchronize(im->copy_stream));
-    GPU_CHECK(CUDA, cudaFree(p));
+    for (int i = 0; i < im->nalloc; i++)
+        if (im->alloc_p[i] == p)
+            mgt_gpu_weights_forget(im, p, im->alloc_n[i]); /* copies of weights that lived there */
+    mgt_gpu_free_now(im, p);
     for (int i = 0; i < im->nalloc; i++)
         if (im->alloc_p[i] == p) {
-            account(im, 0, im->alloc_n[i]);
+            mgt_gpu_account(im, 0, im->alloc_n[i]);
             im->alloc_p[i] = im->alloc_p[--im->nalloc];
             im->alloc_n[i] = im->alloc_n[im->nalloc];
             break;
@@ -206,41 +136,47 @@ static void *gpu_host_alloc(mgt_backend *be, size_t bytes) {
     return p;
 }
 
+/* cudaFreeHost waits for the whole device, as cudaFree does: the streams drained first. */
 static void gpu_host_free(mgt_backend *be, void *p) {
-    (void)be;
-    if (p)
-        GPU_CHECK(CUDA, cudaFreeHost(p)); /* waits for the copies that read it */
+    if (!p)
+        return;
+    mgt_gpu_quiesce(mgt_gpu_impl_of(be));
+    GPU_CHECK(CUDA, cudaFreeHost(p));
 }
 
 static void gpu_to_device(mgt_backend *be, void *dst, const void *src, size_t bytes) {
+    cudaStream_t st = mgt_gpu_impl_of(be)->stream;
+    mgt_gpu_weights_written(mgt_gpu_impl_of(be), dst, bytes);
     if (bytes)
-        GPU_CHECK(CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
-                                        mgt_gpu_impl_of(be)->stream));
+        GPU_CHECK_ON(st, CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
 }
 
 /* The wait for the work before the copy is polled; the copy itself, queued on an idle stream,
  * cannot then wait on anything. */
 static void gpu_to_host(mgt_backend *be, void *dst, const void *src, size_t bytes) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    drain(im);
+    mgt_gpu_drain(im);
     if (bytes)
         GPU_CHECK(CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
     GPU_CHECK(CUDA, cudaStreamSynchronize(im->stream));
 }
 
 static void gpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes) {
+    cudaStream_t st = mgt_gpu_impl_of(be)->stream;
+    mgt_gpu_weights_written(mgt_gpu_impl_of(be), dst, bytes);
     if (bytes && dst != src)
-        GPU_CHECK(CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                                        mgt_gpu_impl_of(be)->stream));
+        GPU_CHECK_ON(st, CUDA, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
 }
 
 static void gpu_zero(mgt_backend *be, void *p, size_t bytes) {
+    cudaStream_t st = mgt_gpu_impl_of(be)->stream;
+    mgt_gpu_weights_written(mgt_gpu_impl_of(be), p, bytes);
     if (bytes)
-        GPU_CHECK(CUDA, cudaMemsetAsync(p, 0, bytes, mgt_gpu_impl_of(be)->stream));
+        GPU_CHECK_ON(st, CUDA, cudaMemsetAsync(p, 0, bytes, st));
 }
 
 static void gpu_sync(mgt_backend *be) {
-    drain(mgt_gpu_impl_of(be));
+    mgt_gpu_drain(mgt_gpu_impl_of(be));
 }
 
 /* ---- staging and timing ---------------------------------------------------------------------- */
@@ -260,7 +196,7 @@ static void gpu_stage(mgt_backend *be, int slot, int count, void *const *dst,
 
 static void gpu_stage_release(mgt_backend *be, int slot) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    GPU_CHECK(CUDA, cudaEventRecord(im->released[slot], im->stream));
+    GPU_CHECK_ON(im->stream, CUDA, cudaEventRecord(im->released[slot], im->stream));
     im->released_set[slot] = 1;
 }
 
@@ -271,7 +207,7 @@ static void gpu_stage_wait(mgt_backend *be, int slot) {
 
 static void gpu_time_mark(mgt_backend *be, int set, int point) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    GPU_CHECK(CUDA, cudaEventRecord(im->timing[set][point], im->stream));
+    GPU_CHECK_ON(im->stream, CUDA, cudaEventRecord(im->timing[set][point], im->stream));
 }
 
 /* sec[i] = seconds from ev[0] to ev[i], i < n, once ev[n - 1] has run (waited for). */
@@ -370,59 +306,53 @@ static int gpu_replay(mgt_backend *be, int g) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     if (!im->graph[g])
         return -1;
+    mgt_gpu_weights_refresh(im); /* a graph may read the weights' copies without making them */
     GPU_CHECK(CUDA, cudaGraphLaunch((cudaGraphExec_t)im->graph[g], im->stream));
     return 0;
 }
 
-/* Grows the workspace to `bytes` (never shrinks; the content is not kept). The stream is drained
- * first: queued kernels may still use the old buffer. Returns -1 when the memory cannot be had
- * even with the old buffer freed (then there is no workspace at all). */
-static int grow_workspace(mgt_gpu_impl *im, size_t bytes) {
-    if (bytes <= im->ws_bytes)
-        return 0;
-    if (im->capturing) { /* no allocation can be recorded: the capture fails, as above */
-        im->capture_broken = "the workspace's growth";
-        return 0;
-    }
-    size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-    drain(im);
-    /* the graphs hold the old workspace's addresses: they go with it (replay says so) */
-    for (int g = 0; g < MGT_GRAPHS; g++)
-        if (im->graph[g]) {
-            GPU_CHECK(CUDA, cudaGraphExecDestroy((cudaGraphExec_t)im->graph[g]));
-            im->graph[g] = NULL;
-        }
-    void *p = NULL;
-    if (cudaMalloc(&p, rounded) != cudaSuccess) {
-        /* perhaps only without the old buffer beside it */
-        (void)cudaGetLastError();
-        if (im->ws)
-            GPU_CHECK(CUDA, cudaFree(im->ws));
-        account(im, 0, im->ws_bytes);
-        im->ws = NULL;
-        im->ws_bytes = 0;
-        if (!(p = dev_malloc(rounded, "the convolution workspace")))
-            return -1;
-        account(im, rounded, 0);
-    } else {
-        account(im, rounded, im->ws_bytes); /* both were held for a moment */
-        if (im->ws)
-            GPU_CHECK(CUDA, cudaFree(im->ws));
-    }
-    im->ws = p;
-    im->ws_bytes = rounded;
-    return 0;
-}
-
 static int gpu_reserve(mgt_backend *be, size_t bytes) {
-    return grow_workspace(mgt_gpu_impl_of(be), bytes);
+    return mgt_gpu_reserve_workspace(mgt_gpu_impl_of(be), bytes);
 }
 
-void *mgt_gpu_workspace(mgt_backend *be, size_t bytes) {
+double mgt_gpu_copy_rate(mgt_backend *be, char *name, size_t n) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    if (grow_workspace(im, bytes) < 0)
-        mgt_gpu_fail_oom(bytes, "growing the convolution workspace", __FILE__, __LINE__);
-    return im->ws;
+    struct cudaDeviceProp prop;
+    if (n && cudaGetDeviceProperties(&prop, im->device) == cudaSuccess)
+        snprintf(name, n, "%s", prop.name);
+    if (im->copy_bps > 0 || im->capturing)
+        return im->copy_bps;
+    /* 256 MiB each way (several times the 50-60 MB of an H100's or H200's L2), less where the
+     * GPU has not 3 times that free; one copy to warm up, then 4 timed */
+    size_t bytes = (size_t)256 << 20, free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        free_b = 0;
+    while (bytes > ((size_t)1 << 20) && 3 * bytes > free_b)
+        bytes /= 2;
+    char *p = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (cudaMalloc((void **)&p, 2 * bytes) != cudaSuccess ||
+        cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+    } else {
+        enum { REPS = 4 };
+        GPU_CHECK(CUDA, cudaMemcpyAsync(p + bytes, p, bytes, cudaMemcpyDeviceToDevice, im->stream));
+        GPU_CHECK(CUDA, cudaEventRecord(ev[0], im->stream));
+        for (int i = 0; i < REPS; i++)
+            GPU_CHECK(CUDA, cudaMemcpyAsync(i % 2 ? p : p + bytes, i % 2 ? p + bytes : p, bytes,
+                                            cudaMemcpyDeviceToDevice, im->stream));
+        GPU_CHECK(CUDA, cudaEventRecord(ev[1], im->stream));
+        mgt_gpu_wait_event(im, ev[1]);
+        float ms = 0;
+        GPU_CHECK(CUDA, cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        if (ms > 0)
+            im->copy_bps = 2.0 * (double)bytes * REPS / (1e-3 * (double)ms);
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i])
+            (void)cudaEventDestroy(ev[i]);
+    mgt_gpu_free_now(im, p);
+    return im->copy_bps;
 }
 
 /* --profile's account of the backend's choices: the arithmetic, then the convolutions'. */
@@ -453,6 +383,7 @@ static void gpu_destroy(mgt_backend *be) {
         if (im->copy_stream)
             (void)cudaStreamSynchronize(im->copy_stream);
         mgt_gpu_conv_cache_free(im);
+        mgt_gpu_weights_free(im);
         for (int g = 0; g < MGT_GRAPHS; g++)
             if (im->graph[g])
                 (void)cudaGraphExecDestroy((cudaGraphExec_t)im->graph[g]);
@@ -633,7 +564,7 @@ int mgt_gpu_backend_init(mgt_backend *be, int device, int math, mgt_err *err) {
     INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.a, sizeof(double) * MGT_GPU_PART_CAP));
     INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.b, sizeof(double) * MGT_GPU_PART_CAP));
     INIT_CHECK(CUDA, cudaMalloc((void **)&im->part.c, sizeof(double) * MGT_GPU_PART_CAP));
-    account(im, MGT_GPU_BLAS_WS + 3 * sizeof(double) * MGT_GPU_PART_CAP, 0);
+    mgt_gpu_account(im, MGT_GPU_BLAS_WS + 3 * sizeof(double) * MGT_GPU_PART_CAP, 0);
     INIT_CHECK(CUDA, cudaStreamSynchronize(im->stream));
     return 0;
 fail:

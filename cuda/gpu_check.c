@@ -101,3 +101,17 @@ void mgt_gpu_fail(mgt_gpu_lib lib, int status, const char *call, const char *fil
     mgt_die("%s failed at %s:%d on GPU %d: %s%s", call, file, line, current_device(),
             mgt_gpu_status_text(lib, status, text, sizeof text), advice(lib, status));
 }
+
+int mgt_gpu_capture_lost(cudaStream_t st) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusInvalidated)
+        return 0;
+    (void)cudaGetLastError(); /* the capture's failure, which capture_end reports */
+    return 1;
+}
+
+void mgt_gpu_fail_on(cudaStream_t st, mgt_gpu_lib lib, int status, const char *call,
+                     const char *file, int line) {
+    if (!mgt_gpu_capture_lost(st))
+        mgt_gpu_fail(lib, status, call, file, line);
+}

@@ -2,13 +2,24 @@
  *
  * Layouts. Activations stay NHWC, as everywhere in mgtrain. The filter is given to cuDNN in NHWC
  * ("KRSC", [oc][kh][kw][c]) too, the format cuDNN pairs with NHWC activations (as PyTorch's
- * channels_last does); the OIHW weights are transposed into the workspace before each call and
- * dW transposed back after (a few KB to MB, next to the convolution itself). When c == 1 or
- * kh*kw == 1 the two layouts are the same bytes and nothing is transposed. Plain float (no TF32,
+ * channels_last does): a copy of the OIHW weights kept in that layout (and type) and made up to
+ * date once after each update (gpu_weights.c), not at each call; cuDNN's dW comes out KRSC into
+ * the workspace and is brought back (transposed, widened, its padded channels left out) in one
+ * pass. When c == 1 or kh*kw == 1 the two layouts are the same bytes: a float run then gives
+ * cuDNN the weights and dW themselves. Plain float (no TF32,
  * no bf16, not --reproducible) may also run NCHW, where cuDNN has far more algorithms (Winograd,
  * FFT, ...): the activations are then copied to NCHW in the workspace and the output back (the
  * bias added after), and the filter is the weights' own OIHW. Which layout a direction runs is
  * measured, the copies' time included (below).
+ *
+ * Channels. cuDNN's tensor-core kernels for NHWC data want the channels in whole 16-byte vectors
+ * (8 bfloat16 or 4 floats); with fewer, as a network's first convolution has (3 colours, or one
+ * grey channel), cuDNN 9 runs CUDA-core kernels (seen on an H100: DEFAULT_MATH for 1, 2, 3 and 5
+ * channels in bfloat16), far slower on the largest images of the network. With tensor-op math
+ * (bfloat16, or TF32), a plan whose c is not such a multiple gives cuDNN cp channels, c rounded up
+ * to it: x copied into the workspace with zero channels after its own, the filter's copy with zero
+ * weights there, the padded part of dx and dW left out. The extra products are exact zeros: the
+ * results are the unpadded convolution's.
  *
  * Padding. cuDNN pads symmetrically (pad_top = pad_bottom). Keras' "same" is asymmetric when the
  * total padding is odd (even kernels, stride 2 on even sizes: the extra row/column at the
@@ -50,25 +61,26 @@
  * --precision bf16. Activations are bfloat16 there (backend.h): x, y, dy and dx come and go in
  * bfloat16, and the descriptors are bfloat16 with float compute (cuDNN's PSEUDO_BFLOAT16_CONFIG:
  * x, w and y bfloat16, accumulation in float, each output rounded once to bfloat16), with
- * tensor-op math; such a run is never NCHW. Only the weights are float: rounded into a bfloat16
- * copy in the workspace before each call (after the filter transpose), and cuDNN's bfloat16 dW
- * widened back to float (before its transpose); the explicit padding and the crop move bfloat16
- * values. A direction of a shape for which cuDNN offers no bfloat16 algorithm, or refuses every
- * one it offered, runs on float descriptors instead (the plan keeps both sets), with a notice,
- * and the log says so: its bfloat16 inputs are widened into float copies in the workspace and its
- * outputs rounded back.
+ * tensor-op math; such a run is never NCHW. Only the weights are float: their kept copy is
+ * bfloat16 (rounded once per update, gpu_weights.c), and cuDNN's bfloat16 dW is widened back to
+ * float as it is transposed; the explicit padding and the crop move bfloat16 values. A direction of
+ * a shape for which cuDNN offers no bfloat16 algorithm, or refuses every one it offered, runs on
+ * float descriptors instead (the plan keeps both sets), with a notice, and the log says so: its
+ * bfloat16 inputs are widened into float copies in the workspace and its outputs rounded back.
  *
  * This is the one file that calls the deprecated-marked classic API (silenced just here). Its
- * helper kernels (filter transposes, padding, cropping, bias rows, bias gradients) are the
- * layout, dense and reduce families'. */
+ * helper kernels (filter layouts, padding, cropping, bias rows, bias gradients) are the layout,
+ * dense and reduce families'; the weights' copies are gpu_weights.c's. */
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #endif
 
 #include <cudnn.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu.h"
 #include "gpu_internal.h"
@@ -90,6 +102,8 @@ typedef struct conv_cand {
     int nchw;   /* runs on NCHW copies of the activations (float only: see "Layouts" above) */
     float ms;   /* measured (cudnnFind*AlgorithmEx, with the NCHW copies), or < 0: not measured */
     int cached; /* taken from the --algo-cache file (measured by an earlier run) */
+    int from_n; /* > 0: measured for this shape at that batch size (from_sibling) */
+    int shared; /* measured by the rank of this GPU that measures (mgt_gpu_share_measurements) */
 } conv_cand;
 
 typedef struct conv_plan {
@@ -97,6 +111,8 @@ typedef struct conv_plan {
     int padded;       /* explicit zero padding (asymmetric "same") */
     int hp, wp;       /* the padded input's height and width (padded only) */
     int transpose;    /* OIHW <-> KRSC transposes needed (c > 1 and kh*kw > 1) */
+    int cp;           /* input channels as cuDNN sees them: c, or c padded (see "Channels") */
+    int chpad;        /* cp > c: x copied with zero channels, the filter's copy padded too */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     /* bf16 only: float descriptors, for a direction cuDNN runs no bfloat16 algorithm in (f32) */
@@ -149,6 +165,11 @@ struct mgt_gpu_conv_cache {
     char gpu[128];
     size_t cudnn;
     cudaEvent_t ev[4]; /* timing the NCHW copies while measuring (made at first use) */
+    /* Several ranks on this GPU (mgt_gpu_share_measurements): their communicator, this rank in
+     * it (0 measures), and the job's transport, whose watchdog times the exchange. */
+    MPI_Comm share;
+    int share_rank, share_size;
+    mgt_comm *share_watch;
 };
 
 /* ---- geometry and workspace layout (pure functions of the shape) ---- */
@@ -175,64 +196,75 @@ static int conv_transposes(const mgt_conv_shape *s) {
     return s->c > 1 && s->kh * s->kw > 1;
 }
 
+/* The input channels cuDNN is given (see "Channels" at the top): with tensor-op math (bfloat16,
+ * or TF32), c padded to a multiple of one 16-byte vector of activations, 8 bfloat16 or 4 floats;
+ * else c. */
+static int padded_channels(const mgt_conv_shape *s, int bf16, int tf32) {
+    const int v = bf16 ? 8 : tf32 ? 4 : 1;
+    return (s->c + v - 1) / v * v;
+}
+
 typedef struct ws_layout {
-    size_t w_t, dw_t, pad; /* byte offsets */
-    size_t xb, yb, wb;     /* bf16 only: float x or dx, float y or dy, bfloat16 W or dW */
-    size_t xn, yn;         /* NCHW x or dx, y or dy (nchw only) */
+    size_t dw_t, pad; /* byte offsets */
+    size_t xb, yb;    /* bf16 only: float x or dx, float y or dy */
+    size_t xn, yn;    /* NCHW x or dx, y or dy (nchw only) */
     size_t algo;
 } ws_layout;
 
-/* [transposed W][transposed dW][padded x / padded dx (the activations' type)], with bf16 then
- * [x or dx][y or dy] in float (x and dx padded when the input is; only where a direction of the
- * plan runs on float data, f32) and [W or dW] in bfloat16, with nchw then [x or dx][y or dy] in
- * NCHW float, then [cuDNN's workspace]; returns the bytes before cuDNN's part. */
-static size_t conv_layout(const mgt_conv_shape *s, int bf16, int f32, int nchw, ws_layout *l) {
+/* [cuDNN's dW in KRSC][x or dx padded (rows and columns, or channels: the activations' type)],
+ * with bf16 then [x or dx][y or dy] in float (x and dx padded as above; only where a direction of
+ * the plan runs on float data, f32), with nchw then [x or dx][y or dy] in NCHW float, then
+ * [cuDNN's workspace]; returns the bytes before cuDNN's part. cp: the channels cuDNN is given.
+ * The filter cuDNN reads is not here: it is the weights' kept copy (gpu_weights.c). */
+static size_t conv_layout(const mgt_conv_shape *s, int cp, int bf16, int f32, int nchw,
+                          ws_layout *l) {
     int padded, hp, wp;
     conv_geometry(s, &padded, &hp, &wp);
-    const size_t wcount = (size_t)s->oc * conv_k(s), esize = bf16 ? 2 : 4;
-    const size_t wbytes = conv_transposes(s) ? align256(wcount * 4) : 0;
+    const int chpad = cp != s->c;
+    const size_t khkw = (size_t)s->kh * (size_t)s->kw, esize = bf16 ? 2 : 4;
+    const size_t dkbytes =
+        conv_transposes(s) || chpad || bf16 ? align256((size_t)s->oc * khkw * (size_t)cp * 4) : 0;
     const size_t n = s->n > 0 ? (size_t)s->n : 0;
-    const size_t xcount = n * (size_t)(padded ? hp : s->h) * (size_t)(padded ? wp : s->w) * s->c;
+    const size_t xcount = n * (size_t)(padded ? hp : s->h) * (size_t)(padded ? wp : s->w) * cp;
     const size_t ycount = n * (size_t)s->oh * (size_t)s->ow * (size_t)s->oc;
-    const size_t pbytes = padded ? align256(xcount * esize) : 0;
+    const size_t pbytes = padded || chpad ? align256(xcount * esize) : 0;
     const int copies = bf16 && f32;
-    l->w_t = 0;
-    l->dw_t = wbytes;
-    l->pad = 2 * wbytes;
+    l->dw_t = 0;
+    l->pad = dkbytes;
     l->xb = l->pad + pbytes;
     l->yb = l->xb + (copies ? align256(xcount * 4) : 0);
-    l->wb = l->yb + (copies ? align256(ycount * 4) : 0);
-    l->xn = l->wb + (bf16 ? align256(wcount * 2) : 0);
+    l->xn = l->yb + (copies ? align256(ycount * 4) : 0);
     l->yn = l->xn + (nchw ? align256(xcount * 4) : 0);
     l->algo = l->yn + (nchw ? align256(ycount * 4) : 0);
     return l->algo;
 }
 
 /* The workspace a shape needs (see "Workspace" at the top), with conv_layout's copies. */
-static size_t scratch_bytes(const mgt_conv_shape *s, int bf16, int f32, int nchw) {
+static size_t scratch_bytes(const mgt_conv_shape *s, int cp, int bf16, int f32, int nchw) {
     if (s->n <= 0 || s->oc <= 0 || conv_k(s) == 0 || s->oh <= 0 || s->ow <= 0)
         return 0;
     ws_layout l;
-    const size_t fixed = conv_layout(s, bf16, f32, nchw, &l);
-    size_t allowance = (size_t)s->n * (size_t)s->oh * (size_t)s->ow * conv_k(s) * 4;
+    const size_t fixed = conv_layout(s, cp, bf16, f32, nchw, &l);
+    size_t allowance =
+        (size_t)s->n * (size_t)s->oh * (size_t)s->ow * (size_t)cp * (size_t)s->kh * s->kw * 4;
     const size_t lo = (size_t)16 << 20, hi = (size_t)256 << 20;
     allowance = allowance < lo ? lo : allowance > hi ? hi : allowance;
     return fixed + allowance;
 }
 
-/* conv2d_scratch has no backend: the float layout (a bf16 backend's differs by the bfloat16
- * copy of W, and by the float copies of a direction run on float data; a float one that may run
- * NCHW by its NCHW copies: each grows the workspace at a shape's first call where it needs more). */
+/* conv2d_scratch has no backend: the float layout (a bf16 backend's differs by its padded
+ * channels and by the float copies of a direction run on float data; a float one that may run
+ * NCHW by its NCHW copies: each grows the workspace at a shape's first call where needed). */
 size_t mgt_gpu_conv2d_scratch(const mgt_conv_shape *s) {
-    return scratch_bytes(s, 0, 0, 0);
+    return scratch_bytes(s, s->c, 0, 0, 0);
 }
 
 size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math) {
     if (s->n <= 0 || s->oc <= 0 || conv_k(s) == 0 || s->oh <= 0 || s->ow <= 0)
         return 0;
-    const int bf16 = (math & MGT_GPU_BF16) != 0;
+    const int bf16 = (math & MGT_GPU_BF16) != 0, tf32 = (math & MGT_GPU_TF32) != 0;
     const int nchw = !bf16 && !(math & (MGT_GPU_TF32 | MGT_GPU_DETERMINISTIC));
-    return scratch_bytes(s, bf16, 0, nchw);
+    return scratch_bytes(s, padded_channels(s, bf16, tf32), bf16, 0, nchw);
 }
 
 /* ---- plans ---- */
@@ -276,11 +308,21 @@ void mgt_gpu_conv_cache_free(mgt_gpu_impl *im) {
     for (int k = 0; k < 4; k++)
         if (c->ev[k])
             (void)cudaEventDestroy(c->ev[k]);
+    int fin = 1;
+    if (c->share_size > 1 && MPI_Finalized(&fin) == MPI_SUCCESS && !fin)
+        MPI_Comm_free(&c->share);
     free(c->plans);
     free(c->known);
     free(c->path);
     free(c);
     im->conv = NULL;
+}
+
+/* The same shape but perhaps for the batch size. */
+static int same_but_n(const mgt_conv_shape *a, const mgt_conv_shape *b) {
+    return a->h == b->h && a->w == b->w && a->c == b->c && a->oc == b->oc && a->kh == b->kh &&
+           a->kw == b->kw && a->stride == b->stride && a->pad_top == b->pad_top &&
+           a->pad_left == b->pad_left && a->oh == b->oh && a->ow == b->ow && a->algo == b->algo;
 }
 
 static int same_shape(const mgt_conv_shape *a, const mgt_conv_shape *b) {
@@ -309,6 +351,8 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
     p->s = *s;
     conv_geometry(s, &p->padded, &p->hp, &p->wp);
     p->transpose = conv_transposes(s);
+    p->cp = padded_channels(s, im->bf16, im->tf32);
+    p->chpad = p->cp != s->c;
     const int xh = p->padded ? p->hp : s->h, xw = p->padded ? p->wp : s->w;
     const int ph = p->padded ? 0 : s->pad_top, pw = p->padded ? 0 : s->pad_left;
     for (int f = 0; f < 1 + im->bf16; f++) { /* the plan's data type, then (bf16) float */
@@ -319,10 +363,10 @@ static conv_plan *plan_for(mgt_gpu_impl *im, const mgt_conv_shape *s) {
         GPU_CHECK(CUDNN, cudnnCreateTensorDescriptor(yd));
         GPU_CHECK(CUDNN, cudnnCreateFilterDescriptor(wd));
         GPU_CHECK(CUDNN,
-                  cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, dt, s->n, s->c, xh, xw));
+                  cudnnSetTensor4dDescriptor(*xd, CUDNN_TENSOR_NHWC, dt, s->n, p->cp, xh, xw));
         GPU_CHECK(CUDNN, cudnnSetTensor4dDescriptor(*yd, CUDNN_TENSOR_NHWC, dt, s->n, s->oc, s->oh,
                                                     s->ow));
-        GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(*wd, dt, CUDNN_TENSOR_NHWC, s->oc, s->c, s->kh,
+        GPU_CHECK(CUDNN, cudnnSetFilter4dDescriptor(*wd, dt, CUDNN_TENSOR_NHWC, s->oc, p->cp, s->kh,
                                                     s->kw));
     }
     p->nchw_ok = !im->bf16 && !im->tf32 && !im->deterministic;
@@ -387,7 +431,7 @@ static cudnnFilterDescriptor_t wdesc_l(const conv_plan *p, int dir, int nchw) {
 
 /* The workspace layout of plan p (the NCHW copies' room where the plan may run NCHW). */
 static size_t plan_layout(const mgt_gpu_impl *im, const conv_plan *p, ws_layout *l) {
-    return conv_layout(&p->s, im->bf16, any_f32(p), p->nchw_ok, l);
+    return conv_layout(&p->s, p->cp, im->bf16, any_f32(p), p->nchw_ok, l);
 }
 
 /* ---- algorithm choice ---- */
@@ -450,7 +494,7 @@ static int is_fft(int dir, int algo) {
     for (int i = 0; i < got; i++)                                                                  \
         out[i] = (conv_cand) {                                                                     \
             (int)(r)[i].algo, (r)[i].status, (r)[i].determinism == CUDNN_DETERMINISTIC,            \
-                (r)[i].mathType, (r)[i].memory, 0, 0, (r)[i].time, 0                               \
+                (r)[i].mathType, (r)[i].memory, 0, 0, (r)[i].time, 0, 0, 0                         \
         }
 
 /* cuDNN's heuristics (cudnnGet*Algorithm_v7, which runs nothing), as many entries as the
@@ -575,7 +619,7 @@ static const char *dtype_name(const mgt_gpu_impl *im, const conv_plan *p, int di
 static void entry_key(const mgt_gpu_impl *im, const conv_plan *p, int dir, char *key, size_t n) {
     const mgt_conv_shape *s = &p->s;
     snprintf(key, n, "%s\tcuDNN %zu\t%s\tn=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d pad=%d,%d algo=%s",
-             im->conv->gpu, im->conv->cudnn, dtype_name(im, p, dir), s->n, s->h, s->w, s->c, s->oh,
+             im->conv->gpu, im->conv->cudnn, dtype_name(im, p, dir), s->n, s->h, s->w, p->cp, s->oh,
              s->ow, s->oc, s->kh, s->kw, s->stride, s->pad_top, s->pad_left,
              want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0]);
 }
@@ -608,20 +652,10 @@ static algo_entry *add_entry(mgt_gpu_impl *im, const char *key, int dir) {
     return e;
 }
 
-/* The cache's choice for a direction, as the first candidate before the heuristics' (which
- * stay behind it, in case it no longer runs); returns whether there was one. */
-static int from_cache(mgt_gpu_impl *im, conv_plan *p, int dir) {
-    char key[320];
-    entry_key(im, p, dir, key, sizeof key);
-    const algo_entry *e = find_entry(im, key, dir);
-    if (!e || (e->nchw && !p->nchw_ok))
-        return 0;
-    /* cuDNN documents as non-deterministic backward-data ALGO_0 and backward-filter ALGO_0 and
-     * ALGO_3 (their atomic sums) */
-    const int det = !((dir == DIR_BWD_DATA && e->algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0) ||
-                      (dir == DIR_BWD_FILTER && (e->algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
-                                                 e->algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3)));
-    conv_cand c = {e->algo, CUDNN_STATUS_SUCCESS, det, e->math, 0, 0, e->nchw, e->ms, 1};
+/* c as the first candidate of p's direction, before the heuristics' (which stay behind it, in
+ * case it does not run), its workspace for p's shape; 0 where cuDNN has no such algorithm for
+ * it. */
+static int prepend(mgt_gpu_impl *im, conv_plan *p, int dir, conv_cand c) {
     if (cudnnSetConvolutionMathType(p->cd[dir], c.math) != CUDNN_STATUS_SUCCESS ||
         algo_ws(im, p, dir, c.algo, c.nchw, &c.ws) != CUDNN_STATUS_SUCCESS)
         return 0;
@@ -636,13 +670,54 @@ static int from_cache(mgt_gpu_impl *im, conv_plan *p, int dir) {
     return 1;
 }
 
+/* The cache's choice for a direction, as the first candidate before the heuristics' (which
+ * stay behind it, in case it no longer runs); returns whether there was one. */
+static int from_cache(mgt_gpu_impl *im, conv_plan *p, int dir) {
+    char key[320];
+    entry_key(im, p, dir, key, sizeof key);
+    const algo_entry *e = find_entry(im, key, dir);
+    if (!e || (e->nchw && !p->nchw_ok))
+        return 0;
+    /* cuDNN documents as non-deterministic backward-data ALGO_0 and backward-filter ALGO_0 and
+     * ALGO_3 (their atomic sums) */
+    const int det = !((dir == DIR_BWD_DATA && e->algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0) ||
+                      (dir == DIR_BWD_FILTER && (e->algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+                                                 e->algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3)));
+    conv_cand c = {e->algo, CUDNN_STATUS_SUCCESS, det, e->math, 0, 0, e->nchw, e->ms, 1, 0, 0};
+    return prepend(im, p, dir, c);
+}
+
+/* An epoch's short last batch, a validation batch of another size: a plan of the same shape at
+ * another batch size whose direction has run a measured choice (measured here, by another rank
+ * of this GPU, or read from the cache file) gives it first, as from_cache does, the
+ * heuristics' order behind it; nothing is measured again in the middle of a run (cuDNN's Find
+ * waits for the device, may grow the workspace, and its graphs would go with it). Returns
+ * whether there was such a plan. */
+static int from_sibling(mgt_gpu_impl *im, conv_plan *p, int dir) {
+    const struct mgt_gpu_conv_cache *cc = im->conv;
+    for (int i = 0; i < cc->n; i++) {
+        const conv_plan *q = &cc->plans[i];
+        if (q == p || !q->measured[dir] || !q->ran[dir] || !same_but_n(&q->s, &p->s) ||
+            q->f32[dir] != p->f32[dir])
+            continue;
+        conv_cand c = q->cand[dir][q->cur[dir]];
+        if (c.nchw && !p->nchw_ok)
+            continue;
+        c.from_n = c.from_n ? c.from_n : q->s.n;
+        c.refused = 0;
+        if (prepend(im, p, dir, c))
+            return 1;
+    }
+    return 0;
+}
+
 static void choose(mgt_backend *be, conv_plan *p, int dir) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
     ws_layout l;
     const size_t fixed = plan_layout(im, p, &l);
     if (im->ws_bytes < fixed) /* never reserved for this shape: size it now, once */
-        mgt_gpu_workspace(be, scratch_bytes(s, im->bf16, any_f32(p), p->nchw_ok));
+        mgt_gpu_workspace(be, scratch_bytes(s, p->cp, im->bf16, any_f32(p), p->nchw_ok));
     const size_t avail = im->ws_bytes > fixed ? im->ws_bytes - fixed : 0;
     /* tensor ops: TF32 for float data with --tf32, the bfloat16 path's own math with bf16 */
     const int bf = lowp(im, p, dir), tensor_ok = im->tf32 || bf;
@@ -702,8 +777,8 @@ static void choose(mgt_backend *be, conv_plan *p, int dir) {
     p->cur[dir] = 0;
     p->chosen[dir] = 1;
     /* outside --reproducible the candidates are measured at the first call, unless a cache
-     * file has this shape's choice */
-    p->measured[dir] = im->deterministic || from_cache(im, p, dir);
+     * file has this shape's choice, or the shape ran at another batch size */
+    p->measured[dir] = im->deterministic || from_cache(im, p, dir) || from_sibling(im, p, dir);
 }
 
 /* The workspace for plan p in direction dir (candidates made on first use), with the current
@@ -725,8 +800,9 @@ static size_t cur_ws(const conv_plan *p, int dir) {
     return p->cand[dir][p->cur[dir]].ws;
 }
 
-/* After a convolution call in direction dir: returns 0 when it ran. Until a direction's first
- * success, a candidate cuDNN refuses at execution (a NOT_SUPPORTED status: the heuristics can
+/* After a convolution call in direction dir: returns 0 when it ran (or was to be recorded into
+ * a stream capture that CUDA has invalidated: gpu_internal.h's GPU_CHECK_ON). Until a direction's
+ * first success, a candidate cuDNN refuses at execution (a NOT_SUPPORTED status: the heuristics can
  * name an algorithm whose kernel then declines the shape or layout) is recorded and the next
  * candidate is made current: returns 1, and the caller redoes the call (its workspace may have
  * moved). Any other failure, or a refusal once a candidate has run or when none is left, ends the
@@ -746,6 +822,10 @@ static int conv_ran(const mgt_gpu_impl *im, conv_plan *p, int dir, cudnnStatus_t
         p->ran[dir] = 1;
         return 0;
     }
+    /* a capture CUDA invalidated (a call inside cuDNN it could not hold, or one before): the
+     * capture's failure, which capture_end reports; nothing is learnt of the candidate */
+    if (mgt_gpu_capture_lost(im->stream))
+        return 0;
     const int not_supported = (int)st / 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED / 1000;
     if (!p->ran[dir] && not_supported && p->cur[dir] + 1 >= p->ncand[dir] && lowp(im, p, dir)) {
         to_float(p, dir); /* the last bfloat16 candidate refused: float from now on */
@@ -777,15 +857,23 @@ size_t mgt_gpu_conv_describe(mgt_gpu_impl *im, char *buf, size_t n) {
             if (!p->chosen[d])
                 continue;
             const conv_cand *c = &p->cand[d][p->cur[d]];
+            char layout[64], how[64];
+            snprintf(how, sizeof how, "as measured at n=%d", c->from_n);
+            if (p->chpad && !c->nchw)
+                snprintf(layout, sizeof layout, "NHWC with %d channels padded to %d", s->c, p->cp);
+            else
+                snprintf(layout, sizeof layout, "%s", c->nchw ? "NCHW" : "NHWC");
             PUT("cuDNN conv n=%d %dx%dx%d -> %dx%dx%d k=%dx%d s=%d --conv-algo %s, %s: %s, %s, "
                 "%s, workspace %zu bytes, %s, %s%s%s",
                 s->n, s->h, s->w, s->c, s->oh, s->ow, s->oc, s->kh, s->kw, s->stride,
                 want_name[(unsigned)s->algo <= MGT_CONV_WINOGRAD ? s->algo : 0], dir_name[d],
-                algo_name(d, c->algo), math_name(c->math), c->nchw ? "NCHW" : "NHWC", c->ws,
+                algo_name(d, c->algo), math_name(c->math), layout, c->ws,
                 !p->measured[d] || im->deterministic ? "by cuDNN's heuristics"
+                : c->from_n                          ? how
                 : c->cached                          ? "from the --algo-cache file"
                 : c->ms < 0                          ? "cuDNN's heuristics (nothing measured ran)"
-                                                     : "measured",
+                : c->shared ? "measured by the rank of this GPU that measures"
+                            : "measured",
                 c->deterministic ? "deterministic" : "non-deterministic",
                 lowp(im, p, d) ? ", bfloat16 data"
                 : im->bf16     ? ", float data (cuDNN ran no bfloat16 algorithm)"
@@ -968,11 +1056,12 @@ static void cache_save(struct mgt_gpu_conv_cache *c) {
 
 /* ---- ops ---- */
 
-/* Elements of the input as cuDNN sees it (padded when the plan pads explicitly). */
+/* Elements of the input as cuDNN sees it (padded when the plan pads explicitly, with its cp
+ * channels). */
 static size_t conv_x_count(const conv_plan *p) {
     const mgt_conv_shape *s = &p->s;
     return (size_t)s->n * (size_t)(p->padded ? p->hp : s->h) * (size_t)(p->padded ? p->wp : s->w) *
-           (size_t)s->c;
+           (size_t)p->cp;
 }
 
 /* The bytes of an activation value (bfloat16 with --precision bf16). */
@@ -980,15 +1069,35 @@ static size_t act_size(const mgt_gpu_impl *im) {
     return im->bf16 ? 2 : 4;
 }
 
-/* x as cuDNN takes it: as it is, or zero-padded into the workspace (the activations' type). */
+/* x as cuDNN takes it: as it is, or zero-padded into the workspace (rows and columns cuDNN
+ * cannot pad, channels up to cp; the activations' type). */
 static const void *conv_input(mgt_gpu_impl *im, const conv_plan *p, const float *x, char *ws,
                               const ws_layout *l) {
     const mgt_conv_shape *s = &p->s;
-    if (!p->padded)
+    if (!p->padded && !p->chpad)
         return x;
-    mgt_k_pad_nhwc(im->stream, act_size(im), s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top,
-                   s->pad_left, x, ws + l->pad);
+    mgt_k_pad_nhwc(im->stream, act_size(im), s->n, s->h, s->w, s->c, p->cp,
+                   p->padded ? p->hp : s->h, p->padded ? p->wp : s->w, p->padded ? s->pad_top : 0,
+                   p->padded ? s->pad_left : 0, x, ws + l->pad);
     return ws + l->pad;
+}
+
+/* The filter cuDNN reads in direction dir, layout nchw: the weights themselves where they are
+ * already its layout and type (OIHW for NCHW; for NHWC float, where KRSC is the same bytes and no
+ * channel is padded), else their kept copy (gpu_weights.c: KRSC, bfloat16 for a bfloat16
+ * direction, the channels padded to cp). */
+static const void *filter(mgt_backend *be, const conv_plan *p, int dir, int nchw, const float *w) {
+    const int bf = lowp(mgt_gpu_impl_of(be), p, dir);
+    if (nchw || (!p->transpose && !p->chpad && !bf))
+        return w;
+    const mgt_conv_shape *s = &p->s;
+    return mgt_gpu_weights_copy(be, w, s->oc, s->c, p->cp, s->kh * s->kw, bf);
+}
+
+/* Whether cuDNN's filter gradient in direction-layout (bf, nchw) is not yet dW itself: KRSC,
+ * padded or bfloat16, brought back by mgt_k_filter_from_krsc. */
+static int dw_converted(const conv_plan *p, int bf, int nchw) {
+    return !nchw && (p->transpose || p->chpad || bf);
 }
 
 /* A direction of a bf16 backend run on float data: bfloat16 activation values widened into the
@@ -1048,7 +1157,7 @@ static double copies_ms(mgt_gpu_impl *im) {
     for (int i = 0; i < got && f->n < f->max; i++)                                                 \
         f->c[f->n++] = (conv_cand) {                                                               \
             (int)(r)[i].algo, (r)[i].status, (r)[i].determinism == CUDNN_DETERMINISTIC,            \
-                (r)[i].mathType, (r)[i].memory, 0, nchw, (r)[i].time, 0                            \
+                (r)[i].mathType, (r)[i].memory, 0, nchw, (r)[i].time, 0, 0, 0                      \
         }
 
 /* cudnnFind*AlgorithmEx in direction dir on prepared operands (in1, in2, out in the order of
@@ -1097,30 +1206,21 @@ static cudnnStatus_t run_fwd(mgt_backend *be, conv_plan *p, conv_io *io, int nch
     const size_t rows = (size_t)s->n * s->oh * s->ow;
     ws_layout l;
     char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_FWD, &l);
-    const float *wk = io->w;
-    if (!nchw && p->transpose) { /* per filter: [c][kh*kw] -> [kh*kw][c] */
-        mgt_k_transpose(st, 4, (size_t)s->oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
-                        ws + l.w_t);
-        wk = (const float *)(ws + l.w_t);
-    }
     const void *xin = conv_input(im, p, io->x, ws, &l);
-    const void *xa = xin, *wa = wk;
+    const void *xa = xin, *wa = filter(be, p, DIR_FWD, nchw, io->w);
     void *ya = io->y;
     float beta = 0.0f;
     const int bf = !nchw && lowp(im, p, DIR_FWD);
     if (nchw) { /* x to NCHW; y comes out NCHW */
         if (f)
             copies_mark(im, 0);
-        mgt_k_transpose(st, 4, (size_t)s->n, conv_x_count(p) / s->n / s->c, (size_t)s->c, xin,
+        mgt_k_transpose(st, 4, (size_t)s->n, conv_x_count(p) / s->n / p->cp, (size_t)p->cp, xin,
                         ws + l.xn);
         if (f)
             copies_mark(im, 1);
         xa = ws + l.xn;
         ya = ws + l.yn;
-    } else if (bf) { /* the filters rounded to bfloat16; x and y are */
-        mgt_k_to_bf16(st, (size_t)s->oc * conv_k(s), wk, (uint16_t *)(ws + l.wb));
-        wa = ws + l.wb;
-    } else if (im->bf16) { /* float data: x widened, y in the workspace, then rounded */
+    } else if (!bf && im->bf16) { /* float data: x widened, y in the workspace, then rounded */
         xa = widened(im, xin, conv_x_count(p), ws + l.xb);
         ya = ws + l.yb;
     }
@@ -1171,19 +1271,19 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
     cudaStream_t st = im->stream;
-    const size_t rows = (size_t)s->n * s->oh * s->ow, K = conv_k(s);
+    const size_t rows = (size_t)s->n * s->oh * s->ow;
     const int oc = s->oc;
     ws_layout l;
     char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_BWD_FILTER, &l);
     const void *xin = conv_input(im, p, io->x, ws, &l);
-    float *dwk = !nchw && p->transpose ? (float *)(ws + l.dw_t) : io->dw;
     const void *xa = xin, *dya = io->dy;
-    void *dwa = dwk;
     const int bf = !nchw && lowp(im, p, DIR_BWD_FILTER);
+    /* cuDNN's dW: in place where it is dW's own layout and type, else KRSC in the workspace */
+    void *dwa = dw_converted(p, bf, nchw) ? (void *)(ws + l.dw_t) : (void *)io->dw;
     if (nchw) {
         if (f)
             copies_mark(im, 0);
-        mgt_k_transpose(st, 4, (size_t)s->n, conv_x_count(p) / s->n / s->c, (size_t)s->c, xin,
+        mgt_k_transpose(st, 4, (size_t)s->n, conv_x_count(p) / s->n / p->cp, (size_t)p->cp, xin,
                         ws + l.xn);
         mgt_k_transpose(st, 4, (size_t)s->n, (size_t)s->oh * s->ow, (size_t)oc, io->dy,
                         ws + l.yn);
@@ -1195,9 +1295,7 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
         }
         xa = ws + l.xn;
         dya = ws + l.yn;
-    } else if (bf) { /* cuDNN's bfloat16 dW, widened into dwk */
-        dwa = ws + l.wb;
-    } else if (im->bf16) { /* float data: x and dy widened */
+    } else if (!bf && im->bf16) { /* float data: x and dy widened */
         xa = widened(im, xin, conv_x_count(p), ws + l.xb);
         dya = dy_f32(im, io, ws + l.yb, rows * (size_t)oc, f != NULL);
     }
@@ -1211,10 +1309,8 @@ static cudnnStatus_t run_bwd_filter(mgt_backend *be, conv_plan *p, conv_io *io, 
                 cur_ws(p, DIR_BWD_FILTER), &zero, wdesc_l(p, DIR_BWD_FILTER, nchw), dwa);
     if (cs != CUDNN_STATUS_SUCCESS)
         return cs;
-    if (bf)
-        mgt_k_from_bf16(st, (size_t)oc * K, 1, (const uint16_t *)dwa, NULL, dwk);
-    if (!nchw && p->transpose) /* [kh*kw][c] -> [c][kh*kw] */
-        mgt_k_transpose(st, 4, (size_t)oc, (size_t)s->kh * s->kw, (size_t)s->c, dwk, io->dw);
+    if (dw_converted(p, bf, nchw)) /* [kh*kw][cp] -> [c][kh*kw], widened: one pass */
+        mgt_k_filter_from_krsc(st, bf ? 2 : 4, oc, s->c, p->cp, s->kh * s->kw, dwa, io->dw);
     return cs;
 }
 
@@ -1225,19 +1321,14 @@ static cudnnStatus_t run_bwd_data(mgt_backend *be, conv_plan *p, conv_io *io, in
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
     cudaStream_t st = im->stream;
-    const size_t rows = (size_t)s->n * s->oh * s->ow, K = conv_k(s);
+    const size_t rows = (size_t)s->n * s->oh * s->ow;
     const int oc = s->oc;
     ws_layout l;
     char *ws = f ? find_ws(be, p, &l, &f->avail) : plan_ws(be, p, DIR_BWD_DATA, &l);
-    const float *wk = io->w;
-    if (!nchw && p->transpose) {
-        mgt_k_transpose(st, 4, (size_t)oc, (size_t)s->c, (size_t)s->kh * s->kw, io->w,
-                        ws + l.w_t);
-        wk = (const float *)(ws + l.w_t);
-    }
     /* the padded gradient reuses the padded input's place: dW is done with it */
-    void *dxo = p->padded ? (void *)(ws + l.pad) : (void *)io->dx;
-    const void *wa = wk, *dya = io->dy;
+    const int cropped = p->padded || p->chpad;
+    void *dxo = cropped ? (void *)(ws + l.pad) : (void *)io->dx;
+    const void *wa = filter(be, p, DIR_BWD_DATA, nchw, io->w), *dya = io->dy;
     void *dxa = dxo;
     const int bf = !nchw && lowp(im, p, DIR_BWD_DATA);
     if (nchw) {
@@ -1249,10 +1340,7 @@ static cudnnStatus_t run_bwd_data(mgt_backend *be, conv_plan *p, conv_io *io, in
             copies_mark(im, 1);
         dya = ws + l.yn;
         dxa = ws + l.xn;
-    } else if (bf) { /* the filters rounded to bfloat16; dy and dx are */
-        mgt_k_to_bf16(st, (size_t)oc * K, wk, (uint16_t *)(ws + l.wb));
-        wa = ws + l.wb;
-    } else if (im->bf16) { /* float data: dy widened, dx in the workspace, then rounded */
+    } else if (!bf && im->bf16) { /* float data: dy widened, dx in the workspace, then rounded */
         dya = dy_f32(im, io, ws + l.yb, rows * (size_t)oc, f != NULL);
         dxa = ws + l.xb;
     }
@@ -1271,16 +1359,17 @@ static cudnnStatus_t run_bwd_data(mgt_backend *be, conv_plan *p, conv_io *io, in
     } else if (nchw) { /* [n][c][h*w] -> [n][h*w][c] */
         if (f)
             copies_mark(im, 2);
-        mgt_k_transpose(st, 4, (size_t)s->n, (size_t)s->c, conv_x_count(p) / s->n / s->c,
+        mgt_k_transpose(st, 4, (size_t)s->n, (size_t)p->cp, conv_x_count(p) / s->n / p->cp,
                         ws + l.xn, dxo);
         if (f) {
             copies_mark(im, 3);
             f->copies_ms = copies_ms(im);
         }
     }
-    if (p->padded)
-        mgt_k_crop_nhwc(st, act_size(im), s->n, s->h, s->w, s->c, p->hp, p->wp, s->pad_top,
-                        s->pad_left, dxo, io->dx);
+    if (cropped)
+        mgt_k_crop_nhwc(st, act_size(im), s->n, s->h, s->w, s->c, p->cp, p->padded ? p->hp : s->h,
+                        p->padded ? p->wp : s->w, p->padded ? s->pad_top : 0,
+                        p->padded ? s->pad_left : 0, dxo, io->dx);
     return cs;
 }
 
@@ -1304,13 +1393,13 @@ static int before(const conv_cand *a, const conv_cand *b, int dir, mgt_conv_algo
  * --conv-algo direct). Nothing queued may still run meanwhile (cuDNN waits for the device
  * while it measures): the queue is drained first, by polling. If nothing usable was found,
  * the heuristics' order stands. */
-static void measure(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
+static void measure_here(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     const mgt_conv_shape *s = &p->s;
     enum { MAXALL = 32 };
     conv_cand found[MAXALL];
     int n = 0;
-    be->ops->sync(be);
+    mgt_gpu_drain(im);
     const int bf = lowp(im, p, dir), tensor_ok = im->tf32 || bf;
     for (int nchw = 0; nchw <= p->nchw_ok; nchw++) {
         GPU_CHECK(CUDNN, cudnnSetConvolutionMathType(p->cd[dir], tensor_ok ? CUDNN_TENSOR_OP_MATH
@@ -1330,7 +1419,7 @@ static void measure(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
             found[n++] = c;
         }
     }
-    be->ops->sync(be);
+    mgt_gpu_drain(im);
     p->measured[dir] = 1;
     if (n == 0)
         return;
@@ -1361,6 +1450,111 @@ static void measure(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
     }
 }
 
+/* What the rank of a GPU that measures sends the others on it, for one direction of one shape:
+ * the shape, the direction, whether it runs on float data (a bf16 run's fallback), and the
+ * candidates as measure_here left them, fastest first. */
+enum { SHARED_MAX = 32 };
+typedef struct shared_choice {
+    mgt_conv_shape s;
+    int dir, f32, n;
+    conv_cand c[SHARED_MAX];
+} shared_choice;
+
+/* m from the GPU's measuring rank to the others, by a broadcast that the host polls as it polls
+ * the device (mgt_gpu_wait_event): between polls the device's queues are asked how they stand
+ * (which is what makes an emulated GPU run them) and the transport's watch is called (an NCCL
+ * peer that died ends the job within --comm-timeout), and the job's watchdog times the whole. A
+ * rank waiting here has its collectives already queued, so the measuring rank's device work,
+ * which may wait for them, completes. */
+static void share_choice(mgt_gpu_impl *im, shared_choice *m) {
+    struct mgt_gpu_conv_cache *cc = im->conv;
+    if (cc->share_watch)
+        mgt_comm_enter(cc->share_watch, "the measured convolution algorithms sent between the "
+                                        "ranks of one GPU (MPI_Ibcast)");
+    MPI_Request rq;
+    int rc = MPI_Ibcast(m, (int)sizeof *m, MPI_BYTE, 0, cc->share, &rq);
+    const double t0 = mgt_now();
+    for (int done = 0; rc == MPI_SUCCESS && !done;) {
+        rc = MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done)
+            break;
+        (void)cudaEventQuery(im->wait_ev);
+        if (im->watch)
+            im->watch(im->watch_ctx, mgt_now() - t0);
+        struct timespec ts = {0, 20 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (cc->share_watch)
+        mgt_comm_leave(cc->share_watch);
+    if (rc != MPI_SUCCESS)
+        mgt_die("MPI_Ibcast of the measured convolution algorithms failed (MPI error %d)", rc);
+}
+
+/* measure_here, once per GPU where several ranks share one (mgt_gpu_share_measurements): rank 0
+ * of them measures and broadcasts what it found; the others take it for their own shape (the
+ * same but perhaps for the batch size: the global batch's remainder), each candidate's
+ * workspace asked of cuDNN for it, and measure only where what came is not for their call (a
+ * model whose ranks meet their shapes in different orders: never, as each rank runs the same
+ * layers on the same shapes; the exchange is then simply theirs). Every rank of a GPU makes the
+ * same first calls in the same order (every rank holds at least one sample a step, and later
+ * batch sizes take the first one's choice: from_sibling), so the broadcasts pair up. */
+static void measure(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    struct mgt_gpu_conv_cache *cc = im->conv;
+    if (cc->share_size <= 1) {
+        measure_here(be, p, dir, io);
+        return;
+    }
+    shared_choice m;
+    memset(&m, 0, sizeof m);
+    if (cc->share_rank == 0) {
+        measure_here(be, p, dir, io);
+        m.s = p->s;
+        m.dir = dir;
+        m.f32 = p->f32[dir];
+        m.n = p->ncand[dir] < SHARED_MAX ? p->ncand[dir] : SHARED_MAX;
+        memcpy(m.c, p->cand[dir], sizeof *m.c * (size_t)m.n);
+    }
+    share_choice(im, &m);
+    if (cc->share_rank == 0)
+        return;
+    conv_cand *c = m.dir == dir && m.f32 == p->f32[dir] && same_but_n(&m.s, &p->s) && m.n > 0
+                       ? malloc(sizeof *c * (size_t)m.n)
+                       : NULL;
+    int k = 0;
+    for (int i = 0; c && i < m.n; i++) {
+        conv_cand x = m.c[i];
+        if ((x.nchw && !p->nchw_ok) ||
+            cudnnSetConvolutionMathType(p->cd[dir], x.math) != CUDNN_STATUS_SUCCESS ||
+            algo_ws(im, p, dir, x.algo, x.nchw, &x.ws) != CUDNN_STATUS_SUCCESS)
+            continue;
+        x.shared = 1;
+        x.refused = 0;
+        c[k++] = x;
+    }
+    if (k == 0) { /* not this call's: measured here */
+        free(c);
+        measure_here(be, p, dir, io);
+        return;
+    }
+    free(p->cand[dir]);
+    p->cand[dir] = c;
+    p->ncand[dir] = k;
+    p->cur[dir] = 0;
+    p->measured[dir] = 1;
+}
+
+void mgt_gpu_share_measurements(mgt_backend *be, MPI_Comm same_gpu, mgt_comm *c) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    if (!im->conv && !(im->conv = calloc(1, sizeof *im->conv)))
+        mgt_die("out of host memory for the convolution plans");
+    struct mgt_gpu_conv_cache *cc = im->conv;
+    cc->share = same_gpu;
+    MPI_Comm_rank(same_gpu, &cc->share_rank);
+    MPI_Comm_size(same_gpu, &cc->share_size);
+    cc->share_watch = c;
+}
+
 /* Direction dir of plan p: candidates made and measured at the first call, then the current
  * candidate run, the next tried while cuDNN refuses one at its first use (conv_ran). */
 static void run(mgt_backend *be, conv_plan *p, int dir, conv_io *io) {
@@ -1386,7 +1580,8 @@ void mgt_gpu_conv2d_fwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         if (b)
             mgt_k_fill_rows(im->stream, act_size(im), rows, s->oc, b, y);
         else
-            GPU_CHECK(CUDA, cudaMemsetAsync(y, 0, rows * (size_t)s->oc * act_size(im), im->stream));
+            GPU_CHECK_ON(im->stream, CUDA,
+                         cudaMemsetAsync(y, 0, rows * (size_t)s->oc * act_size(im), im->stream));
         return;
     }
     conv_io io = {.x = x, .w = w, .b = b, .y = y};
@@ -1405,9 +1600,9 @@ void mgt_gpu_conv2d_bwd(mgt_backend *be, const mgt_conv_shape *s, const float *x
         mgt_k_colreduce(st, &im->part, MGT_RED_SUM, act_size(im), rows, oc, dy, db, NULL);
     if (rows == 0 || oc == 0 || K == 0) { /* nothing flows: gradients are zeros */
         if (dw && oc && K)
-            GPU_CHECK(CUDA, cudaMemsetAsync(dw, 0, (size_t)oc * K * sizeof(float), st));
+            GPU_CHECK_ON(st, CUDA, cudaMemsetAsync(dw, 0, (size_t)oc * K * sizeof(float), st));
         if (dx && x_count)
-            GPU_CHECK(CUDA, cudaMemsetAsync(dx, 0, x_count * act_size(im), st));
+            GPU_CHECK_ON(st, CUDA, cudaMemsetAsync(dx, 0, x_count * act_size(im), st));
         return;
     }
     conv_io io = {.x = x, .w = w, .dy = dy, .dx = dx, .dw = dw};

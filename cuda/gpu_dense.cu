@@ -11,10 +11,10 @@
  * CUBLAS_TF32_TENSOR_OP_MATH (set at init, gpu_backend.c).
  *
  * --precision bf16: the activations x, y, dy and dx are bfloat16 (backend.h); the same three
- * products through cublasGemmEx on them and a bfloat16 copy of W (rounded into the workspace,
- * gpu_bf16.cu), with CUBLAS_COMPUTE_32F: each product of two bfloat16 values is exact in float,
- * the sums are float sums, y and dx are rounded to bfloat16 once as cuBLAS stores them (the bias
- * rows written first, in bfloat16), dW is stored in float. */
+ * products through cublasGemmEx on them and a bfloat16 copy of W (kept, rounded once after each
+ * update: gpu_weights.c), with CUBLAS_COMPUTE_32F: each product of two bfloat16 values is exact in
+ * float, the sums are float sums, y and dx are rounded to bfloat16 once as cuBLAS stores them (the
+ * bias rows written first, in bfloat16), dW is stored in float. */
 #include <cublas_v2.h>
 
 #include "gpu_launch.h"
@@ -37,16 +37,10 @@ __global__ void k_add_rows(size_t total, int cols, const float *__restrict__ b,
     }
 }
 
-size_t align256(size_t b) {
-    return (b + 255) & ~(size_t)255;
-}
-
-/* A bfloat16 copy of W (out x in floats) in the workspace. */
-const uint16_t *bf16_weights(mgt_backend *be, size_t count, const float *w) {
-    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    uint16_t *c = (uint16_t *)mgt_gpu_workspace(be, align256(count * sizeof(uint16_t)));
-    mgt_k_to_bf16(im->stream, count, w, c);
-    return c;
+/* The bfloat16 copy of W ([out][in] floats), kept and made up to date once after each update
+ * (gpu_weights.c: [out][1][in] in its KRSC terms, the same order). */
+const uint16_t *bf16_weights(mgt_backend *be, int out, int in, const float *w) {
+    return (const uint16_t *)mgt_gpu_weights_copy(be, w, out, in, in, 1, 1);
 }
 
 /* C = alpha op(A) op(B) + beta C with bfloat16 A and B, float accumulation, C in Ctype. */
@@ -94,17 +88,20 @@ void mgt_gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
     }
     if (in <= 0) {
         if (!b)
-            GPU_CHECK(CUDA, cudaMemsetAsync(y, 0, esize * (size_t)n * out, im->stream));
+            GPU_CHECK_ON(im->stream, CUDA,
+                         cudaMemsetAsync(y, 0, esize * (size_t)n * out, im->stream));
         return;
     }
     if (im->bf16) { /* x and y bfloat16, W rounded to it */
-        const uint16_t *wb = bf16_weights(be, (size_t)out * in, w);
-        GPU_CHECK(CUBLAS, gemm_bf16((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n,
-                                    in, wb, in, x, in, beta, y, CUDA_R_16BF, out));
+        const uint16_t *wb = bf16_weights(be, out, in, w);
+        GPU_CHECK_ON(im->stream, CUBLAS,
+                     gemm_bf16((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, wb,
+                               in, x, in, beta, y, CUDA_R_16BF, out));
         return;
     }
-    GPU_CHECK(CUBLAS, cublasSgemm((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in,
-                                  &one, w, in, x, in, &beta, y, out));
+    GPU_CHECK_ON(im->stream, CUBLAS,
+                 cublasSgemm((cublasHandle_t)im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one,
+                             w, in, x, in, &beta, y, out));
 }
 
 void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
@@ -119,28 +116,34 @@ void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
         mgt_k_colreduce(im->stream, &im->part, MGT_RED_SUM, esize, (size_t)n, out, dy, db, nullptr);
     if (in <= 0 || out <= 0) {
         if (dx && n > 0 && in > 0)
-            GPU_CHECK(CUDA, cudaMemsetAsync(dx, 0, esize * (size_t)n * in, im->stream));
+            GPU_CHECK_ON(im->stream, CUDA,
+                         cudaMemsetAsync(dx, 0, esize * (size_t)n * in, im->stream));
         return;
     }
     if (dw && n == 0) /* an empty inner dimension: write the zeros ourselves */
-        GPU_CHECK(CUDA, cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
+        GPU_CHECK_ON(im->stream, CUDA,
+                     cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
     if (im->bf16 && n > 0) { /* x, dy and dx bfloat16; dW float */
         if (dw)
-            GPU_CHECK(CUBLAS, gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out,
-                                        0.0f, dw, CUDA_R_32F, in));
+            GPU_CHECK_ON(im->stream, CUBLAS,
+                         gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, 0.0f,
+                                   dw, CUDA_R_32F, in));
         if (dx) {
-            const uint16_t *wb = bf16_weights(be, (size_t)out * in, w);
-            GPU_CHECK(CUBLAS, gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, wb, in, dy, out,
-                                        0.0f, dx, CUDA_R_16BF, in));
+            const uint16_t *wb = bf16_weights(be, out, in, w);
+            GPU_CHECK_ON(im->stream, CUBLAS,
+                         gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, wb, in, dy, out, 0.0f,
+                                   dx, CUDA_R_16BF, in));
         }
         return;
     }
     if (dw && n > 0)
-        GPU_CHECK(CUBLAS, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
-                                      &zero, dw, in));
+        GPU_CHECK_ON(im->stream, CUBLAS,
+                     cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
+                                 &zero, dw, in));
     if (dx && n > 0)
-        GPU_CHECK(CUBLAS, cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
-                                      &zero, dx, in));
+        GPU_CHECK_ON(im->stream, CUBLAS,
+                     cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
+                                 &zero, dx, in));
 }
 
 } /* extern "C" */

@@ -36,6 +36,7 @@ void mgt_gpu_xs_round(mgt_backend *be, size_t n, int64_t *words, float *out) {
     if (!n)
         return;
     MGT_LAUNCH(k_xs_round, blocks_for(n), kThreads, mgt_gpu_stream(be), n, words, out);
+    mgt_gpu_weights_written(mgt_gpu_impl_of(be), out, n * sizeof(float));
 }
 
 } /* extern "C" */

@@ -76,14 +76,14 @@ void mgt_gpu_copy_cols(mgt_backend *be, size_t rows, int width, const float *src
 
 /* The convolutions' explicit padding kernels (gpu_layout.cu) do exactly this. */
 void mgt_gpu_pad_fwd(mgt_backend *be, const mgt_pad_shape *s, const float *x, float *y) {
-    mgt_k_pad_nhwc(mgt_gpu_stream(be), mgt_dtype_size(be->act), s->n, s->h, s->w, s->c,
+    mgt_k_pad_nhwc(mgt_gpu_stream(be), mgt_dtype_size(be->act), s->n, s->h, s->w, s->c, s->c,
                    s->h + s->top + s->bottom, s->w + s->left + s->right, s->top, s->left, x, y);
 }
 
 void mgt_gpu_pad_bwd(mgt_backend *be, const mgt_pad_shape *s, const float *dy, float *dx) {
     if (!dx)
         return;
-    mgt_k_crop_nhwc(mgt_gpu_stream(be), mgt_dtype_size(be->act), s->n, s->h, s->w, s->c,
+    mgt_k_crop_nhwc(mgt_gpu_stream(be), mgt_dtype_size(be->act), s->n, s->h, s->w, s->c, s->c,
                     s->h + s->top + s->bottom, s->w + s->left + s->right, s->top, s->left, dy, dx);
 }
 

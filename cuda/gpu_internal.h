@@ -3,11 +3,15 @@
  *
  * Files, by op family as src/cpu/ is; each family's .cu holds its kernels, their launchers and
  * the op-table entry points it defines, declared in its .h:
- *   gpu_backend.c   life cycle (count, describe, init, destroy), memory, staging, timing, the
- *                   convolution workspace, and the "gpu" op table, which points straight at the
- *                   families' entry points;
+ *   gpu_backend.c   life cycle (count, describe, init, destroy), memory, staging, timing,
+ *                   replay, and the "gpu" op table, which points straight at the families' entry
+ *                   points;
+ *   gpu_memory.c    below all the others: the polled waits, device memory and its account, the
+ *                   workspace the convolutions, dense layers and depthwise kernels share;
  *   gpu_dense.cu    dense layers on cuBLAS, and bias rows (also the convolutions');
  *   gpu_conv.c      convolution on cuDNN (NHWC activations, per-shape plans and algorithms);
+ *   gpu_weights.c   the weights' copies cuDNN and cuBLAS take (KRSC, bfloat16, padded channels),
+ *                   made up to date once after each update;
  *   gpu_layout.cu   batched transposes (flatten, filters), explicit padding and its adjoint;
  *   gpu_reduce.cu   deterministic column sums (biases, batchnorm statistics and gradients);
  *   gpu_pool.cu     max and average pooling;
@@ -53,6 +57,7 @@ extern "C" {
 #endif
 
 struct mgt_gpu_conv_cache; /* gpu_conv.c */
+struct mgt_gpu_weights;    /* gpu_weights.c */
 
 typedef struct mgt_gpu_impl {
     int device;
@@ -77,12 +82,16 @@ typedef struct mgt_gpu_impl {
     void *blas_ws; /* cuBLAS's workspace, set once so that it never allocates in the step loop */
     mgt_gpu_part part;
     struct mgt_gpu_conv_cache *conv;
+    /* The weights' copies in the layouts and types cuDNN and cuBLAS take (gpu_weights.c). */
+    struct mgt_gpu_weights *wc;
     /* Host waits poll this event (recorded where the wait must reach) and call watch() between
      * polls with the seconds waited so far; the NCCL transport sets watch to check its
      * communicator and its timeout. */
     cudaEvent_t wait_ev;
     void (*watch)(void *ctx, double waited);
     void *watch_ctx;
+    /* The transport's stream (NCCL's), while it exists: mgt_gpu_quiesce waits for it too. */
+    cudaStream_t comm_stream;
     /* Staging (stage()): the copy stream, and per slot the copies' event and the event after the
      * last op that reads the slot's device buffers (recorded yet or not). */
     cudaStream_t copy_stream;
@@ -105,6 +114,7 @@ typedef struct mgt_gpu_impl {
      * capture_broken instead, which makes capture_end fail. */
     void *graph[MGT_GRAPHS];
     int capturing;
+    double copy_bps; /* mgt_gpu_copy_rate's measurement, once made */
     const char *capture_broken;
 } mgt_gpu_impl;
 
@@ -117,10 +127,25 @@ static inline cudaStream_t mgt_gpu_stream(mgt_backend *be) {
     return mgt_gpu_impl_of(be)->stream;
 }
 
-/* ---- gpu_backend.c ---- */
+/* ---- gpu_memory.c: below every other file of the backend ---- */
 /* Waits until `ev` has completed, polling (see watch above). */
 void mgt_gpu_wait_event(mgt_gpu_impl *im, cudaEvent_t ev);
-/* The workspace as at least `bytes`, grown (outside the step loop, normally) if needed. */
+/* Waits until everything queued on the compute stream so far has run. */
+void mgt_gpu_drain(mgt_gpu_impl *im);
+/* Waits until every stream the backend knows (compute, copy, the transport's) is idle, by polled
+ * waits: what must precede a call that waits for the whole device (cudaFree, cudaFreeHost), which
+ * would otherwise wait, beyond --comm-timeout, for a collective whose peer died. */
+void mgt_gpu_quiesce(mgt_gpu_impl *im);
+/* cudaMalloc that returns NULL (after a line with the numbers) when memory runs out, and ends
+ * the job on any other error (a sticky fault from an earlier kernel, say). */
+void *mgt_gpu_malloc(size_t bytes, const char *what);
+/* cudaFree(p) after mgt_gpu_quiesce. */
+void mgt_gpu_free_now(mgt_gpu_impl *im, void *p);
+/* The account of device memory mgtrain holds: `add` bytes taken, then `sub` given back. */
+void mgt_gpu_account(mgt_gpu_impl *im, size_t add, size_t sub);
+/* The workspace grown to at least `bytes` (reserve: -1 when it cannot be had), or as at least
+ * `bytes`, grown (outside the step loop, normally) if needed, ending the job when it cannot. */
+int mgt_gpu_reserve_workspace(mgt_gpu_impl *im, size_t bytes);
 void *mgt_gpu_workspace(mgt_backend *be, size_t bytes);
 
 /* ---- checks (gpu_check.c) ----
@@ -152,6 +177,24 @@ int mgt_gpu_rank(void);
             mgt_gpu_fail(MGT_GPU_##LIB, st_, #call, __FILE__, __LINE__);                           \
     } while (0)
 
+/* A stream capture that CUDA has invalidated: a call the capture could not hold (a library's
+ * synchronising call, allocation or query inside it, say) ends it, and from then on every call
+ * that queues work on the capturing stream fails (cudaErrorStreamCaptureInvalidated; cuBLAS and
+ * cuDNN answer EXECUTION_FAILED) until cudaStreamEndCapture, which fails too. Such a failure is
+ * the capture's, not the job's: capture_end reports it and the passes are issued again the
+ * ordinary way (passes.h). mgt_gpu_capture_lost(st): whether st is in such a capture (clearing
+ * the last error it left); mgt_gpu_fail_on: mgt_gpu_fail unless it is. GPU_CHECK_ON(st, LIB,
+ * call) checks a call that queues work on stream st, as MGT_LAUNCH checks a launch. */
+int mgt_gpu_capture_lost(cudaStream_t st);
+void mgt_gpu_fail_on(cudaStream_t st, mgt_gpu_lib lib, int status, const char *call,
+                     const char *file, int line);
+#define GPU_CHECK_ON(stream, LIB, call)                                                            \
+    do {                                                                                           \
+        const int st_ = (int)(call);                                                               \
+        if (!mgt_gpu_ok(MGT_GPU_##LIB, st_))                                                       \
+            mgt_gpu_fail_on(stream, MGT_GPU_##LIB, st_, #call, __FILE__, __LINE__);                \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif
@@ -169,6 +212,7 @@ int mgt_gpu_rank(void);
 #include "gpu_norm.h"
 #include "gpu_optim.h"
 #include "gpu_pool.h"
+#include "gpu_weights.h"
 #include "gpu_xent.h"
 
 #endif

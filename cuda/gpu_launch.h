@@ -21,13 +21,14 @@
 #endif
 
 /* Launches kernel k on `grid` blocks of `block` threads on stream st with the arguments that
- * follow, and checks the launch: a bad configuration ends the job naming the kernel. */
+ * follow, and checks the launch: a bad configuration ends the job naming the kernel; a launch
+ * into a capture CUDA has invalidated is the capture's failure (gpu_internal.h: GPU_CHECK_ON). */
 #define MGT_LAUNCH(k, grid, block, st, ...)                                                        \
     do {                                                                                           \
         MGT_LAUNCH_ON_(k, grid, block, st)(__VA_ARGS__);                                           \
         const cudaError_t e_ = cudaGetLastError();                                                 \
         if (e_ != cudaSuccess)                                                                     \
-            mgt_gpu_fail(MGT_GPU_CUDA, (int)e_, "launch of " #k, __FILE__, __LINE__);              \
+            mgt_gpu_fail_on(st, MGT_GPU_CUDA, (int)e_, "launch of " #k, __FILE__, __LINE__);       \
     } while (0)
 
 /* Threads per block of the one-dimensional kernels. */

@@ -1,6 +1,7 @@
 /* gpu_optim.cu: one optimizer step over the whole flat parameter arena per launch, one element
  * per thread. The kernel is made from each rule of cpu/optim_math.h (Keras' formulas), which the
- * CPU loops share, so adding an optimizer there adds its kernel here. */
+ * CPU loops share, so adding an optimizer there adds its kernel here. After it, the weights'
+ * copies for cuDNN and cuBLAS (gpu_weights.c) are made up to date, all in one launch. */
 #include "cpu/optim_math.h"
 #include "gpu_launch.h"
 
@@ -25,11 +26,15 @@ void mgt_gpu_optim_step(mgt_backend *be, mgt_opt_kind kind, size_t count, float 
     if (!count)
         return;
     cudaStream_t st = mgt_gpu_stream(be);
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     switch (kind) {
 #define GPU_OPT_CASE(id, rule)                                                                     \
     case MGT_OPT_##id:                                                                             \
         MGT_LAUNCH(k_optim<rule>, blocks_for(count), kThreads, st, count, w, g, slots[0],          \
                    slots[1], *h);                                                                  \
+        /* the weights' copies cuDNN and cuBLAS read, made up to date once, here */                \
+        mgt_gpu_weights_written(im, w, count * sizeof(float));                                     \
+        mgt_gpu_weights_refresh(im);                                                               \
         return;
         MGT_OPTIMIZERS(GPU_OPT_CASE)
 #undef GPU_OPT_CASE

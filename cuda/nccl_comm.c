@@ -159,6 +159,7 @@ static void nccl_allreduce_f32(mgt_comm *c, float *buf, size_t count) {
                       "ncclAllReduce", "all-reduce", count);
     GPU_CHECK(CUDA, cudaEventRecord(s->done, s->stream));
     GPU_CHECK(CUDA, cudaStreamWaitEvent(s->gpu->stream, s->done, 0));
+    mgt_gpu_weights_written(s->gpu, buf, count * sizeof(float));
     s->last = s->done;
     s->outstanding = 1;
     s->count = count;
@@ -222,6 +223,7 @@ static void nccl_start(mgt_comm *c, int slot, mgt_coll kind, float *buf, size_t 
         nccl_done_enqueue(c, s, ncclGroupEnd(), "ncclGroupEnd", what, count);
     }
     GPU_CHECK(CUDA, cudaEventRecord(s->slot_done[slot], s->stream));
+    mgt_gpu_weights_written(s->gpu, buf + lo, count * sizeof(float)); /* the weights, gathered */
     s->last = s->slot_done[slot];
     s->outstanding = 1;
     s->count = count;
@@ -248,6 +250,8 @@ static void nccl_destroy(mgt_comm *c) {
         s->gpu->watch = NULL;
         s->gpu->watch_ctx = NULL;
     }
+    if (s->gpu && s->gpu->comm_stream == s->stream)
+        s->gpu->comm_stream = NULL;
     if (s->comm) {
         /* Non-blocking: Finalize flushes outstanding work (polled, bounded by the timeout),
          * then Destroy frees; on a timeout or an error Abort instead. */
@@ -459,5 +463,6 @@ int mgt_comm_init_nccl(mgt_comm *c, MPI_Comm mpi, mgt_backend *be, double timeou
     }
     im->watch = nccl_watch;
     im->watch_ctx = c;
+    im->comm_stream = s->stream;
     return 0;
 }

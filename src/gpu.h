@@ -45,6 +45,17 @@ size_t mgt_gpu_peak_bytes(const mgt_backend *be);
  * at the end rank 0 writes FILE again with what this run measured (atomically). -1 with the
  * reason when FILE exists but is not such a file. */
 int mgt_gpu_algo_cache(mgt_backend *be, const char *path, mgt_err *err);
+/* Several ranks on one GPU (`same_gpu`: a communicator of those ranks; the backend takes it and
+ * frees it): the convolution algorithms are measured once per GPU, by the lowest rank of
+ * same_gpu, whose choices the others take (MPI_Bcast at each shape's first call, which every rank
+ * makes in the same order; `c`'s watchdog times it), rather than measured again by every rank
+ * under the others' load. */
+void mgt_gpu_share_measurements(mgt_backend *be, MPI_Comm same_gpu, mgt_comm *c);
+/* The rate of a large device-to-device copy on this backend's GPU, in bytes read and written
+ * per second, measured at the first call (a few copies of 256 MiB, fewer where memory is short,
+ * timed with device events; the memory is the backend's for a moment, outside its account of
+ * what it holds), and the GPU's name into `name` (n bytes). 0 where it cannot be measured. */
+double mgt_gpu_copy_rate(mgt_backend *be, char *name, size_t n);
 /* The convolution workspace a shape comes to hold with `math` (as mgt_gpu_backend_init takes
  * it): the copies the convolution makes (transposed filters, padded input, bfloat16 or NCHW
  * copies) and the allowance for cuDNN's own workspace. The backend holds the largest of its

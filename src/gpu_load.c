@@ -219,6 +219,17 @@ int mgt_gpu_algo_cache(mgt_backend *be, const char *path, mgt_err *err) {
     return a ? a->algo_cache(be, path, err) : mgt_errf(err, "%s", load_failure);
 }
 
+void mgt_gpu_share_measurements(mgt_backend *be, MPI_Comm same_gpu, mgt_comm *c) {
+    const mgt_gpu_api *a = backend();
+    if (a)
+        a->share_measurements(be, same_gpu, c);
+}
+
+double mgt_gpu_copy_rate(mgt_backend *be, char *name, size_t n) {
+    const mgt_gpu_api *a = backend();
+    return a ? a->copy_rate(be, name, n) : 0;
+}
+
 size_t mgt_gpu_conv_workspace(const mgt_conv_shape *s, int math) {
     const mgt_gpu_api *a = backend();
     return a ? a->conv_workspace(s, math) : 0;

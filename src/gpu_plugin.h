@@ -57,6 +57,8 @@ typedef struct mgt_gpu_api {
     void (*version_text)(char *buf, size_t n);
     int (*nccl_share_gpu)(int rank, int nodes, char *route, size_t n);
     int (*algo_cache)(mgt_backend *be, const char *path, mgt_err *err);
+    void (*share_measurements)(mgt_backend *be, MPI_Comm same_gpu, mgt_comm *c);
+    double (*copy_rate)(mgt_backend *be, char *name, size_t n);
     size_t (*conv_workspace)(const mgt_conv_shape *s, int math);
     size_t (*dwconv_workspace)(const mgt_conv_shape *s);
     size_t (*workspace_bytes)(const mgt_backend *be);

@@ -52,6 +52,8 @@ static int pick_gpu(const mgt_runtime *rt, const mgt_place_opts *o, int ngpu) {
     return dev;
 }
 
+static void share_measurements(mgt_placement *p, const mgt_runtime *rt, const char *desc);
+
 static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_opts *o, int dev) {
     const mgt_transport tr = o->transport;
     mgt_err e;
@@ -94,6 +96,33 @@ static void start_gpu(mgt_placement *p, const mgt_runtime *rt, const mgt_place_o
     char desc[128];
     mgt_gpu_describe(dev, desc, sizeof desc);
     snprintf(p->desc, sizeof p->desc, "GPU %d: %s", dev, desc);
+    if (rt->mpi && rt->local_size > 1 && !o->deterministic)
+        share_measurements(p, rt, desc);
+}
+
+/* Ranks of this node on one GPU (--share-gpu; the PCI address in desc tells which GPU, whatever
+ * each rank's CUDA_VISIBLE_DEVICES numbers it) measure cuDNN's algorithms once, on the lowest of
+ * them, rather than each under the others' load (mgt_gpu_share_measurements). */
+static void share_measurements(mgt_placement *p, const mgt_runtime *rt, const char *desc) {
+    enum { D = 128 };
+    char mine[D], *all = malloc((size_t)D * (size_t)rt->local_size);
+    if (!all)
+        mgt_die("out of host memory");
+    snprintf(mine, sizeof mine, "%s", desc);
+    MPI_Allgather(mine, D, MPI_CHAR, all, D, MPI_CHAR, rt->node_comm);
+    int color = rt->local_rank, n = 0;
+    for (int r = rt->local_size - 1; r >= 0; r--)
+        if (!strncmp(all + (size_t)r * D, mine, D)) {
+            color = r;
+            n++;
+        }
+    free(all);
+    MPI_Comm same;
+    MPI_Comm_split(rt->node_comm, color, rt->rank, &same);
+    if (n > 1)
+        mgt_gpu_share_measurements(&p->be, same, &p->comm);
+    else
+        MPI_Comm_free(&same);
 }
 #endif
 

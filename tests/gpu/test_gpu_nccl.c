@@ -6,8 +6,14 @@
  * different host through the undocumented NCCL_HOSTID (the ranks then count as separate nodes
  * and talk over sockets); NCCL 2.30 adds the documented, experimental
  * NCCL_MULTI_RANK_GPU_ENABLE=1.
+ * With --free-behind-a-stopped-peer (2 ranks): rank 1 stops (it never joins the collective),
+ * rank 0 starts an all-reduce request and then frees a tensor. cudaFree waits for the whole
+ * device, the stuck collective's stream too, forever; the backend must first drain every stream
+ * by polled waits, which watch --comm-timeout (3 s here), so that the job ends with NCCL's
+ * timeout message instead of hanging: this program then never returns normally.
  * Needs a GPU: without one it prints SKIPPED and exits 77. */
 #include <mpi.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "gpu_test.h"
@@ -28,8 +34,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     mgt_comm c;
-    int rc = mgt_comm_init_nccl(&c, MPI_COMM_WORLD, &be, 30.0, &e);
+    const int stopped = argc > 1 && !strcmp(argv[1], "--free-behind-a-stopped-peer");
+    int rc = mgt_comm_init_nccl(&c, MPI_COMM_WORLD, &be, stopped ? 3.0 : 30.0, &e);
     CHECK(rc == 0, "mgt_comm_init_nccl failed: %s", rc ? e.msg : "");
+    if (rc == 0 && stopped) {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 1)
+            sleep(60); /* stopped: the job ends from rank 0 before this */
+        float *d = dmem(&be, 1000 * sizeof(float)), *x = dmem(&be, 16);
+        CHECK(c.ops->reserve(&c, 1, &e) == 0, "a request slot");
+        c.ops->start(&c, 0, MGT_COLL_ALLREDUCE, d, 0, 1000);
+        be.ops->free(&be, x); /* must end the job within the 3 s */
+        CHECK(0, "a free behind a collective whose peer stopped returned");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (rc == 0) {
         CHECK(!strcmp(c.ops->name, "nccl"), "transport named %s", c.ops->name);
         int world = 0, rank = 0;

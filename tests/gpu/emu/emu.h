@@ -31,12 +31,21 @@
 
 namespace emu {
 
-/* Queues `op` on stream `s` (0 = the legacy default stream). `what` names it in diagnostics. */
-void enqueue(cudaStream_t s, std::function<void()> op, const char *what);
+/* Queues `op` on stream `s` (0 = the legacy default stream). `what` names it in diagnostics.
+ * Returns cudaErrorStreamCaptureInvalidated (also as the last error), queueing nothing, when s is
+ * capturing and its capture has been invalidated: as CUDA, every call that queues work on such a
+ * stream fails until the capture ends. */
+cudaError_t enqueue(cudaStream_t s, std::function<void()> op, const char *what);
 
 /* Queues a gate: the stream's later operations wait until ready() returns true. ready() runs
- * with device memory open, on the thread that waits; it must not block. */
-void enqueue_gate(cudaStream_t s, std::function<bool()> ready, const char *what);
+ * with device memory open, on the thread that waits; it must not block. Returns as enqueue. */
+cudaError_t enqueue_gate(cudaStream_t s, std::function<bool()> ready, const char *what);
+
+/* What MGT_EMU_CAPTURE=LIB-CALL asks of library `lib` ("cudnn", "cublas") called on stream s:
+ * when s is capturing, the call a library may make inside a capture that CUDA cannot hold
+ * (CALL: "query", cudaStreamQuery of s; "sync", cudaStreamSynchronize of s; "alloc", cudaMalloc),
+ * made here, which invalidates the capture. Nothing otherwise. */
+void library_call_in_capture(const char *lib, cudaStream_t s);
 
 /* The error cudaGetLastError() reports next (a failed launch configuration, say). */
 void set_last_error(cudaError_t e);

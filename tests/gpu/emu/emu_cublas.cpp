@@ -274,7 +274,8 @@ cublasStatus_t gemm(const char *fn, cublasHandle_t handle, cublasOperation_t tra
         emu::fail("%s: the workspace given to cublasSetWorkspace ([%p, +%zu bytes)) is no longer "
                   "device memory (freed before the handle was destroyed?)",
                   fn, ws, ws_bytes);
-    emu::enqueue(
+    emu::library_call_in_capture("cublas", handle->stream);
+    const cudaError_t queued = emu::enqueue(
         handle->stream,
         [=]() {
             if (ws)
@@ -311,7 +312,9 @@ cublasStatus_t gemm(const char *fn, cublasHandle_t handle, cublasOperation_t tra
                 }
         },
         fn);
-    return CUBLAS_STATUS_SUCCESS;
+    /* its kernel refused (a stream capture CUDA invalidated): cuBLAS's word for a launch that
+     * failed */
+    return queued == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 } // namespace

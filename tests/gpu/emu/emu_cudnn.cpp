@@ -873,13 +873,17 @@ cudnnStatus_t convolve(Dir d, cudnnHandle_t handle, const cudnnTensorStruct *x,
     const void *p1 = in1, *p2 = in2;
     void *po = out;
     const auto run = dir.run;
-    emu::enqueue(
+    emu::library_call_in_capture("cudnn", handle->stream);
+    const cudaError_t queued = emu::enqueue(
         handle->stream,
         [=]() {
             scribble(ws, ws_size);
             run(g, p1, p2, po, a, b);
         },
         fn);
+    if (queued != cudaSuccess) /* a stream capture CUDA invalidated refused its kernels */
+        return err(CUDNN_STATUS_EXECUTION_FAILED_CUDART,
+                   "%s: a CUDA runtime call failed (error %d)", fn, (int)queued);
     return CUDNN_STATUS_SUCCESS;
 }
 

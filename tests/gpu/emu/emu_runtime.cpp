@@ -14,8 +14,15 @@
  *                    device to the host it made ("D2H N"): the host's reads, each a wait for
  *                    the device, so a test can count them; and how many graphs it launched
  *                    ("graphs N"), and how many ops those launches queued ("graph ops N").
+ *   MGT_EMU_KERNELS  a file to which the process appends, at exit, how many times each kernel
+ *                    ran ("NAME COUNT" a line, by the name it was launched with: eager launches
+ *                    and graph replays alike), so that a test can count a kernel per step.
  *   MGT_EMU_CAPTURE  "invalidate": every stream capture ends invalidated, as when something
- *                    in it could not be captured (a test of the fallback).
+ *                    in it could not be captured (a test of the fallback); "LIB-CALL" (LIB
+ *                    cudnn or cublas, CALL query, sync or alloc): that library's first call
+ *                    inside each capture makes that call the capture cannot hold, as a library's
+ *                    internal query, synchronisation or allocation would, which invalidates the
+ *                    capture (emu::library_call_in_capture).
  *
  * Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture) records what is queued on the
  * capturing stream instead of queueing it; cudaGraphInstantiate keeps the recording and
@@ -24,7 +31,11 @@
  * capture for, from the capturing thread (cudaStreamCaptureModeThreadLocal and Global): a host
  * wait for the capturing stream or the device, a query of an event recorded in the capture,
  * cudaMalloc / cudaFree / cudaHostAlloc / cudaFreeHost, a synchronous copy, a copy from or to
- * pageable host memory, and a wait on an event recorded outside the capture.
+ * pageable host memory, and a wait on an event recorded outside the capture. The refused call
+ * fails with cudaErrorStreamCaptureUnsupported (or ...Isolation), and from then on, as in CUDA,
+ * every call that queues work on the capturing stream (a launch, a copy, a memset, an event
+ * record or wait, a library call) fails with cudaErrorStreamCaptureInvalidated until
+ * cudaStreamEndCapture, which fails with it too and returns no graph.
  *
  * All state is behind one mutex: the API is callable from any thread, as CUDA's is. */
 #include <errno.h>
@@ -87,7 +98,15 @@ cudaError_t last_error = cudaSuccess;
 struct Stats {
     long malloc_calls = 0, free_calls = 0, host_allocs = 0, d2h_copies = 0;
     long graph_launches = 0, graph_ops = 0;
+    std::map<std::string, long> ran; /* ops run, by name */
     ~Stats() {
+        const char *kpath = getenv("MGT_EMU_KERNELS");
+        FILE *kf = kpath && *kpath ? fopen(kpath, "a") : NULL;
+        if (kf) {
+            for (const auto &k : ran)
+                fprintf(kf, "%s %ld\n", k.first.c_str(), k.second);
+            fclose(kf);
+        }
         const char *path = getenv("MGT_EMU_STATS");
         FILE *f = path && *path ? fopen(path, "a") : NULL;
         if (f) {
@@ -309,27 +328,53 @@ template <class F> void wait_until(F done) {
 
 namespace emu {
 
-void enqueue(cudaStream_t s, std::function<void()> op, const char *what) {
+cudaError_t enqueue(cudaStream_t s, std::function<void()> op, const char *what) {
     std::lock_guard<std::recursive_mutex> lk(mu);
     if (!known_stream(s))
         fail("work (%s) queued on a stream that does not exist (destroyed?)", what);
     CUstream_st *st = stream_of(s);
+    if (st->cap && st->cap->invalid) /* nothing more is recorded, nothing runs */
+        return err(cudaErrorStreamCaptureInvalidated);
     if (st->cap) /* recorded, not run */
         st->cap->ops.push_back(EmuOp{std::move(op), nullptr, what});
     else
         st->q.push_back(EmuOp{std::move(op), nullptr, what});
+    return cudaSuccess;
 }
 
-void enqueue_gate(cudaStream_t s, std::function<bool()> ready, const char *what) {
+cudaError_t enqueue_gate(cudaStream_t s, std::function<bool()> ready, const char *what) {
     std::lock_guard<std::recursive_mutex> lk(mu);
     if (!known_stream(s))
         fail("work (%s) queued on a stream that does not exist (destroyed?)", what);
     CUstream_st *st = stream_of(s);
-    if (st->cap) { /* a gate cannot be recorded (the runtime's own waits are checked before) */
-        refuse_in_capture(what, cudaErrorStreamCaptureUnsupported);
-        return;
-    }
+    if (st->cap && st->cap->invalid)
+        return err(cudaErrorStreamCaptureInvalidated);
+    if (st->cap) /* a gate cannot be recorded (the runtime's own waits are checked before) */
+        return refuse_in_capture(what, cudaErrorStreamCaptureUnsupported);
     st->q.push_back(EmuOp{nullptr, std::move(ready), what});
+    return cudaSuccess;
+}
+
+void library_call_in_capture(const char *lib, cudaStream_t s) {
+    const char *want = getenv("MGT_EMU_CAPTURE");
+    const size_t n = strlen(lib);
+    if (!want || strncmp(want, lib, n) || want[n] != '-')
+        return;
+    const char *call = want + n + 1;
+    std::lock_guard<std::recursive_mutex> lk(mu);
+    if (!known_stream(s) || !stream_of(s)->cap || stream_of(s)->cap->invalid)
+        return;
+    if (!strcmp(call, "query")) {
+        (void)cudaStreamQuery(s);
+    } else if (!strcmp(call, "sync")) {
+        (void)cudaStreamSynchronize(s);
+    } else if (!strcmp(call, "alloc")) {
+        void *p = NULL;
+        if (cudaMalloc(&p, 256) == cudaSuccess)
+            (void)cudaFree(p);
+    } else {
+        fail("MGT_EMU_CAPTURE=%s: the call is query, sync or alloc", want);
+    }
 }
 
 void set_last_error(cudaError_t e) {
@@ -352,6 +397,7 @@ int physical_device(void) {
 }
 
 bool progress(void) {
+    static const bool count_ops = getenv("MGT_EMU_KERNELS") && *getenv("MGT_EMU_KERNELS");
     std::lock_guard<std::recursive_mutex> lk(mu);
     MemOpen open;
     bool any = false;
@@ -368,6 +414,8 @@ bool progress(void) {
                     }
                 } else {
                     op.run();
+                    if (count_ops)
+                        stats.ran[op.what ? op.what : "?"]++;
                 }
                 s->q.pop_front();
                 ran = any = true;
@@ -702,20 +750,21 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     LOCK;
     if (!e || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
+    if (stream_of(s)->cap && stream_of(s)->cap->invalid)
+        return err(cudaErrorStreamCaptureInvalidated);
     if (stream_of(s)->cap) { /* a point of the capture's order, not a record that runs */
         e->captured = stream_of(s)->cap;
         return cudaSuccess;
     }
     e->captured = NULL;
     uint64_t gen = ++e->recorded;
-    emu::enqueue(
+    return emu::enqueue(
         s,
         [e, gen] {
             e->completed = gen;
             e->when = now();
         },
         "event record");
-    return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -756,6 +805,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     if (!e || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
     CUstream_st *st = stream_of(s);
+    if (st->cap && st->cap->invalid)
+        return err(cudaErrorStreamCaptureInvalidated);
     if (st->cap && e->captured == st->cap)
         return cudaSuccess; /* the capture's own order: already implied on one stream */
     if (st->cap) /* an outside event: the capture would depend on work it does not hold */
@@ -765,9 +816,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
         return refuse_in_capture("cudaStreamWaitEvent on a captured event from another stream",
                                  cudaErrorStreamCaptureUnsupported);
     uint64_t gen = e->recorded; /* the record most recent at this call */
-    emu::enqueue_gate(
+    return emu::enqueue_gate(
         s, [e, gen] { return e->completed >= gen; }, "stream wait event");
-    return cudaSuccess;
 }
 
 /* Copies: the kind must match where the pointers live, as without unified addressing. */
@@ -792,6 +842,8 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
                       want_dd && !dd ? dst : src, n);
         return err(cudaErrorInvalidValue);
     }
+    if (stream_of(s)->cap && stream_of(s)->cap->invalid)
+        return err(cudaErrorStreamCaptureInvalidated);
     if (stream_of(s)->cap && (sync || (kind == cudaMemcpyHostToDevice && !is_pinned(src, n)) ||
                               (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n))))
         return refuse_in_capture("a copy the capture cannot hold (pageable host memory, or "
@@ -808,6 +860,7 @@ static cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKi
         emu::enqueue(
             s, [dst, src, n] { memcpy(dst, src, n); }, "memcpy");
     }
+    /* (an invalidated capture was refused above: both queue) */
     /* A copy to pageable host memory returns when it is done. */
     if (sync || (kind == cudaMemcpyDeviceToHost && !is_pinned(dst, n))) {
         CUstream_st *st = stream_of(s);
@@ -838,9 +891,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
         return cudaSuccess;
     if (!emu::is_device(p, n))
         emu::fail("cudaMemsetAsync of %zu bytes at %p: not device memory", n, p);
-    emu::enqueue(
+    return emu::enqueue(
         s, [p, value, n] { memset(p, value, n); }, "memset");
-    return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void *p, int value, size_t n) {
@@ -921,7 +973,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
     if (!exec || !known_stream(s))
         return err(cudaErrorInvalidResourceHandle);
     if (stream_of(s)->cap)
-        return refuse_in_capture("cudaGraphLaunch", cudaErrorStreamCaptureUnsupported);
+        return stream_of(s)->cap->invalid
+                   ? err(cudaErrorStreamCaptureInvalidated)
+                   : refuse_in_capture("cudaGraphLaunch", cudaErrorStreamCaptureUnsupported);
     stats.graph_launches++;
     for (const EmuOp &op : exec->ops) {
         stream_of(s)->q.push_back(op);

@@ -110,12 +110,12 @@ template <auto K, class... P> class launcher<K, void (*)(P...)> {
             return;
         }
         using Args = std::tuple<P...>;
-        ::emu::enqueue(
-            stream_,
-            [name = name_, grid = grid_, block = block_, args = Args(args...)] {
-                run_grid(name, grid, block, &thunk<K, Args>, &args);
-            },
-            name_);
+        (void)::emu::enqueue(/* its failure is the last error, as a launch's */
+                             stream_,
+                             [name = name_, grid = grid_, block = block_, args = Args(args...)] {
+                                 run_grid(name, grid, block, &thunk<K, Args>, &args);
+                             },
+                             name_);
     }
 
   private:

@@ -65,16 +65,20 @@ void flush() {
 
 namespace emu {
 
-void enqueue(cudaStream_t, std::function<void()> op, const char *) {
+cudaError_t enqueue(cudaStream_t, std::function<void()> op, const char *) {
     queue.push_back(std::move(op));
+    return cudaSuccess;
 }
 
-void enqueue_gate(cudaStream_t, std::function<bool()> ready, const char *) {
+cudaError_t enqueue_gate(cudaStream_t, std::function<bool()> ready, const char *) {
     queue.push_back([ready]() {
         while (!ready()) {
         }
     });
+    return cudaSuccess;
 }
+
+void library_call_in_capture(const char *, cudaStream_t) {}
 
 void set_last_error(cudaError_t) {}
 

@@ -26,12 +26,13 @@ cudaError_t g_last = cudaSuccess;
 } // namespace
 
 namespace emu {
-void enqueue(cudaStream_t, std::function<void()> op, const char *) {
+cudaError_t enqueue(cudaStream_t, std::function<void()> op, const char *) {
     g_enqueued++;
     if (g_hold)
         g_held.push_back(std::move(op));
     else
         op();
+    return cudaSuccess;
 }
 
 void set_last_error(cudaError_t e) {
