@@ -3,15 +3,18 @@
  * result checked against the CPU backend first.
  *
  *   mgt_gpu_kernels [--batch 32] [--iters 10] [--warmup 3] [--only NAME] [--no-check]
- *                   [--small] [--bf16] [--hbm-gbs 3350]
+ *                   [--small] [--bf16] [--hbm-gbs GBPS]
  *
  * The ceiling: a device-to-device copy of 1 GiB (the backend's copy op), counting the bytes read
- * and written, the fastest any kernel that streams memory can go; --hbm-gbs is the data sheet's
- * figure (H100 SXM: 3350), printed beside it. Each kernel's bytes are what it must move at
+ * and written, measured here first: the fastest any kernel that streams memory can go, and what
+ * "of copy" is a share of (about 4,300 GB/s on an H200, 3,000 on an H100). "of HBM" is a share
+ * of the data sheet's figure for the GPU by its name (H200 4,800, H100 SXM 3,350 GB/s), or of
+ * --hbm-gbs; a dash for a GPU of no known figure. Each kernel's bytes are what it must move at
  * least: every input read once, every output written once (the filter gradient's partials and
  * the weights, a few KB, left out). Its time is the median of --iters runs between device events
  * after --warmup runs, on inputs rotated among up to four copies so that one run's inputs are
- * not in the L2 cache from the run before (50 MB on an H100). Inputs are random, never zeros.
+ * not in the L2 cache from the run before (50 MB on an H100, 60 on an H200). Inputs are random,
+ * never zeros.
  *
  * Cases (--only picks those whose name contains NAME):
  *   dwconv      depthwise convolution, forward / backward data / backward filter, on
@@ -57,7 +60,8 @@ typedef struct bench {
 } bench;
 
 enum { MAX_SETS = 4 };
-/* Inputs of one run, rotated so that the L2 cache (50 MB on an H100) does not hold them. */
+/* Inputs of one run, rotated so that the L2 cache (50 MB on an H100, 60 on an H200) does not
+ * hold them. */
 static const size_t kRotateBytes = (size_t)160 << 20;
 
 static int sets_for(size_t bytes_per_run) {
@@ -185,8 +189,11 @@ static void row(bench *b, const char *kernel, const char *shape, double bytes, d
                 double err, double bound) {
     const double gbs = sec > 0 ? bytes / sec / 1e9 : 0.0;
     const int bad = b->check && !(err <= bound);
-    printf("%-26s %-28s %10.1f %10.1f %9.0f %7.1f%% %7.1f%%   %s\n", kernel, shape, bytes / 1e6,
-           sec * 1e6, gbs, 100.0 * gbs / b->copy_gbs, 100.0 * gbs / b->hbm_gbs,
+    char hbm[16] = "       -";
+    if (b->hbm_gbs > 0)
+        snprintf(hbm, sizeof hbm, "%7.1f%%", 100.0 * gbs / b->hbm_gbs);
+    printf("%-26s %-28s %10.1f %10.1f %9.0f %7.1f%% %s   %s\n", kernel, shape, bytes / 1e6,
+           sec * 1e6, gbs, 100.0 * gbs / b->copy_gbs, hbm,
            !b->check ? "-"
            : bad     ? "FAIL"
                      : "ok");
@@ -223,8 +230,9 @@ static void measure_copy(bench *b) {
     const double sec = time_runs(b, run_copy, &c, 2);
     b->copy_gbs = 2.0 * (double)c.bytes / sec / 1e9;
     printf("device-to-device copy of %zu MiB: %.0f GB/s (read + write), the ceiling below; "
-           "--hbm-gbs %.0f\n\n",
-           c.bytes >> 20, b->copy_gbs, b->hbm_gbs);
+           "HBM's data sheet: %.0f GB/s%s\n\n",
+           c.bytes >> 20, b->copy_gbs, b->hbm_gbs,
+           b->hbm_gbs > 0 ? "" : " (not known for this GPU: give it with --hbm-gbs)");
     for (int i = 0; i < 2; i++)
         b->gpu.ops->free(&b->gpu, c.src[i]);
     b->gpu.ops->free(&b->gpu, c.dst);
@@ -674,7 +682,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    bench b = {.batch = 32, .iters = 10, .warmup = 3, .check = 1, .hbm_gbs = 3350.0, .key = 7};
+    bench b = {.batch = 32, .iters = 10, .warmup = 3, .check = 1, .hbm_gbs = 0, .key = 7};
     static const struct option opts[] = {{"batch", required_argument, 0, 'b'},
                                          {"iters", required_argument, 0, 'i'},
                                          {"warmup", required_argument, 0, 'w'},
@@ -733,6 +741,10 @@ int main(int argc, char **argv) {
         mgt_die_all("cannot start the backends: %s", e.msg);
     char desc[160];
     mgt_gpu_describe(0, desc, sizeof desc);
+    if (b.hbm_gbs == 0) /* the data sheets' HBM bandwidth, by the GPU's name */
+        b.hbm_gbs = strstr(desc, "H200")                            ? 4800.0
+                    : strstr(desc, "H100") && !strstr(desc, "PCIe") ? 3350.0
+                                                                    : 0.0;
     printf("GPU 0: %s; %s activations, batch %d, median of %d runs after %d\n", desc,
            b.bf16 ? "bfloat16" : "float32", b.batch,
            b.iters < MGT_TIME_POINTS - 1 ? b.iters : MGT_TIME_POINTS - 1, b.warmup);

@@ -9,22 +9,53 @@
 #include "optim.h"
 #include "runtime.h"
 
-/* H100 SXM 80 GB: HBM3 3.35 TB/s on the datasheet, about 3.0 reached by large copies; dense
- * tensor-core rates from the datasheet (TF32 495, BF16 990 TFLOP/s: half the "with sparsity"
- * figures); float32 cores: 51 TFLOP/s, what a large SGEMM reached on one without TF32
- * (gpu-runs/2026-11-26-h100; the datasheet's 67 counts the boost clock). */
-static const mgt_rates h100[] = {
-    {"H100 SXM, FP32 (no TF32)", 3.0e12, 51e12, 51e12},
-    {"H100 SXM, TF32 tensor cores", 3.0e12, 495e12, 51e12},
-    {"H100 SXM, BF16 tensor cores", 3.0e12, 990e12, 51e12},
+/* The GPUs whose rates were measured, the reached figures the floors use and the datasheets'
+ * beside them (dense tensor-core rates: half the "with sparsity" ones):
+ *   H200 (141 GB HBM3e, 132 SMs): a device-to-device copy of 8.6 GB moved 4.3 TB/s counting the
+ *     bytes read and written (datasheet 4.8); an 8192^3 bf16 GEMM through PyTorch 788 TFLOP/s on
+ *     random data, 769-798 over several machines (datasheet 990) (measured 2026-10-28 and
+ *     2026-11-04);
+ *   H100 SXM (80 GB HBM3): the copy about 3.0 TB/s (datasheet 3.35); bf16 754-775, TF32 378-396
+ *     (datasheet 495), plain float32 SGEMM 51 TFLOP/s (datasheet 67, at the boost clock)
+ *     (bench/results/gpu-2026-11-26-h100).
+ * Both are Hopper with the same SMs and clocks: the H200's TF32 and float32 rates are the H100's
+ * measured ones. */
+static const struct gpu_rates {
+    const char *match, *name;
+    double copy, bf16, tf32, fp32;
+} known[] = {
+    {"H200", "NVIDIA H200", 4.3e12, 790e12, 390e12, 51e12},
+    {"H100", "NVIDIA H100", 3.0e12, 765e12, 390e12, 51e12},
 };
 
-const mgt_rates *mgt_rates_h100(const char *precision) {
+int mgt_rates_for(const char *gpu, const char *precision, double copy_bps, mgt_rates *r) {
     static const char *const names[] = {"fp32", "tf32", "bf16"};
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(precision, names[i]))
-            return &h100[i];
-    return NULL;
+    static const char *const units[] = {"FP32 (no TF32) on the float32 cores", "TF32 tensor cores",
+                                        "BF16 tensor cores"};
+    int k = 0;
+    while (k < 3 && strcmp(precision, names[k]))
+        k++;
+    if (k == 3)
+        return -1;
+    const struct gpu_rates *g = &known[0];
+    int unknown = 0;
+    if (gpu && gpu[0]) {
+        size_t i = 0;
+        while (i < sizeof known / sizeof known[0] && !strstr(gpu, known[i].match))
+            i++;
+        unknown = i == sizeof known / sizeof known[0];
+        g = unknown ? &known[0] : &known[i];
+    }
+    r->bw = copy_bps > 0 ? copy_bps : g->copy;
+    r->fp32 = g->fp32;
+    r->mma = k == 0 ? g->fp32 : k == 1 ? g->tf32 : g->bf16;
+    snprintf(r->name, sizeof r->name, "%s%s%s, %s (memory %.2f TB/s, %s)", unknown ? gpu : g->name,
+             unknown ? " (arithmetic rates unknown: the H200's taken)" : "",
+             gpu && gpu[0] ? "" : " (no GPU named: the one the predictions are for)", units[k],
+             r->bw / 1e12,
+             copy_bps > 0 ? "a device-to-device copy measured on it now"
+                          : "what a large device-to-device copy reaches on one");
+    return 0;
 }
 
 /* Whether each layer's output gradient is needed (model.c's rule: it or a layer above it has
@@ -438,16 +469,16 @@ void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, const mgt_o
     mgt_mem_estimate e;
     if (mgt_memory_estimate(m, n, bf16, tf32, opt, accum_steps, &e) < 0)
         return;
-    const double mib = 1048576.0, h100 = 80.0 * 1e9;
+    const double mib = 1048576.0, h200 = 143771.0 * mib; /* nvidia-smi's total on one */
     fprintf(f,
             "GPU memory of one rank training a batch of %d (%s; mgtrain's own allocations): "
             "%.1f MiB = activations %.1f (the memory plan) + weights, gradients and optimizer "
-            "state %.1f + batch %.1f + convolution workspace %.1f + other %.1f; %s an 80 GB H100 "
-            "(%.0f%% of it)\n",
+            "state %.1f + batch %.1f + convolution workspace %.1f + other %.1f; %s an H200 "
+            "(143,771 MiB: %.0f%% of it)\n",
             n,
             bf16   ? "bf16"
             : tf32 ? "tf32"
                    : "fp32",
             e.total / mib, e.act / mib, e.params / mib, e.batch / mib, e.workspace / mib,
-            e.other / mib, e.total < 0.97 * h100 ? "fits" : "does NOT fit", 100.0 * e.total / h100);
+            e.other / mib, e.total < 0.97 * h200 ? "fits" : "does NOT fit", 100.0 * e.total / h200);
 }

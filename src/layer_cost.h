@@ -36,14 +36,19 @@ typedef struct mgt_cost {
 /* A device's rates: bytes/s of device memory, FLOP/s of the matrix unit in the run's precision
  * and of the ordinary float32 cores. */
 typedef struct mgt_rates {
-    const char *name; /* "H100 SXM, TF32" ... for the table's header */
+    char name[200]; /* "NVIDIA H200, BF16 tensor cores (...)", for the table's header */
     double bw, mma, fp32;
 } mgt_rates;
 
-/* H100 SXM rates for a precision: "fp32" (no TF32: products on the float32 cores), "tf32" or
- * "bf16" (dense tensor-core rates); HBM3 at 3.0e12 B/s; float32 cores at the 51 TFLOP/s a large
- * cuBLAS SGEMM measured on one (2026-11-26). NULL for an unknown name. */
-const mgt_rates *mgt_rates_h100(const char *precision);
+/* The rates of GPU `gpu` (its name as CUDA gives it, "NVIDIA H200"; NULL or "": the H200, the
+ * GPU the predictions are written for) in `precision`: "fp32" (no TF32: products on the float32
+ * cores), "tf32" or "bf16" (the tensor cores). Each is what a large operation reached on such a
+ * GPU, not its datasheet's figure (layer_cost.c lists both): the floor is then the least time
+ * the libraries and kernels can be expected to take. copy_bps > 0 is the device-to-device copy
+ * rate measured on this GPU now (bytes read and written per second: mgt_gpu_copy_rate), which
+ * replaces the table's. A GPU the table does not know takes the H200's arithmetic rates, and
+ * says so in the name. -1 for an unknown precision. */
+int mgt_rates_for(const char *gpu, const char *precision, double copy_bps, mgt_rates *r);
 
 /* Layer i's forward and backward at a local batch of n, activations act_bytes a value. */
 void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *fwd, mgt_cost *bwd);
@@ -82,7 +87,7 @@ typedef struct mgt_mem_estimate {
 } mgt_mem_estimate;
 int mgt_memory_estimate(const mgt_model *m, int n, int bf16, int tf32, const mgt_optim_cfg *opt,
                         int accum_steps, mgt_mem_estimate *e);
-/* The estimate as lines for `mgtrain summary`, against an 80 GB H100's memory. */
+/* The estimate as lines for `mgtrain summary`, against an H200's memory (143,771 MiB). */
 void mgt_memory_print(const mgt_model *m, int n, int bf16, int tf32, const mgt_optim_cfg *opt,
                       int accum_steps, FILE *f);
 

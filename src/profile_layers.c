@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu.h"
 #include "layer_cost.h"
 #include "profile.h"
 #include "runtime.h"
@@ -205,7 +206,14 @@ void mgt_profile_marks_report(mgt_profile *p) {
     if (lp->layers && marked) {
         const mgt_model *m = lp->m;
         const int L = m->nlayers, n = m->max_batch;
-        const mgt_rates *r = mgt_rates_h100(lp->precision);
+        /* the floors at this GPU's rates, its memory's as a copy measured on it now */
+        char gpu[128] = "";
+        double copy = 0;
+#ifdef MGT_HAVE_CUDA
+        if (!strcmp(lp->be->ops->name, "gpu"))
+            copy = mgt_gpu_copy_rate(lp->be, gpu, sizeof gpu);
+#endif
+        mgt_rates rates, *r = mgt_rates_for(gpu, lp->precision, copy, &rates) == 0 ? &rates : NULL;
         printf("Per layer on the device (rank 0, ms per step over %lld steps at a batch of %d; "
                "GB/s and TFLOP/s against each pass's own bytes and FLOPs (layer_cost.h, "
                "activations %zu bytes a value; a fusion group's at its last layer), and the "

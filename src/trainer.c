@@ -625,10 +625,11 @@ int mgt_cmd_summary(mgt_runtime *rt, const mgt_options *o) {
         const int n = b < INT32_MAX ? (int)b : INT32_MAX;
         mgt_memory_print(&s->m, n, p->place.bf16, p->place.tf32, &p->step.optim,
                          p->step.pipeline.accum_steps, stdout);
-        if (p->floor) { /* the batch of one GPU: the whole global batch on one rank */
+        mgt_rates r;
+        if (p->floor && mgt_rates_for(NULL, p->log.precision, 0, &r) == 0) {
+            /* the batch of one GPU: the whole global batch on one rank, on an H200 */
             printf("\n");
-            mgt_floor_table(&s->m, n, p->place.bf16 ? 2 : 4, mgt_rates_h100(p->log.precision),
-                            &p->step.optim, stdout);
+            mgt_floor_table(&s->m, n, p->place.bf16 ? 2 : 4, &r, &p->step.optim, stdout);
         }
     }
     mgt_model_free(&s->m);

@@ -157,15 +157,29 @@ int main(void) {
         const mgt_cost f = fwd_of(&m, 7, 4);
         CHECK(&t, near(f.mma, 2.0 * N * 6 * 5));
     }
-    /* floors: bytes or FLOPs, whichever takes longer */
+    /* floors: bytes or FLOPs, whichever takes longer, at the H200's reached rates by default
+     * (4.3 TB/s, BF16 790 TFLOP/s), an H100's by its name, and a copy rate measured on the
+     * device in place of the table's */
     {
-        const mgt_rates *r = mgt_rates_h100("bf16");
-        CHECK(&t, r && mgt_rates_h100("tf32") && mgt_rates_h100("fp32") && !mgt_rates_h100("x"));
+        mgt_rates r, h100, other, x;
+        CHECK(&t,
+              mgt_rates_for(NULL, "bf16", 0, &r) == 0 && mgt_rates_for("", "tf32", 0, &x) == 0 &&
+                  mgt_rates_for(NULL, "fp32", 0, &x) == 0 && mgt_rates_for(NULL, "x", 0, &x) == -1);
+        CHECK(&t, strstr(r.name, "H200") != NULL && strstr(r.name, "4.30 TB/s") != NULL);
         const mgt_cost big_math = {.flops = 1e12, .mma = 1e12, .bytes = 1e6};
         const mgt_cost big_mem = {.flops = 1e6, .mma = 0, .bytes = 3e9};
         int mem = -1;
-        CHECK(&t, near(mgt_cost_floor(&big_math, r, &mem), 1e12 / 990e12) && mem == 0);
-        CHECK(&t, near(mgt_cost_floor(&big_mem, r, &mem), 3e9 / 3.0e12) && mem == 1);
+        CHECK(&t, near(mgt_cost_floor(&big_math, &r, &mem), 1e12 / 790e12) && mem == 0);
+        CHECK(&t, near(mgt_cost_floor(&big_mem, &r, &mem), 3e9 / 4.3e12) && mem == 1);
+        CHECK(&t, mgt_rates_for("NVIDIA H100 80GB HBM3", "bf16", 0, &h100) == 0 &&
+                      near(mgt_cost_floor(&big_mem, &h100, &mem), 3e9 / 3.0e12));
+        CHECK(&t, mgt_rates_for("NVIDIA H200", "bf16", 4.0e12, &r) == 0 &&
+                      near(mgt_cost_floor(&big_mem, &r, &mem), 3e9 / 4.0e12) &&
+                      strstr(r.name, "measured") != NULL);
+        CHECK(&t,
+              mgt_rates_for("Emulated GPU 0", "tf32", 1e11, &other) == 0 &&
+                  strstr(other.name, "Emulated GPU 0 (arithmetic rates unknown") == other.name &&
+                  near(mgt_cost_floor(&big_math, &other, &mem), 1e12 / 390e12));
     }
     /* the update: Adam reads w, g, m, v and writes w, m, v */
     {
