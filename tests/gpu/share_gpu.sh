@@ -31,7 +31,8 @@
 # (default examples/convnet.cfg examples/resnet_small.cfg), MGT_SHARE_REPRO_MODEL (default
 # examples/convnet.cfg), MGT_SHARE_STEPS (optimizer steps of the pipeline runs, default 20),
 # MGT_SHARE_BUCKET_MB (default 1), MGT_SHARE_SAMPLES (synthetic samples, default 4096),
-# MGT_SHARE_BATCH (global batch, default 128), MGT_SHARE_COMM_TIMEOUT (default 20 s).
+# MGT_SHARE_BATCH (global batch, default 128), MGT_SHARE_COMM_TIMEOUT (default 20 s),
+# MGT_SHARE_ARGS (more arguments for every training run: --algo-cache FILE on a real GPU).
 source "$MGT_SRC/tests/cli/lib.bash"
 # shellcheck disable=SC2206 # a list of paths, split on blanks
 MODELS=(${MGT_SHARE_MODELS:-$MGT_SRC/examples/convnet.cfg $MGT_SRC/examples/resnet_small.cfg})
@@ -48,7 +49,9 @@ export OPENBLAS_NUM_THREADS=1 # ranks share this machine's cores
 share() { # share NP ARGS...: mgtrain train on NP ranks of this machine, on the GPU
   local np=$1
   shift
-  timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$MGT_BIN" train --device gpu "$@"
+  # shellcheck disable=SC2086 # MGT_SHARE_ARGS: arguments, split on blanks
+  timeout 600 mpirun --oversubscribe --bind-to none -np "$np" "$MGT_BIN" train --device gpu \
+    ${MGT_SHARE_ARGS:-} "$@"
 }
 hash_of() { sha256sum "$1" 2>/dev/null | cut -c1-16; }
 # sync_bn CFG OUT: CFG with every BatchNorm layer synchronised (--reproducible needs it)

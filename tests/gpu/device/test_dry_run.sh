@@ -26,11 +26,25 @@ for b in "${DEV_BINARIES[@]}"; do
 done
 [ $missing -eq 0 ] && ok "the ${#DEV_BINARIES[@]} programs are staged in the build tree's layout" \
   || bad "$missing programs missing or different in $T/kit/build"
+# the test set whole, the training set's first DEV_TRAIN_KEEP items (the same bytes, the count in
+# the header cut to match)
 same_data=0
 for f in "${DEV_DATA_FILES[@]}"; do
-  cmp -s "/usr/share/datasets/fashion-mnist/$f" "$T/kit/data/fashion-mnist/$f" && same_data=$((same_data + 1))
+  python3 - "/usr/share/datasets/fashion-mnist/$f" "$T/kit/data/fashion-mnist/$f" "$DEV_TRAIN_KEEP" <<'EOF' \
+    && same_data=$((same_data + 1))
+import gzip, struct, sys
+a, b = (gzip.open(p).read() for p in sys.argv[1:3])
+nd = a[3]
+n = struct.unpack(">I", a[4:8])[0]
+want = min(n, int(sys.argv[3])) if "train-" in sys.argv[1] else n
+per = len(a[4 + 4 * nd:]) // n
+ok = b[:4] == a[:4] and struct.unpack(">I", b[4:8])[0] == want and b[8:4 + 4 * nd] == a[8:4 + 4 * nd] \
+    and b[4 + 4 * nd:] == a[4 + 4 * nd:4 + 4 * nd + want * per]
+sys.exit(0 if ok else 1)
+EOF
 done
-[ $same_data -eq 4 ] && ok "the four Fashion-MNIST files are copied" || bad "$same_data of 4 data files"
+[ $same_data -eq 4 ] && ok "the four Fashion-MNIST files: the test set whole, the training set's first $DEV_TRAIN_KEEP" \
+  || bad "$same_data of 4 data files as they should be"
 for k in commit source_digest glibc_needed cuda cudnn_headers nccl_headers sass; do
   [ -n "$(dev_manifest_get "$T/kit/manifest" "$k")" ] || bad "the manifest has no $k"
 done
@@ -66,15 +80,32 @@ ls -R "$T/sp"
 nccl_code=$(python3 "$MGT_SRC/bench/benchlib.py" gpu-libs "$MGT_BUILD/mgtrain" | awk '$1 == "NCCL" { print $3 }')
 route=$(dev_nccl_route "${nccl_code:-0}")
 
-# 3. The GPU machine's half, dry.
+# 3. The GPU machine's half, dry: both commands into one folder, as a window would bring them
+#    back.
 export PYTHONPATH=$T/sp MGT_OMPI_PREFIX=$T/ompi
-out=$("$OD" --dry-run --from "$T/kit" --out "$T/out" 2>&1)
+t0=$SECONDS
+out=$("$OD" speed --dry-run --from "$T/kit" --out "$T/out" --algo-cache "$T/algos.txt" 2>&1)
 rc=$?
-echo "$out" | tail -n 30
-S=$T/out/summary.md
-[ $rc -eq 0 ] && [ -f "$S" ] && [ -f "$T/out/logs.tar.gz" ] \
-  && ok "on-device --dry-run: exit 0, summary.md and logs.tar.gz written" \
-  || bad "on-device --dry-run: exit $rc"
+echo "$out" | tail -n 12
+S=$T/out/speed.md
+[ $rc -eq 0 ] && [ -f "$S" ] && [ -f "$T/out/speed-logs.tar.gz" ] \
+  && ok "on-device speed --dry-run: exit 0 in $((SECONDS - t0)) s, speed.md and speed-logs.tar.gz written" \
+  || bad "on-device speed --dry-run: exit $rc"
+row "$S" env PASS "no missing library"
+row "$S" gpu_speed SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
+row "$S" gpu_kernels SKIPPED "dry run: SKIPPED: no usable GPU"
+grep -q "^- verdict: 1 PASS, 0 FAIL, 2 SKIPPED of 3 parts (finished)" "$S" \
+  && ok "speed: $(grep '^- verdict' "$S")" || bad "speed verdict: $(grep '^- verdict' "$S")"
+grep -q -- "--algo-cache $T/algos.txt" "$S" && ok "speed: every mgtrain run shares the --algo-cache file" \
+  || bad "speed: no --algo-cache in its commands"
+t0=$SECONDS
+out=$("$OD" truth --dry-run --from "$T/kit" --out "$T/out" --algo-cache "$T/algos.txt" 2>&1)
+rc=$?
+echo "$out" | tail -n 24
+S=$T/out/truth.md
+[ $rc -eq 0 ] && [ -f "$S" ] && [ -f "$T/out/truth-logs.tar.gz" ] \
+  && ok "on-device truth --dry-run: exit 0 in $((SECONDS - t0)) s, truth.md and truth-logs.tar.gz written" \
+  || bad "on-device truth --dry-run: exit $rc"
 row "$S" env PASS "no missing library"
 row "$S" test_gpu_fallback PASS "checks passed"
 row "$S" test_gpu_ops SKIPPED "dry run: SKIPPED: no usable GPU"
@@ -88,44 +119,32 @@ else
   grep -q "two ranks on one GPU: NCCL $(dev_version "$nccl_code") predates NCCL_MULTI_RANK_GPU_ENABLE" "$S" \
     && ok "the summary says which route two ranks on one GPU took, and why" || bad "no route note"
 fi
-ntrain=$(grep -cE '^\| (mlp|convnet)_[a-z0-9_]* \| \*\*SKIPPED\*\* \| [0-9]+ \| dry run, stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU' "$S")
-[ "$ntrain" -eq 14 ] && ok "the 14 training runs got as far as choosing the GPU (flags all accepted)" \
-  || bad "$ntrain of 14 training runs stopped at the GPU: $(grep -E '^\| (mlp|convnet)' "$S" | grep -v SKIPPED)"
-for p in mlp_bf16_synthetic convnet_bf16_synthetic convnet_bf16_fashion_2epochs \
-  convnet_reproducible_twice; do
+# the training runs, the graphs part and the image set's wait got as far as choosing the GPU
+# (every flag accepted)
+for p in graphs_resnet50_bf16 convnet_bf16_fashion convnet_fp32_fashion mlp_tf32_fashion_hostdata \
+  convnet_reproducible_twice images_data_wait; do
   row "$S" "$p" SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
 done
 # the parts of several ranks sharing the GPU (tests/gpu/share_gpu.sh, whose first run checks the
 # flags every section uses)
-for p in share_route share_pipeline share_repro share_refuse share_kill share_compare; do
+for p in share_route share_compare share_repro share_kill share_pipeline share_refuse; do
   row "$S" "$p" SKIPPED "dry run: SKIPPED: no usable GPU \(mgtrain: --device gpu: no usable GPU"
 done
-row "$S" images_data_wait SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
-row "$S" gpu-speed SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
-row "$S" gpu_kernels SKIPPED "dry run: SKIPPED: no usable GPU"
-row "$S" gpu-peer SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
-row "$S" gpu-peer-tf32 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
-row "$S" gpu-peer-bf16 SKIPPED "stopped where a GPU is needed: peer: no Python with torch and numpy and CUDA"
-# the bf16 parts' commands, as the summary lists them: the three training runs and the peer
-nbf16=$(sed -n '/^# \(mlp\|convnet\)_bf16_\|^# gpu-peer-bf16$/{n;p}' "$S" | grep -c -- ' --precision bf16')
-[ "$nbf16" -eq 4 ] && ok "the 3 bf16 training runs and the bf16 peer run with --precision bf16" \
-  || bad "$nbf16 of 4 bf16 commands carry --precision bf16"
-grep -q "^- verdict: 3 PASS, 0 FAIL, \(30\|31\) SKIPPED of \(33\|34\) parts (finished)" "$S" \
-  && ok "verdict line: $(grep '^- verdict' "$S")" || bad "verdict: $(grep '^- verdict' "$S")"
-# The order and the shares: the correctness parts first, the speed parts (peer) last.
-last_correct=$(grep -nE '^\| (convnet_reproducible_twice|share_compare) \|' "$S" | tail -n1 | cut -d: -f1)
-first_peer=$(grep -nE '^\| (images_data_wait|gpu-speed|gpu_kernels|gpu-peer) \|' "$S" | head -n1 | cut -d: -f1)
-[ -n "$last_correct" ] && [ -n "$first_peer" ] && [ "$last_correct" -lt "$first_peer" ] \
-  && ok "the correctness parts run before the speed parts" || bad "part order: $(grep -c '^| ' "$S") rows"
+grep -q "^- verdict: 3 PASS, 0 FAIL, 16 SKIPPED of 19 parts (finished)" "$S" \
+  && ok "truth: $(grep '^- verdict' "$S")" || bad "truth verdict: $(grep '^- verdict' "$S")"
+nbf16=$(sed -n '/^# \(convnet_bf16_fashion\)$/{n;p}' "$S" | grep -c -- ' --precision bf16')
+[ "$nbf16" -eq 1 ] && grep -q -- "--algo-cache $T/algos.txt" "$S" \
+  && ok "the bf16 run carries --precision bf16, and the runs the shared --algo-cache" \
+  || bad "$nbf16 bf16 commands; $(grep -c -- '--algo-cache' "$S") with --algo-cache"
 # What comes back from the GPU machine: at most 8 files, none above 16 MiB, no folders; ready to
 # be committed as it is: no path of the checkout or of the work folder in any of it.
 nfiles=$(find "$T/out" -type f | wc -l)
 big=$(find "$T/out" -type f -size +16M | wc -l)
 dirs=$(find "$T/out" -mindepth 1 -type d | wc -l)
 [ "$nfiles" -le 8 ] && [ "$big" -eq 0 ] && [ "$dirs" -eq 0 ] \
-  && ok "$nfiles files come back, none above 16 MiB, no folders: $(find "$T/out" -type f -printf "%f " )" \
+  && ok "$nfiles files come back from both commands, none above 16 MiB, no folders: $(find "$T/out" -type f -printf "%f " )" \
   || bad "the output: $nfiles files, $big above 16 MiB, $dirs folders"
-grep -q "^- files: summary.md, logs.tar.gz; kept in the repository as they are, in bench/results/gpu-[0-9]\{4\}-[0-9][0-9]-[0-9][0-9]-gpu/$" "$S" \
+grep -q "^- files: truth.md, truth-logs.tar.gz; kept in the repository as they are, in bench/results/gpu-[0-9]\{4\}-[0-9][0-9]-[0-9][0-9]-gpu/$" "$S" \
   && ok "the summary names the folder under bench/results/: $(grep '^- files' "$S")" || bad "files line: $(grep '^- files' "$S")"
 for lib in "cu13/lib/libcudart.so.13" "cudnn/lib/libcudnn.so.9" "nccl/lib/libnccl.so.2"; do
   grep -q "^- libraries: .*($T/sp/nvidia/$lib)" "$S" && ok "found $lib in the site-packages tree" \
@@ -136,8 +155,8 @@ grep -q "^LD_LIBRARY_PATH=$T/sp/nvidia/cu13/lib:$T/sp/nvidia/cudnn/lib:$T/sp/nvi
 grep -q "^- build: .*; matches these sources" "$S" && ok "the build matches these sources" \
   || bad "build line: $(grep '^- build' "$S")"
 
-mkdir -p "$T/x" && tar -xzf "$T/out/logs.tar.gz" -C "$T/x" || bad "logs.tar.gz does not unpack"
-named=$(grep -rlF -e "$MGT_SRC" -e "/tmp/mgt-on-device." "$T/out/summary.md" "$T/x" 2>/dev/null)
+mkdir -p "$T/x" && tar -xzf "$T/out/truth-logs.tar.gz" -C "$T/x" || bad "truth-logs.tar.gz does not unpack"
+named=$(grep -rlF -e "$MGT_SRC" -e "/tmp/mgt-on-device." "$T/out/truth.md" "$T/out/speed.md" "$T/x" 2>/dev/null)
 [ -z "$named" ] && grep -q "<checkout>" "$T/x/env.log" \
   && ok "no file names the checkout's path or the work folder (<checkout>, <logs> instead)" \
   || bad "paths of this machine in: $named"
@@ -145,7 +164,7 @@ n=0
 while read -r part; do
   [ -s "$T/x/$part.log" ] || n=$((n + 1))
 done < <(sed -n 's/^| \([a-z0-9_-]*\) | \*\*[A-Z]*\*\* .*/\1/p' "$S")
-[ $n -eq 0 ] && cmp -s "$T/x/summary.md" "$S" && ok "the tarball holds the summary and every part's log" \
+[ $n -eq 0 ] && cmp -s "$T/x/truth.md" "$S" && ok "the tarball holds the summary and every part's log" \
   || bad "$n part logs missing from the tarball, or its summary differs"
 grep -q "^SKIPPED: no usable GPU" "$T/x/nccl_1rank.log" && grep -q "libnccl.so.2 => $T/sp/nvidia/nccl/lib/libnccl.so.2" "$T/x/env.log" \
   && ok "test_gpu_nccl ran under mpirun, loading NCCL from the site-packages tree" \
@@ -156,12 +175,12 @@ if [ $KIT = 1 ]; then
     && ok "Open MPI came from the kit (mpirun and libmpi)" || bad "Open MPI: $(grep '^- Open MPI' "$S")"
 fi
 
-# 4. An output folder that holds a run is refused, and left as it was.
-sum0=$(sha256sum "$S" "$T/out/logs.tar.gz")
-expect_fail "a second run into the same folder is refused" \
-  "^on-device: $T/out already holds a run \(summary.md\); name an empty folder" \
-  "$OD" --dry-run --from "$T/kit" --out "$T/out"
-[ "$(sha256sum "$S" "$T/out/logs.tar.gz")" = "$sum0" ] && ok "... and the first run's files are untouched" \
+# 4. An output folder that holds a run of the same command is refused, and left as it was.
+sum0=$(sha256sum "$S" "$T/out/truth-logs.tar.gz")
+expect_fail "a second truth run into the same folder is refused" \
+  "^on-device: $T/out already holds a truth run \(truth.md\); name an empty folder" \
+  "$OD" truth --dry-run --from "$T/kit" --out "$T/out"
+[ "$(sha256sum "$S" "$T/out/truth-logs.tar.gz")" = "$sum0" ] && ok "... and the first run's files are untouched" \
   || bad "the first run's files changed"
 
 # 5. Without dpkg (MGT_OMPI_UNPACK=python): the same files, and a working mpirun.

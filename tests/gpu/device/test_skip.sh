@@ -11,11 +11,11 @@ if command -v nvidia-smi >/dev/null && grep -q '^GPU [0-9]' <<<"$(nvidia-smi -L 
   exit 77
 fi
 
-# skipped NAME REASON SEARCH_PATH: on-device, run with PATH=SEARCH_PATH, must print only
+# skipped NAME REASON SEARCH_PATH MODE: on-device MODE, run with PATH=SEARCH_PATH, must print only
 # "SKIPPED: no GPU (REASON)", exit 77 and leave the output folder uncreated.
 skipped() {
   local name=$1 want="SKIPPED: no GPU ($2)" out rc
-  out=$(PATH="$3" OUT="$T/out-$name" "$OD" 2>&1)
+  out=$(PATH="$3" OUT="$T/out-$name" "$OD" "$4" 2>&1)
   rc=$?
   if [ $rc -eq 77 ] && [ "$out" = "$want" ] && [ ! -e "$T/out-$name" ]; then
     ok "$name: '$out', exit 77, nothing written"
@@ -32,7 +32,7 @@ for d in ${PATH//:/ }; do
     [ "$n" = nvidia-smi ] || [ -e "$T/nosmi/$n" ] || ln -s "$f" "$T/nosmi/$n" 2>/dev/null
   done
 done
-skipped no-nvidia-smi "nvidia-smi not found" "$T/nosmi"
+skipped no-nvidia-smi "nvidia-smi not found" "$T/nosmi" speed
 
 # 2. nvidia-smi present but failing, as on a machine with NVIDIA's utilities and no driver or device.
 mkdir -p "$T/fail" "$T/empty"
@@ -46,15 +46,19 @@ cat >"$T/empty/nvidia-smi" <<'EOF'
 exit 0
 EOF
 chmod +x "$T/fail/nvidia-smi" "$T/empty/nvidia-smi"
-skipped failing-nvidia-smi "nvidia-smi -L failed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running." "$T/fail:$PATH"
-skipped empty-nvidia-smi "nvidia-smi lists no GPU" "$T/empty:$PATH"
+skipped failing-nvidia-smi "nvidia-smi -L failed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running." "$T/fail:$PATH" truth
+skipped empty-nvidia-smi "nvidia-smi lists no GPU" "$T/empty:$PATH" speed
 
 # 3. Bad arguments: one line naming the problem, exit 2, before anything runs.
-expect_fail "on-device --budget 5" "^on-device: --budget wants whole seconds, at least 60" "$OD" --budget 5
-expect_fail "on-device --only with an unknown group" "^on-device: --only: unknown group 'gpu'" "$OD" --only tests,gpu
-expect_fail "on-device with an unknown flag" "^on-device: unknown argument '--fast'" "$OD" --fast
+expect_fail "on-device without a command" "^on-device: which check: speed or truth" "$OD"
+expect_fail "on-device with another command" "^on-device: the first argument is speed or truth, not 'all'" "$OD" all
+expect_fail "on-device --budget 5" "^on-device: --budget wants whole seconds, at least 60" "$OD" speed --budget 5
+expect_fail "on-device --only with a group of the other command" \
+  "^on-device: --only: 'gpu_speed' is not a group of truth \(tests, nccl, train, share, wait\)" \
+  "$OD" truth --only tests,gpu_speed
+expect_fail "on-device with an unknown flag" "^on-device: unknown argument '--fast'" "$OD" speed --fast
 expect_fail "on-device --dry-run without the carried folder" \
-  "^on-device: $T/none is missing: run tests/gpu/prepare-device" "$OD" --dry-run --from "$T/none"
+  "^on-device: $T/none is missing: run tests/gpu/prepare-device" "$OD" truth --dry-run --from "$T/none"
 expect_fail "prepare-device --jobs x" "^prepare-device: --jobs wants a positive whole number" "$PREP" --jobs x
 expect_fail "prepare-device --dry-run without a build" \
   "^prepare-device: --dry-run stages an existing build: name it with --build-dir" "$PREP" --dry-run
