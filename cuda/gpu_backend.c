@@ -481,6 +481,7 @@ static const mgt_ops gpu_ops = {
     .act_bwd = mgt_gpu_act_bwd,
     .xent_sparse = mgt_gpu_xent_sparse,
     .xent_dense = mgt_gpu_xent_dense,
+    .elem_loss = mgt_gpu_elem_loss,
     .act_from_f32 = mgt_gpu_act_from_f32,
     .act_to_f32 = mgt_gpu_act_to_f32,
     .nhwc_to_chw = mgt_gpu_nhwc_to_chw,

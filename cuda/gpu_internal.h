@@ -212,6 +212,7 @@ void mgt_gpu_fail_on(cudaStream_t st, mgt_gpu_lib lib, int status, const char *c
 #include "gpu_norm.h"
 #include "gpu_optim.h"
 #include "gpu_pool.h"
+#include "gpu_loss.h"
 #include "gpu_weights.h"
 #include "gpu_xent.h"
 

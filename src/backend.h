@@ -122,6 +122,21 @@ typedef struct mgt_attn_shape {
     uint64_t key, first_sample;
 } mgt_attn_shape;
 
+/* Where the loss ops add their metric sums (model.h says what each is). */
+enum { MGT_SUM_LOSS = 0, MGT_SUM_CORRECT, MGT_SUM_TOP5, MGT_SUM_TASK };
+enum { MGT_SUM_TP = 0, MGT_SUM_FP, MGT_SUM_FN, MGT_SUM_LABELS }; /* within the task's, binary */
+enum { MGT_SUM_ABS = 0, MGT_SUM_SQ };                            /* within the task's, regression */
+
+/* What elem_loss computes (model.h: mgt_loss's float-target losses). */
+typedef enum { MGT_ELEM_BCE = 0, MGT_ELEM_MSE, MGT_ELEM_MAE, MGT_ELEM_HUBER } mgt_elem_kind;
+typedef struct mgt_elem_loss {
+    mgt_elem_kind kind;
+    float smoothing;  /* binary: Keras' label_smoothing */
+    float delta;      /* huber */
+    const float *cw;  /* binary: the negative's and the positive's weight (backend memory), or NULL */
+    int per_label;    /* binary: the per-output counts too */
+} mgt_elem_loss;
+
 typedef struct mgt_ops mgt_ops;
 
 enum { MGT_TIME_SETS = 4, MGT_TIME_POINTS = 16, MGT_MARK_SETS = 2, MGT_GRAPHS = 4 };
@@ -417,6 +432,24 @@ struct mgt_ops {
                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
     void (*xent_dense)(mgt_backend *be, int n, int k, const float *logits, const float *targets,
                        float *probs, float *dlogits, float scale, float smoothing, float *sums);
+
+    /* Losses of float targets t[n][k] (model.h: mgt_loss), element by element from the outputs
+     * y[n][k] (binary cross-entropy: logits), each sample's loss the mean of its k terms:
+     *  binary cross-entropy, with p = sigmoid(y) and t' = t (1 - s) + s / 2 (label smoothing s):
+     *    w1 t' softplus(-y) + w0 (1 - t') softplus(y) (softplus(v) = max(v, 0) + log1p(e^-|v|),
+     *    PyTorch's BCEWithLogits, stable for any y), gradient w0 (1 - t') p - w1 t' (1 - p), where
+     *    cw = {w0, w1} (NULL: 1, 1); probs[n][k] (may be NULL, may alias y) = p;
+     *  mse: e^2, gradient 2 e (e = y - t); mae: |e|, gradient sign(e) (0 at 0);
+     *  huber: e^2 / 2 where |e| <= delta, else delta (|e| - delta / 2), gradient e clipped to
+     *    [-delta, delta] (Keras' and PyTorch's HuberLoss).
+     *  dy (may be NULL) = gradient * scale / k.
+     *  sums (backend memory, model.h's MGT_SUM_* layout): [0] += the samples' losses; binary:
+     *  [1] += outputs predicted right (y > 0 against t > 0.5: Keras' binary accuracy), and the
+     *  task's sums from [3] += true positives, false positives, false negatives over all outputs,
+     *  then (per_label) those three for each output; regression: [3] += sum of |e|, [4] += sum of
+     *  e^2. Every count is exact; the sums of a call are the same bits for the same rows. */
+    void (*elem_loss)(mgt_backend *be, const mgt_elem_loss *L, int n, int k, const float *y,
+                      const float *t, float *probs, float *dy, float scale, float *sums);
 
     /* Between the activation type and float32 (be->act != MGT_F32 only; NULL elsewhere): the
      * model's input batch into its first layers, their output to the loss and the caller, the

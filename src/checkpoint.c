@@ -30,13 +30,24 @@
 #define KEY_GLOBAL_BATCH "global_batch"
 #define KEY_WORLD "world"
 #define KEY_EPOCH_SUMS "epoch_sums"
+/* The task sums, TASK_PER_KEY a key: epoch_task_sums, then epoch_task_sums_2, _3, ... */
+#define KEY_EPOCH_TASK "epoch_task_sums"
 #define KEY_BEST_VAL_LOSS "best_val_loss"
 #define KEY_VAL_LOSS "val_loss"
 #define KEY_MONITOR "validation_history" /* monitor.h's state; absent: none yet */
 #define KEY_REPRO "reproducible_chunk"   /* --reproducible's chunk; 0 or absent: off */
 #define KEY_FROZEN "frozen"              /* mgt_model_frozen_id; absent: none frozen */
 
-enum { MAX_META = 16 };
+enum { TASK_PER_KEY = 10, TASK_KEYS = (MGT_TASK_SUMS_MAX + TASK_PER_KEY - 1) / TASK_PER_KEY };
+enum { MAX_META = 16 + TASK_KEYS };
+
+/* The metadata key of the task sums from number i on. */
+static void task_key(char *key, size_t n, int i) {
+    if (i < TASK_PER_KEY)
+        snprintf(key, n, "%s", KEY_EPOCH_TASK);
+    else
+        snprintf(key, n, "%s_%d", KEY_EPOCH_TASK, i / TASK_PER_KEY + 1);
+}
 
 static void put_meta(mgt_meta_entry *e, int *n, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -134,6 +145,15 @@ int mgt_ckpt_write(const char *dir, const mgt_model *m, const mgt_optim *opt,
     /* %.17g: every double comes back bit for bit, so a resumed epoch reports the same loss. */
     put_meta(meta, &nm, KEY_EPOCH_SUMS, "%.17g %.17g %.17g %.17g", pos->epoch_sums[0],
              pos->epoch_sums[1], pos->epoch_sums[2], pos->epoch_sums[3]);
+    const int ntask = mgt_model_task_sums(m);
+    for (int i = 0; i < ntask; i += TASK_PER_KEY) {
+        char key[64], v[256] = "";
+        task_key(key, sizeof key, i);
+        for (int j = i; j < ntask && j < i + TASK_PER_KEY; j++)
+            snprintf(v + strlen(v), sizeof v - strlen(v), "%s%.17g", j > i ? " " : "",
+                     pos->epoch_task[j]);
+        put_meta(meta, &nm, key, "%s", v);
+    }
     put_meta(meta, &nm, KEY_BEST_VAL_LOSS, "%.17g", pos->best_val_loss);
     char history[256];
     mgt_monitor_format(&pos->mon, history, sizeof history);
@@ -236,7 +256,8 @@ static int meta_range(const mgt_safetensors *st, const char *path, const char *k
  * sums are finite with correct predictions among the samples seen, which are at most the epoch's
  * steps times the samples of a step. mgt_ckpt_check_position then checks them against the data. */
 static int read_position(const mgt_safetensors *st, const char *path, const mgt_ckpt_run *run,
-                         mgt_ckpt_pos *pos, mgt_err *err) {
+                         const mgt_model *m, mgt_ckpt_pos *pos, mgt_err *err) {
+    const int ntask = mgt_model_task_sums(m);
     int64_t world;
     if (meta_range(st, path, KEY_STEP, 0, INT64_MAX / 2, &pos->step, err) < 0 ||
         meta_range(st, path, KEY_EPOCH, 0, pos->step, &pos->epoch, err) < 0 ||
@@ -258,14 +279,39 @@ static int read_position(const mgt_safetensors *st, const char *path, const mgt_
     /* The counts are whole numbers of samples, or for a sequence model fractions of them (a
      * sample's share is its positions' mean: model.h). */
     const double most = (double)pos->step_in_epoch * (double)run->step_batch;
+    /* binary cross-entropy counts an output right or wrong, one per label of a sample, and no
+     * top-5 (cross-entropy's: among the samples, at least the correct ones) */
+    const double per = m->loss == MGT_LOSS_BCE ? (double)m->classes : 1.0;
+    const int top5 = mgt_loss_is_xent(m->loss);
     if (!isfinite(s[0]) || !isfinite(s[1]) || !isfinite(s[2]) || !isfinite(s[3]) || s[0] < 0 ||
-        s[1] < 0 || s[1] > s[2] || s[2] > most || s[2] != floor(s[2]) ||
-        (s[3] != -1 && (s[3] < s[1] || s[3] > s[2])))
+        s[1] < 0 || s[1] > s[2] * per || s[2] > most || s[2] != floor(s[2]) ||
+        (s[3] != -1 && top5 && (s[3] < s[1] || s[3] > s[2])))
         return mgt_errf(err,
                         "%s: checkpoint metadata epoch_sums = %s is out of range (a finite loss "
                         "sum, correct predictions among at most %.0f samples); resume from "
                         "another checkpoint or train into another --out",
                         path, sums, most);
+    /* The task's sums: finite, the counts whole numbers (model.h); each key as written. */
+    for (int i = 0; i < ntask; i += TASK_PER_KEY) {
+        char key[64];
+        task_key(key, sizeof key, i);
+        const char *v = mgt_safetensors_meta(st, key);
+        int used = 0, ok = v != NULL;
+        for (int j = i; ok && j < ntask && j < i + TASK_PER_KEY; j++) {
+            double *x = &pos->epoch_task[j];
+            int k = 0;
+            ok = sscanf(v + used, "%lf%n", x, &k) == 1 && isfinite(*x) && *x >= 0;
+            used += k;
+        }
+        if (ok)
+            ok = sscanf(v + used, " %c", &rest) != 1;
+        if (!ok)
+            return mgt_errf(err,
+                            "%s: checkpoint metadata '%s' is missing or malformed (the epoch's "
+                            "sums of this model's loss); resume from another checkpoint or "
+                            "train into another --out",
+                            path, key);
+    }
     /* The best validation loss so far (checkpoints before best.safetensors have none). */
     const char *best = mgt_safetensors_meta(st, KEY_BEST_VAL_LOSS);
     pos->best_val_loss = -1;
@@ -362,7 +408,7 @@ static int read_checked(const mgt_safetensors *st, const char *path, const mgt_m
                             path, opt->slot_name[i]);
         memcpy(a->slot[i], t->data, m->grad_count * sizeof(float));
     }
-    return read_position(st, path, run, pos, err);
+    return read_position(st, path, run, m, pos, err);
 }
 
 int mgt_ckpt_read(const char *dir, const mgt_model *m, const mgt_optim *opt,
@@ -495,6 +541,7 @@ int mgt_ckpt_prune(const char *dir, int64_t keep, mgt_err *err) {
 
 void mgt_ckpt_bcast_pos(mgt_comm *c, mgt_ckpt_pos *pos, int root) {
     /* Every field is 8 bytes: the struct has no padding, so its bytes are its values. */
-    _Static_assert(sizeof(mgt_ckpt_pos) == 18 * sizeof(int64_t), "mgt_ckpt_pos has padding");
+    _Static_assert(sizeof(mgt_ckpt_pos) == (18 + MGT_TASK_SUMS_MAX) * sizeof(int64_t),
+                   "mgt_ckpt_pos has padding");
     mgt_bcast(c, pos, sizeof *pos, root, "position broadcast");
 }

@@ -32,6 +32,9 @@ typedef struct mgt_ckpt_pos {
     /* The epoch so far over all ranks: loss sum, correct, samples, top-5 hits (-1: not known,
      * the epoch having started under a checkpoint from before top-5 was counted). */
     double epoch_sums[4];
+    /* The epoch's task sums so far (model.h: MGT_SUM_TASK on, in that order; none for a
+     * cross-entropy): binary cross-entropy's counts, a regression's error sums. */
+    double epoch_task[MGT_TASK_SUMS_MAX];
     double best_val_loss;  /* the lowest validation loss so far, best.safetensors' (-1: none) */
     mgt_monitor_state mon; /* the validation history's decisions so far (monitor.h) */
 } mgt_ckpt_pos;

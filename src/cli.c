@@ -63,7 +63,10 @@ static const flag flags[] = {
     {"clip-value", "X", C_TRAIN, "[train] clip_value (0: off)",
      "clip each mean-gradient element to [-X, X]"},
     {"label-smoothing", "S", C_TRAIN, "[train] label_smoothing (0)",
-     "cross-entropy against (1 - S) * target + S / classes"},
+     "cross-entropy against (1 - S) * target + S / classes (binary: + S / 2)"},
+    {"class-weight", "W,...", C_TRAIN, "[train] class_weight (none)",
+     "weigh each sample's loss by its class's weight, one a class in class order "
+     "(binary_crossentropy: the negative's and the positive's, e.g. 1,5), as Keras' class_weight"},
     {"early-stop", "PATIENCE", C_TRAIN, "[train] early_stop_patience (0: off)",
      "stop when [train] monitor (val_loss) has not improved for PATIENCE epochs"},
     {"log-every", "N", C_TRAIN, "0 (epoch rows only)",
@@ -216,7 +219,8 @@ static const struct {
                  {"warmup-epochs", "warmup_epochs"},    {"clip-norm", "clip_norm"},
                  {"clip-value", "clip_value"},          {"label-smoothing", "label_smoothing"},
                  {"early-stop", "early_stop_patience"}, {"reproducible", "reproducible"},
-                 {"repro-chunk", "repro_chunk"},        {"freeze", "freeze"}};
+                 {"repro-chunk", "repro_chunk"},        {"freeze", "freeze"},
+                 {"class-weight", "class_weight"}};
 
 static const char *key_of_flag(const char *name) {
     for (size_t i = 0; i < sizeof key_flags / sizeof key_flags[0]; i++)

@@ -2,6 +2,7 @@
 #include "evaluate.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "data/shard.h"
 #include "runtime.h"
@@ -20,8 +21,10 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
     const mgt_ops *o = be->ops;
     const mgt_range r = mgt_shard_range(ds->n, e->comm->rank, e->comm->world);
     const size_t k = outputs_per_sample(m);
-    mgt_eval_sums sums = {0, 0, (double)r.count, 0};
-    o->zero(be, m->sums, 3 * sizeof(float));
+    mgt_eval_sums sums = {0, 0, (double)r.count, 0, {0}};
+    const int ntask = mgt_model_task_sums(m);
+    const size_t nloss = (size_t)(MGT_SUM_TASK + ntask); /* the loss op's (no stop vote) */
+    o->zero(be, m->sums, nloss * sizeof(float));
     for (int64_t done = 0; done < r.count;) {
         const int n = (int)(r.count - done < m->max_batch ? r.count - done : m->max_batch);
         const mgt_step s = {.in = mgt_stage_rows(e->st, ds, r.first + done, n),
@@ -36,12 +39,14 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
         if (labels) {
             mgt_model_loss_backward(m, &s, 0);
             /* Per-batch float sums are folded into doubles so long evaluations stay exact. */
-            float hs[3];
-            o->to_host(be, hs, m->sums, sizeof hs);
-            sums.loss += hs[0];
-            sums.correct += hs[1];
-            sums.top5 += hs[2];
-            o->zero(be, m->sums, sizeof hs);
+            float hs[MGT_SUMS_MAX];
+            o->to_host(be, hs, m->sums, nloss * sizeof(float));
+            sums.loss += hs[MGT_SUM_LOSS];
+            sums.correct += hs[MGT_SUM_CORRECT];
+            sums.top5 += hs[MGT_SUM_TOP5];
+            for (int i = 0; i < ntask; i++)
+                sums.task[i] += hs[MGT_SUM_TASK + i];
+            o->zero(be, m->sums, nloss * sizeof(float));
         } else {
             mgt_model_finish_output(m, &s, out);
         }
@@ -54,9 +59,13 @@ static mgt_eval_sums run_shard(const mgt_eval *e, const mgt_dataset *ds, int lab
 
 mgt_eval_sums mgt_eval_metrics(const mgt_eval *e, const mgt_dataset *ds) {
     mgt_eval_sums s = run_shard(e, ds, 1, NULL);
-    double part[4] = {s.loss, s.correct, s.samples, s.top5};
-    mgt_allreduce_host_f64(e->comm, part, 4, "evaluation metrics");
-    return (mgt_eval_sums){part[0], part[1], part[2], part[3]};
+    const int ntask = mgt_model_task_sums(e->m);
+    double part[4 + MGT_TASK_SUMS_MAX] = {s.loss, s.correct, s.samples, s.top5};
+    memcpy(part + 4, s.task, sizeof(double) * (size_t)ntask);
+    mgt_allreduce_host_f64(e->comm, part, 4 + (size_t)ntask, "evaluation metrics");
+    mgt_eval_sums g = {part[0], part[1], part[2], part[3], {0}};
+    memcpy(g.task, part + 4, sizeof(double) * (size_t)ntask);
+    return g;
 }
 
 float *mgt_eval_outputs(const mgt_eval *e, const mgt_dataset *ds) {

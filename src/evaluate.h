@@ -22,9 +22,11 @@ typedef struct mgt_eval {
 } mgt_eval;
 
 /* Sums over every rank's samples: top5 counts the samples whose label is among the 5 most
- * probable classes (backend.h: xent). */
+ * probable classes (backend.h: xent); task: the task's own sums (model.h: MGT_SUM_TASK on,
+ * mgt_model_task_sums of them). */
 typedef struct mgt_eval_sums {
     double loss, correct, samples, top5;
+    double task[MGT_TASK_SUMS_MAX];
 } mgt_eval_sums;
 
 /* Collective: loss sum, correct predictions, top-5 hits and sample count over the whole of ds. */

@@ -156,16 +156,25 @@ static const char *act_op(mgt_act a) {
     }
 }
 
-/* The model's input: NHWC to NCHW, normalised as [input] says. Its value name into name. */
+/* The model's input: NHWC to NCHW (rows of values, [input] shape = F: [batch, F] as they are),
+ * normalised as [input] says. Its value name into name. */
 static int input_nodes(mgt_onnx *g, const mgt_model *m, char *name, size_t n, int *rank) {
-    const int64_t in[4] = {-1, m->input.h, m->input.w, m->input.c};
-    mgt_onnx_input(g, "input", 4, in);
-    const int64_t perm[4] = {0, 3, 1, 2};
-    const mgt_onnx_attr a = {.name = "perm", .kind = MGT_ONNX_INTS, .ints = perm, .nints = 4};
-    const char *x = "input";
-    mgt_onnx_node(g, "Transpose", &x, 1, "input/nchw", &a, 1);
-    snprintf(name, n, "input/nchw");
-    *rank = 4;
+    const int rows = m->input_rank == 1;
+    if (rows) {
+        const int64_t in[2] = {-1, m->input.c};
+        mgt_onnx_input(g, "input", 2, in);
+        snprintf(name, n, "input");
+        *rank = 2;
+    } else {
+        const int64_t in[4] = {-1, m->input.h, m->input.w, m->input.c};
+        mgt_onnx_input(g, "input", 4, in);
+        const int64_t perm[4] = {0, 3, 1, 2};
+        const mgt_onnx_attr a = {.name = "perm", .kind = MGT_ONNX_INTS, .ints = perm, .nints = 4};
+        const char *x = "input";
+        mgt_onnx_node(g, "Transpose", &x, 1, "input/nchw", &a, 1);
+        snprintf(name, n, "input/nchw");
+        *rank = 4;
+    }
     const mgt_input_tf *tf = &m->input_tf;
     if (!tf->norm)
         return 0;
@@ -178,13 +187,23 @@ static int input_nodes(mgt_onnx *g, const mgt_model *m, char *name, size_t n, in
     if (c > MGT_NORM_MAX_C)
         return -1;
     const int64_t d[4] = {1, c, 1, 1};
-    mgt_onnx_init_f32(g, "input/mean", mean, 4, d);
-    mgt_onnx_init_f32(g, "input/std", sd, 4, d);
-    const char *s[2] = {"input/nchw", "input/mean"}, *q[2] = {"input/centred", "input/std"};
+    mgt_onnx_init_f32(g, "input/mean", mean, rows ? 2 : 4, d);
+    mgt_onnx_init_f32(g, "input/std", sd, rows ? 2 : 4, d);
+    const char *s[2] = {rows ? "input" : "input/nchw", "input/mean"},
+               *q[2] = {"input/centred", "input/std"};
     mgt_onnx_node(g, "Sub", s, 2, "input/centred", NULL, 0);
     mgt_onnx_node(g, "Div", q, 2, "input/normalised", NULL, 0);
     snprintf(name, n, "input/normalised");
     return 0;
+}
+
+const char *mgt_export_output_kind(const mgt_model *m) {
+    const mgt_act a = m->layers[m->nlayers - 1].act;
+    if (mgt_loss_is_regression(m->loss))
+        return "values";
+    return a == MGT_ACT_SOFTMAX   ? "softmax probabilities"
+           : a == MGT_ACT_SIGMOID ? "sigmoid probabilities"
+                                  : "logits";
 }
 
 int mgt_export_onnx(const mgt_model *m, const float *w, const float *buf, const mgt_export_opts *o,
@@ -260,20 +279,20 @@ int mgt_export_onnx(const mgt_model *m, const float *w, const float *buf, const 
     if (rc)
         goto out;
     /* The output: the last layer's value, flat. */
-    const mgt_layer *last = &m->layers[L - 1];
     const char *y = names[L - 1];
     const mgt_onnx_attr flat = {.name = "axis", .kind = MGT_ONNX_INT, .i = 1};
     mgt_onnx_node(g, rank[L - 1] == 2 ? "Identity" : "Flatten", &y, 1, "output", &flat,
                   rank[L - 1] == 2 ? 0 : 1);
-    const int64_t od[2] = {-1, last->out.c};
+    const int64_t od[2] = {-1, m->classes};
     mgt_onnx_output(g, "output", 2, od);
-    char doc[1024];
-    snprintf(doc, sizeof doc,
-             "mgtrain model %s (%s): input float32 [batch, %d, %d, %d] (NHWC)%s; output [batch, "
-             "%d] (%s)",
-             m->name, m->path, m->input.h, m->input.w, m->input.c,
-             m->input_tf.norm ? ", normalised inside the graph" : "", last->out.c,
-             last->act == MGT_ACT_SOFTMAX ? "softmax probabilities" : "logits");
+    char doc[1024], in[96];
+    if (m->input_rank == 1)
+        snprintf(in, sizeof in, "[batch, %d]", m->input.c);
+    else
+        snprintf(in, sizeof in, "[batch, %d, %d, %d] (NHWC)", m->input.h, m->input.w, m->input.c);
+    snprintf(doc, sizeof doc, "mgtrain model %s (%s): input float32 %s%s; output [batch, %d] (%s)",
+             m->name, m->path, in, m->input_tf.norm ? ", normalised inside the graph" : "",
+             m->classes, mgt_export_output_kind(m));
     rc = mgt_onnx_write(g, path, "mgtrain", o->version, doc, err);
 out:
     mgt_onnx_free(g);

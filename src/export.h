@@ -63,6 +63,9 @@ typedef struct mgt_export_opts {
 } mgt_export_opts;
 
 /* Writes model m with the host arenas w and buf to path as ONNX (atomically). */
+/* What the model's output is, for the messages of export and predict: "softmax probabilities",
+ * "sigmoid probabilities", "logits", or a regression's "values". */
+const char *mgt_export_output_kind(const mgt_model *m);
 int mgt_export_onnx(const mgt_model *m, const float *w, const float *buf, const mgt_export_opts *o,
                     const char *path, mgt_err *err);
 

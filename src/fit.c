@@ -90,23 +90,37 @@ typedef struct fit {
     mgt_monitor mon;
     float lr;      /* the learning rate of the last step */
     double win[4]; /* --log-every: loss sum, correct, samples, top-5 hits since the last row */
+    double win_task[MGT_TASK_SUMS_MAX]; /* and the task's sums (model.h) */
+    int ntask;                          /* the task's sums: mgt_model_task_sums */
     double t_win;  /* when that window started */
     int stop;      /* early stopping: no further epoch */
 } fit;
 
-/* The step's sums after the gradients (model.h: MGT_NSUMS), reduced with them: loss, correct
- * predictions, top-5 hits, and the number of ranks that asked to stop. */
-enum { SUM_LOSS = 0, SUM_CORRECT, SUM_TOP5, SUM_STOP };
-_Static_assert(SUM_STOP == MGT_NSUMS - 1, "the stop votes are the last sum");
+/* The step's sums after the gradients (model.h: nsums of them), reduced with them: loss,
+ * correct predictions, top-5 hits, the task's own, and last the number of ranks that asked to
+ * stop. */
+static int sum_stop(const fit *f) {
+    return f->env->m->nsums - 1;
+}
+
+/* Accuracy from the correct count of `samples` samples: binary cross-entropy counts each of a
+ * sample's outputs (Keras' binary accuracy); none (0) for a regression. */
+static double accuracy(const fit *f, double correct, double samples) {
+    const mgt_model *m = f->env->m;
+    if (mgt_loss_is_regression(m->loss) || !(samples > 0))
+        return 0;
+    return correct / (samples * (m->loss == MGT_LOSS_BCE ? m->classes : 1));
+}
 
 /* The loss and accuracy sums since the last read join the epoch's, and the loss is checked:
  * a non-finite loss stops the job before anything overwrites the last checkpoint. */
 static void read_metrics(fit *f, int64_t next) {
     mgt_backend *be = f->env->be;
-    float hs[MGT_NSUMS];
-    be->ops->to_host(be, hs, f->acc, sizeof hs);
-    be->ops->zero(be, f->acc, sizeof hs);
-    if (hs[SUM_STOP] > 0)
+    float hs[MGT_SUMS_MAX];
+    const size_t bytes = (size_t)f->env->m->nsums * sizeof(float);
+    be->ops->to_host(be, hs, f->acc, bytes);
+    be->ops->zero(be, f->acc, bytes);
+    if (hs[sum_stop(f)] > 0)
         f->stop_voted = 1;
     if (!isfinite(hs[0]))
         mgt_die_all("the loss became %s at step %lld%s (epoch %lld): training stopped, nothing "
@@ -114,15 +128,19 @@ static void read_metrics(fit *f, int64_t next) {
                     isnan(hs[0]) ? "NaN" : "infinite", (long long)next,
                     f->read_every > 1 ? " or just before" : "", (long long)f->pos->epoch + 1);
     double *s = f->pos->epoch_sums;
-    s[0] += hs[SUM_LOSS];
-    s[1] += hs[SUM_CORRECT];
+    s[0] += hs[MGT_SUM_LOSS];
+    s[1] += hs[MGT_SUM_CORRECT];
     s[2] += (double)f->pending;
     if (s[3] >= 0) /* -1: this epoch's top-5 is not known (checkpoint.h) */
-        s[3] += hs[SUM_TOP5];
-    f->win[0] += hs[SUM_LOSS];
-    f->win[1] += hs[SUM_CORRECT];
+        s[3] += hs[MGT_SUM_TOP5];
+    f->win[0] += hs[MGT_SUM_LOSS];
+    f->win[1] += hs[MGT_SUM_CORRECT];
     f->win[2] += (double)f->pending;
-    f->win[3] += hs[SUM_TOP5];
+    f->win[3] += hs[MGT_SUM_TOP5];
+    for (int i = 0; i < f->ntask; i++) {
+        f->pos->epoch_task[i] += hs[MGT_SUM_TASK + i];
+        f->win_task[i] += hs[MGT_SUM_TASK + i];
+    }
     f->pending = 0;
     f->read_at = next;
 }
@@ -150,7 +168,7 @@ static void stop_vote(fit *f) {
     if (!mgt_stop_signal())
         return;
     const float one = 1;
-    f->env->be->ops->to_device(f->env->be, f->env->m->sums + SUM_STOP, &one, sizeof one);
+    f->env->be->ops->to_device(f->env->be, f->env->m->sums + sum_stop(f), &one, sizeof one);
 }
 
 /* Micro-batch k of the step's `of` (micro-batch `micro` of the epoch): data, forward and
@@ -200,7 +218,7 @@ static int64_t micro_batch(fit *f, int k, int of, int64_t micro) {
  * are read (metrics_due). */
 static void take_metrics(fit *f, int64_t global_n) {
     mgt_backend *be = f->env->be;
-    be->ops->add(be, MGT_NSUMS, f->env->m->sums, f->acc);
+    be->ops->add(be, (size_t)f->env->m->nsums, f->env->m->sums, f->acc);
     f->pending += global_n;
     if (metrics_due(f, f->pos->step + 1))
         read_metrics(f, f->pos->step + 1);
@@ -271,7 +289,7 @@ static void reduce_and_update(fit *f, int64_t global_n) {
 static void train_step(fit *f) {
     mgt_ckpt_pos *pos = f->pos;
     mgt_profile_begin_step(&f->prof, pos->step);
-    f->env->be->ops->zero(f->env->be, f->env->m->sums, MGT_NSUMS * sizeof(float));
+    f->env->be->ops->zero(f->env->be, f->env->m->sums, (size_t)f->env->m->nsums * sizeof(float));
     stop_vote(f);
     /* The step's micro-batches: K, or what the epoch has left. */
     const int64_t first = pos->step_in_epoch * f->accum;
@@ -333,17 +351,20 @@ static void save_step_checkpoint(fit *f) {
 /* --log-every: the row of the steps since the last one (their metrics were read: metrics_due). */
 static void log_step(fit *f, int64_t done) {
     const double now = mgt_now();
-    const mgt_step_row row = {.step = f->pos->step,
+    mgt_step_row row = {.step = f->pos->step,
                               .epoch = (double)f->pos->epoch + (double)done / (double)f->steps,
                               .loss = f->win[2] > 0 ? f->win[0] / f->win[2] : 0,
                               .acc = f->win[2] > 0 ? f->win[1] / f->win[2] : 0,
                               .lr = f->lr,
                               .samples_per_s = now > f->t_win ? f->win[2] / (now - f->t_win) : 0,
                               .top5 = f->win[2] > 0 ? f->win[3] / f->win[2] : 0};
+    mgt_figs_of(f->mt.task, f->env->m->classes, f->win_task, f->win[2], &row.task);
+    row.acc = accuracy(f, f->win[1], f->win[2]);
     mgt_err e;
     if (f->env->comm->rank == 0 && mgt_metrics_step(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
     memset(f->win, 0, sizeof f->win);
+    memset(f->win_task, 0, sizeof f->win_task);
     f->t_win = mgt_now();
     mgt_profile_gap(&f->prof);
 }
@@ -368,7 +389,11 @@ static int after_step(fit *f) {
         const int64_t target = left < f->steps - done ? done + left : f->steps;
         const double el = mgt_now() - f->t_epoch;
         const double eta = el / (double)(done - f->first_step) * (double)(target - done);
-        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, target, eta, s[0] / s[2], s[1] / s[2],
+        /* a regression's bar shows its mean absolute error where the others show accuracy */
+        const double acc = f->mt.task == MGT_TASK_REGRESSION
+                               ? pos->epoch_task[MGT_SUM_ABS] / (s[2] * f->env->m->classes)
+                               : accuracy(f, s[1], s[2]);
+        mgt_metrics_progress(&f->mt, (int)pos->epoch, done, target, eta, s[0] / s[2], acc,
                              s[3] >= 0 ? s[3] / s[2] : -1, done == target);
     }
     if (f->stop_voted) {
@@ -400,7 +425,8 @@ static int end_epoch(fit *f, double secs, double seen_before) {
         const mgt_eval e = {.m = env->m, .st = env->st, .comm = env->comm, .step = pos->step};
         const mgt_eval_sums v = mgt_eval_metrics(&e, env->val);
         res->val_loss = v.loss / v.samples;
-        res->val_acc = v.correct / v.samples;
+        res->val_acc = accuracy(f, v.correct, v.samples);
+        mgt_figs_of(f->mt.task, env->m->classes, v.task, v.samples, &res->val_task);
         res->val_top5 = v.top5 / v.samples;
         res->val_step = pos->step;
         /* The lowest validation loss so far, kept in the checkpoint; best.safetensors follows
@@ -409,10 +435,10 @@ static int end_epoch(fit *f, double secs, double seen_before) {
             pos->best_val_loss = res->val_loss;
     }
     const double *s = pos->epoch_sums;
-    const mgt_epoch_row row = {.epoch = (int)pos->epoch + 1,
+    mgt_epoch_row row = {.epoch = (int)pos->epoch + 1,
                                .step = pos->step,
                                .loss = s[0] / s[2],
-                               .acc = s[1] / s[2],
+                               .acc = accuracy(f, s[1], s[2]),
                                .val_loss = res->val_loss,
                                .val_acc = res->val_acc,
                                .samples_per_s = secs > 0 ? (s[2] - seen_before) / secs : 0,
@@ -420,6 +446,9 @@ static int end_epoch(fit *f, double secs, double seen_before) {
                                .lr = f->lr,
                                .top5 = s[3] >= 0 ? s[3] / s[2] : -1,
                                .val_top5 = res->val_top5};
+    mgt_figs_of(f->mt.task, env->m->classes, pos->epoch_task, s[2], &row.task);
+    if (env->val)
+        row.val_task = res->val_task;
     mgt_err e;
     if (env->comm->rank == 0 && mgt_metrics_epoch(&f->mt, &row, &e) < 0)
         mgt_die("%s", e.msg);
@@ -438,6 +467,7 @@ static int end_epoch(fit *f, double secs, double seen_before) {
         pos->epoch++;
         pos->step_in_epoch = 0;
         memset(pos->epoch_sums, 0, sizeof pos->epoch_sums);
+        memset(pos->epoch_task, 0, sizeof pos->epoch_task);
     }
     pos->optimizer_t = env->opt->t;
     mgt_replica_save_checkpoint(env->rep, env->out, pos);
@@ -634,6 +664,8 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
                      o->log.launched, env->m->classes);
     if (env->m->labels_per_sample > 1) /* a language model: perplexity and bits too */
         f->mt.lm = env->m->vocab == 256 ? MGT_LM_BYTES : MGT_LM_TOKENS;
+    mgt_metrics_set_task(&f->mt, mgt_task_of(env->m));
+    f->ntask = mgt_model_task_sums(env->m);
     if (env->comm->rank == 0 && o->resumed)
         keep_history(f);
     if (env->comm->rank == 0 && o->log.tensorboard &&
@@ -642,7 +674,7 @@ void mgt_fit(const mgt_fit_env *env, const mgt_fit_opts *o, mgt_ckpt_pos *pos,
     /* Every step on the CPU, where a read is free; a GPU would otherwise wait on the host. */
     f->read_every = strcmp(be->ops->name, "cpu") ? 20 : 1;
     f->read_at = pos->step;
-    f->acc = be->ops->alloc(be, 16 * sizeof(float));
+    f->acc = be->ops->alloc(be, (size_t)env->m->nsums * sizeof(float));
     if (!f->acc)
         mgt_die("out of %s memory for the metric sums", be->ops->name);
     regime_init(f);

@@ -17,6 +17,7 @@
 #include "comm.h"
 #include "data/dataset.h"
 #include "fault.h"
+#include "metrics.h"
 #include "model.h"
 #include "monitor.h"
 #include "optim.h"
@@ -86,6 +87,7 @@ typedef struct mgt_fit_result {
     double seconds;   /* the epochs' wall time, validation and saving excluded */
     int64_t val_step; /* the position of the last validation (-1: none) */
     double val_loss, val_acc, val_top5;
+    mgt_figs val_task; /* the last validation's task figures (metrics.h) */
     int stop_signal; /* the signal training stopped early for, its checkpoint saved (0: none) */
 } mgt_fit_result;
 

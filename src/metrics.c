@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,61 @@ void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir,
     mt->epochs = epochs;
     mt->launched = launched;
     snprintf(mt->dir, sizeof mt->dir, "%s", dir);
+}
+
+void mgt_metrics_set_task(mgt_metrics *mt, mgt_task task) {
+    mt->task = task;
+}
+
+mgt_task mgt_task_of(const mgt_model *m) {
+    return m->loss == MGT_LOSS_BCE               ? MGT_TASK_BINARY
+           : mgt_loss_is_regression(m->loss)     ? MGT_TASK_REGRESSION
+                                                 : MGT_TASK_CLASSES;
+}
+
+static double ratio(double a, double b) {
+    return b > 0 ? a / b : 0;
+}
+
+void mgt_figs_label(const double *sums, int label, double *precision, double *recall, double *f1) {
+    const double *c = sums + (label < 0 ? 0 : MGT_SUM_LABELS + 3 * label);
+    const double tp = c[MGT_SUM_TP], fp = c[MGT_SUM_FP], fn = c[MGT_SUM_FN];
+    *precision = ratio(tp, tp + fp);
+    *recall = ratio(tp, tp + fn);
+    *f1 = ratio(2 * tp, 2 * tp + fp + fn);
+}
+
+void mgt_figs_of(mgt_task task, int outputs, const double *sums, double samples, mgt_figs *f) {
+    memset(f, 0, sizeof *f);
+    if (task == MGT_TASK_BINARY) {
+        f->n = 3;
+        mgt_figs_label(sums, -1, &f->v[0], &f->v[1], &f->v[2]);
+        f->labels = outputs > 1 && outputs <= MGT_LABEL_SUMS_MAX ? outputs : 0;
+        for (int j = 0; j < f->labels; j++) {
+            double p, r;
+            mgt_figs_label(sums, j, &p, &r, &f->f1[j]);
+        }
+    } else if (task == MGT_TASK_REGRESSION) {
+        const double values = samples * (double)outputs;
+        f->n = 2;
+        f->v[0] = ratio(sums[MGT_SUM_ABS], values);
+        f->v[1] = sqrt(ratio(sums[MGT_SUM_SQ], values));
+    }
+}
+
+/* The figures' names, as the lines, files and TensorBoard name them. */
+static const char *const binary_names[3] = {"precision", "recall", "f1"};
+static const char *const regression_names[2] = {"mae", "rmse"};
+
+static const char *fig_name(mgt_task task, int i) {
+    return task == MGT_TASK_BINARY ? binary_names[i] : regression_names[i];
+}
+
+void mgt_figs_line(mgt_task task, const mgt_figs *f, const char *prefix, char *buf, size_t n) {
+    for (int i = 0; i < f->n; i++) {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, n - len, " - %s%s: %.4f", prefix, fig_name(task, i), f->v[i]);
+    }
 }
 
 /* Columns of the terminal the bar is drawn on: COLUMNS when set (as Python's
@@ -97,7 +153,7 @@ void mgt_metrics_bar_line(char *out, size_t n, int width, const mgt_bar *b, cons
     else
         snprintf(eta, sizeof eta, " - ETA: %.0fs", b->eta_s);
     snprintf(loss, sizeof loss, " - loss: %.4f", b->loss);
-    snprintf(acc, sizeof acc, " - acc: %.4f", b->acc);
+    snprintf(acc, sizeof acc, " - %s: %.4f", b->mae ? "mae" : "acc", b->acc);
     if (b->has_top5)
         snprintf(top5, sizeof top5, " - top5_acc: %.4f", b->top5);
     const int fixed = (int)strlen(count);
@@ -151,7 +207,8 @@ void mgt_metrics_progress(mgt_metrics *mt, int epoch, int64_t step, int64_t step
     if (!force && now - mt->last_draw < 0.1)
         return;
     mt->last_draw = now;
-    mt->bar = (mgt_bar){epoch, step, steps, eta_s, loss, acc, mt->top5 && top5 >= 0, top5};
+    mt->bar = (mgt_bar){epoch,       step, steps, eta_s, loss, acc, mt->top5 && top5 >= 0, top5,
+                        mt->task == MGT_TASK_REGRESSION};
     draw_bar(mt, NULL);
 }
 
@@ -169,26 +226,98 @@ static void exact(char *buf, size_t n, double x) {
     }
 }
 
-static int write_files(mgt_metrics *mt, mgt_err *err) {
-    size_t cap = 256 + (size_t)mt->nrows * 512, len = 0;
-    char *j = malloc(cap), *c = malloc(cap);
-    if (!j || !c) {
-        free(j);
-        free(c);
-        return mgt_errf(err, "out of memory writing metrics");
+/* A text that grows as rows are added to it. */
+typedef struct text {
+    char *s;
+    size_t len, cap;
+    int failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+    va_list ap;
+    for (int tries = 0; tries < 2 && !t->failed; tries++) {
+        va_start(ap, fmt);
+        const int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if (t->s && t->len + (size_t)n < t->cap) {
+            t->len += (size_t)n;
+            return;
+        }
+        const size_t cap = 2 * (t->cap + (size_t)n + 256);
+        char *grown = realloc(t->s, cap);
+        if (!grown) {
+            t->failed = 1;
+            return;
+        }
+        t->s = grown;
+        t->cap = cap;
     }
-    /* Top-5 goes last in both files, so the columns before it are the same with or without. */
-    size_t clen = (size_t)snprintf(c, cap,
-                                   "epoch,step,loss,acc,val_loss,val_acc,"
-                                   "samples_per_s,seconds,lr%s\n",
-                                   mt->top5 ? ",top5_acc,val_top5_acc" : "");
+}
+
+/* The task's figures of a row for the JSON line (every digit: exact) and the CSV row (6). */
+static void put_figs(text *j, text *c, mgt_task task, const mgt_figs *f, const mgt_figs *vf,
+                     int validated) {
+    const int n = task == MGT_TASK_BINARY ? 3 : task == MGT_TASK_REGRESSION ? 2 : 0;
+    for (int v = 0; v < 2; v++) {
+        const mgt_figs *g = v ? vf : f;
+        const int have = v ? validated && vf->n == n : f->n == n;
+        for (int i = 0; i < n; i++) {
+            char x[32] = "null";
+            if (have)
+                exact(x, sizeof x, g->v[i]);
+            put(j, ", \"%s%s\": %s", v ? "val_" : "", fig_name(task, i), x);
+            if (have)
+                put(c, ",%.6g", g->v[i]);
+            else
+                put(c, ",");
+        }
+    }
+    if (task != MGT_TASK_BINARY || (!f->labels && !(validated && vf->labels)))
+        return;
+    for (int v = 0; v < 2; v++) { /* each label's F1, as arrays */
+        const mgt_figs *g = v ? vf : f;
+        put(j, ", \"%sf1_per_label\": ", v ? "val_" : "");
+        if (!g->labels || (v && !validated)) {
+            put(j, "null");
+            continue;
+        }
+        for (int k = 0; k < g->labels; k++) {
+            char x[32];
+            exact(x, sizeof x, g->f1[k]);
+            put(j, "%s%s", k ? ", " : "[", x);
+        }
+        put(j, "]");
+    }
+}
+
+static int write_files(mgt_metrics *mt, mgt_err *err) {
+    text j = {0}, c = {0};
+    /* Top-5 goes after lr in both files, then the task's figures (binary: precision, recall,
+     * f1; regression: mae, rmse; each then as val_*), so the columns before them are the same
+     * for every model. */
+    put(&c, "epoch,step,loss,acc,val_loss,val_acc,samples_per_s,seconds,lr%s",
+        mt->top5 ? ",top5_acc,val_top5_acc" : "");
+    if (mt->task != MGT_TASK_CLASSES) {
+        const int n = mt->task == MGT_TASK_BINARY ? 3 : 2;
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < n; i++)
+                put(&c, ",%s%s", v ? "val_" : "", fig_name(mt->task, i));
+    }
+    put(&c, "\n");
+    const int no_acc = mt->task == MGT_TASK_REGRESSION;
     for (int i = 0; i < mt->nrows; i++) {
         const mgt_epoch_row *r = &mt->rows[i];
-        char vl[32] = "null", va[32] = "null", l[32], a[32], sps[32], sec[32], lr[32];
+        char vl[32] = "null", va[32] = "null", l[32], a[32] = "null", sps[32], sec[32], lr[32];
         char t5[32] = "null", vt5[32] = "null", jt5[96] = "", ct5[80] = "";
         if (r->val_loss >= 0) {
             exact(vl, sizeof vl, r->val_loss);
-            exact(va, sizeof va, r->val_acc);
+            if (!no_acc)
+                exact(va, sizeof va, r->val_acc);
         }
         if (mt->top5) {
             if (r->top5 >= 0)
@@ -204,33 +333,43 @@ static int write_files(mgt_metrics *mt, mgt_err *err) {
             snprintf(ct5, sizeof ct5, ",%s,%s", a6, b6);
         }
         exact(l, sizeof l, r->loss);
-        exact(a, sizeof a, r->acc);
+        if (!no_acc)
+            exact(a, sizeof a, r->acc);
         exact(sps, sizeof sps, r->samples_per_s);
         exact(sec, sizeof sec, r->seconds);
         exact(lr, sizeof lr, r->lr);
-        len += (size_t)snprintf(j + len, cap - len,
-                                "{\"epoch\": %d, \"step\": %lld, \"loss\": %s, \"acc\": %s, "
-                                "\"val_loss\": %s, \"val_acc\": %s, \"samples_per_s\": %s, "
-                                "\"seconds\": %s, \"lr\": %s%s}\n",
-                                r->epoch, (long long)r->step, l, a, vl, va, sps, sec, lr, jt5);
+        put(&j,
+            "{\"epoch\": %d, \"step\": %lld, \"loss\": %s, \"acc\": %s, "
+            "\"val_loss\": %s, \"val_acc\": %s, \"samples_per_s\": %s, "
+            "\"seconds\": %s, \"lr\": %s%s",
+            r->epoch, (long long)r->step, l, a, vl, va, sps, sec, lr, jt5);
+        char cacc[32] = "", cvl[32] = "", cva[32] = "";
+        if (!no_acc)
+            snprintf(cacc, sizeof cacc, "%.6g", r->acc);
         if (r->val_loss >= 0) {
-            snprintf(vl, sizeof vl, "%.6g", r->val_loss);
-            snprintf(va, sizeof va, "%.6g", r->val_acc);
+            snprintf(cvl, sizeof cvl, "%.6g", r->val_loss);
+            if (!no_acc)
+                snprintf(cva, sizeof cva, "%.6g", r->val_acc);
         }
-        clen += (size_t)snprintf(c + clen, cap - clen,
-                                 "%d,%lld,%.6g,%.6g,%s,%s,%.1f,%.3f,%.6g%s\n", r->epoch,
-                                 (long long)r->step, r->loss, r->acc, r->val_loss >= 0 ? vl : "",
-                                 r->val_loss >= 0 ? va : "", r->samples_per_s, r->seconds, r->lr,
-                                 ct5);
+        put(&c, "%d,%lld,%.6g,%s,%s,%s,%.1f,%.3f,%.6g%s", r->epoch, (long long)r->step, r->loss,
+            cacc, cvl, cva, r->samples_per_s, r->seconds, r->lr, ct5);
+        put_figs(&j, &c, mt->task, &r->task, &r->val_task, r->val_loss >= 0);
+        put(&j, "}\n");
+        put(&c, "\n");
     }
-    char path[600];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", mt->dir);
-    int rc = mgt_atomic_write(path, j, len, err);
-    snprintf(path, sizeof path, "%s/metrics.csv", mt->dir);
-    if (rc == 0)
-        rc = mgt_atomic_write(path, c, clen, err);
-    free(j);
-    free(c);
+    int rc = -1;
+    if (j.failed || c.failed || !j.s || !c.s) {
+        mgt_errf(err, "out of memory writing metrics");
+    } else {
+        char path[600];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", mt->dir);
+        rc = mgt_atomic_write(path, j.s, j.len, err);
+        snprintf(path, sizeof path, "%s/metrics.csv", mt->dir);
+        if (rc == 0)
+            rc = mgt_atomic_write(path, c.s, c.len, err);
+    }
+    free(j.s);
+    free(c.s);
     return rc;
 }
 
@@ -246,21 +385,56 @@ int mgt_metrics_tb(mgt_metrics *mt, mgt_profile *prof, int64_t start_step, mgt_e
     return 0;
 }
 
+/* The task's figures as scalars, tags[prefix + name], at most 3 + MGT_LABEL_SUMS_MAX of them,
+ * into tags and values from n; returns the new n. Per-label F1: prefix f1/label_J. */
+enum { TAG_MAX = 96 };
+static int task_scalars(mgt_task task, const mgt_figs *f, const char *prefix, int n,
+                        char (*tags)[TAG_MAX], double *values) {
+    for (int i = 0; i < f->n; i++, n++) {
+        snprintf(tags[n], TAG_MAX, "%s%s", prefix, fig_name(task, i));
+        values[n] = f->v[i];
+    }
+    for (int k = 0; k < f->labels; k++, n++) {
+        snprintf(tags[n], TAG_MAX, "%sf1/label_%d", prefix, k);
+        values[n] = f->f1[k];
+    }
+    return n;
+}
+
 /* The epoch's row as scalars at its global step ('/' groups the tags in TensorBoard's UI). */
 static int epoch_scalars(mgt_metrics *mt, const mgt_epoch_row *r, mgt_err *err) {
-    const char *tags[8] = {"epoch/loss",          "epoch/accuracy", "epoch/samples_per_s",
-                           "epoch/learning_rate", "epoch/val_loss", "epoch/val_accuracy"};
-    double values[8] = {r->loss, r->acc, r->samples_per_s, r->lr, r->val_loss, r->val_acc};
-    int n = r->val_loss >= 0 ? 6 : 4;
+    enum { MAX = 8 + 2 * (3 + MGT_LABEL_SUMS_MAX) };
+    char(*tagbuf)[TAG_MAX] = malloc(sizeof *tagbuf * MAX);
+    const char *tags[MAX];
+    double values[MAX];
+    if (!tagbuf)
+        return mgt_errf(err, "out of memory writing TensorBoard scalars");
+    const char *fixed[6] = {"epoch/loss",          "epoch/accuracy", "epoch/samples_per_s",
+                            "epoch/learning_rate", "epoch/val_loss", "epoch/val_accuracy"};
+    const double fv[6] = {r->loss, r->acc, r->samples_per_s, r->lr, r->val_loss, r->val_acc};
+    int n = 0;
+    for (int i = 0; i < (r->val_loss >= 0 ? 6 : 4); i++) {
+        if (mt->task == MGT_TASK_REGRESSION && (i == 1 || i == 5))
+            continue; /* no accuracy */
+        snprintf(tagbuf[n], TAG_MAX, "%s", fixed[i]);
+        values[n++] = fv[i];
+    }
     if (mt->top5 && r->top5 >= 0) {
-        tags[n] = "epoch/top5_accuracy";
+        snprintf(tagbuf[n], TAG_MAX, "epoch/top5_accuracy");
         values[n++] = r->top5;
     }
     if (mt->top5 && r->val_loss >= 0 && r->val_top5 >= 0) {
-        tags[n] = "epoch/val_top5_accuracy";
+        snprintf(tagbuf[n], TAG_MAX, "epoch/val_top5_accuracy");
         values[n++] = r->val_top5;
     }
-    return mgt_tb_scalars(&mt->tb, r->step, n, tags, values, err);
+    n = task_scalars(mt->task, &r->task, "epoch/", n, tagbuf, values);
+    if (r->val_loss >= 0)
+        n = task_scalars(mt->task, &r->val_task, "epoch/val_", n, tagbuf, values);
+    for (int i = 0; i < n; i++)
+        tags[i] = tagbuf[i];
+    const int rc = mgt_tb_scalars(&mt->tb, r->step, n, tags, values, err);
+    free(tagbuf);
+    return rc;
 }
 
 static int add_row(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
@@ -295,7 +469,7 @@ static int parse_row(const char *line, mgt_epoch_row *r) {
     double epoch = 0, step = 0;
     memset(r, 0, sizeof *r);
     int rc = j && !row_number(j, "epoch", 0, &epoch) && !row_number(j, "step", 0, &step) &&
-                     !row_number(j, "loss", 0, &r->loss) && !row_number(j, "acc", 0, &r->acc) &&
+                     !row_number(j, "loss", 0, &r->loss) && !row_number(j, "acc", 1, &r->acc) &&
                      !row_number(j, "val_loss", 1, &r->val_loss) &&
                      !row_number(j, "val_acc", 1, &r->val_acc) &&
                      !row_number(j, "samples_per_s", 0, &r->samples_per_s) &&
@@ -311,6 +485,32 @@ static int parse_row(const char *line, mgt_epoch_row *r) {
         r->top5 = -1;
     if (rc || row_number(j, "val_top5_acc", 1, &r->val_top5) < 0)
         r->val_top5 = -1;
+    if (!rc) /* the task's figures, as written (a key missing or null: none) */
+        for (int v = 0; v < 2; v++) {
+            mgt_figs *f = v ? &r->val_task : &r->task;
+            const char *const *names = cJSON_GetObjectItemCaseSensitive(j, v ? "val_mae" : "mae")
+                                           ? regression_names
+                                           : binary_names;
+            const int n = names == regression_names ? 2 : 3;
+            for (int i = 0; i < n; i++) {
+                char key[32];
+                snprintf(key, sizeof key, "%s%s", v ? "val_" : "", names[i]);
+                const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, key);
+                if (!cJSON_IsNumber(x))
+                    break;
+                f->v[i] = x->valuedouble;
+                if (i == n - 1)
+                    f->n = n;
+            }
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, v ? "val_f1_per_label"
+                                                                    : "f1_per_label");
+            const int k = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0;
+            for (int i = 0; i < k && i < MGT_LABEL_SUMS_MAX; i++) {
+                const cJSON *x = cJSON_GetArrayItem(a, i);
+                f->f1[i] = cJSON_IsNumber(x) ? x->valuedouble : 0;
+            }
+            f->labels = k <= MGT_LABEL_SUMS_MAX ? k : 0;
+        }
     r->epoch = (int)epoch;
     r->step = (int64_t)step;
     cJSON_Delete(j);
@@ -357,15 +557,25 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
     if (add_row(mt, row, err) < 0)
         return -1;
     if (mt->verbose >= 1) {
-        char val[128] = "", t5[40] = "";
+        char val[320] = "", t5[40] = "";
         if (mt->top5 && row->top5 >= 0)
             snprintf(t5, sizeof t5, " - top5_acc: %.4f", row->top5);
-        if (row->val_loss >= 0)
-            snprintf(val, sizeof val, " - val_loss: %.4f - val_acc: %.4f", row->val_loss,
-                     row->val_acc);
+        char acc[40] = "", figs[160] = "";
+        const int no_acc = mt->task == MGT_TASK_REGRESSION;
+        if (!no_acc)
+            snprintf(acc, sizeof acc, " - acc: %.4f", row->acc);
+        mgt_figs_line(mt->task, &row->task, "", figs, sizeof figs);
+        if (row->val_loss >= 0) {
+            snprintf(val, sizeof val, " - val_loss: %.4f", row->val_loss);
+            if (!no_acc)
+                snprintf(val + strlen(val), sizeof val - strlen(val), " - val_acc: %.4f",
+                         row->val_acc);
+        }
         if (row->val_loss >= 0 && mt->top5 && row->val_top5 >= 0)
             snprintf(val + strlen(val), sizeof val - strlen(val), " - val_top5_acc: %.4f",
                      row->val_top5);
+        if (row->val_loss >= 0)
+            mgt_figs_line(mt->task, &row->val_task, "val_", val, sizeof val);
         char lm[96] = "";
         const char *bits = mt->lm == MGT_LM_BYTES ? "bpb" : "bpt";
         if (mt->lm) /* perplexity and bits per token (byte) of the training and validation loss */
@@ -376,8 +586,8 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
                      exp(row->val_loss), bits, row->val_loss / log(2.0));
         if (mt->verbose == 1 && mt->bar_open)
             printf("\r\033[K");
-        printf("Epoch %d/%d - %.0fs - loss: %.4f - acc: %.4f%s%s%s\n", row->epoch, mt->epochs,
-               row->seconds, row->loss, row->acc, t5, val, lm);
+        printf("Epoch %d/%d - %.0fs - loss: %.4f%s%s%s%s%s\n", row->epoch, mt->epochs,
+               row->seconds, row->loss, acc, t5, figs, val, lm);
         fflush(stdout);
         mt->bar_open = 0;
     }
@@ -389,8 +599,14 @@ int mgt_metrics_epoch(mgt_metrics *mt, const mgt_epoch_row *row, mgt_err *err) {
 /* ---- per-step rows ---- */
 
 static const char *const step_files[2] = {"metrics_steps.jsonl", "metrics_steps.csv"};
-static const char step_header[] = "step,epoch,loss,acc,lr,samples_per_s\n";
-static const char step_header_top5[] = "step,epoch,loss,acc,lr,samples_per_s,top5_acc\n";
+/* The step files' CSV header: top-5 and the task's figures after the common columns. */
+static void step_header(const mgt_metrics *mt, char *h, size_t n) {
+    snprintf(h, n, "step,epoch,loss,acc,lr,samples_per_s%s", mt->top5 ? ",top5_acc" : "");
+    const int k = mt->task == MGT_TASK_BINARY ? 3 : mt->task == MGT_TASK_REGRESSION ? 2 : 0;
+    for (int i = 0; i < k; i++)
+        snprintf(h + strlen(h), n - strlen(h), ",%s", fig_name(mt->task, i));
+    snprintf(h + strlen(h), n - strlen(h), "\n");
+}
 
 /* The step a whole row names (JSON lines start {"step": N, CSV rows N,), or -1. */
 static int64_t row_step(const char *line, int csv) {
@@ -459,8 +675,9 @@ int mgt_metrics_steps_open(mgt_metrics *mt, int64_t start_step, mgt_err *err) {
     for (int i = 0; i < 2; i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/%s", mt->dir, step_files[i]);
-        if (keep_rows(path, i == 1 ? (mt->top5 ? step_header_top5 : step_header) : NULL, start_step,
-                      err) < 0)
+        char header[160];
+        step_header(mt, header, sizeof header);
+        if (keep_rows(path, i == 1 ? header : NULL, start_step, err) < 0)
             return -1;
         mt->steps_fd[i] = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
         if (mt->steps_fd[i] < 0)
@@ -486,10 +703,14 @@ static int append(int fd, const char *name, const char *dir, const char *text, s
 }
 
 int mgt_metrics_step(mgt_metrics *mt, const mgt_step_row *r, mgt_err *err) {
-    char e[32], l[32], a[32], lr[32], sps[32], t5[32], jt5[64] = "", ct5[40] = "", line[512];
+    char e[32], l[32], a[32] = "null", ca[32] = "", lr[32], sps[32], t5[32], jt5[64] = "",
+                    ct5[40] = "", jf[160] = "", cf[80] = "", line[768];
     exact(e, sizeof e, r->epoch);
     exact(l, sizeof l, r->loss);
-    exact(a, sizeof a, r->acc);
+    if (mt->task != MGT_TASK_REGRESSION) {
+        exact(a, sizeof a, r->acc);
+        snprintf(ca, sizeof ca, "%.6g", r->acc);
+    }
     exact(lr, sizeof lr, r->lr);
     exact(sps, sizeof sps, r->samples_per_s);
     if (mt->top5) {
@@ -497,24 +718,49 @@ int mgt_metrics_step(mgt_metrics *mt, const mgt_step_row *r, mgt_err *err) {
         snprintf(jt5, sizeof jt5, ", \"top5_acc\": %s", t5);
         snprintf(ct5, sizeof ct5, ",%.6g", r->top5);
     }
+    for (int i = 0; i < r->task.n; i++) { /* the task's figures (micro), after the others */
+        char x[32];
+        exact(x, sizeof x, r->task.v[i]);
+        snprintf(jf + strlen(jf), sizeof jf - strlen(jf), ", \"%s\": %s",
+                 fig_name(mt->task, i), x);
+        snprintf(cf + strlen(cf), sizeof cf - strlen(cf), ",%.6g", r->task.v[i]);
+    }
     int n = snprintf(line, sizeof line,
                      "{\"step\": %" PRId64 ", \"epoch\": %s, \"loss\": %s, \"acc\": %s, "
-                     "\"lr\": %s, \"samples_per_s\": %s%s}\n",
-                     r->step, e, l, a, lr, sps, jt5);
+                     "\"lr\": %s, \"samples_per_s\": %s%s%s}\n",
+                     r->step, e, l, a, lr, sps, jt5, jf);
     if (mt->steps_fd[0] >= 0 &&
         append(mt->steps_fd[0], step_files[0], mt->dir, line, (size_t)n, err) < 0)
         return -1;
-    n = snprintf(line, sizeof line, "%" PRId64 ",%.6g,%.6g,%.6g,%.6g,%.1f%s\n", r->step, r->epoch,
-                 r->loss, r->acc, r->lr, r->samples_per_s, ct5);
+    n = snprintf(line, sizeof line, "%" PRId64 ",%.6g,%.6g,%s,%.6g,%.1f%s%s\n", r->step,
+                 r->epoch, r->loss, ca, r->lr, r->samples_per_s, ct5, cf);
     if (mt->steps_fd[1] >= 0 &&
         append(mt->steps_fd[1], step_files[1], mt->dir, line, (size_t)n, err) < 0)
         return -1;
     if (mt->tb.fd < 0)
         return 0;
-    const char *tags[] = {"step/loss", "step/accuracy", "step/learning_rate", "step/samples_per_s",
-                          "step/top5_accuracy"};
-    const double values[] = {r->loss, r->acc, r->lr, r->samples_per_s, r->top5};
-    return mgt_tb_scalars(&mt->tb, r->step, mt->top5 ? 5 : 4, tags, values, err);
+    char names[8][TAG_MAX];
+    const char *tags[8] = {"step/loss"};
+    double values[8] = {r->loss};
+    int k = 1;
+    if (mt->task != MGT_TASK_REGRESSION) {
+        tags[k] = "step/accuracy";
+        values[k++] = r->acc;
+    }
+    tags[k] = "step/learning_rate";
+    values[k++] = r->lr;
+    tags[k] = "step/samples_per_s";
+    values[k++] = r->samples_per_s;
+    if (mt->top5) {
+        tags[k] = "step/top5_accuracy";
+        values[k++] = r->top5;
+    }
+    for (int i = 0; i < r->task.n; i++) {
+        snprintf(names[i], TAG_MAX, "step/%s", fig_name(mt->task, i));
+        tags[k] = names[i];
+        values[k++] = r->task.v[i];
+    }
+    return mgt_tb_scalars(&mt->tb, r->step, k, tags, values, err);
 }
 
 void mgt_metrics_free(mgt_metrics *mt) {

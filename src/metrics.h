@@ -13,9 +13,35 @@
 
 #include <stdint.h>
 
+#include "model.h"
 #include "profile.h"
 #include "tb.h"
 #include "util.h"
+
+/* What a model's figures are besides its loss (mgt_task_of): a classification's accuracy (and
+ * top-5 with more than 5 classes); binary cross-entropy's binary accuracy (the outputs right)
+ * with precision, recall and F1 over all outputs (micro) and each label's F1; a regression's
+ * mean absolute error and root mean squared error, over all outputs, and no accuracy. */
+typedef enum { MGT_TASK_CLASSES = 0, MGT_TASK_BINARY, MGT_TASK_REGRESSION } mgt_task;
+mgt_task mgt_task_of(const mgt_model *m);
+
+/* A task's own figures, from its sums (model.h: MGT_SUM_TASK on): n of v (binary: precision,
+ * recall, F1; regression: MAE, RMSE; 0: none), and each label's F1 (labels of them: binary with
+ * 2 to MGT_LABEL_SUMS_MAX labels, else 0). A ratio of nothing (no positive predicted, say) is
+ * 0, as scikit-learn's zero_division default gives. */
+typedef struct mgt_figs {
+    int n;
+    double v[3];
+    int labels;
+    double f1[MGT_LABEL_SUMS_MAX];
+} mgt_figs;
+/* The figures of `task` over `samples` samples of `outputs` outputs from its sums. */
+void mgt_figs_of(mgt_task task, int outputs, const double *sums, double samples, mgt_figs *f);
+/* Their names (" - precision: 0.9000 - recall: ..."), each after prefix ("" or "val_"), for
+ * the console lines, appended to buf. */
+void mgt_figs_line(mgt_task task, const mgt_figs *f, const char *prefix, char *buf, size_t n);
+/* One label's precision, recall and F1 from the task's sums (binary, per-label sums kept). */
+void mgt_figs_label(const double *sums, int label, double *precision, double *recall, double *f1);
 
 typedef struct mgt_epoch_row {
     int epoch;
@@ -25,6 +51,8 @@ typedef struct mgt_epoch_row {
     double lr; /* the learning rate the epoch ended with */
     /* Top-5 accuracy, training and validation (< 0: none; shown only where mt->top5). */
     double top5, val_top5;
+    /* The task's own figures (mgt_figs), training and validation (val_task.n 0: none). */
+    mgt_figs task, val_task;
 } mgt_epoch_row;
 
 /* One per-step row (--log-every N), at every N-th global step. */
@@ -37,6 +65,7 @@ typedef struct mgt_step_row {
     double lr;            /* the learning rate of the row's last step */
     double samples_per_s; /* over those steps' wall time, all ranks */
     double top5;          /* top-5 accuracy over the same samples (written where mt->top5) */
+    mgt_figs task;        /* the task's own figures over the same samples */
 } mgt_step_row;
 
 /* The progress bar as last drawn, for a redraw with a status ("validating"). */
@@ -46,6 +75,7 @@ typedef struct mgt_bar {
     double eta_s, loss, acc;
     int has_top5; /* show top5 (the top-5 accuracy) after acc */
     double top5;
+    int mae;      /* acc is a regression's mean absolute error (shown as mae) */
 } mgt_bar;
 
 typedef struct mgt_metrics {
@@ -64,6 +94,7 @@ typedef struct mgt_metrics {
     /* A language model's losses are also shown as perplexity (e^loss) and bits per token
      * (loss / ln 2; bits per byte for a byte-level model): MGT_LM_* (0: an image model). */
     int lm;
+    mgt_task task;        /* which figures besides the loss (mgt_metrics_set_task) */
 } mgt_metrics;
 
 enum { MGT_LM_NONE = 0, MGT_LM_TOKENS, MGT_LM_BYTES };
@@ -74,6 +105,10 @@ enum { MGT_LM_NONE = 0, MGT_LM_TOKENS, MGT_LM_BYTES };
  * lines, the metrics files (top5_acc, val_top5_acc) and TensorBoard (.../top5_accuracy). */
 void mgt_metrics_init(mgt_metrics *mt, int verbose, int epochs, const char *dir, int launched,
                       int classes);
+/* The model's task (mgt_task_of): its figures join the lines, files and TensorBoard scalars
+ * (precision, recall, f1 and f1_per_label; mae and rmse, where acc is then null), each also as
+ * val_*. Call after mgt_metrics_init, before anything is written. */
+void mgt_metrics_set_task(mgt_metrics *mt, mgt_task task);
 /* Progress within an epoch (verbose 1 only; at most 10 redraws a second unless force): step of
  * steps, the steps this epoch will run (fewer where --max-steps ends it). The line is fitted to
  * the terminal's width (COLUMNS, else the terminal's own, else 80), dropping the least needed

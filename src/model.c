@@ -607,6 +607,11 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
                             "layer %s: the %s backend has no %s activation yet; train this "
                             "model with --device cpu",
                             m->layers[i].name, o->name, mgt_act_name(m->layers[i].act));
+    if (!mgt_loss_is_xent(m->loss) && !o->elem_loss)
+        return mgt_errf(err,
+                        "the %s backend has no binary cross-entropy or regression losses yet; "
+                        "train this model with --device cpu",
+                        o->name);
     m->be = be;
     m->max_batch = max_batch < 1 ? 1 : max_batch;
     m->act_bytes = mgt_dtype_size(be->act);
@@ -658,17 +663,20 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
     /* The step's loss and accuracy sums sit right after the gradients, so one all-reduce carries
      * both. The gradient arena covers the trainable tensors only (grad_count). */
     size_t sums_at = (m->grad_count + 15) & ~(size_t)15;
+    if (m->nsums < MGT_SUM_TASK + 1) /* a model whose loss was never checked: cross-entropy's */
+        m->nsums = MGT_SUM_TASK + 1;
+    const size_t nsums = ((size_t)m->nsums + 15) & ~(size_t)15;
     if (m->share) {
         m->w = m->share(m->share_ctx, m->param_count * sizeof(float) + 16);
-        m->g = m->share(m->share_ctx, (sums_at + 16) * sizeof(float));
+        m->g = m->share(m->share_ctx, (sums_at + nsums) * sizeof(float));
         if (!m->w || !m->g)
             return mgt_errf(err,
                             "out of memory shared between the ranks for the weights and "
                             "gradients (%zu bytes each); use --transport mpi",
-                            (sums_at + 16) * sizeof(float));
+                            (sums_at + nsums) * sizeof(float));
     } else {
         ALLOC(m->w, m->param_count * sizeof(float));
-        ALLOC(m->g, (sums_at + 16) * sizeof(float));
+        ALLOC(m->g, (sums_at + nsums) * sizeof(float));
     }
     m->sums = m->g + sums_at;
     ALLOC(m->buf, m->buffer_count * sizeof(float));
@@ -680,6 +688,10 @@ int mgt_model_alloc(mgt_model *m, mgt_backend *be, int max_batch, mgt_err *err) 
     ALLOC(m->labels, mb * per * sizeof(int32_t));
     ALLOC(m->targets, per > 1 ? 0 : mb * (size_t)m->classes * sizeof(float));
     ALLOC(m->probs, per > 1 ? 0 : mb * (size_t)m->classes * sizeof(float));
+    if (m->loss == MGT_LOSS_BCE && m->ncw) { /* the negative's and positive's weights */
+        ALLOC(m->cw_dev, 2 * sizeof(float));
+        o->to_device(be, m->cw_dev, m->cw, 2 * sizeof(float));
+    }
     ALLOC(m->act, m->plan.arena);
     if (be->act != MGT_F32) { /* the input and the output cross into and out of the type here */
         if (!m->vocab) /* token ids stay float32 (model.h) */
@@ -728,8 +740,8 @@ void mgt_model_free(mgt_model *m) {
         }
         if (m->share) /* the transport's memory, released with it */
             m->w = m->g = NULL;
-        void *ptrs[] = {m->w,     m->g,   m->buf,   m->x,     m->labels, m->targets,
-                        m->probs, m->act, m->x_act, m->out_f, m->dout_f};
+        void *ptrs[] = {m->w,   m->g,     m->buf,   m->x,      m->labels, m->targets,
+                        m->probs, m->act, m->x_act, m->out_f, m->dout_f, m->cw_dev};
         for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
             o->free(m->be, ptrs[i]);
     }
@@ -991,13 +1003,28 @@ int mgt_model_layer_whole(const mgt_model *m, int i) {
     return l->type->forward_fused != NULL && !l->frozen;
 }
 
+/* The float-target losses' op settings (backend.h: elem_loss); the class weights in training
+ * only (Keras weighs the training loss, not validation's nor evaluate's). */
+static mgt_elem_loss elem_loss_of(const mgt_model *m, int training) {
+    const mgt_elem_kind kind = m->loss == MGT_LOSS_BCE   ? MGT_ELEM_BCE
+                               : m->loss == MGT_LOSS_MSE ? MGT_ELEM_MSE
+                               : m->loss == MGT_LOSS_MAE ? MGT_ELEM_MAE
+                                                         : MGT_ELEM_HUBER;
+    return (mgt_elem_loss){.kind = kind,
+                           .smoothing = m->label_smoothing,
+                           .delta = m->huber_delta,
+                           .cw = training ? m->cw_dev : NULL,
+                           .per_label = mgt_model_task_sums(m) > MGT_SUM_LABELS};
+}
+
 void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     const mgt_ops *o = s->be->ops;
     mgt_layer *last = &m->layers[m->nlayers - 1];
     int k = m->classes;
     /* The loss works in float32: the last layer's output, or its float copy (mgt_model_output).
-     * With a softmax last layer the probabilities replace the logits there (what predict
-     * reports); with a logits layer they go to a separate buffer and the output stays logits. */
+     * With a softmax (sigmoid) last layer the probabilities replace the logits there (what
+     * predict reports); with a logits layer they go to a separate buffer and the output stays
+     * logits. */
     float *y = mgt_model_output(m, s);
     /* A sequence model scores every position: its n samples are n * T rows of logits, each
      * sample's loss the mean over its positions (scale 1 / T: xent's gradient and sums), and
@@ -1010,12 +1037,16 @@ void mgt_model_loss(mgt_model *m, const mgt_step *s, int backward) {
     const size_t r0 = (size_t)s->row0;
     const int rows = s->n * per;
     const float scale = 1.0f / (float)per;
-    if (m->loss == MGT_LOSS_SPARSE_CE)
+    if (!mgt_loss_is_xent(m->loss)) {
+        const mgt_elem_loss L = elem_loss_of(m, s->training);
+        o->elem_loss(s->be, &L, s->n, k, y, s->in.targets + r0 * (size_t)k,
+                     last->fused_act ? y : NULL, dlogits, 1.0f, m->sums);
+    } else if (m->loss == MGT_LOSS_CE || m->ncw) /* one-hot: categorical, or class-weighted */
+        o->xent_dense(s->be, rows, k, y, s->in.targets + r0 * kk, probs, dlogits, scale,
+                      m->ncw ? 0.0f : m->label_smoothing, m->sums);
+    else
         o->xent_sparse(s->be, rows, k, y, s->in.labels + r0 * (size_t)per, probs, dlogits, scale,
                        m->label_smoothing, m->sums);
-    else
-        o->xent_dense(s->be, rows, k, y, s->in.targets + r0 * kk, probs, dlogits, scale,
-                      m->label_smoothing, m->sums);
     if (dlogits && dlogits != dy) /* the logits' gradient into the activation type */
         o->act_from_f32(s->be, (size_t)rows * (size_t)k, dlogits, dy);
 }
@@ -1035,7 +1066,9 @@ void mgt_model_finish_output(mgt_model *m, const mgt_step *s, float *out) {
     mgt_layer *last = &m->layers[m->nlayers - 1];
     if (!last->fused_act)
         return;
-    if (m->out_f) /* the softmax in float32 from the logits as stored */
+    if (last->act == MGT_ACT_SIGMOID) /* out holds the logits in float32 already */
+        s->be->ops->act_fwd(s->be, MGT_ACT_SIGMOID, s->n, m->classes, out, out);
+    else if (m->out_f) /* the softmax in float32 from the logits as stored */
         s->be->ops->act_to_f32(s->be, MGT_ACT_SOFTMAX, s->n, m->classes,
                                rows_of(last->y, s, last->out), out);
     else

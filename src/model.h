@@ -53,8 +53,29 @@ typedef struct mgt_shape {
 static inline int64_t mgt_shape_elems(mgt_shape s) { return (int64_t)s.h * s.w * s.c; }
 
 /* The loss the last layer's output is scored with: cross-entropy against integer labels (sparse)
- * or one-hot targets. */
-typedef enum { MGT_LOSS_SPARSE_CE = 0, MGT_LOSS_CE } mgt_loss;
+ * or one-hot targets; or, against float targets of the output's shape (model.h: mgt_input's
+ * targets), Keras' binary cross-entropy (a sigmoid per output, so one or several labels per
+ * sample), mean squared error, mean absolute error or Huber's loss. A sample's loss is the mean
+ * over its outputs (Keras' and PyTorch's "mean" reduction both come to this). */
+typedef enum {
+    MGT_LOSS_SPARSE_CE = 0,
+    MGT_LOSS_CE,
+    MGT_LOSS_BCE,
+    MGT_LOSS_MSE,
+    MGT_LOSS_MAE,
+    MGT_LOSS_HUBER
+} mgt_loss;
+
+/* Whether loss l is a softmax cross-entropy (integer labels or one-hot targets, one class per
+ * sample); the others score float targets element by element (backend.h: elem_loss). */
+static inline int mgt_loss_is_xent(mgt_loss l) {
+    return l == MGT_LOSS_SPARSE_CE || l == MGT_LOSS_CE;
+}
+/* Whether loss l is a regression loss (no accuracy: mean absolute error and its root mean
+ * square instead). */
+static inline int mgt_loss_is_regression(mgt_loss l) {
+    return l == MGT_LOSS_MSE || l == MGT_LOSS_MAE || l == MGT_LOSS_HUBER;
+}
 
 /* One named tensor of an arena. */
 typedef struct mgt_param {
@@ -70,9 +91,23 @@ typedef struct mgt_param {
 /* Zeros, ones, Keras' Glorot-uniform, or a normal distribution of mean 0 (GPT-2's 0.02). */
 enum { MGT_INIT_ZERO = 0, MGT_INIT_ONE, MGT_INIT_GLOROT, MGT_INIT_NORMAL };
 
-/* The step's sums that travel with the gradients, right after the arena (m->sums): the loss, the
- * correct predictions, the top-5 hits and the count of ranks asking to stop (fit.c). */
-#define MGT_NSUMS 4
+/* The step's sums that travel with the gradients, right after the arena (m->sums, m->nsums of
+ * them), each an exact count or a sum the loss op adds to: the loss, the correct predictions
+ * (one per sample; with binary cross-entropy one per output, Keras' binary accuracy), the top-5
+ * hits (softmax cross-entropy), then the task's own sums (MGT_SUM_TASK on, mgt_task_sums), and
+ * last the count of ranks asking to stop (fit.c). The task's own:
+ *   binary cross-entropy: true positives, false positives and false negatives over every output
+ *     (micro), then the same three for each output (label) where there are 2 to
+ *     MGT_LABEL_SUMS_MAX of them (per-label precision, recall and F1);
+ *   regression: the sum of |y - t| and of (y - t)^2 over every output (MAE and RMSE).
+ * A model's count is fixed by its loss and outputs (mgt_model_check_output sets it). */
+/* (The indices, MGT_SUM_*, are backend.h's: the loss ops write them.) */
+#define MGT_LABEL_SUMS_MAX 64
+/* The most sums of a task, and of a step (the task's and the four others). */
+#define MGT_TASK_SUMS_MAX (MGT_SUM_LABELS + 3 * MGT_LABEL_SUMS_MAX)
+#define MGT_SUMS_MAX (MGT_SUM_TASK + MGT_TASK_SUMS_MAX + 1)
+/* The most class weights a model takes (a [train] list is at most 255 characters anyway). */
+#define MGT_CW_MAX 128
 
 typedef struct mgt_layer mgt_layer;
 typedef struct mgt_model mgt_model;
@@ -83,7 +118,9 @@ typedef struct mgt_onnx_layer mgt_onnx_layer; /* export.h */
 typedef struct mgt_input {
     const float *x;        /* [n][input], NHWC */
     const int32_t *labels; /* [n] */
-    const float *targets;  /* [n][classes] one-hot, for categorical_crossentropy (else NULL) */
+    /* [n][classes]: one-hot for categorical_crossentropy, the float targets of the losses that
+     * read them (mgt_loss_is_xent false); NULL for sparse_categorical_crossentropy */
+    const float *targets;
 } mgt_input;
 
 /* What a layer's forward/backward needs to know about the current step. */
@@ -356,6 +393,9 @@ struct mgt_model {
      * sample has, 1, or a sequence output's positions (the next token at every position). */
     int vocab;
     int labels_per_sample;
+    /* [input] shape's rank: 3 (H, W, C) or 1 (F values a sample, tabular rows: the shape is then
+     * (1, 1, F)). */
+    int input_rank;
     mgt_input_tf input_tf; /* [input] mean, std, center_crop (data/augment.h) */
     int nlayers;
     mgt_layer *layers;
@@ -363,7 +403,20 @@ struct mgt_model {
      * train_cfg.h): Keras' label_smoothing of the cross-entropy, in [0, 1]. */
     mgt_loss loss;
     float label_smoothing;
-    int classes;      /* the last layer's units */
+    /* Huber's delta (Keras' default 1), and the class weights ([train] class_weight; NULL:
+     * none): sparse and categorical cross-entropy weigh each sample's loss by its class's
+     * (ncw = classes), binary cross-entropy each output's term by the weight of its target, the
+     * negative's cw[0] and the positive's cw[1] (ncw = 2), as Keras' class_weight weighs a
+     * single sigmoid output's samples (for several labels: PyTorch's pos_weight, with cw[0] too).
+     * The loss is divided by the samples, not by the weights (Keras' sum over the batch size).
+     * They weigh training's loss only, as Keras' fit(class_weight): evaluation's is unweighted. */
+    float huber_delta;
+    float cw[MGT_CW_MAX];
+    int ncw;
+    /* The last layer's outputs a sample: its units (the classes of cross-entropy, the labels
+     * of binary cross-entropy), all of its values for a regression. */
+    int classes;
+    int nsums;        /* the step's metric sums (MGT_SUM_*), set with the loss */
 
     int nparams, nbuffers;
     mgt_param *params, *buffers; /* grown as layers declare tensors; freed by mgt_model_free */
@@ -393,7 +446,8 @@ struct mgt_model {
     int32_t *labels;    /* [max_batch] */
     float *targets;     /* one-hot targets for categorical CE */
     float *probs;       /* softmax when the last layer outputs logits */
-    float *sums;        /* MGT_NSUMS step sums: inside the gradient arena, after it */
+    float *sums;        /* nsums step sums: inside the gradient arena, after it */
+    float *cw_dev;      /* the class weights in backend memory (NULL: none) */
     float *act;         /* the activation arena (plan.arena bytes) */
     /* Where the backend's activations are not float32 (be->act): the input batch in their type
      * (the first layer reading it converts the step's rows), the output in float32 (the loss,
@@ -450,9 +504,16 @@ int mgt_model_parse_len(mgt_model *m, const char *path, const char *text, size_t
 /* The model's name that a model file's path gives (its file name without the extension), into
  * name[n]; -1 when it is empty or does not fit. */
 int mgt_model_name_of(const char *path, char *name, size_t n);
-/* --input-shape: replaces the [input] shape ("H,W,C") and builds the layers again, shapes and
- * parameters; errors name the flag's value or the layer that no longer fits. */
+/* --input-shape: replaces the [input] shape ("H,W,C", or "F") and builds the layers again, shapes
+ * and parameters; errors name the flag's value or the layer that no longer fits. */
 int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err);
+/* The last layer against the loss (m->loss, set before): one score per class for cross-entropy
+ * (softmax or no activation), a sigmoid or none for binary cross-entropy, any for a regression;
+ * a softmax or sigmoid the loss computes with it is taken over (fused_act), and m->classes and
+ * m->nsums follow. Errors name the file, the line and the layer. */
+int mgt_model_check_output(mgt_model *m, mgt_err *err);
+/* The task's own metric sums (see MGT_SUM_TASK) of a model whose loss is set. */
+int mgt_model_task_sums(const mgt_model *m);
 /* The shape of layer l's k-th input. */
 mgt_shape mgt_layer_input_shape(const mgt_model *m, const mgt_layer *l, int k);
 /* Plans the activation memory for local batches of `batch` (see mgt_plan); frees with

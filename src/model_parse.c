@@ -533,16 +533,35 @@ static int set_tokens(pstate *p, const char *key, const char *val) {
     return 1;
 }
 
+/* An input shape: "H,W,C" (images, NHWC) or "F" (F values a sample: tabular rows, (1, 1, F)).
+ * Returns the rank (3 or 1), or -1. */
+static int parse_shape(const char *val, mgt_shape *s) {
+    int v[4];
+    const int n = mgt_parse_int_list(val, v, 4);
+    for (int i = 0; i < n; i++)
+        if (v[i] < 1)
+            return -1;
+    if (n == 3)
+        *s = (mgt_shape){v[0], v[1], v[2], 0};
+    else if (n == 1)
+        *s = (mgt_shape){1, 1, v[0], 0};
+    else
+        return -1;
+    return n;
+}
+
 static int set_input(pstate *p, const char *key, const char *val) {
     if (!strcmp(key, "context") || !strcmp(key, "vocab"))
         return set_tokens(p, key, val);
     if (strcmp(key, "shape"))
         return set_input_tf(p, key, val);
-    int v[3];
-    if (mgt_parse_int_list(val, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
-        return fail(p, p->line, "[input] shape = %s: expected three positive whole numbers "
-                                "H,W,C, e.g. shape = 28,28,1", val);
-    p->m->input = (mgt_shape){v[0], v[1], v[2], 0};
+    const int rank = parse_shape(val, &p->m->input);
+    if (rank < 0)
+        return fail(p, p->line,
+                    "[input] shape = %s: expected three positive whole numbers H,W,C (images, "
+                    "e.g. shape = 28,28,1) or one, F (F values a sample, e.g. shape = 30)",
+                    val);
+    p->m->input_rank = rank;
     if (mgt_shape_elems(p->m->input) > MGT_MAX_TENSOR_ELEMS)
         return fail(p, p->line,
                     "[input] shape = %s: model too large: %lld values per sample, "
@@ -821,12 +840,6 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
     }
     mgt_layer *last = &m->layers[m->nlayers - 1];
     const int per_position = last->out.seq && last->out.h == 1 && last->out.c >= 2;
-    if (!per_position && (last->out.h != 1 || last->out.w != 1 || last->out.c < 2))
-        return mgt_errf(err,
-                        "%s:%d: the last layer (%s) gives %dx%dx%d per sample; for "
-                        "classification it must give one score per class, e.g. [dense] units = "
-                        "10",
-                        path, last->line, last->name, last->out.h, last->out.w, last->out.c);
     for (int i = 0; i < m->nlayers - 1; i++)
         if (m->layers[i].act == MGT_ACT_SOFTMAX && m->layers[i].out.h * m->layers[i].out.w != 1)
             return mgt_errf(err,
@@ -838,6 +851,7 @@ static int build_layers(mgt_model *m, const char *path, mgt_err *err) {
                         "%s:%d: the last layer (%s) of a sequence model gives logits at every "
                         "position: remove its activation = softmax (the loss applies it)",
                         path, last->line, last->name);
+    /* classes: set again by the loss's checks (mgt_model_check_output) once it is known */
     m->classes = last->out.c;
     m->labels_per_sample = per_position ? last->out.w : 1;
     mgt_model_layout(m); /* the frozen layers' tensors after the trainable ones */
@@ -874,7 +888,7 @@ static int build(pstate *p) {
     mgt_model *m = p->m;
     if (!p->had_input)
         return mgt_errf(p->err, "%s: no [input] section; start the file with [input] and "
-                        "shape = H,W,C", p->path);
+                        "shape = H,W,C (or shape = F)", p->path);
     if (m->nlayers == 0)
         return mgt_errf(p->err, "%s: no layers between [input] and [train]", p->path);
     if (!p->had_train) {
@@ -924,25 +938,92 @@ static int build(pstate *p) {
                             "or inputs, or remove the section",
                             p->path, l->line, l->type->name, l->name);
     }
-    mgt_layer *last = &m->layers[m->nlayers - 1];
-    if (last->act != MGT_ACT_NONE && last->act != MGT_ACT_SOFTMAX)
-        return mgt_errf(p->err,
-                        "%s:%d: the last layer (%s) has a %s activation; with "
-                        "cross-entropy it must be softmax or none (logits)",
-                        p->path, last->line, last->name, mgt_act_name(last->act));
-    last->fused_act = last->act == MGT_ACT_SOFTMAX;
     return build_layers(m, p->path, p->err);
 }
 
+int mgt_model_task_sums(const mgt_model *m) {
+    if (m->loss == MGT_LOSS_BCE)
+        return MGT_SUM_LABELS +
+               (m->classes > 1 && m->classes <= MGT_LABEL_SUMS_MAX ? 3 * m->classes : 0);
+    return mgt_loss_is_regression(m->loss) ? 2 : 0;
+}
+
+int mgt_model_check_output(mgt_model *m, mgt_err *err) {
+    mgt_layer *last = &m->layers[m->nlayers - 1];
+    const char *loss = m->loss == MGT_LOSS_BCE    ? "binary_crossentropy"
+                       : m->loss == MGT_LOSS_MSE  ? "mse"
+                       : m->loss == MGT_LOSS_MAE  ? "mae"
+                       : m->loss == MGT_LOSS_HUBER ? "huber"
+                                                   : "cross-entropy";
+    const int per_position = m->labels_per_sample > 1; /* a sequence model's logits (build) */
+    if (mgt_loss_is_xent(m->loss)) {
+        if (!per_position && (last->out.h != 1 || last->out.w != 1 || last->out.c < 2))
+            return mgt_errf(err,
+                            "%s:%d: the last layer (%s) gives %dx%dx%d per sample; for "
+                            "classification it must give one score per class, e.g. [dense] "
+                            "units = 10 (one output: loss = binary_crossentropy or mse)",
+                            m->path, last->line, last->name, last->out.h, last->out.w,
+                            last->out.c);
+        if (last->act != MGT_ACT_NONE && last->act != MGT_ACT_SOFTMAX)
+            return mgt_errf(err,
+                            "%s:%d: the last layer (%s) has a %s activation; with "
+                            "cross-entropy it must be softmax or none (logits)",
+                            m->path, last->line, last->name, mgt_act_name(last->act));
+    } else if (m->loss == MGT_LOSS_BCE && last->act != MGT_ACT_NONE &&
+               last->act != MGT_ACT_SIGMOID) {
+        return mgt_errf(err,
+                        "%s:%d: the last layer (%s) has a %s activation; with %s it must be "
+                        "sigmoid or none (logits)",
+                        m->path, last->line, last->name, mgt_act_name(last->act), loss);
+    } else if (mgt_loss_is_regression(m->loss) && last->act == MGT_ACT_SOFTMAX &&
+               (last->out.h != 1 || last->out.w != 1)) {
+        return mgt_errf(err, "%s:%d: softmax on %s needs a flat input (after [flatten] or [dense])",
+                        m->path, last->line, last->name);
+    }
+    if (per_position && (m->ncw || !mgt_loss_is_xent(m->loss)))
+        return mgt_errf(err,
+                        "model %s scores every position of a sequence against the next token: "
+                        "train it with loss = sparse_categorical_crossentropy, without "
+                        "class_weight",
+                        m->name);
+    if (m->ncw && mgt_loss_is_regression(m->loss))
+        return mgt_errf(err,
+                        "class_weight weighs the classes of a classification; %s is a regression "
+                        "loss: remove class_weight",
+                        loss);
+    if (m->ncw && m->loss == MGT_LOSS_BCE && m->ncw != 2)
+        return mgt_errf(err,
+                        "class_weight gives %d weights; binary_crossentropy takes two, the "
+                        "negative's and the positive's, e.g. class_weight = 1, 5",
+                        m->ncw);
+    if (m->ncw && mgt_loss_is_xent(m->loss) && m->ncw != last->out.c)
+        return mgt_errf(err,
+                        "class_weight gives %d weights for the %d classes of %s; give one a "
+                        "class, in class order",
+                        m->ncw, last->out.c, m->path);
+    /* the loss computes softmax or sigmoid with it, from the logits (and predict applies it) */
+    last->fused_act = (mgt_loss_is_xent(m->loss) && last->act == MGT_ACT_SOFTMAX) ||
+                      (m->loss == MGT_LOSS_BCE && last->act == MGT_ACT_SIGMOID);
+    /* a class's score per output (at every position of a sequence), or every value scored */
+    m->classes = mgt_loss_is_xent(m->loss) ? last->out.c : (int)mgt_shape_elems(last->out);
+    m->nsums = MGT_SUM_TASK + mgt_model_task_sums(m) + 1;
+    return 0;
+}
+
 int mgt_model_set_input_shape(mgt_model *m, const char *hwc, mgt_err *err) {
-    int v[3];
     if (m->vocab > 0)
         return mgt_errf(err, "model %s reads token ids; its [input] context sets their number",
                         m->name);
-    if (mgt_parse_int_list(hwc, v, 3) != 3 || v[0] < 1 || v[1] < 1 || v[2] < 1)
-        return mgt_errf(err, "expected three positive whole numbers H,W,C, e.g. 224,224,3");
-    m->input = (mgt_shape){v[0], v[1], v[2], 0};
-    return build_layers(m, m->path, err);
+    mgt_shape in;
+    const int rank = parse_shape(hwc, &in);
+    if (rank < 0)
+        return mgt_errf(err, "expected three positive whole numbers H,W,C, e.g. 224,224,3, or "
+                             "one, F (values a sample)");
+    m->input = in;
+    m->input_rank = rank;
+    if (build_layers(m, m->path, err) < 0)
+        return -1;
+    return mgt_model_check_output(m, err);
 }
 
 int mgt_model_name_of(const char *path, char *name, size_t n) {

@@ -99,7 +99,7 @@ int mgt_reducer_init(mgt_reducer *r, mgt_model *m, mgt_backend *be, mgt_comm *co
     if (r->o.accum_steps < 1)
         r->o.accum_steps = 1;
     /* Without ZeRO the metric sums ride in the first bucket: it ends past them. */
-    const size_t end = o->zero ? m->grad_count : (size_t)sums_at(m) + MGT_NSUMS;
+    const size_t end = o->zero ? m->grad_count : (size_t)sums_at(m) + (size_t)m->nsums;
     /* At most a bucket per part: a layer is one part, or its top and GRAD_BLOCKS row blocks. */
     const int max = 8 * m->nlayers + 1;
     r->b = calloc((size_t)max, sizeof *r->b);
@@ -169,7 +169,8 @@ static void start_bucket(mgt_reducer *r, int k) {
 
 /* ZeRO-1: the metric sums' own all-reduce (they are final once the loss is computed). */
 static void start_sums(mgt_reducer *r) {
-    mgt_comm_start(r->comm, r->sums_slot, MGT_COLL_ALLREDUCE, r->m->g, (size_t)sums_at(r->m), MGT_NSUMS);
+    mgt_comm_start(r->comm, r->sums_slot, MGT_COLL_ALLREDUCE, r->m->g, (size_t)sums_at(r->m),
+                   (size_t)r->m->nsums);
     r->t_sums = mgt_now();
     r->t_sums_done = 0;
 }

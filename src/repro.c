@@ -10,15 +10,15 @@
 #include "runtime.h"
 
 /* The accumulators live in backend memory, in one block so the step's all-reduce is one
- * collective: the gradient arena's (grad_count elements), then the step's MGT_NSUMS metric sums
- * (loss, correct, stop votes), then one counter of values that could not be summed. Batchnorm's
+ * collective: the gradient arena's (grad_count elements), then the step's m->nsums metric sums
+ * (model.h: the loss op's, then the stop votes), then one counter of values that could not be summed. Batchnorm's
  * sums have their own small block of the same shape (2c elements and a counter), reduced where
  * the layer needs them. */
 struct mgt_repro {
     mgt_model *m;
     mgt_comm *comm;
     int64_t chunk;
-    int64_t *words;    /* [grad_count + MGT_NSUMS][MGT_XS_WORDS], then the counter */
+    int64_t *words;    /* [grad_count + nsums][MGT_XS_WORDS], then the counter */
     size_t nwords;     /* all of it, counter included */
     int64_t *bn_words; /* [2 * widest batchnorm][MGT_XS_WORDS], then the counter */
     float *part;       /* one chunk's batchnorm partial sums (2c) */
@@ -28,10 +28,11 @@ struct mgt_repro {
     int64_t *host;
 };
 
-/* The metric sums (model.h: MGT_NSUMS): the loss op adds the loss, the correct count and the
- * top-5 count, the last one is the ranks' stop votes (fit.c). */
-enum { SUMS_FROM_LOSS = 3, SUM_VOTES = MGT_NSUMS - 1 };
-_Static_assert(SUMS_FROM_LOSS == SUM_VOTES, "the stop votes follow the loss op's sums");
+/* The metric sums (model.h: nsums of them): the loss op adds to all but the last, which is the
+ * ranks' stop votes (fit.c). */
+static size_t sums_from_loss(const mgt_model *m) {
+    return (size_t)m->nsums - 1;
+}
 
 /* The layer types whose ops treat every sample alone (so a chunk's rows give the same results
  * wherever the chunk sits), and batchnorm, which sums over samples through the hooks below. */
@@ -116,7 +117,7 @@ mgt_repro *mgt_repro_create(mgt_model *m, mgt_comm *comm, int64_t chunk, mgt_err
     for (int i = 0; i < m->nlayers; i++)
         if (is_batchnorm(&m->layers[i]) && m->layers[i].in.c > r->bn_c)
             r->bn_c = m->layers[i].in.c;
-    r->nwords = (m->grad_count + MGT_NSUMS) * MGT_XS_WORDS + 1;
+    r->nwords = (m->grad_count + (size_t)m->nsums) * MGT_XS_WORDS + 1;
     const size_t part = (size_t)(2 * r->bn_c > 2 ? 2 * r->bn_c : 2);
     r->words = be->ops->alloc(be, r->nwords * sizeof(int64_t));
     r->bn_words = be->ops->alloc(be, (part * MGT_XS_WORDS + 1) * sizeof(int64_t));
@@ -212,11 +213,11 @@ void mgt_repro_backward(mgt_model *m, const mgt_step *s, int first) {
      * then into the accumulators. */
     for (int c = 0; c < nch; c++) {
         const mgt_step q = chunk_step(s, c);
-        o->zero(be, m->sums, SUMS_FROM_LOSS * sizeof(float));
+        o->zero(be, m->sums, sums_from_loss(m) * sizeof(float));
         mgt_model_loss(m, &q, 1);
-        add_arena(r, be, m->grad_count, SUMS_FROM_LOSS, m->sums);
+        add_arena(r, be, m->grad_count, sums_from_loss(m), m->sums);
     }
-    o->zero(be, m->sums, SUMS_FROM_LOSS * sizeof(float));
+    o->zero(be, m->sums, sums_from_loss(m) * sizeof(float));
     /* Backward in the executor's order, each layer over every chunk; a layer's gradients
      * (which backward overwrites, backend.h) go into the accumulators after each chunk. */
     for (int i = m->nlayers - 1; i >= 0; i--) {
@@ -286,11 +287,12 @@ static void check_bad(const mgt_backend *be, const int64_t *counter, const char 
 void mgt_repro_allreduce(mgt_repro *r, int64_t step) {
     mgt_model *m = r->m;
     mgt_backend *be = m->be;
-    add_arena(r, be, m->grad_count + SUM_VOTES, 1, m->sums + SUM_VOTES); /* this rank's vote */
+    const size_t votes = sums_from_loss(m);
+    add_arena(r, be, m->grad_count + votes, 1, m->sums + votes); /* this rank's vote */
     allreduce_words(r, r->words, r->nwords, "gradient all-reduce (exact)");
     check_bad(be, r->words + r->nwords - 1, "gradient or loss values were", step);
     be->ops->xs_round(be, m->grad_count, r->words, m->g);
-    be->ops->xs_round(be, MGT_NSUMS, r->words + m->grad_count * MGT_XS_WORDS, m->sums);
+    be->ops->xs_round(be, (size_t)m->nsums, r->words + m->grad_count * MGT_XS_WORDS, m->sums);
 }
 
 /* ---- batchnorm ---- */

@@ -136,7 +136,8 @@ static void load_model(mgt_run_plan *p, mgt_model *m, const mgt_options *o, cons
     }
     if (t->lr < 0)
         t->lr = mgt_optimizer_of(t->optimizer)->default_lr;
-    mgt_train_apply_loss(t, m);
+    if (mgt_train_apply_loss(t, m, &e) < 0)
+        mgt_die_all("%s", e.msg);
 }
 
 int mgt_run_plan_train_cfg(mgt_train_cfg *t, const char *path, const char *text, size_t len,

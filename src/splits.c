@@ -24,7 +24,11 @@ enum { SYNTHETIC_TEST = 10000 };
 /* Split "train" or "test" (t10k) of the data into ds. */
 static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m, int test,
                        int64_t synthetic_samples) {
-    const int h = m->input.h, w = m->input.w, c = m->input.c, k = m->classes;
+    const int h = m->input.h, w = m->input.w, c = m->input.c;
+    /* A loss that reads targets takes a .npy folder's y as float targets, and labels of the
+     * other formats as one-hot targets, or for one output as the target itself: 0 or 1. */
+    const int targets = mgt_loss_is_xent(m->loss) ? 0 : m->classes;
+    const int k = !targets || m->classes > 1 ? m->classes : 2;
     mgt_err e;
     if (m->vocab > 0) { /* a language model: token shards, or synthetic tokens */
         if (s->synthetic ? mgt_dataset_synthetic_tokens(ds, test ? SYNTHETIC_TEST : synthetic_samples,
@@ -42,7 +46,7 @@ static void load_split(const mgt_splits *s, mgt_dataset *ds, const mgt_model *m,
     if (s->synthetic)
         mgt_dataset_synthetic(ds, test ? SYNTHETIC_TEST : synthetic_samples, h, w, c, k, s->seed,
                               test ? 2 : 1);
-    else if (mgt_dataset_load(ds, s->dir, test, h, w, c, k, &m->input_tf, &e) < 0)
+    else if (mgt_dataset_load(ds, s->dir, test, h, w, c, k, targets, &m->input_tf, &e) < 0)
         mgt_die_all("%s", e.msg);
     ds->tf = m->input_tf;
     mgt_images_threads(ds, s->threads);

@@ -15,7 +15,11 @@ int mgt_stage_init(mgt_stage *s, mgt_backend *be, const mgt_model *m, mgt_err *e
     s->be = be;
     s->elems = mgt_shape_elems(m->input);
     s->classes = m->classes;
-    s->one_hot = m->loss == MGT_LOSS_CE;
+    s->one_hot = m->loss != MGT_LOSS_SPARSE_CE || m->ncw > 0;
+    if (mgt_loss_is_xent(m->loss) && m->ncw > 0) {
+        s->cw = m->cw;
+        s->smoothing = m->label_smoothing;
+    }
     s->max_batch = m->max_batch;
     const size_t mb = (size_t)s->max_batch, in = (size_t)s->elems, k = (size_t)s->classes;
     s->labels = m->labels_per_sample > 1 ? m->labels_per_sample : 1;
@@ -80,9 +84,9 @@ static int place_train_data(mgt_stage *s, const mgt_dataset *ds, mgt_err *err) {
     const size_t elems = (size_t)ds->h * (size_t)ds->w * (size_t)ds->c, n = (size_t)ds->n;
     const size_t bytes = elems * n + n;
     /* byte samples with byte labels only: not a float32 .npy set, nor more than 256 classes,
-     * nor normalised ones (the device's gather only scales) */
+     * nor normalised ones (the device's gather only scales), nor targets other than one-hot */
     if (!o->gather_u8 || !ds->pixels || !ds->labels || ds->tf.norm || bytes > DEVICE_DATA_MAX ||
-        n == 0)
+        n == 0 || (s->one_hot && s->classes < 2) || s->cw)
         return 0;
     s->dev_pixels = o->alloc(s->be, elems * n);
     s->dev_labels = o->alloc(s->be, n);
@@ -105,7 +109,8 @@ int mgt_stage_train(mgt_stage *s, const mgt_dataset *ds, const mgt_stage_train_o
      * host must see them (the NaN fault hook, or augmentation and normalisation, which the host
      * does). */
     if (s->staged && !o->host_batches && !mgt_augment_on(&o->augment) && !ds->tf.norm) {
-        if (mgt_dataset_is_synthetic(ds) && ops->synthetic) {
+        if (mgt_dataset_is_synthetic(ds) && ops->synthetic && !(s->one_hot && s->classes < 2) &&
+            !s->cw) {
             s->source = MGT_STAGE_DEVICE_SYNTH;
             mgt_dataset_synthetic_keys(ds, &s->synth_keys[0], &s->synth_keys[1]);
         } else if (o->device_data) {
@@ -142,23 +147,44 @@ const mgt_batch *mgt_stage_next(mgt_stage *s) {
     return mgt_loader_next(s->loader);
 }
 
-/* One-hot targets of n labels into t (categorical loss). */
-static void one_hot(int classes, const int32_t *labels, int n, float *t) {
+/* The targets of n samples into t (staging.h: one_hot): the set's float targets of rows ids, or
+ * one-hot labels, or (one output) the labels themselves. */
+static void make_targets(const mgt_stage *s, const mgt_dataset *ds, const int64_t *ids,
+                         const int32_t *labels, int n, int training, float *t) {
+    const int classes = s->classes;
+    if (ds->targets) {
+        mgt_dataset_gather_targets(ds, ids, n, t);
+        return;
+    }
+    if (classes == 1) {
+        for (int i = 0; i < n; i++)
+            t[i] = (float)labels[i];
+        return;
+    }
+    if (s->cw) { /* smoothed one-hot targets, weighted in training (staging.h) */
+        const float off = s->smoothing / (float)classes, on = 1.0f - s->smoothing + off;
+        for (int i = 0; i < n; i++) {
+            const float w = training ? s->cw[labels[i]] : 1.0f;
+            for (int j = 0; j < classes; j++)
+                t[(size_t)i * (size_t)classes + (size_t)j] = w * (j == labels[i] ? on : off);
+        }
+        return;
+    }
     memset(t, 0, sizeof(float) * (size_t)classes * (size_t)n);
     for (int i = 0; i < n; i++)
         t[(size_t)i * (size_t)classes + (size_t)labels[i]] = 1.0f;
 }
 
-/* Host inputs and labels into set 0 on the compute queue, with one-hot targets if the loss
- * reads them. Where host memory is the backend's (no staging ops: the CPU), the ops read the
- * host buffers themselves: they stay as they are until the next batch is asked for, and the
- * ops of this one have all run by then (the MLP at batch 256 copied 0.8 MB a step for
- * nothing). */
-static mgt_input upload(mgt_stage *s, const float *x, const int32_t *labels, int n) {
+/* Host inputs and labels into set 0 on the compute queue, with targets if the loss reads them.
+ * Where host memory is the backend's (no staging ops: the CPU), the ops read the host buffers
+ * themselves: they stay as they are until the next batch is asked for, and the ops of this one
+ * have all run by then (the MLP at batch 256 copied 0.8 MB a step for nothing). */
+static mgt_input upload(mgt_stage *s, const mgt_dataset *ds, const int64_t *ids, const float *x,
+                        const int32_t *labels, int n, int training) {
     const mgt_ops *o = s->be->ops;
     const int host = o->stage == NULL;
     if (s->one_hot)
-        one_hot(s->classes, labels, n, s->ht);
+        make_targets(s, ds, ids, labels, n, training, s->ht);
     if (host)
         return (mgt_input){x, labels, s->one_hot ? s->ht : NULL};
     o->to_device(s->be, s->x[0], x, sizeof(float) * (size_t)s->elems * (size_t)n);
@@ -170,7 +196,7 @@ static mgt_input upload(mgt_stage *s, const float *x, const int32_t *labels, int
 
 mgt_input mgt_stage_put(mgt_stage *s, const mgt_batch *bt) {
     if (!s->staged)
-        return upload(s, bt->x, bt->labels, bt->n);
+        return upload(s, s->train, bt->ids, bt->x, bt->labels, bt->n, 1);
     const mgt_ops *o = s->be->ops;
     const int k = s->slot;
     const size_t n = (size_t)bt->n, in = (size_t)s->elems, cls = (size_t)s->classes;
@@ -192,7 +218,7 @@ mgt_input mgt_stage_put(mgt_stage *s, const mgt_batch *bt) {
             s->mark(s->mark_ctx, 1);
     } else {
         if (t)
-            one_hot(s->classes, bt->labels, bt->n, s->pinned_t[k]);
+            make_targets(s, s->train, bt->ids, bt->labels, bt->n, 1, s->pinned_t[k]);
         void *dst[3] = {s->x[k], s->l[k], s->t[k]};
         const void *src[3] = {bt->x, bt->labels, s->pinned_t[k]};
         const size_t bytes[3] = {sizeof(float) * in * n, sizeof(int32_t) * n * (size_t)s->labels,
@@ -216,7 +242,7 @@ mgt_input mgt_stage_rows(mgt_stage *s, const mgt_dataset *ds, int64_t first, int
         s->rows[i] = first + i;
     mgt_dataset_gather(ds, s->rows, n, s->hx, s->hl);
     mgt_dataset_normalize(ds, s->hx, n);
-    return upload(s, s->hx, s->hl, n);
+    return upload(s, ds, s->rows, s->hx, s->hl, n, 0);
 }
 
 void mgt_stage_free(mgt_stage *s) {

@@ -39,7 +39,17 @@ typedef struct mgt_stage {
     int64_t elems; /* input values per sample */
     int classes;
     int labels;    /* integer labels a sample: 1, or a sequence model's positions */
-    int one_hot;   /* the loss reads one-hot targets (categorical cross-entropy) */
+    /* The loss reads targets ([n][classes] floats): one-hot of the labels (categorical
+     * cross-entropy), or the values a loss scores (binary cross-entropy, mse, ...), which are
+     * a dataset's float targets where it has them (dataset.h), else made of its labels: one-hot
+     * for several outputs, the label itself for one (0 or 1 for binary cross-entropy). */
+    int one_hot;
+    /* Class weights (model.h: cw) of a cross-entropy, and its label smoothing: the one-hot
+     * targets of training batches are then the smoothed ones times the sample's class weight
+     * (the loss reads them as they are: categorical cross-entropy of weighted targets is the
+     * weighted loss); evaluation's are not weighted (Keras weighs the training loss only). */
+    const float *cw;
+    float smoothing;
     int max_batch; /* samples per rank and step, at most */
     int staged;    /* the backend stages batches on its copy queue (two sets) */
     /* Input sets in backend memory: inputs, labels, one-hot targets, and (staged) sample ids. */
@@ -94,7 +104,7 @@ mgt_input mgt_stage_put(mgt_stage *s, const mgt_batch *bt);
 void mgt_stage_done(mgt_stage *s);
 
 /* Rows [first, first + n) of ds (n <= max_batch) copied into set 0 on the compute queue
- * (evaluation, prediction). */
+ * (evaluation, prediction), with their targets where the loss reads them. */
 mgt_input mgt_stage_rows(mgt_stage *s, const mgt_dataset *ds, int64_t first, int n);
 
 void mgt_stage_free(mgt_stage *s);

@@ -17,10 +17,21 @@ mgt_augment mgt_train_augment(const mgt_train_cfg *t) {
                          .ratio = {t->augment_ratio[0], t->augment_ratio[1]}};
 }
 
+/* Keras' names (mse, mae, huber: its short ones for mean_squared_error, ...). */
 static const char *const loss_names[] = {[MGT_LOSS_SPARSE_CE] = "sparse_categorical_crossentropy",
-                                         [MGT_LOSS_CE] = "categorical_crossentropy"};
+                                         [MGT_LOSS_CE] = "categorical_crossentropy",
+                                         [MGT_LOSS_BCE] = "binary_crossentropy",
+                                         [MGT_LOSS_MSE] = "mse",
+                                         [MGT_LOSS_MAE] = "mae",
+                                         [MGT_LOSS_HUBER] = "huber"};
 enum { NLOSSES = sizeof loss_names / sizeof loss_names[0] };
-_Static_assert(NLOSSES == MGT_LOSS_CE + 1, "one name per loss of model.h");
+_Static_assert(NLOSSES == MGT_LOSS_HUBER + 1, "one name per loss of model.h");
+
+/* Keras' long names of the regression losses, taken as the short ones. */
+static const struct {
+    const char *name;
+    mgt_loss loss;
+} loss_aliases[] = {{"mean_squared_error", MGT_LOSS_MSE}, {"mean_absolute_error", MGT_LOSS_MAE}};
 
 const char *mgt_loss_name(mgt_loss l) {
     return loss_names[l];
@@ -34,6 +45,7 @@ void mgt_train_defaults(mgt_train_cfg *t) {
     t->lr = -1; /* "not given" */
     mgt_opt_defaults(&t->opt);
     t->loss = MGT_LOSS_SPARSE_CE;
+    t->huber_delta = 1.0f;
     t->batch_size = 32;
     t->accum_steps = 1;
     t->epochs = 1;
@@ -68,8 +80,9 @@ static int regime_keys(const char **keys, int n, int max) {
         keys[n++] = mgt_clip_key_at(i);
     for (int i = 0; mgt_stop_key_at(i) && n + 1 < max; i++)
         keys[n++] = mgt_stop_key_at(i);
-    if (n + 1 < max)
-        keys[n++] = "label_smoothing";
+    static const char *const loss_keys[] = {"label_smoothing", "huber_delta", "class_weight"};
+    for (size_t i = 0; i < sizeof loss_keys / sizeof loss_keys[0] && n + 1 < max; i++)
+        keys[n++] = loss_keys[i];
     return n;
 }
 
@@ -90,6 +103,32 @@ static int regime_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err 
         t->label_smoothing = x;
         return 1;
     }
+    if (!rc && !strcmp(key, "huber_delta")) {
+        float x;
+        if (mgt_parse_float(v, &x) < 0 || !(x > 0))
+            return mgt_errf(err,
+                            "huber_delta = %s: expected a positive number (where Huber's loss "
+                            "turns from squared to linear), e.g. huber_delta = 1",
+                            v);
+        t->huber_delta = x;
+        return 1;
+    }
+    if (!rc && !strcmp(key, "class_weight")) {
+        float w[MGT_CW_MAX + 1];
+        const int n = mgt_parse_float_list(v, w, MGT_CW_MAX + 1);
+        int ok = n >= 1 && n <= MGT_CW_MAX;
+        for (int i = 0; ok && i < n; i++)
+            ok = w[i] > 0;
+        if (!ok)
+            return mgt_errf(err,
+                            "class_weight = %s: expected up to %d positive numbers, one a "
+                            "class in class order (binary_crossentropy: the negative's and the "
+                            "positive's), e.g. class_weight = 1, 5",
+                            v, MGT_CW_MAX);
+        memcpy(t->class_weight, w, sizeof(float) * (size_t)n);
+        t->nclass_weight = n;
+        return 1;
+    }
     return rc;
 }
 
@@ -97,6 +136,10 @@ int mgt_train_check(const mgt_train_cfg *t, int validating, mgt_err *err) {
     if (t->repro_chunk && !t->reproducible)
         return mgt_errf(err, "repro_chunk (--repro-chunk) sets the chunk of reproducible "
                              "training; add reproducible = true (--reproducible), or drop it");
+    if (mgt_loss_is_regression(t->loss) && t->stop.metric == MGT_MON_VAL_ACC)
+        return mgt_errf(err, "monitor = val_acc: a regression (loss = %s) has no accuracy; "
+                             "monitor val_loss",
+                        mgt_loss_name(t->loss));
     if (mgt_sched_check(&t->sched, validating, err) < 0 ||
         mgt_stop_check(&t->stop, validating, err) < 0)
         return -1;
@@ -169,9 +212,15 @@ int mgt_train_set(mgt_train_cfg *t, const char *key, const char *v, mgt_err *err
                 t->loss = (mgt_loss)i;
                 return 0;
             }
+        for (size_t i = 0; i < sizeof loss_aliases / sizeof loss_aliases[0]; i++)
+            if (!strcasecmp(v, loss_aliases[i].name)) {
+                t->loss = loss_aliases[i].loss;
+                return 0;
+            }
         return mgt_errf(err,
                         "loss = %s: unknown; use sparse_categorical_crossentropy (integer "
-                        "labels) or categorical_crossentropy (one-hot)",
+                        "labels), categorical_crossentropy (one-hot), binary_crossentropy (one "
+                        "or more 0/1 labels a sample), mse, mae or huber (regression)",
                         v);
     }
     if (!strcmp(key, "learning_rate"))
@@ -299,8 +348,7 @@ static int parse_file(mgt_model *m, mgt_train_cfg *t, const char *path, const ch
     if ((len ? mgt_model_parse_len(m, path, text, *len, &train, err)
              : mgt_model_parse(m, path, text, &train, err)) < 0)
         return -1;
-    mgt_train_apply_loss(t, m);
-    return 0;
+    return mgt_train_apply_loss(t, m, err);
 }
 
 int mgt_model_file_parse(mgt_model *m, mgt_train_cfg *t, const char *path, const char *text,
@@ -313,9 +361,13 @@ int mgt_model_file_parse_len(mgt_model *m, mgt_train_cfg *t, const char *path, c
     return parse_file(m, t, path, text, &len, err);
 }
 
-void mgt_train_apply_loss(const mgt_train_cfg *t, mgt_model *m) {
+int mgt_train_apply_loss(const mgt_train_cfg *t, mgt_model *m, mgt_err *err) {
     m->loss = t->loss;
     m->label_smoothing = t->label_smoothing;
+    m->huber_delta = t->huber_delta;
+    m->ncw = t->nclass_weight;
+    memcpy(m->cw, t->class_weight, sizeof m->cw);
+    return mgt_model_check_output(m, err);
 }
 
 mgt_optim_cfg mgt_train_optim(const mgt_train_cfg *t) {

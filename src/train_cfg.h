@@ -38,6 +38,11 @@ typedef struct mgt_train_cfg {
     mgt_clip_cfg clip;
     mgt_stop_cfg stop;
     float label_smoothing; /* Keras' label_smoothing of the cross-entropy losses, in [0, 1] */
+    float huber_delta;     /* huber's delta (Keras' default 1) */
+    /* class_weight (--class-weight): the weights of the classes, or binary cross-entropy's
+     * negative and positive weights (model.h: cw); nclass_weight 0: none. */
+    float class_weight[MGT_CW_MAX];
+    int nclass_weight;
     /* reproducible (--reproducible): the same weights, bit for bit, on any rank count, from
      * chunks of repro_chunk samples (repro.h; 0: not given, the default chunk). */
     int reproducible;
@@ -65,8 +70,9 @@ int mgt_model_file_parse(mgt_model *m, mgt_train_cfg *t, const char *path, const
 /* The same for the len bytes at text, as read from a file (a NUL byte among them is an error). */
 int mgt_model_file_parse_len(mgt_model *m, mgt_train_cfg *t, const char *path, const char *text,
                              size_t len, mgt_err *err);
-/* The model's loss and label smoothing as t says (again after the command line's overrides). */
-void mgt_train_apply_loss(const mgt_train_cfg *t, mgt_model *m);
+/* The model's loss, label smoothing, Huber's delta and class weights as t says (again after the
+ * command line's overrides), checked against the model's last layer (mgt_model_check_output). */
+int mgt_train_apply_loss(const mgt_train_cfg *t, mgt_model *m, mgt_err *err);
 
 /* The optimizer t describes, its learning rate the optimizer's default where none is given. */
 mgt_optim_cfg mgt_train_optim(const mgt_train_cfg *t);

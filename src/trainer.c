@@ -340,16 +340,52 @@ static void end_segment(session *s, int64_t step, const char *how) {
         mgt_die("%s", e.msg);
 }
 
+/* Accuracy of evaluation sums: per output for binary cross-entropy (Keras' binary accuracy). */
+static double eval_accuracy(const mgt_model *m, const mgt_eval_sums *t) {
+    return t->correct / (t->samples * (m->loss == MGT_LOSS_BCE ? m->classes : 1));
+}
+
+/* " - acc: 0.9 - top5_acc: ...", or a regression's " - mae: ... - rmse: ...", with prefix before
+ * each name ("test " or ""), into buf. */
+static void task_line(const mgt_model *m, double acc, double top5, const mgt_figs *f,
+                      const char *prefix, char *buf, size_t n) {
+    buf[0] = 0;
+    const mgt_task task = mgt_task_of(m);
+    if (task != MGT_TASK_REGRESSION)
+        snprintf(buf, n, " - %sacc: %.4f", prefix, acc);
+    if (task == MGT_TASK_CLASSES && m->classes > 5 && top5 >= 0)
+        snprintf(buf + strlen(buf), n - strlen(buf), " - %stop5_acc: %.4f", prefix, top5);
+    mgt_figs_line(task, f, prefix, buf, n);
+}
+
+/* Each label's precision, recall and F1 (binary cross-entropy of several labels), as
+ * scikit-learn's classification_report, with the micro average. */
+static void label_table(const mgt_model *m, const double *task, FILE *out) {
+    if (m->loss != MGT_LOSS_BCE || m->classes < 2 || m->classes > MGT_LABEL_SUMS_MAX)
+        return;
+    fprintf(out, "%10s %10s %10s %10s %10s\n", "label", "precision", "recall", "f1", "support");
+    for (int j = 0; j <= m->classes; j++) { /* the labels, then their micro average */
+        const int micro = j == m->classes;
+        const double *c = task + (micro ? 0 : MGT_SUM_LABELS + 3 * j);
+        double p, r, f1;
+        mgt_figs_label(task, micro ? -1 : j, &p, &r, &f1);
+        char name[16];
+        snprintf(name, sizeof name, micro ? "micro avg" : "%d", j);
+        fprintf(out, "%10s %10.4f %10.4f %10.4f %10.0f\n", name, p, r, f1,
+                c[MGT_SUM_TP] + c[MGT_SUM_FN]);
+    }
+}
+
 /* The closing lines: test figures, speed, where the weights are, and a GPU's peak memory. */
 static void report_training(const session *s, const mgt_fit_result *r, double test_loss,
-                            double test_acc, double test_top5, double t_start) {
+                            double test_acc, double test_top5, const mgt_figs *test_task,
+                            double t_start) {
     if (s->rt->rank != 0 || s->p.log.verbose == 0) /* --verbose 0: nothing but errors */
         return;
-    char top5[48] = "";
-    if (s->m.classes > 5 && test_top5 >= 0)
-        snprintf(top5, sizeof top5, " - test top5_acc: %.4f", test_top5);
+    char figs[320];
+    task_line(&s->m, test_acc, test_top5, test_task, "test ", figs, sizeof figs);
     if (test_loss >= 0)
-        printf("Test loss: %.4f - test acc: %.4f%s\n", test_loss, test_acc, top5);
+        printf("Test loss: %.4f%s\n", test_loss, figs);
     printf("Trained %lld steps in %.1f s (%.0f samples/s); total %.1f s; weights: "
            "%s/weights.safetensors\n",
            (long long)r->steps, r->seconds,
@@ -504,21 +540,24 @@ int mgt_cmd_train(mgt_runtime *rt, const mgt_options *given) {
     /* The test figures: the last validation's when it was on the test split at this step;
      * none when training only (benchmarks). */
     double test_loss = -1, test_acc = -1, test_top5 = -1;
+    mgt_figs test_task = {0};
     if (!p->validate) {
     } else if (s->data.val_is_test && res.val_step == pos.step) {
         test_loss = res.val_loss;
         test_acc = res.val_acc;
         test_top5 = res.val_top5;
+        test_task = res.val_task;
     } else if (mgt_splits_test(&s->data, m)) {
         const mgt_eval ev = {.m = m, .st = &s->st, .comm = &s->pl.comm, .step = pos.step};
         const mgt_eval_sums t = mgt_eval_metrics(&ev, mgt_splits_test(&s->data, m));
         test_loss = t.loss / t.samples;
-        test_acc = t.correct / t.samples;
+        test_acc = eval_accuracy(m, &t);
         test_top5 = t.top5 / t.samples;
+        mgt_figs_of(mgt_task_of(m), m->classes, t.task, t.samples, &test_task);
     }
     mgt_replica_save_weights(&s->rep, s->out, pos.step);
     end_segment(s, pos.step, how);
-    report_training(s, &res, test_loss, test_acc, test_top5, t_start);
+    report_training(s, &res, test_loss, test_acc, test_top5, &test_task, t_start);
     free_session(s);
     free(resume);
     mgt_runtime_release_stops(rt);
@@ -557,12 +596,14 @@ int mgt_cmd_eval(mgt_runtime *rt, const mgt_options *o) {
                     "weights",
                     isnan(r.loss) ? "NaN" : "infinite", s->data.desc, s->p.out.weights);
     if (rt->rank == 0) {
-        char top5[40] = "";
-        if (s->m.classes > 5)
-            snprintf(top5, sizeof top5, " - top5_acc: %.4f", r.top5 / r.samples);
-        printf("%lld samples from %s (%s split) - %.1f s - loss: %.4f - acc: %.4f%s\n",
-               (long long)r.samples, s->data.desc, mgt_split_name(s->p.data.split), mgt_now() - t0,
-               r.loss / r.samples, r.correct / r.samples, top5);
+        char figs[320];
+        mgt_figs f;
+        mgt_figs_of(mgt_task_of(&s->m), s->m.classes, r.task, r.samples, &f);
+        task_line(&s->m, eval_accuracy(&s->m, &r), r.top5 / r.samples, &f, "", figs, sizeof figs);
+        printf("%lld samples from %s (%s split) - %.1f s - loss: %.4f%s\n", (long long)r.samples,
+               s->data.desc, mgt_split_name(s->p.data.split), mgt_now() - t0, r.loss / r.samples,
+               figs);
+        label_table(&s->m, r.task, stdout);
         fflush(stdout);
     }
     free_session(s);
@@ -604,9 +645,7 @@ int mgt_cmd_predict(mgt_runtime *rt, const mgt_options *o) {
         snprintf(dims, sizeof dims, per > 1 ? "%d x %d" : "%d", per > 1 ? per : m->classes,
                  m->classes);
         printf("wrote %s: %lld x %s float32 (%s of the last layer)\n", output, (long long)ds->n,
-               dims,
-               m->layers[m->nlayers - 1].act == MGT_ACT_SOFTMAX ? "softmax probabilities"
-                                                                : "logits");
+               dims, mgt_export_output_kind(m));
         fflush(stdout);
     }
     free(all);
@@ -663,10 +702,15 @@ int mgt_cmd_export(mgt_runtime *rt, const mgt_options *o) {
     free(buf);
     if (rc)
         mgt_die_all("%s", e.msg);
-    printf("wrote %s: model %s as ONNX (opset %d), input [batch, %d, %d, %d] float32 (NHWC), "
-           "output [batch, %d] (%s); batchnorm %s\n",
-           out->output, m->name, MGT_ONNX_OPSET, m->input.h, m->input.w, m->input.c, m->classes,
-           m->layers[m->nlayers - 1].act == MGT_ACT_SOFTMAX ? "softmax probabilities" : "logits",
+    char in[96];
+    if (m->input_rank == 1)
+        snprintf(in, sizeof in, "[batch, %d] float32", m->input.c);
+    else
+        snprintf(in, sizeof in, "[batch, %d, %d, %d] float32 (NHWC)", m->input.h, m->input.w,
+                 m->input.c);
+    printf("wrote %s: model %s as ONNX (opset %d), input %s, output [batch, %d] (%s); batchnorm "
+           "%s\n",
+           out->output, m->name, MGT_ONNX_OPSET, in, m->classes, mgt_export_output_kind(m),
            out->keep_bn ? "kept" : "folded where it follows a convolution");
     fflush(stdout);
     mgt_model_free(m);

@@ -321,6 +321,7 @@ static const mgt_ops cpu_ops = {
     .act_bwd = mgt_cpu_act_bwd,
     .xent_sparse = mgt_cpu_xent_sparse,
     .xent_dense = mgt_cpu_xent_dense,
+    .elem_loss = mgt_cpu_elem_loss,
     .nhwc_to_chw = mgt_cpu_nhwc_to_chw,
     .chw_to_nhwc = mgt_cpu_chw_to_nhwc,
     .optim_step = mgt_cpu_optim_step,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "loss_math.h"
 #include "util.h"
 
 /* Elements below which a pass is not worth splitting across the lanes (waking a worker costs
@@ -642,4 +643,61 @@ void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, cons
     sums[0] += (float)(loss * scale);
     sums[1] += (float)((double)correct * scale);
     sums[2] += (float)((double)top5 * scale);
+}
+
+/* ---- losses of float targets (backend.h: elem_loss; the arithmetic is loss_math.h's) ---- */
+
+void mgt_cpu_elem_loss(mgt_backend *be, const mgt_elem_loss *L, int n, int k, const float *y,
+                       const float *t, float *probs, float *dy, float scale, float *sums) {
+    (void)be;
+    if (n <= 0 || k <= 0)
+        return;
+    const mgt_elem_kind kind = L->kind;
+    const int bce = kind == MGT_ELEM_BCE;
+    const float w0 = L->cw ? L->cw[0] : 1.0f, w1 = L->cw ? L->cw[1] : 1.0f;
+    const float gs = scale / (float)k;
+    float *task = sums + MGT_SUM_TASK;
+    double loss = 0.0, abs_sum = 0.0, sq_sum = 0.0;
+    long correct = 0, tp = 0, fp = 0, fn = 0;
+    for (int i = 0; i < n; i++) {
+        double row = 0.0;
+        for (int j = 0; j < k; j++) {
+            const size_t at = (size_t)i * (size_t)k + (size_t)j;
+            const float v = y[at], tj = mgt_loss_target(kind, t[at], L->smoothing);
+            float g, p;
+            row += mgt_loss_term(kind, v, tj, L->delta, w0, w1, &g, &p);
+            if (bce) { /* counts against the target as given */
+                const int pred = v > 0.0f, pos = t[at] > 0.5f;
+                correct += pred == pos;
+                tp += pred && pos;
+                fp += pred && !pos;
+                fn += !pred && pos;
+                if (L->per_label) {
+                    float *c = task + MGT_SUM_LABELS + 3 * j;
+                    c[0] += (float)(pred && pos);
+                    c[1] += (float)(pred && !pos);
+                    c[2] += (float)(!pred && pos);
+                }
+            } else {
+                const double e = (double)v - (double)t[at];
+                abs_sum += fabs(e);
+                sq_sum += e * e;
+            }
+            if (probs && bce)
+                probs[at] = p;
+            if (dy)
+                dy[at] = g * gs;
+        }
+        loss += row / k;
+    }
+    sums[MGT_SUM_LOSS] += (float)loss;
+    if (bce) {
+        sums[MGT_SUM_CORRECT] += (float)correct;
+        task[MGT_SUM_TP] += (float)tp;
+        task[MGT_SUM_FP] += (float)fp;
+        task[MGT_SUM_FN] += (float)fn;
+    } else {
+        task[MGT_SUM_ABS] += (float)abs_sum;
+        task[MGT_SUM_SQ] += (float)sq_sum;
+    }
 }

@@ -322,6 +322,8 @@ void mgt_cpu_xent_sparse(mgt_backend *be, int n, int k, const float *logits, con
                          float *probs, float *dlogits, float scale, float smoothing, float *sums);
 void mgt_cpu_xent_dense(mgt_backend *be, int n, int k, const float *logits, const float *targets,
                         float *probs, float *dlogits, float scale, float smoothing, float *sums);
+void mgt_cpu_elem_loss(mgt_backend *be, const mgt_elem_loss *L, int n, int k, const float *y,
+                       const float *t, float *probs, float *dy, float scale, float *sums);
 
 /* y[i] = f(x[i]) for i < n, an element-wise activation (not softmax): act_fwd's formulas. */
 void mgt_cpu_act_fwd_range(mgt_act act, const float *x, float *y, size_t n);

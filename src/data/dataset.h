@@ -33,6 +33,11 @@ typedef struct mgt_dataset {
      * .npy set with more than 256 classes); both NULL for synthetic data. */
     uint8_t *labels;
     int32_t *labels32;
+    /* Float targets instead of labels (a .npy set read for a loss that scores values: mse,
+     * binary_crossentropy, ...): n * target_elems float32 values, sample after sample; NULL
+     * otherwise. */
+    float *targets;
+    int target_elems;
     uint64_t seed;    /* synthetic only */
     char source[512]; /* for messages: the images file, or "synthetic" */
     /* synthetic only: split_salt keys the pixels (the class templates use the seed alone, so the
@@ -71,19 +76,24 @@ int mgt_dataset_load_idx(mgt_dataset *ds, const char *dir, const char *prefix, i
                          int classes, mgt_err *err);
 
 /* Reads DIR/<split>_x.npy (images: uint8 or float32, shape (N, H, W, C), or (N, H, W) for one
- * channel, C order) and DIR/<split>_y.npy (labels: any integer dtype, shape (N,) or (N, 1)), split
- * "train" or "test". Checks each file (npy.h), that the image shape is the model's (h, w, c)
+ * channel, or rows of values (N, F) for a model of input (1, 1, F); C order) and DIR/<split>_y.npy,
+ * split "train" or "test": labels (any integer dtype, shape (N,) or (N, 1)), or with targets > 0
+ * float targets of `targets` values a sample (any numeric dtype, shape (N, ...), converted to
+ * float32: ds->targets). Checks each file (npy.h), that the input shape is the model's (h, w, c)
  * unless h == 0 (take the file's), that both hold N samples, and that every label is in
- * [0, classes) (classes <= 0: take max label + 1), naming the first bad one. */
+ * [0, classes) (classes <= 0: take max label + 1) or every target finite, naming the first bad
+ * one. */
 int mgt_dataset_load_npy(mgt_dataset *ds, const char *dir, const char *split, int h, int w, int c,
-                         int classes, mgt_err *err);
+                         int classes, int targets, mgt_err *err);
 
 /* The data folder DIR in whichever format it holds: an image set when DIR has images.json
  * (images.h), .npy files when DIR has train_x.npy or test_x.npy, IDX files otherwise (those need
  * c == 1). test = 0 reads the training split, 1 the test split (IDX: t10k-*, .npy: test_*).
+ * targets > 0: the model's loss reads that many float targets a sample, which a .npy folder's y
+ * files give (the other formats' labels are made into targets when batches are staged).
  * tf (kept as ds->tf; NULL: none) is the model's [input] transform. */
 int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
-                     const mgt_input_tf *tf, mgt_err *err);
+                     int targets, const mgt_input_tf *tf, mgt_err *err);
 /* 1 if DIR has the images of the split (test = 0: training, 1: test) in its format. */
 int mgt_dataset_has_split(const char *dir, int test);
 /* -1, with what to pass instead, if DIR is no folder at all (a typo of --data): said before the
@@ -122,6 +132,15 @@ void mgt_dataset_synthetic_keys(const mgt_dataset *ds, uint64_t *pixel_key, uint
  * into labels (int32). Not normalised: see mgt_dataset_normalize. */
 void mgt_dataset_gather(const mgt_dataset *ds, const int64_t *idx, int count, float *x,
                         int32_t *labels);
+/* The float targets of samples idx[0..count) into t (count * target_elems values); a set with
+ * targets only (ds->targets). */
+static inline void mgt_dataset_gather_targets(const mgt_dataset *ds, const int64_t *idx, int count,
+                                              float *t) {
+    const size_t k = (size_t)ds->target_elems;
+    for (int i = 0; i < count; i++)
+        for (size_t j = 0; j < k; j++)
+            t[(size_t)i * k + j] = ds->targets[(size_t)idx[i] * k + j];
+}
 /* [input] mean and std on n gathered (and augmented) samples, in place (augment.h). */
 static inline void mgt_dataset_normalize(const mgt_dataset *ds, float *x, int n) {
     mgt_input_normalize(&ds->tf, x, n, (int64_t)ds->h * ds->w * ds->c, ds->c);

@@ -122,7 +122,7 @@ int mgt_dataset_has_split(const char *dir, int test) {
 
 /* The folder's own format, without the input transform. */
 static int load_format(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
-                       const mgt_input_tf *tf, mgt_err *err) {
+                       int targets, const mgt_input_tf *tf, mgt_err *err) {
     if (check_one_format(dir, err) < 0) {
         memset(ds, 0, sizeof *ds);
         return -1;
@@ -140,7 +140,8 @@ static int load_format(mgt_dataset *ds, const char *dir, int test, int h, int w,
         return mgt_dataset_load_tokens(ds, dir, test, w, classes, err);
     }
     if (mgt_dataset_dir_is_npy(dir))
-        return mgt_dataset_load_npy(ds, dir, test ? "test" : "train", h, w, c, classes, err);
+        return mgt_dataset_load_npy(ds, dir, test ? "test" : "train", h, w, c, classes, targets,
+                                    err);
     if (c != 1) {
         memset(ds, 0, sizeof *ds);
         return mgt_errf(err,
@@ -165,11 +166,11 @@ static int load_format(mgt_dataset *ds, const char *dir, int test, int h, int w,
 }
 
 int mgt_dataset_load(mgt_dataset *ds, const char *dir, int test, int h, int w, int c, int classes,
-                     const mgt_input_tf *tf, mgt_err *err) {
+                     int targets, const mgt_input_tf *tf, mgt_err *err) {
     const mgt_input_tf none = {0};
     if (!tf)
         tf = &none;
-    if (load_format(ds, dir, test, h, w, c, classes, tf, err) < 0)
+    if (load_format(ds, dir, test, h, w, c, classes, targets, tf, err) < 0)
         return -1;
     ds->tf = *tf;
     return 0;

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,41 +474,155 @@ static int64_t read_int(const uint8_t *p, const mgt_npy *a, int *too_big) {
     }
 }
 
-/* The images of a split: (N, H, W, C) or (N, H, W), uint8 or float32, matching the model. */
+/* The inputs of a split: images (N, H, W, C) or (N, H, W), or rows of values (N, F), uint8 or
+ * float32, matching the model (a row of F values is a sample of shape (1, 1, F)). */
 static int check_images(const char *path, const mgt_npy *x, int h, int w, int c, mgt_err *err) {
     char dt[64], sh[400];
     shape_str(x, sh, sizeof sh);
+    const int rows = h == 1 && w == 1; /* the model reads rows of c values */
     if (!((x->kind == 'u' && x->itemsize == 1) || (x->kind == 'f' && x->itemsize == 4)))
         return mgt_errf(err,
-                        "%s: dtype %s; save the images as uint8 (0-255, scaled by 1/255 as IDX "
+                        "%s: dtype %s; save the %s as uint8 (0-255, scaled by 1/255 as IDX "
                         "is) or float32 (taken as they are): x.astype(np.float32)",
-                        path, mgt_npy_dtype_name(x, dt, sizeof dt));
-    if (x->ndim != 3 && x->ndim != 4)
+                        path, mgt_npy_dtype_name(x, dt, sizeof dt), rows ? "rows" : "images");
+    if (x->ndim == 2 ? !(rows || h <= 0) : x->ndim != 3 && x->ndim != 4) {
+        if (rows)
+            return mgt_errf(err,
+                            "%s: shape %s; the model reads rows of %d values: save an array of "
+                            "shape (N, %d), e.g. x.reshape(len(x), -1)",
+                            path, sh, c, c);
         return mgt_errf(err,
                         "%s: shape %s; images need shape (N, H, W, C) or (N, H, W) for one "
-                        "channel: reshape, e.g. x.reshape(-1, %d, %d, %d) for the model's input",
+                        "channel (rows of values: (N, F) for a model of [input] shape = F): "
+                        "reshape, e.g. x.reshape(-1, %d, %d, %d) for the model's input",
                         path, sh, h > 0 ? h : 28, w > 0 ? w : 28, c > 0 ? c : 1);
+    }
     if (x->shape[0] < 1)
         return mgt_errf(err, "%s: shape %s holds no samples; save a non-empty array", path, sh);
-    const int64_t xc = x->ndim == 4 ? x->shape[3] : 1;
-    if (x->shape[1] < 1 || x->shape[2] < 1 || xc < 1 || x->shape[1] > INT_MAX ||
-        x->shape[2] > INT_MAX || xc > INT_MAX)
+    const int64_t xh = x->ndim == 2 ? 1 : x->shape[1], xw = x->ndim == 2 ? 1 : x->shape[2];
+    const int64_t xc = x->ndim == 4 ? x->shape[3] : x->ndim == 2 ? x->shape[1] : 1;
+    if (xh < 1 || xw < 1 || xc < 1 || xh > INT_MAX || xw > INT_MAX || xc > INT_MAX)
         return mgt_errf(err,
                         "%s: shape %s: an image needs a height, width and channel count of "
-                        "at least 1",
+                        "at least 1 (a row at least one value)",
                         path, sh);
-    if (h > 0 && (x->shape[1] != h || x->shape[2] != w || xc != c)) {
+    if (h > 0 && x->ndim == 2 && xc != c)
+        return mgt_errf(err,
+                        "%s: rows of %lld values but the model's [input] shape is %d; use a "
+                        "model whose input matches the data",
+                        path, (long long)xc, c);
+    if (h > 0 && (xh != h || xw != w || xc != c)) {
         /* Channels-first data (PyTorch's layout) is the common way to get here. */
         const int chw = x->ndim == 4 && x->shape[1] == c && x->shape[2] == h && x->shape[3] == w;
+        if (rows)
+            return mgt_errf(err,
+                            "%s: images of %lldx%lldx%lld (H, W, C) but the model reads rows "
+                            "of %d values ([input] shape = %d); flatten them (x.reshape(len(x), "
+                            "-1)) or use a model of [input] shape = H,W,C",
+                            path, (long long)xh, (long long)xw, (long long)xc, c, c);
         return mgt_errf(err,
                         "%s: images are %lldx%lldx%lld (H, W, C) but the model's [input] shape "
                         "is %d,%d,%d; %s",
-                        path, (long long)x->shape[1], (long long)x->shape[2], (long long)xc, h, w,
-                        c,
+                        path, (long long)xh, (long long)xw, (long long)xc, h, w, c,
                         chw ? "the array looks channels-first (N, C, H, W): save "
                               "x.transpose(0, 2, 3, 1)"
                             : "use a model whose input matches the data");
     }
+    return 0;
+}
+
+/* One value of a numeric array (bool, integers, float16/32/64) as a float32. -1 for a dtype that
+ * holds no number. */
+static int read_float(const uint8_t *p, const mgt_npy *a, float *out) {
+    uint8_t b[8];
+    if (a->itemsize > 8)
+        return -1;
+    for (int k = 0; k < a->itemsize; k++)
+        b[k] = p[a->big_endian ? a->itemsize - 1 - k : k];
+    if (a->kind == 'f' && a->itemsize == 4) {
+        memcpy(out, b, 4);
+        return 0;
+    }
+    if (a->kind == 'f' && a->itemsize == 8) {
+        double d;
+        memcpy(&d, b, 8);
+        *out = (float)d;
+        return 0;
+    }
+    if (a->kind == 'f' && a->itemsize == 2) { /* IEEE half */
+        const unsigned h = (unsigned)b[0] | (unsigned)b[1] << 8, e = (h >> 10) & 31, f = h & 1023;
+        const float v = e == 0    ? ldexpf((float)f, -24)
+                        : e == 31 ? (f ? NAN : INFINITY)
+                                  : ldexpf((float)(f | 1024), (int)e - 25);
+        *out = h & 0x8000 ? -v : v;
+        return 0;
+    }
+    if (a->kind == 'b' && a->itemsize == 1) {
+        *out = b[0] ? 1.0f : 0.0f;
+        return 0;
+    }
+    if ((a->kind == 'i' || a->kind == 'u') &&
+        (a->itemsize == 1 || a->itemsize == 2 || a->itemsize == 4 || a->itemsize == 8)) {
+        int too_big;
+        const int64_t v = read_int(p, a, &too_big);
+        *out = too_big ? (float)UINT64_MAX : (float)v;
+        return 0;
+    }
+    return -1;
+}
+
+/* The targets of a split for the losses that read float values (mse, binary_crossentropy, ...):
+ * any numeric dtype, shape (N, ...) with `elems` values a sample ((N,) for one), converted once
+ * into float32 in ds->targets. Every value must be finite. */
+static int load_targets(mgt_dataset *ds, const char *path, const mgt_npy *y, const char *xpath,
+                        int64_t n, int elems, mgt_err *err) {
+    char dt[64], sh[400];
+    shape_str(y, sh, sizeof sh);
+    float probe;
+    if (y->count > 0 ? read_float(y->data, y, &probe) < 0
+                     : !strchr("biuf", y->kind))
+        return mgt_errf(err,
+                        "%s: dtype %s; the loss reads numbers: save the targets as float32 "
+                        "(y.astype(np.float32))",
+                        path, mgt_npy_dtype_name(y, dt, sizeof dt));
+    int64_t per = 1;
+    for (int d = 1; d < y->ndim; d++)
+        per *= y->shape[d];
+    if (y->ndim < 1 || y->shape[0] != n) {
+        if (y->ndim >= 1)
+            return mgt_errf(err,
+                            "%s holds %lld samples but %s holds %lld targets; save the inputs and "
+                            "targets of the same samples",
+                            xpath, (long long)n, path, (long long)y->shape[0]);
+        return mgt_errf(err, "%s: shape %s; targets need shape (N, ...)", path, sh);
+    }
+    if (per != elems)
+        return mgt_errf(err,
+                        "%s: shape %s gives %lld values a sample, but the model's last layer "
+                        "gives %d; save targets of the output's shape, (N, %d)%s",
+                        path, sh, (long long)per, elems, elems,
+                        elems == 1 ? " or (N,)" : "");
+    if (n < 1 || (uint64_t)n > SIZE_MAX / sizeof(float) / (size_t)elems)
+        return mgt_errf(err, "%s: %lld targets cannot be held in memory", path, (long long)n);
+    float *t = malloc(sizeof(float) * (size_t)n * (size_t)elems);
+    if (!t)
+        return mgt_errf(err, "%s: out of memory for %lld targets", path, (long long)n);
+    for (int64_t i = 0; i < n * elems; i++) {
+        read_float(y->data + i * y->itemsize, y, &t[i]);
+        if (!isfinite(t[i])) {
+            free(t);
+            return mgt_errf(err,
+                            "%s: target %lld of sample %lld is %s%s; fix the targets (every "
+                            "one must be a finite float32)",
+                            path, (long long)(i % elems), (long long)(i / elems),
+                            isnan(t[i]) ? "NaN" : "infinite",
+                            y->kind == 'f' && y->itemsize == 8 && !isnan(t[i])
+                                ? " as a float32"
+                                : "");
+        }
+    }
+    ds->targets = t;
+    ds->target_elems = elems;
     return 0;
 }
 
@@ -586,7 +701,7 @@ int mgt_npy_split_path(char *out, size_t cap, const char *dir, const char *split
 }
 
 int mgt_dataset_load_npy(mgt_dataset *ds, const char *dir, const char *split, int h, int w, int c,
-                         int classes, mgt_err *err) {
+                         int classes, int targets, mgt_err *err) {
     memset(ds, 0, sizeof *ds);
     char xpath[sizeof ds->source], ypath[sizeof ds->source];
     if (mgt_npy_split_path(xpath, sizeof xpath, dir, split, 'x') ||
@@ -615,16 +730,19 @@ int mgt_dataset_load_npy(mgt_dataset *ds, const char *dir, const char *split, in
         goto fail_x;
     if (mgt_npy_open(&y, ypath, err))
         goto fail_x;
-    if (load_labels(ds, ypath, &y, xpath, x.shape[0], classes, err)) {
+    if (targets > 0 ? load_targets(ds, ypath, &y, xpath, x.shape[0], targets, err)
+                    : load_labels(ds, ypath, &y, xpath, x.shape[0], classes, err)) {
         mgt_npy_close(&y);
         goto fail_x;
     }
     mgt_npy_close(&y);
 
     ds->n = x.shape[0];
-    ds->h = (int)x.shape[1];
-    ds->w = (int)x.shape[2];
-    ds->c = x.ndim == 4 ? (int)x.shape[3] : 1;
+    ds->h = x.ndim == 2 ? 1 : (int)x.shape[1];
+    ds->w = x.ndim == 2 ? 1 : (int)x.shape[2];
+    ds->c = x.ndim == 4 ? (int)x.shape[3] : x.ndim == 2 ? (int)x.shape[1] : 1;
+    if (targets > 0)
+        ds->classes = classes;
     if (x.kind == 'u')
         ds->pixels = (uint8_t *)x.data; /* read-only pages: never written through */
     else {

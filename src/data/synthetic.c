@@ -151,7 +151,9 @@ void mgt_dataset_gather_with(const mgt_dataset *ds, const uint64_t *templates,
             copy_floats(ds->fpixels + idx[k] * elems * (int64_t)sizeof(float), elems, ds->fswap,
                         xs);
         }
-        labels[k] = ds->labels ? ds->labels[idx[k]] : ds->labels32[idx[k]];
+        labels[k] = ds->labels     ? ds->labels[idx[k]]
+                    : ds->labels32 ? ds->labels32[idx[k]]
+                                   : 0; /* float targets instead (mgt_dataset_gather_targets) */
     }
 }
 
@@ -192,6 +194,8 @@ mgt_dataset mgt_dataset_slice(const mgt_dataset *ds, int64_t first, int64_t coun
         v.labels = ds->labels + first;
     else if (ds->labels32)
         v.labels32 = ds->labels32 + first;
+    else
+        v.targets = ds->targets + first * ds->target_elems;
     return v;
 }
 
@@ -207,7 +211,9 @@ void mgt_dataset_free(mgt_dataset *ds) {
         mgt_tokens_free(ds->tokens);
         free(ds->labels);
         free(ds->labels32);
+        free(ds->targets);
     }
+    ds->targets = NULL;
     ds->pixels = NULL;
     ds->fpixels = NULL;
     ds->labels = NULL;

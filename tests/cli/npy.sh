@@ -30,7 +30,7 @@ PY=/usr/bin/python3
 "$PY" -c "import numpy" 2>/dev/null || { echo "SKIPPED: no python3 with numpy (tests/run installs python3-numpy)"; exit 77; }
 
 # 1. The example of docs/data.md, verbatim.
-awk '/^```python$/{p=1; next} /^```$/{p=0} p' "$MGT_SRC/docs/data.md" >example.py
+awk '/^```python$/{n++; p = n == 1; next} /^```$/{p=0} p' "$MGT_SRC/docs/data.md" >example.py  # the first: the images'
 [ "$(wc -l <example.py)" -eq 6 ] && ok "the example of docs/data.md is 6 lines" || bad "docs/data.md's example: $(wc -l <example.py) lines"
 "$PY" example.py || bad "docs/data.md's example failed"
 cat >readme.cfg <<'CFG'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # labels: mpi
 # timeout: 900
-# mgtrain export --format onnx, for every model in examples/: each is trained one step (batch 2,
+# mgtrain export --format onnx, for every model in examples/ (the tabular ones: an input of rows,
+# [batch, F], and a sigmoid or a regression's output): each is trained one step (batch 2,
 # synthetic data; ResNet-50 at 64x64 and Xception at 71x71, the smallest input it takes, so that
 # a step costs seconds: every layer and every tensor is the model file's all the same), exported
 # with its batchnorms folded and, for the graph models, kept; ONNX's own checker accepts each file
@@ -15,7 +16,7 @@
 # --conv-algo direct, as ONNX Runtime's convolution computes (Winograd's transforms round more).
 # Models with layer types that no export has been written for yet (the sequence layers) are named
 # and left out; any other failure to export fails the test.
-# Cost: about 60 s on 2 cores (7 models, the largest two of them twice, onnx and onnxruntime
+# Cost: about 60 s on 2 cores (9 models, the largest two of them twice, onnx and onnxruntime
 # installed once into the build folder).
 source "$(dirname "$0")/lib.bash"
 OPY=$("$MGT_SRC/tests/tools/onnx-python") || { bad "cannot install onnx and onnxruntime from PyPI"; finish; exit 1; }
@@ -57,12 +58,12 @@ for cfg in "$MGT_SRC"/examples/*.cfg; do
   [ ${#shape[@]} -gt 0 ] && hwc=${shape[1]}
   "$OPY" -c "
 import numpy as np, os, sys
-h, w, c = map(int, '$hwc'.split(','))
+dims = [int(v) for v in '$hwc'.split(',') if v]  # H, W, C, or F for rows of values
 os.makedirs('d-$name', exist_ok=True)
 r = np.random.default_rng(7)
-np.save('d-$name/test_x.npy', r.uniform(0, 1, (3, h, w, c)).astype(np.float32))
+np.save('d-$name/test_x.npy', r.uniform(0, 1, (3, *dims)).astype(np.float32))
 np.save('d-$name/test_y.npy', np.zeros(3, np.int64))
-np.save('d-$name/train_x.npy', r.uniform(0, 1, (3, h, w, c)).astype(np.float32))
+np.save('d-$name/train_x.npy', r.uniform(0, 1, (3, *dims)).astype(np.float32))
 np.save('d-$name/train_y.npy', np.zeros(3, np.int64))" || { bad "$name: data"; continue; }
   "$MGT_BIN" predict --run "run-$name" "${shape[@]}" --conv-algo direct --data "d-$name" --output "want-$name.npy" \
     >>"$name.log" 2>&1 || { bad "$name: predict"; tail -3 "$name.log"; continue; }

@@ -1048,6 +1048,54 @@ static void test_xent(pair *p, int n, int k, int dense, int alias, int with_d, f
     hfree_all();
 }
 
+/* ---- losses of float targets ---- */
+
+/* elem_loss as the CPU computes it: the terms are loss_math.h's on both, so the gradients and
+ * probabilities agree to TOL (the exp/log1p of the device and the host may differ in the last
+ * ulps), the loss and error sums (double sums in another order, rounded to float once) to TOL,
+ * and the counts exactly. */
+static void test_elem_loss(pair *p, mgt_elem_kind kind, int n, int k, int alias, int weights,
+                           int per_label, float smooth) {
+    mgt_backend *cb = &p->cpu, *g = &p->gpu;
+    const size_t nl = (size_t)n * k;
+    float *y = hrand(nl, -4, 4), *t = hrand(nl, 0, 1);
+    for (size_t i = 0; kind == MGT_ELEM_BCE && i < nl; i += 3)
+        t[i] = t[i] > 0.5f ? 1.0f : 0.0f; /* hard labels among soft ones */
+    const float cw[2] = {0.5f, 2.5f};
+    const int nsums = MGT_SUM_TASK + MGT_SUM_LABELS + 3 * k + 1;
+    float *sums0 = hrand((size_t)nsums, 0, 3); /* the op adds to what is there */
+    for (int i = 0; i < nsums; i++)
+        sums0[i] = floorf(sums0[i]);
+    const mgt_elem_loss Lc = {.kind = kind,
+                              .smoothing = smooth,
+                              .delta = 1.3f,
+                              .cw = weights ? cw : NULL,
+                              .per_label = per_label};
+    float *yc = hcopy(y, nl), *pc = alias ? yc : hf(nl), *dc = hf(nl), *sc = hcopy(sums0, nsums);
+    cb->ops->elem_loss(cb, &Lc, n, k, yc, t, kind == MGT_ELEM_BCE ? pc : NULL, dc, 0.5f, sc);
+    mgt_elem_loss Lg = Lc;
+    Lg.cw = weights ? dput(g, cw, 2) : NULL;
+    float *gy = dput(g, y, nl), *gp = alias ? gy : dnan(g, nl), *gd = dnan(g, nl);
+    float *gt = dput(g, t, nl), *gs = dput(g, sums0, (size_t)nsums);
+    g->ops->elem_loss(g, &Lg, n, k, gy, gt, kind == MGT_ELEM_BCE ? gp : NULL, gd, 0.5f, gs);
+    char what[96];
+    snprintf(what, sizeof what, "elem_loss kind %d n=%d k=%d alias=%d weights=%d dy", (int)kind,
+             n, k, alias, weights);
+    expect_close(what, g, gd, dc, nl, TOL);
+    if (kind == MGT_ELEM_BCE)
+        expect_close("elem_loss probabilities", g, gp, pc, nl, TOL);
+    float *hs = dget(g, gs, (size_t)nsums);
+    CHECK(fabs(hs[MGT_SUM_LOSS] - sc[MGT_SUM_LOSS]) <= TOL * fabs(sc[MGT_SUM_LOSS]),
+          "%s: loss sum %.7g, CPU %.7g", what, hs[MGT_SUM_LOSS], sc[MGT_SUM_LOSS]);
+    for (int i = MGT_SUM_CORRECT; i < nsums; i++) {
+        const int counted = kind == MGT_ELEM_BCE;
+        const double tol = counted ? 0 : TOL * fabs(sc[i]);
+        CHECK(fabs(hs[i] - sc[i]) <= tol, "%s: sum %d is %.7g, CPU %.7g", what, i, hs[i], sc[i]);
+    }
+    dfree_all();
+    hfree_all();
+}
+
 /* ---- gradient clipping ---- */
 
 /* clip_value exactly as the CPU (a comparison per element). clip_norm: each backend sums the n
@@ -1683,6 +1731,13 @@ int main(int argc, char **argv) {
             test_xent(&p, 60, 10, 0, 1, 1, smooth, 1); /* tied logits: top-5's tie rule */
             test_xent(&p, 60, 10, 1, 0, 1, smooth, 1);
         }
+
+        for (int kind = 0; kind < 4; kind++) {
+            test_elem_loss(&p, (mgt_elem_kind)kind, 50, 1, 0, 0, 0, 0.0f);
+            test_elem_loss(&p, (mgt_elem_kind)kind, 37, 45, 0, 0, 1, 0.0f); /* lanes over k */
+        }
+        test_elem_loss(&p, MGT_ELEM_BCE, 40, 5, 1, 1, 1, 0.0f); /* probs over the logits, weights */
+        test_elem_loss(&p, MGT_ELEM_BCE, 40, 5, 0, 1, 0, 0.1f); /* smoothing, no per-label sums */
 
         test_layout(&p, 3, 5, 7, 9);
         test_layout(&p, 2, 13, 11, 40);

@@ -56,7 +56,7 @@ static double model_step(mgt_model *m, mgt_backend *be, int n, uint64_t seed, in
                         .seed = seed,
                         .grads_ready = h ? on_ready : NULL,
                         .grads_ctx = h};
-    be->ops->zero(be, m->sums, MGT_NSUMS * sizeof(float));
+    be->ops->zero(be, m->sums, (size_t)m->nsums * sizeof(float));
     mgt_model_forward(m, &s);
     mgt_model_loss_backward(m, &s, backward);
     return m->sums[0];

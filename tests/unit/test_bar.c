@@ -29,7 +29,7 @@ static void check_width(tally *t, const mgt_bar *b, const char *status) {
             fprintf(stderr, "  width %d: %d characters: '%s'\n", w, len, line);
         prev_len = len;
         const char *bar = strchr(line, '[');
-        const int has_acc = strstr(line, " - acc: ") != NULL;
+        const int has_acc = strstr(line, b->mae ? " - mae: " : " - acc: ") != NULL;
         const int has_eta = strstr(line, status ? status : " - ETA: ") != NULL;
         const int has_loss = strstr(line, " - loss: ") != NULL;
         /* the order parts go in: acc before the ETA/status, those before the bar, the bar
@@ -51,12 +51,13 @@ static void check_width(tally *t, const mgt_bar *b, const char *status) {
 
 int main(void) {
     tally t = {0, 0};
-    const mgt_bar bars[] = {{0, 1, 235, 12.0, 2.3026, 0.1, 0, 0},
-                            {0, 120, 235, 1.0, 0.6415, 0.776, 0, 0},
-                            {0, 235, 235, 0.0, 0.4466, 0.8456, 0, 0},
-                            {3, 59999, 60000, 1234.0, 12.5, 0.5, 0, 0}, /* wide counts */
-                            {0, 7, 12345678, 99999.0, 1e6, 1.0, 0, 0},
-                            {0, 120, 235, 1.0, 0.6415, 0.776, 1, 0.9512}}; /* top-5 */
+    const mgt_bar bars[] = {{0, 1, 235, 12.0, 2.3026, 0.1, 0, 0, 0},
+                            {0, 120, 235, 1.0, 0.6415, 0.776, 0, 0, 0},
+                            {0, 235, 235, 0.0, 0.4466, 0.8456, 0, 0, 0},
+                            {3, 59999, 60000, 1234.0, 12.5, 0.5, 0, 0, 0}, /* wide counts */
+                            {0, 7, 12345678, 99999.0, 1e6, 1.0, 0, 0, 0},
+                            {0, 120, 235, 1.0, 0.6415, 0.776, 1, 0.9512, 0}, /* top-5 */
+                            {0, 120, 235, 1.0, 31.25, 4.5, 0, 0, 1}};        /* regression */
     for (size_t i = 0; i < sizeof bars / sizeof bars[0]; i++) {
         check_width(&t, &bars[i], NULL);
         check_width(&t, &bars[i], "validating");
@@ -86,6 +87,11 @@ int main(void) {
     printf("%s\n", line);
     mgt_metrics_bar_line(line, sizeof line, 60, &bars[5], NULL);
     CHECK(&t, !strcmp(line, "120/235 [====>.....] - ETA: 1s - loss: 0.6415 - acc: 0.7760"));
+    printf("%s\n", line);
+    /* a regression's bar: its mean absolute error where the others show accuracy */
+    mgt_metrics_bar_line(line, sizeof line, 100, &bars[6], NULL);
+    CHECK(&t, !strcmp(line, "120/235 [==============>...............] - ETA: 1s - loss: 31.2500 - "
+                            "mae: 4.5000"));
     printf("%s\n", line);
     printf("test_bar: %d passed, %d failed\n", t.pass, t.fail);
     return t.fail ? 1 : 0;

@@ -149,7 +149,7 @@ static void test_valid(tally *t, const char *root) {
     for (int floats = 0; floats < 2; floats++) {
         fresh_dir(dir, sizeof dir, root, floats ? "f32" : "u8");
         write_split(t, dir, "train", &fx, floats);
-        int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, &err);
+        int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, 0, &err);
         CHECK(t, rc == 0);
         if (rc) {
             fprintf(stderr, "  %s\n", err.msg);
@@ -179,7 +179,7 @@ static void test_valid(tally *t, const char *root) {
         CHECK(t, ds.pixels == NULL && ds.fpixels == NULL && ds.map == NULL && ds.labels == NULL);
 
         /* The model's shape may be left to the file (h == 0), and the classes (max label + 1). */
-        CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", 0, 0, 0, 0, &err) == 0);
+        CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", 0, 0, 0, 0, 0, &err) == 0);
         CHECK(t, ds.h == H && ds.w == W && ds.c == C && ds.classes == 5);
         mgt_dataset_free(&ds);
     }
@@ -190,7 +190,7 @@ static void test_valid(tally *t, const char *root) {
     CHECK(t, write_npy(p, "|u1", "(5, 4, 6)", fx.px, N * 24) == 0);
     path_in(p, sizeof p, dir, "train_y.npy");
     CHECK(t, write_npy(p, "<i8", SHAPE_N, fx.lb, sizeof fx.lb) == 0);
-    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", 4, 6, 1, 5, &err) == 0);
+    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", 4, 6, 1, 5, 0, &err) == 0);
     CHECK(t, ds.c == 1 && ds.h == 4 && ds.w == 6);
     mgt_dataset_free(&ds);
 
@@ -203,7 +203,7 @@ static void test_valid(tally *t, const char *root) {
         swapped[i] = __builtin_bswap32(swapped[i]);
     path_in(p, sizeof p, dir, "train_x.npy");
     CHECK(t, write_npy(p, ">f4", SHAPE4, swapped, sizeof swapped) == 0);
-    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, &err) == 0);
+    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, 0, &err) == 0);
     CHECK(t, ds.fswap == 1 && gather_matches(&ds, &fx, 1));
     mgt_dataset_free(&ds);
 
@@ -223,7 +223,7 @@ static void test_valid(tally *t, const char *root) {
         path_in(p, sizeof p, dir, "train_x.npy");
         CHECK(t,
               write_npy_ex(p, versions[k], 0, dicts[k], aligns[k], -1, fx.fx, sizeof fx.fx) == 0);
-        int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, &err);
+        int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, 0, &err);
         CHECK(t, rc == 0);
         if (rc)
             fprintf(stderr, "  header %d: %s\n", k, err.msg);
@@ -248,7 +248,7 @@ static void test_valid(tally *t, const char *root) {
                 raw[i * size + (big ? size - 1 - b : b)] = (uint8_t)(fx.lb[i] >> (8 * b));
         path_in(p, sizeof p, dir, "train_y.npy");
         CHECK(t, write_npy(p, ydescr[k], yshape[k], raw, (size_t)(N * size)) == 0);
-        int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, &err);
+        int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, 0, &err);
         CHECK(t, rc == 0);
         if (rc)
             fprintf(stderr, "  labels %s %s: %s\n", ydescr[k], yshape[k], err.msg);
@@ -260,7 +260,7 @@ static void test_valid(tally *t, const char *root) {
     const int64_t wide[N] = {999, 0, 256, 70000, 5};
     path_in(p, sizeof p, dir, "train_y.npy");
     CHECK(t, write_npy(p, "<i8", SHAPE_N, wide, sizeof wide) == 0);
-    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 70001, &err) == 0);
+    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 70001, 0, &err) == 0);
     CHECK(t, ds.labels == NULL && ds.labels32 != NULL && ds.classes == 70001);
     int64_t idx[3] = {3, 0, 2};
     float x[3 * E];
@@ -271,7 +271,7 @@ static void test_valid(tally *t, const char *root) {
     mgt_dataset_gather(&v, idx + 2, 1, x, y); /* row 2 of the view: row 4 of the set */
     CHECK(t, y[0] == 5 && v.labels32 == ds.labels32 + 2);
     mgt_dataset_free(&ds);
-    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 0, &err) == 0);
+    CHECK(t, mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 0, 0, &err) == 0);
     CHECK(t, ds.classes == 70001);
     mgt_dataset_free(&ds);
 }
@@ -279,7 +279,7 @@ static void test_valid(tally *t, const char *root) {
 /* rc of loading DIR's train split for a model of shape (H, W, C) and 5 classes. */
 static int load(const char *dir, mgt_err *err) {
     mgt_dataset ds;
-    const int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, err);
+    const int rc = mgt_dataset_load_npy(&ds, dir, "train", H, W, C, 5, 0, err);
     if (rc == 0)
         mgt_dataset_free(&ds);
     else if (ds.map || ds.pixels || ds.fpixels || ds.labels || ds.labels32)
@@ -443,7 +443,7 @@ static void test_errors(tally *t, const char *root) {
     unlink(yp);
     CHECK_ERR(t, load(dir, &err), &err, "no train_y.npy in", dir, "train_x.npy (images");
     mgt_dataset ds;
-    CHECK_ERR(t, mgt_dataset_load_npy(&ds, dir, "test", H, W, C, 5, &err), &err, "no test_x.npy in",
+    CHECK_ERR(t, mgt_dataset_load_npy(&ds, dir, "test", H, W, C, 5, 0, &err), &err, "no test_x.npy in",
               "test_y.npy", "--val-split");
 #undef RESET
 }
@@ -459,9 +459,9 @@ static void test_dispatch(tally *t, const char *root) {
     write_split(t, dir, "train", &fx, 0);
     write_split(t, dir, "test", &fx, 1);
     CHECK(t, mgt_dataset_dir_is_npy(dir));
-    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, C, 5, NULL, &err) == 0 && ds.pixels != NULL);
+    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, C, 5, 0, NULL, &err) == 0 && ds.pixels != NULL);
     mgt_dataset_free(&ds);
-    CHECK(t, mgt_dataset_load(&ds, dir, 1, H, W, C, 5, NULL, &err) == 0 && ds.fpixels != NULL);
+    CHECK(t, mgt_dataset_load(&ds, dir, 1, H, W, C, 5, 0, NULL, &err) == 0 && ds.fpixels != NULL);
     mgt_dataset_free(&ds);
 
     /* An IDX folder: one channel only; a multi-channel model is told about .npy. */
@@ -474,12 +474,12 @@ static void test_dispatch(tally *t, const char *root) {
     path_in(p, sizeof p, dir, "train-labels-idx1-ubyte");
     CHECK(t, mgt_idx_write(p, lb, 1, ldims, &err) == 0);
     CHECK(t, !mgt_dataset_dir_is_npy(dir));
-    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, 1, 5, NULL, &err) == 0 && ds.c == 1);
+    CHECK(t, mgt_dataset_load(&ds, dir, 0, H, W, 1, 5, 0, NULL, &err) == 0 && ds.c == 1);
     mgt_dataset_free(&ds);
-    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 0, H, W, 3, 5, NULL, &err), &err,
+    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 0, H, W, 3, 5, 0, NULL, &err), &err,
               "IDX images have 1 channel but the model's [input] shape has 3", "train_x.npy");
     /* Neither format: the IDX message, and the .npy names. */
-    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 1, H, W, 1, 5, NULL, &err), &err,
+    CHECK_ERR(t, mgt_dataset_load(&ds, dir, 1, H, W, 1, 5, 0, NULL, &err), &err,
               "no t10k-images-idx3-ubyte[.gz] in", "test_x.npy and test_y.npy");
 }
 
@@ -506,7 +506,7 @@ static void test_large(tally *t, const char *root) {
     getrusage(RUSAGE_SELF, &r0);
     const double t0 = mgt_now();
     mgt_dataset ds;
-    const int rc = mgt_dataset_load_npy(&ds, dir, "train", 32, 32, 3, 10, &err);
+    const int rc = mgt_dataset_load_npy(&ds, dir, "train", 32, 32, 3, 10, 0, &err);
     const double secs = mgt_now() - t0;
     CHECK(t, rc == 0);
     if (rc) {

@@ -1855,6 +1855,140 @@ static void test_relu_takeover(mgt_backend *be) {
     tmp_free_all();
 }
 
+
+/* =========================== losses of float targets =========================== */
+
+typedef struct {
+    mgt_backend *be;
+    mgt_elem_loss L;
+    int n, k;
+    float *y, *t;
+} elem_ctx;
+
+static double elem_obj(void *p) {
+    elem_ctx *c = p;
+    float sums[MGT_SUM_TASK + MGT_SUM_LABELS + 3 * 8 + 1] = {0};
+    c->be->ops->elem_loss(c->be, &c->L, c->n, c->k, c->y, c->t, NULL, NULL, 1.0f, sums);
+    return sums[MGT_SUM_LOSS];
+}
+
+/* The loss of one output in double, from the textbook formulas (not loss_math.h's forms). */
+static double elem_ref(mgt_elem_kind kind, double y, double t, double delta, double w0, double w1) {
+    const double e = y - t;
+    switch (kind) {
+    case MGT_ELEM_BCE: {
+        const double p = 1.0 / (1.0 + exp(-y));
+        return -(w1 * t * log(p) + w0 * (1 - t) * log(1 - p));
+    }
+    case MGT_ELEM_MSE:
+        return e * e;
+    case MGT_ELEM_MAE:
+        return fabs(e);
+    default:
+        return fabs(e) <= delta ? 0.5 * e * e : delta * (fabs(e) - 0.5 * delta);
+    }
+}
+
+static void test_elem_loss(mgt_backend *be) {
+    const mgt_ops *o = be->ops;
+    static const float cw[2] = {0.5f, 3.0f};
+    const char *names[4] = {"binary_crossentropy", "mse", "mae", "huber"};
+    for (int kind = 0; kind < 4; kind++) {
+        elem_ctx c = {.be = be, .n = 5, .k = 4};
+        c.L = (mgt_elem_loss){.kind = (mgt_elem_kind)kind, .delta = 0.7f};
+        if (kind == MGT_ELEM_BCE)
+            c.L.cw = cw, c.L.per_label = 1;
+        const size_t cnt = (size_t)c.n * c.k;
+        c.y = fbuf(cnt), c.t = fbuf(cnt);
+        fill(c.y, cnt, -2, 2);
+        fill(c.t, cnt, 0, 1);
+        /* errors kept 0.1 away from the kinks of mae (0) and huber (+-delta): the central
+         * differences (step 1e-2) then see one smooth piece */
+        for (size_t i = 0; i < cnt && kind >= MGT_ELEM_MAE; i++) {
+            float e = c.y[i] - c.t[i];
+            if (fabsf(e) < 0.1f)
+                e = e < 0 ? -0.1f - fabsf(e) : 0.1f + e;
+            if (fabsf(fabsf(e) - 0.7f) < 0.1f)
+                e = e < 0 ? -0.9f : 0.9f;
+            c.y[i] = c.t[i] + e;
+        }
+        float *d = fbuf(cnt), sums[MGT_SUM_TASK + MGT_SUM_LABELS + 3 * 8 + 1] = {0};
+        poison(d, cnt);
+        o->elem_loss(be, &c.L, c.n, c.k, c.y, c.t, NULL, d, 1.0f, sums);
+        char what[64];
+        snprintf(what, sizeof what, "elem_loss %s dy", names[kind]);
+        fd_check(what, elem_obj, &c, c.y, cnt, d);
+        /* the loss: each sample's mean of the textbook terms, summed; the terms are computed
+         * in double, the sum of 20 of them rounded once to float: 2 ulps of the sum */
+        double want = 0, abs_sum = 0, sq_sum = 0;
+        for (int i = 0; i < c.n; i++) {
+            double row = 0;
+            for (int j = 0; j < c.k; j++) {
+                const size_t at = (size_t)i * c.k + j;
+                row += elem_ref((mgt_elem_kind)kind, c.y[at], c.t[at], 0.7, kind ? 1 : 0.5,
+                                kind ? 1 : 3);
+                abs_sum += fabs((double)c.y[at] - c.t[at]);
+                sq_sum += ((double)c.y[at] - c.t[at]) * ((double)c.y[at] - c.t[at]);
+            }
+            want += row / c.k;
+        }
+        CHECK(near(sums[MGT_SUM_LOSS], want, 2, fabs(want)), "elem_loss %s: loss %.8g, want %.8g",
+              names[kind], sums[MGT_SUM_LOSS], want);
+        if (kind != MGT_ELEM_BCE)
+            CHECK(near(sums[MGT_SUM_TASK + MGT_SUM_ABS], abs_sum, 2, abs_sum) &&
+                      near(sums[MGT_SUM_TASK + MGT_SUM_SQ], sq_sum, 2, sq_sum),
+                  "elem_loss %s: |e| sum %.8g (want %.8g), e^2 sum %.8g (want %.8g)", names[kind],
+                  sums[MGT_SUM_TASK + MGT_SUM_ABS], abs_sum, sums[MGT_SUM_TASK + MGT_SUM_SQ],
+                  sq_sum);
+        /* scale and the output count divide the gradient: 0.25 is exact */
+        float *d2 = fbuf(cnt), s2[MGT_SUM_TASK + MGT_SUM_LABELS + 3 * 8 + 1] = {0};
+        o->elem_loss(be, &c.L, c.n, c.k, c.y, c.t, NULL, d2, 0.25f, s2);
+        double worst = 0;
+        for (size_t i = 0; i < cnt; i++)
+            worst = fmax(worst, fabs(d2[i] - 0.25 * d[i]));
+        CHECK(worst == 0.0, "elem_loss %s: scale 0.25 gradient off by %.3g", names[kind], worst);
+    }
+    { /* binary: probabilities over the logits, the counts, extreme logits */
+        float y[6] = {1, -1, 2, -3, -0.5f, 0.1f}, t[6] = {1, 0, 0, 1, 0, 1};
+        float p[6], d[6], d2[6], s1[MGT_SUM_TASK + MGT_SUM_LABELS + 6 + 1] = {0},
+                                 s2[MGT_SUM_TASK + MGT_SUM_LABELS + 6 + 1] = {0};
+        const mgt_elem_loss L = {.kind = MGT_ELEM_BCE, .per_label = 1};
+        o->elem_loss(be, &L, 3, 2, y, t, p, d, 1.0f, s1);
+        const float *task = s1 + MGT_SUM_TASK, *lab = task + MGT_SUM_LABELS;
+        /* predicted (y > 0): 1 0 / 1 0 / 0 1 against 1 0 / 0 1 / 0 1 */
+        CHECK(s1[MGT_SUM_CORRECT] == 4 && task[MGT_SUM_TP] == 2 && task[MGT_SUM_FP] == 1 &&
+                  task[MGT_SUM_FN] == 1,
+              "binary counts: right %g tp %g fp %g fn %g (want 4 2 1 1)", s1[MGT_SUM_CORRECT],
+              task[MGT_SUM_TP], task[MGT_SUM_FP], task[MGT_SUM_FN]);
+        CHECK(lab[0] == 1 && lab[1] == 1 && lab[2] == 0 && lab[3] == 1 && lab[4] == 0 &&
+                  lab[5] == 1,
+              "binary per-label counts %g %g %g | %g %g %g (want 1 1 0 | 1 0 1)", lab[0], lab[1],
+              lab[2], lab[3], lab[4], lab[5]);
+        CHECK(near(p[0], 1 / (1 + exp(-1.0)), 2, 1) && near(d[0], (p[0] - 1) / 2, 2, 1),
+              "binary probs %g, dy %g", p[0], d[0]);
+        /* probabilities written over the logits: the same loss, gradient and counts */
+        float ya[6];
+        memcpy(ya, y, sizeof y);
+        o->elem_loss(be, &L, 3, 2, ya, t, ya, d2, 1.0f, s2);
+        CHECK(!memcmp(ya, p, sizeof p) && !memcmp(d, d2, sizeof d) && !memcmp(s1, s2, sizeof s1),
+              "binary with probs over the logits differs");
+        /* logits of +-90: softplus(90) = 90 exactly in float; no overflow, no NaN */
+        float yx[2] = {90, -90}, tx[2] = {0, 0}, sx[MGT_SUM_TASK + MGT_SUM_LABELS + 1] = {0};
+        const mgt_elem_loss L1 = {.kind = MGT_ELEM_BCE};
+        o->elem_loss(be, &L1, 2, 1, yx, tx, NULL, d, 1.0f, sx);
+        CHECK(sx[MGT_SUM_LOSS] == 90.0f && d[0] == 1.0f && d[1] >= 0.0f && d[1] < 1e-38f,
+              "binary at +-90: loss %g (want 90), dy %g %g (want 1, e^-90)", sx[MGT_SUM_LOSS],
+              d[0], d[1]);
+        /* label smoothing 0.2: the target 1 becomes 0.9 (Keras' t (1 - s) + s / 2) */
+        float y0 = 0, t1 = 1, dd, ss[MGT_SUM_TASK + MGT_SUM_LABELS + 1] = {0};
+        const mgt_elem_loss Ls = {.kind = MGT_ELEM_BCE, .smoothing = 0.2f};
+        o->elem_loss(be, &Ls, 1, 1, &y0, &t1, NULL, &dd, 1.0f, ss);
+        CHECK(near(dd, 0.5 - 0.9, 2, 1) && near(ss[MGT_SUM_LOSS], log(2.0), 2, 1),
+              "binary smoothing 0.2: dy %g (want -0.4), loss %g (want log 2)", dd,
+              ss[MGT_SUM_LOSS]);
+    }
+}
+
 int main(void) {
     mgt_backend be = opcheck_cpu_backend("test_ops");
     test_memory(&be);
@@ -1869,6 +2003,7 @@ int main(void) {
     test_dropout(&be);
     test_act(&be);
     test_xent(&be);
+    test_elem_loss(&be);
     test_layout(&be);
     test_optim(&be);
     test_optim_flush(&be);

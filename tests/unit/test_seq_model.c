@@ -48,8 +48,7 @@ static mgt_train_cfg cfg;
 static int parse(mgt_model *m, const char *text, mgt_err *e) {
     if (mgt_model_file_parse(m, &cfg, "gpt.cfg", text, e) < 0)
         return -1;
-    mgt_train_apply_loss(&cfg, m);
-    return 0;
+    return mgt_train_apply_loss(&cfg, m, e);
 }
 
 /* The model parsed and allocated on be, weights from the seed, one batch of tokens. */
