@@ -8,7 +8,10 @@
 #  - a float32 set (x / 255 in float32), a set with more than 256 classes (int32 labels) and an
 #    augmented run are gathered on the host: no device copy of the set (the same peak as
 #    --device-data off), the same weights as the CPU's, and the augmented run on 2 GPUs gives the
-#    1-rank CPU run's weights.
+#    1-rank CPU run's weights;
+#  - rows of 20 values ([input] shape = F) with float targets: a multi-label binary cross-entropy
+#    (5 labels, class weights) and a huber regression on 2 emulated GPUs, against the CPU, and the
+#    metrics files' figures (F1, MAE) the same to 1e-4.
 # Tolerances: the device gather computes (float)byte / 255 as the host does, so host and device
 # gathers, and the float32 copy, give bit-identical inputs: tolerance 0 on one backend. Against
 # the CPU the emulated cuBLAS/cuDNN sum in another order than OpenBLAS: per step a relative
@@ -78,6 +81,7 @@ host_path() {
   cpu "c-$name" --model "$cfg" --data "$data"
   same "$name: $np emulated GPU(s) against 1 CPU rank" "g-$name/weights.safetensors" "c-$name/weights.safetensors" 1e-4
 }
+
 host_path float32 1 plain.cfg f32
 same "float32 on the GPU = uint8 on the GPU" g-float32/weights.safetensors g-u8/weights.safetensors 0
 host_path "labels above 255" 1 wide.cfg wide
@@ -85,4 +89,35 @@ host_path augmented 2 aug.cfg u8
 if "$MGT_COMPARE" g-augmented/weights.safetensors g-u8/weights.safetensors 1e-3 >cmp.log; then
   bad "augmentation changed nothing on the GPU"
 else ok "augmentation changes the GPU run: $(tail -1 cmp.log)"; fi
+# Rows of values with float targets (the GPU's elem_loss and its counts, end to end).
+"$PY" - <<'PY' || bad "writing the rows"
+import numpy as np, os
+r = np.random.default_rng(3)
+x = r.normal(size=(600, 20)).astype(np.float32)
+y = (x @ r.normal(size=(20, 5)) > 0.5).astype(np.float32)
+for name, t in (("rows_ml", y), ("rows_reg", (x @ r.normal(size=(20, 5))).astype(np.float32))):
+    os.makedirs(name, exist_ok=True)
+    np.save(f"{name}/train_x.npy", x[:512]); np.save(f"{name}/train_y.npy", t[:512])
+    np.save(f"{name}/test_x.npy", x[512:]); np.save(f"{name}/test_y.npy", t[512:])
+PY
+rows_cfg() { # rows_cfg NAME LOSS [TRAIN KEY]
+  printf '%s\n' "[input]" "shape = 20" "[dense]" "units = 16" "activation = tanh" "[dense]" \
+    "units = 5" "[train]" "optimizer = sgd" "learning_rate = 0.05" "loss = $2" "batch_size = 64" \
+    ${3:+"$3"} >"$1.cfg"
+}
+rows_cfg rows_ml binary_crossentropy "class_weight = 1, 3"
+rows_cfg rows_reg huber
+for t in rows_ml rows_reg; do
+  run=(--max-steps 8 --verbose 2 --epochs 1)
+  emu 2 "g-$t" --model "$t.cfg" --data "$t"
+  cpu "c-$t" --model "$t.cfg" --data "$t"
+  same "$t: 2 emulated GPUs against 1 CPU rank" "g-$t/weights.safetensors" "c-$t/weights.safetensors" 1e-4
+  "$PY" - "g-$t/metrics.jsonl" "c-$t/metrics.jsonl" <<'PY' && ok "$t: the GPU's figures are the CPU's" || bad "$t: figures differ"
+import json, sys
+g, c = (json.loads(open(p).readlines()[-1]) for p in sys.argv[1:])
+keys = [k for k in ("loss", "f1", "precision", "recall", "mae", "rmse", "val_f1", "val_mae") if k in g]
+print({k: (g[k], c[k]) for k in keys})
+sys.exit(0 if len(keys) >= 4 and all(abs(g[k] - c[k]) <= 1e-4 * max(1, abs(c[k])) for k in keys) else 1)
+PY
+done
 finish
