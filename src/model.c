@@ -1279,3 +1279,10 @@ int mgt_model_load_weights(const mgt_model *m, const char *path, float *w, float
     mgt_safetensors_free(&st);
     return rc;
 }
+
+int mgt_model_task_sums(const mgt_model *m) {
+    if (m->loss == MGT_LOSS_BCE)
+        return MGT_SUM_LABELS +
+               (m->classes > 1 && m->classes <= MGT_LABEL_SUMS_MAX ? 3 * m->classes : 0);
+    return mgt_loss_is_regression(m->loss) ? 2 : 0;
+}

@@ -941,13 +941,6 @@ static int build(pstate *p) {
     return build_layers(m, p->path, p->err);
 }
 
-int mgt_model_task_sums(const mgt_model *m) {
-    if (m->loss == MGT_LOSS_BCE)
-        return MGT_SUM_LABELS +
-               (m->classes > 1 && m->classes <= MGT_LABEL_SUMS_MAX ? 3 * m->classes : 0);
-    return mgt_loss_is_regression(m->loss) ? 2 : 0;
-}
-
 int mgt_model_check_output(mgt_model *m, mgt_err *err) {
     mgt_layer *last = &m->layers[m->nlayers - 1];
     const char *loss = m->loss == MGT_LOSS_BCE    ? "binary_crossentropy"
