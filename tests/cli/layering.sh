@@ -3,10 +3,10 @@
 # cores: 1
 # The sources keep the layering docs/architecture.md writes down (tests/tools/layering.py): no file
 # includes a header of a layer above its own, no two src/ modules include each other around a
-# circle, no file of src/ or cuda/ calls a function of a layer above its own, no two src/ modules call
-# each other around a circle, and every source file has its line in the file map. Then the check
+# circle, no file of src/ or cuda/ calls a function of a layer above its own, no two modules of src/ or
+# of cuda/ call each other around a circle, and every source file has its line in the file map. Then the check
 # itself, on a copy of the sources: a planted upward include, a circle of includes, an upward
-# call (direct, and through a macro), two files calling each other, a file without a line and a
+# call (direct, and through a macro), two files calling each other (in src/ and in cuda/), a file without a line and a
 # line without a file must each fail with a message naming them, and an op table's pointer to a
 # function (no call) must pass. A few seconds.
 source "$(dirname "$0")/lib.bash"
@@ -49,6 +49,11 @@ planted "two files of one layer calling each other" \
   '^modules that call each other in a circle: src/exactsum src/tb: src/exactsum\.c calls mgt_tb_frame \(src/tb\.c\); src/tb\.c calls mgt_xs_round \(src/exactsum\.c\)$' <<'EOF'
 printf 'void mgt_planted_a(void);\nvoid mgt_planted_a(void) { mgt_tb_frame(0, 0, 0); }\n' >>src/exactsum.c
 printf 'void mgt_planted_b(void);\nvoid mgt_planted_b(void) { mgt_xs_round(0, 0, 0); }\n' >>src/tb.c
+EOF
+planted "two files of the GPU backend calling each other" \
+  '^modules that call each other in a circle: cuda/gpu_pool cuda/gpu_reduce: ' <<'EOF'
+printf 'void mgt_planted_a(void) { mgt_k_colreduce(0, 0, 0, 0, 0); }\n' >>cuda/gpu_pool.cu
+printf 'void mgt_planted_b(void) { mgt_gpu_avgpool_bwd(0, 0, 0, 0); }\n' >>cuda/gpu_reduce.cu
 EOF
 # An op table names its functions without calling them (the CPU backend's table is how the model
 # reaches the ops): a table in one file holding a function of another that calls back is no
