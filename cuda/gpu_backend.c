@@ -432,6 +432,7 @@ static void gpu_destroy(mgt_backend *be) {
 /* The table: memory, staging and timing from this file, every op straight from its family. */
 static const mgt_ops gpu_ops = {
     .name = "gpu",
+    .gelu = 1,
     .alloc = gpu_alloc,
     .free = gpu_free,
     .to_device = gpu_to_device,
@@ -500,6 +501,16 @@ static const mgt_ops gpu_ops = {
     .dwconv_scratch = mgt_gpu_dwconv_scratch,
     .dwconv_fwd = mgt_gpu_dwconv_fwd,
     .dwconv_bwd = mgt_gpu_dwconv_bwd,
+    .dense_io_fwd = mgt_gpu_dense_io_fwd,
+    .dense_io_bwd = mgt_gpu_dense_io_bwd,
+    .embed_fwd = mgt_gpu_embed_fwd,
+    .embed_bwd = mgt_gpu_embed_bwd,
+    .layernorm_fwd = mgt_gpu_layernorm_fwd,
+    .layernorm_bwd = mgt_gpu_layernorm_bwd,
+    .attn_scratch = mgt_gpu_attn_scratch,
+    .attn_decode = mgt_gpu_attn_decode,
+    .attn_fwd = mgt_gpu_attn_fwd,
+    .attn_bwd = mgt_gpu_attn_bwd,
 };
 
 /* ---- init ---------------------------------------------------------------------------------- */

@@ -33,8 +33,31 @@ __device__ inline float sigmoid_f(float v) {
     return e / (1.0f + e);
 }
 
+/* The GELUs as cpu_elem.c forms them: the exact one with erf, the tanh one with
+ * tanh(u) = 1 - 2 / (e^2u + 1) (its vectorised form there), and their derivatives from x. */
+constexpr float kGeluK = 0.7978845608028654f; /* sqrt(2 / pi) */
+constexpr float kGeluA = 0.044715f;
+
+__device__ inline float gelu_th(float x) {
+    const float e = expf(2.0f * (kGeluK * (x + kGeluA * x * x * x)));
+    return 1.0f - 2.0f / (e + 1.0f);
+}
+
+__device__ inline float gelu_f(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+__device__ inline float gelu_grad(float x) {
+    return 0.5f * (1.0f + erff(x * 0.7071067811865476f)) +
+           x * 0.3989422804014327f * expf(-0.5f * x * x);
+}
+
 /* f(v) for the element-wise activations (MGT_ACT_NONE: v). */
 __device__ inline float act_f(int act, float v) {
+    if (act == MGT_ACT_GELU)
+        return gelu_f(v);
+    if (act == MGT_ACT_GELU_TANH)
+        return 0.5f * v * (1.0f + gelu_th(v));
     if (act == MGT_ACT_RELU)
         return v < 0.0f ? 0.0f : v; /* NaN stays NaN, as on the CPU */
     if (act == MGT_ACT_SIGMOID)
@@ -44,8 +67,16 @@ __device__ inline float act_f(int act, float v) {
     return v;
 }
 
-/* dy * f'(x) written with y = f(x), the CPU's expressions. */
+/* dy * f'(x) written with y = f(x), the CPU's expressions; for the GELUs y is x itself
+ * (mgt_act_bwd_reads_x). */
 __device__ inline float act_g(int act, float y, float dy) {
+    if (act == MGT_ACT_GELU)
+        return dy * gelu_grad(y);
+    if (act == MGT_ACT_GELU_TANH) {
+        const float th = gelu_th(y);
+        return dy * (0.5f * (1.0f + th) +
+                     0.5f * y * (1.0f - th * th) * kGeluK * (1.0f + 3.0f * kGeluA * y * y));
+    }
     if (act == MGT_ACT_RELU)
         return y > 0.0f ? dy : 0.0f;
     if (act == MGT_ACT_SIGMOID)

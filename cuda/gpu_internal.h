@@ -18,6 +18,9 @@
  *   gpu_graph.cu    what graph models add: residual sums, concatenation, zero padding, global
  *                   average pooling; gpu_depthwise.cu: depthwise convolution (own kernels);
  *   gpu_norm.cu     batch normalisation;
+ *   gpu_seq.cu      sequence models' row-wise ops: dense layers with [in][out] weights (cuBLAS),
+ *                   token and position embeddings, layer normalisation;
+ *   gpu_attn.cu     causal multi-head self-attention (own fused kernels), and its generation op;
  *   gpu_elem.cu     activations (softmax included), dropout, y += x, the device RNG's twins;
  *   gpu_xent.cu     fused softmax + cross-entropy;
  *   gpu_optim.cu    optimizer steps;
@@ -200,6 +203,7 @@ void mgt_gpu_fail_on(cudaStream_t st, mgt_gpu_lib lib, int status, const char *c
 #endif
 
 /* The op families (see the list at the top). */
+#include "gpu_attn.h"
 #include "gpu_bf16.h"
 #include "gpu_clip.h"
 #include "gpu_conv.h"
@@ -213,6 +217,7 @@ void mgt_gpu_fail_on(cudaStream_t st, mgt_gpu_lib lib, int status, const char *c
 #include "gpu_optim.h"
 #include "gpu_pool.h"
 #include "gpu_loss.h"
+#include "gpu_seq.h"
 #include "gpu_weights.h"
 #include "gpu_xent.h"
 
