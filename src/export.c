@@ -151,6 +151,9 @@ static const char *act_op(mgt_act a) {
         return "Tanh";
     case MGT_ACT_SOFTMAX:
         return "Softmax";
+    case MGT_ACT_GELU:
+    case MGT_ACT_GELU_TANH:
+        return "Gelu";
     default:
         return NULL;
     }
@@ -159,6 +162,12 @@ static const char *act_op(mgt_act a) {
 /* The model's input: NHWC to NCHW (rows of values, [input] shape = F: [batch, F] as they are),
  * normalised as [input] says. Its value name into name. */
 static int input_nodes(mgt_onnx *g, const mgt_model *m, char *name, size_t n, int *rank) {
+    if (m->vocab > 0) { /* token ids, [batch, sequence]: the embedding reads them */
+        const int64_t ids[2] = {-1, -2};
+        snprintf(name, n, "input");
+        *rank = 2;
+        return mgt_onnx_input_ids(g, "input", 2, ids);
+    }
     const int rows = m->input_rank == 1;
     if (rows) {
         const int64_t in[2] = {-1, m->input.c};
@@ -271,8 +280,14 @@ int mgt_export_onnx(const mgt_model *m, const float *w, const float *buf, const 
             rank[i] = r;
             continue;
         }
-        const mgt_onnx_attr axis = {.name = "axis", .kind = MGT_ONNX_INT, .i = 1};
-        mgt_onnx_node(g, op, &own, 1, l->name, &axis, act == MGT_ACT_SOFTMAX);
+        /* softmax over the channels: axis 1 of NCHW and of [batch, C], the last of a sequence's */
+        const mgt_onnx_attr axis = {.name = "axis", .kind = MGT_ONNX_INT, .i = r == 3 ? 2 : 1};
+        const mgt_onnx_attr approx = {.name = "approximate",
+                                      .kind = MGT_ONNX_STRING,
+                                      .s = act == MGT_ACT_GELU_TANH ? "tanh" : "none"};
+        const int gelu = act == MGT_ACT_GELU || act == MGT_ACT_GELU_TANH;
+        mgt_onnx_node(g, op, &own, 1, l->name, gelu ? &approx : &axis,
+                      act == MGT_ACT_SOFTMAX || gelu);
         snprintf(names[i], sizeof names[i], "%s", l->name);
         rank[i] = r;
     }
@@ -281,18 +296,25 @@ int mgt_export_onnx(const mgt_model *m, const float *w, const float *buf, const 
     /* The output: the last layer's value, flat. */
     const char *y = names[L - 1];
     const mgt_onnx_attr flat = {.name = "axis", .kind = MGT_ONNX_INT, .i = 1};
-    mgt_onnx_node(g, rank[L - 1] == 2 ? "Identity" : "Flatten", &y, 1, "output", &flat,
-                  rank[L - 1] == 2 ? 0 : 1);
-    const int64_t od[2] = {-1, m->classes};
-    mgt_onnx_output(g, "output", 2, od);
+    const int as_is = rank[L - 1] != 4; /* [batch, C], or a sequence's [batch, T, C] */
+    mgt_onnx_node(g, as_is ? "Identity" : "Flatten", &y, 1, "output", &flat, !as_is);
+    const int64_t od[2] = {-1, m->classes}, os[3] = {-1, -2, m->classes};
+    if (rank[L - 1] == 3)
+        mgt_onnx_output(g, "output", 3, os);
+    else
+        mgt_onnx_output(g, "output", 2, od);
     char doc[1024], in[96];
-    if (m->input_rank == 1)
+    if (m->vocab > 0)
+        snprintf(in, sizeof in, "int64 token ids [batch, sequence <= %d] below %d", m->input.w,
+                 m->vocab);
+    else if (m->input_rank == 1)
         snprintf(in, sizeof in, "[batch, %d]", m->input.c);
     else
         snprintf(in, sizeof in, "[batch, %d, %d, %d] (NHWC)", m->input.h, m->input.w, m->input.c);
-    snprintf(doc, sizeof doc, "mgtrain model %s (%s): input float32 %s%s; output [batch, %d] (%s)",
-             m->name, m->path, in, m->input_tf.norm ? ", normalised inside the graph" : "",
-             m->classes, mgt_export_output_kind(m));
+    snprintf(doc, sizeof doc, "mgtrain model %s (%s): input %s%s%s; output [batch, %s%d] (%s)",
+             m->name, m->path, m->vocab > 0 ? "" : "float32 ", in,
+             m->input_tf.norm ? ", normalised inside the graph" : "",
+             rank[L - 1] == 3 ? "sequence, " : "", m->classes, mgt_export_output_kind(m));
     rc = mgt_onnx_write(g, path, "mgtrain", o->version, doc, err);
 out:
     mgt_onnx_free(g);

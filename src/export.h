@@ -5,7 +5,10 @@
  * the graph where [input] has mean and std; one Transpose makes it NCHW, ONNX's layout, and every
  * layer after it is written in NCHW: [batch, C, H, W] for images, [batch, C] for flat values
  * (after [flatten], [global_avgpool] and [dense]). The output is the last layer's, [batch,
- * classes], its softmax applied where the layer has one (what `mgtrain predict` writes). Dropout
+ * classes], its softmax applied where the layer has one (what `mgtrain predict` writes).
+ * A language model ([input] context and vocab) takes int64 token ids [batch, sequence], both
+ * dynamic (a sequence at most the context long), and gives [batch, sequence, vocab]: its layers
+ * work on [batch, T, C] values, channels last, as PyTorch's do. Dropout
  * is gone; a batchnorm is folded into the convolution before it (its only reader, with no
  * activation between) unless the caller keeps it, and is otherwise a BatchNormalization node
  * with its moving statistics.
@@ -25,9 +28,9 @@ struct mgt_onnx_layer {
     const float *w, *buf; /* the model's parameter and buffer arenas (host) */
     int ninputs;
     const char *in[MGT_MAX_INPUTS]; /* the inputs' values, as the exporter holds them */
-    int in_rank[MGT_MAX_INPUTS];    /* 4: [batch, C, H, W]; 2: [batch, C] */
+    int in_rank[MGT_MAX_INPUTS];    /* 4: [batch, C, H, W]; 2: [batch, C]; 3: [batch, T, C] */
     char out[160];                  /* the value the layer writes */
-    int out_rank;                   /* the layer sets it: 4 or 2 */
+    int out_rank;                   /* the layer sets it: 4, 2 or 3 */
     /* conv2d and separable_conv2d: a batchnorm after the layer folded into its weights: each
      * output channel's weights times scale[c], its bias times scale[c] plus shift[c] (NULL:
      * none). */

@@ -152,7 +152,7 @@ static int init_raw(mgt_onnx *g, const char *name, int type, const void *data, s
     t->data_type = type;
     t->n_dims = (size_t)ndim;
     t->dims = own(g, sizeof *t->dims * (size_t)(ndim ? ndim : 1));
-    if (t->dims)
+    if (t->dims && ndim) /* a scalar (ndim 0) has no dims */
         memcpy(t->dims, dims, sizeof *t->dims * (size_t)ndim);
     t->has_raw_data = 1;
     t->raw_data.len = bytes;
@@ -183,7 +183,7 @@ int mgt_onnx_init_i64(mgt_onnx *g, const char *name, const int64_t *data, int nd
 }
 
 /* A float32 tensor value of the given shape (-1: "batch"). */
-static Onnx__ValueInfoProto *value_info(mgt_onnx *g, const char *name, int ndim,
+static Onnx__ValueInfoProto *value_info(mgt_onnx *g, const char *name, int elem, int ndim,
                                         const int64_t *dims) {
     Onnx__ValueInfoProto *v = own(g, sizeof *v);
     Onnx__TypeProto *t = own(g, sizeof *t);
@@ -202,7 +202,7 @@ static Onnx__ValueInfoProto *value_info(mgt_onnx *g, const char *name, int ndim,
         onnx__tensor_shape_proto__dimension__init(d[i]);
         if (dims[i] < 0) {
             d[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-            d[i]->dim_param = own_str(g, "batch");
+            d[i]->dim_param = own_str(g, dims[i] == -1 ? "batch" : "sequence");
         } else {
             d[i]->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
             d[i]->dim_value = dims[i];
@@ -211,7 +211,7 @@ static Onnx__ValueInfoProto *value_info(mgt_onnx *g, const char *name, int ndim,
     sh->n_dim = (size_t)ndim;
     sh->dim = d;
     tt->has_elem_type = 1;
-    tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    tt->elem_type = elem;
     tt->shape = sh;
     t->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
     t->tensor_type = tt;
@@ -222,12 +222,17 @@ static Onnx__ValueInfoProto *value_info(mgt_onnx *g, const char *name, int ndim,
 
 int mgt_onnx_input(mgt_onnx *g, const char *name, int ndim, const int64_t *dims) {
     return push(g, (void ***)&g->graph.input, &g->graph.n_input, &g->cap_in,
-                value_info(g, name, ndim, dims));
+                value_info(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims));
+}
+
+int mgt_onnx_input_ids(mgt_onnx *g, const char *name, int ndim, const int64_t *dims) {
+    return push(g, (void ***)&g->graph.input, &g->graph.n_input, &g->cap_in,
+                value_info(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, ndim, dims));
 }
 
 int mgt_onnx_output(mgt_onnx *g, const char *name, int ndim, const int64_t *dims) {
     return push(g, (void ***)&g->graph.output, &g->graph.n_output, &g->cap_out,
-                value_info(g, name, ndim, dims));
+                value_info(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims));
 }
 
 int mgt_onnx_write(mgt_onnx *g, const char *path, const char *producer, const char *version,

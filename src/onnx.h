@@ -3,7 +3,8 @@
  *
  * A graph of operator nodes of the default domain at one opset (MGT_ONNX_OPSET), float32 tensors
  * between them, float32 and int64 initializers (stored as raw little-endian bytes), and inputs and
- * outputs whose first dimension may be symbolic (dynamic batch). The builder copies what it is
+ * outputs whose dimensions may be symbolic (a dynamic batch, and a language model's sequence
+length); inputs are float32, or int64 for token ids. The builder copies what it is
  * given; names are the caller's, and must be unique among the graph's values. */
 #ifndef MGT_ONNX_H
 #define MGT_ONNX_H
@@ -44,8 +45,10 @@ int mgt_onnx_init_f32(mgt_onnx *g, const char *name, const float *data, int ndim
                       const int64_t *dims);
 int mgt_onnx_init_i64(mgt_onnx *g, const char *name, const int64_t *data, int ndim,
                       const int64_t *dims);
-/* The graph's float32 inputs and outputs; a dimension of -1 is the symbolic "batch". */
+/* The graph's float32 inputs and outputs; a dimension of -1 is the symbolic "batch", one of -2
+ * the symbolic "sequence". mgt_onnx_input_ids: an int64 input (token ids). */
 int mgt_onnx_input(mgt_onnx *g, const char *name, int ndim, const int64_t *dims);
+int mgt_onnx_input_ids(mgt_onnx *g, const char *name, int ndim, const int64_t *dims);
 int mgt_onnx_output(mgt_onnx *g, const char *name, int ndim, const int64_t *dims);
 
 /* Encodes the model (producer and its version, a line of documentation) and writes it to path

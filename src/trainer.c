@@ -703,15 +703,18 @@ int mgt_cmd_export(mgt_runtime *rt, const mgt_options *o) {
     if (rc)
         mgt_die_all("%s", e.msg);
     char in[96];
-    if (m->input_rank == 1)
+    const int seq = m->labels_per_sample > 1; /* a language model: [batch, sequence, vocab] */
+    if (m->vocab > 0)
+        snprintf(in, sizeof in, "[batch, sequence <= %d] int64 token ids", m->input.w);
+    else if (m->input_rank == 1)
         snprintf(in, sizeof in, "[batch, %d] float32", m->input.c);
     else
         snprintf(in, sizeof in, "[batch, %d, %d, %d] float32 (NHWC)", m->input.h, m->input.w,
                  m->input.c);
-    printf("wrote %s: model %s as ONNX (opset %d), input %s, output [batch, %d] (%s); batchnorm "
-           "%s\n",
-           out->output, m->name, MGT_ONNX_OPSET, in, m->classes, mgt_export_output_kind(m),
-           out->keep_bn ? "kept" : "folded where it follows a convolution");
+    printf("wrote %s: model %s as ONNX (opset %d), input %s, output [batch, %s%d] (%s)%s%s\n",
+           out->output, m->name, MGT_ONNX_OPSET, in, seq ? "sequence, " : "", m->classes,
+           mgt_export_output_kind(m), seq ? "" : "; batchnorm ",
+           seq ? "" : out->keep_bn ? "kept" : "folded where it follows a convolution");
     fflush(stdout);
     mgt_model_free(m);
     mgt_run_plan_free(&s->p);

@@ -250,21 +250,34 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
         bwd(s->be, n, in, out, x, w, dy, dx, NULL, NULL);
 }
 
-/* Gemm(x, W, b) with W's [out][in] transposed: ONNX's Linear. */
+/* Gemm(x, W, b), W's [out][in] transposed (ONNX's Linear) or an [in][out] weight as it is; on a
+ * sequence, MatMul([batch, T, in], [in, out]) and the bias added. A tied layer's weight is the
+ * other layer's tensor, already in the graph under its name (written as the layer that owns it
+ * was). */
 static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
-    if (l->in.seq || l->tied >= 0 || l->cfg.w_in_out || mgt_act_bwd_reads_x(l->act))
-        return mgt_errf(err,
-                        "layer %s: the ONNX export does not take a dense layer on a sequence, "
-                        "tied, with weight_layout = in_out or a GELU yet",
-                        l->name);
-    const mgt_onnx_attr t = {.name = "transB", .kind = MGT_ONNX_INT, .i = 1};
-    const char *in[3] = {mgt_onnx_input2(x, m, l, 0), mgt_onnx_param(x, m, l, 0),
-                         l->param[1] >= 0 ? mgt_onnx_param(x, m, l, 1) : NULL};
-    x->out_rank = 2;
-    if (!in[1] || (l->param[1] >= 0 && !in[2]) ||
-        mgt_onnx_node(x->g, "Gemm", in, in[2] ? 3 : 2, x->out, &t, 1) < 0)
-        return mgt_errf(err, "out of host memory exporting %s", l->name);
-    return 0;
+    const int bs = bias_slot(l);
+    const char *w = l->tied >= 0 ? m->params[l->tied].name : mgt_onnx_param(x, m, l, 0);
+    const char *b = l->param[bs] >= 0 ? mgt_onnx_param(x, m, l, bs) : NULL;
+    int rc = !w || (l->param[bs] >= 0 && !b);
+    if (!l->in.seq) {
+        const mgt_onnx_attr t = {.name = "transB", .kind = MGT_ONNX_INT, .i = !l->cfg.w_in_out};
+        const char *in[3] = {mgt_onnx_input2(x, m, l, 0), w, b};
+        x->out_rank = 2;
+        rc |= mgt_onnx_node(x->g, "Gemm", in, b ? 3 : 2, x->out, &t, 1) < 0;
+        return rc ? mgt_errf(err, "out of host memory exporting %s", l->name) : 0;
+    }
+    char wt[192], prod[192];
+    snprintf(wt, sizeof wt, "%s/weight_in_out", x->out);
+    snprintf(prod, sizeof prod, "%s/matmul", x->out);
+    const int64_t perm[2] = {1, 0};
+    const mgt_onnx_attr t = {.name = "perm", .kind = MGT_ONNX_INTS, .ints = perm, .nints = 2};
+    if (!l->cfg.w_in_out) /* [out][in]: its transpose */
+        rc |= mgt_onnx_node(x->g, "Transpose", &w, 1, wt, &t, 1) < 0;
+    const char *mm[2] = {x->in[0], l->cfg.w_in_out ? w : wt}, *add[2] = {prod, b};
+    x->out_rank = 3;
+    rc |= mgt_onnx_node(x->g, "MatMul", mm, 2, b ? prod : x->out, NULL, 0) < 0 ||
+          (b && mgt_onnx_node(x->g, "Add", add, 2, x->out, NULL, 0) < 0);
+    return rc ? mgt_errf(err, "out of host memory exporting %s", l->name) : 0;
 }
 
 const mgt_layer_type mgt_layer_dense = {

@@ -14,6 +14,7 @@
  * gradient of the table is then the sum of both layers' (model.h: tied). */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"units", "positions", "init_std", NULL};
@@ -93,6 +94,36 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
                           l->grad_accumulate, mgt_g(m, l, 1));
 }
 
+/* Gather(wte, ids) + the first T rows of wpe, T the ids' sequence length (dynamic). */
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const char *wte = mgt_onnx_param(x, m, l, 0);
+    const char *wpe = l->param[1] >= 0 ? mgt_onnx_param(x, m, l, 1) : NULL;
+    char tok[192], t[192], zero[192], axis[192], rows[192];
+    snprintf(tok, sizeof tok, "%s/tokens", x->out);
+    snprintf(t, sizeof t, "%s/T", x->out);
+    snprintf(zero, sizeof zero, "%s/zero", x->out);
+    snprintf(axis, sizeof axis, "%s/axis", x->out);
+    snprintf(rows, sizeof rows, "%s/positions", x->out);
+    const mgt_onnx_attr a0 = {.name = "axis", .kind = MGT_ONNX_INT, .i = 0};
+    const mgt_onnx_attr sh[2] = {{.name = "start", .kind = MGT_ONNX_INT, .i = 1},
+                                 {.name = "end", .kind = MGT_ONNX_INT, .i = 2}};
+    const char *g[2] = {wte, x->in[0]};
+    const int64_t one = 1, z = 0;
+    const char *sl[4] = {wpe, zero, t, axis}, *add[2] = {tok, rows};
+    x->out_rank = 3;
+    int rc = !wte || (l->param[1] >= 0 && !wpe);
+    if (!wpe)
+        rc |= mgt_onnx_node(x->g, "Gather", g, 2, x->out, &a0, 1) < 0;
+    else
+        rc |= mgt_onnx_node(x->g, "Gather", g, 2, tok, &a0, 1) < 0 ||
+              mgt_onnx_node(x->g, "Shape", &x->in[0], 1, t, sh, 2) < 0 ||
+              mgt_onnx_init_i64(x->g, zero, &z, 1, &one) < 0 ||
+              mgt_onnx_init_i64(x->g, axis, &z, 1, &one) < 0 ||
+              mgt_onnx_node(x->g, "Slice", sl, 4, rows, NULL, 0) < 0 ||
+              mgt_onnx_node(x->g, "Add", add, 2, x->out, NULL, 0) < 0;
+    return rc ? mgt_errf(err, "out of host memory exporting %s", l->name) : 0;
+}
+
 const mgt_layer_type mgt_layer_embedding = {
     .name = "embedding",
     .keys = keys,
@@ -104,4 +135,5 @@ const mgt_layer_type mgt_layer_embedding = {
     .forward = forward,
     .backward = backward,
     .bwd_reads = MGT_BWD_READS_X,
+    .onnx = onnx,
 };

@@ -6,6 +6,7 @@
  * PyTorch's and GPT-2's. */
 #include <string.h>
 
+#include "../export.h"
 #include "layer_util.h"
 
 static const char *const keys[] = {"epsilon", NULL};
@@ -71,6 +72,20 @@ static void backward(mgt_model *m, mgt_layer *l, const mgt_step *s, const float 
                               rstd, dy, dx, mgt_g(m, l, 0), mgt_g(m, l, 1));
 }
 
+/* ONNX's LayerNormalization over the last axis (the channels). */
+static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_err *err) {
+    const char *in[3] = {x->in[0], mgt_onnx_param(x, m, l, 0), mgt_onnx_param(x, m, l, 1)};
+    const mgt_onnx_attr a[2] = {{.name = "axis", .kind = MGT_ONNX_INT, .i = -1},
+                                {.name = "epsilon", .kind = MGT_ONNX_FLOAT, .f = l->cfg.epsilon}};
+    if (x->in_rank[0] == 4)
+        return mgt_errf(err, "layer %s: the ONNX export takes layer normalisation of sequences "
+                             "and flat values, not of images", l->name);
+    x->out_rank = x->in_rank[0];
+    if (!in[1] || !in[2] || mgt_onnx_node(x->g, "LayerNormalization", in, 3, x->out, a, 2) < 0)
+        return mgt_errf(err, "out of host memory exporting %s", l->name);
+    return 0;
+}
+
 const mgt_layer_type mgt_layer_layernorm = {
     .name = "layernorm",
     .keys = keys,
@@ -82,4 +97,5 @@ const mgt_layer_type mgt_layer_layernorm = {
     .forward = forward,
     .backward = backward,
     .bwd_reads = MGT_BWD_READS_X,
+    .onnx = onnx,
 };

@@ -113,22 +113,25 @@ static void concat_bwd(mgt_model *m, mgt_layer *l, const mgt_step *s, float *dy,
     }
 }
 
-/* Sum or Concat (along the channels) of the inputs, all at one rank: 4-D if any is. */
+/* Sum or Concat (along the channels) of the inputs, all at one rank: 4-D if any is; sequences'
+ * [batch, T, C] as they are. */
 static int merge_onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, const char *op,
                       mgt_err *err) {
     int rank = 2;
     for (int k = 0; k < l->ninputs; k++)
-        rank = x->in_rank[k] == 4 ? 4 : rank;
+        rank = x->in_rank[k] > rank ? x->in_rank[k] : rank;
     /* each input's name is copied into the node as it is written, but the helpers' names are
      * reused after four: kept here */
     char names[MGT_MAX_INPUTS][192];
     const char *in[MGT_MAX_INPUTS];
     for (int k = 0; k < l->ninputs; k++) {
         snprintf(names[k], sizeof names[k], "%s",
-                 rank == 4 ? mgt_onnx_input4(x, m, l, k) : mgt_onnx_input2(x, m, l, k));
+                 rank == 3   ? x->in[k] /* sequences: every input is one, [batch, T, C] */
+                 : rank == 4 ? mgt_onnx_input4(x, m, l, k)
+                             : mgt_onnx_input2(x, m, l, k));
         in[k] = names[k];
     }
-    const mgt_onnx_attr a = {.name = "axis", .kind = MGT_ONNX_INT, .i = 1};
+    const mgt_onnx_attr a = {.name = "axis", .kind = MGT_ONNX_INT, .i = rank == 3 ? 2 : 1};
     x->out_rank = rank;
     if (mgt_onnx_node(x->g, op, in, l->ninputs, x->out, &a, op[0] == 'C') < 0)
         return mgt_errf(err, "out of host memory exporting %s", l->name);
