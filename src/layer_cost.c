@@ -236,7 +236,8 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
     if (mac || mac_mma) { /* the products: y = x * W (+ b) */
         fwd->flops += 2 * (mac + mac_mma) + (bias ? Y : 0);
         fwd->mma = 2 * mac_mma;
-        fwd->bytes = e * (X + Y) + 4 * P;
+        /* a GELU's layer keeps the product for its backward (dense.c): written beside y */
+        fwd->bytes = e * (X + Y) + 4 * P + (act && mgt_act_bwd_reads_x(l->act) ? e * Y : 0);
         /* dW (and db) from x and dy; dx from dy and W where needed */
         bwd->flops = 2 * (mac + mac_mma) * (dx > 0 ? 2 : 1) + (bias ? Y : 0);
         bwd->mma = 2 * mac_mma * (dx > 0 ? 2 : 1);
@@ -266,12 +267,20 @@ void mgt_layer_cost(const mgt_model *m, int i, int n, int act_bytes, mgt_cost *f
         bwd->bytes = e * (2 * X + 2 * Y + dx + dx_acc) + 8 * rows + 4 * 2 * P;
     } else if (!strcmp(t, "embedding")) {
         /* a row of the token table and one of the position table per position, added; backward
-         * adds dy into the token rows (read and written) and sums it into the position table,
-         * and clears the token table's gradient first where it writes it (not tied) */
+         * adds dy into the token rows (read and written) and sums it into the position table
+         * (written), and clears the token table's gradient first where it writes it: not where an
+         * output layer tied to the table (later in the file, so first in backward) wrote it before
+         */
+        int tied_later = l->grad_accumulate;
+        for (int q = i + 1; q < m->nlayers; q++)
+            tied_later |= m->layers[q].tied >= 0 && m->layers[q].tied == l->param[0] &&
+                          mgt_layer_trains_tied(m, &m->layers[q]);
+        const double V = (double)m->params[l->param[0]].count;
+        const double Wp = l->param[1] >= 0 ? (double)m->params[l->param[1]].count : 0;
         fwd->flops += Y;
         fwd->bytes = e * Y + 4 * 2 * Y + 4 * X;
         bwd->flops = 2 * Y;
-        bwd->bytes = e * Y + 4 * 2 * Y + 4 * X + (l->grad_accumulate ? 0 : 4 * P);
+        bwd->bytes = e * Y + 4 * 2 * Y + 4 * X + 4 * Wp + (tied_later ? 0 : 4 * V);
     } else if (!strcmp(t, "batchnorm")) {
         /* statistics and the normalisation: x read, y written; backward x and dy read, dx
          * written (its two channel sums need x and dy too: counted once) */

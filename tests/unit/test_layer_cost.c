@@ -98,6 +98,51 @@ static void test_groups(tally *t) {
     mgt_model_free(&m);
 }
 
+/* A GPT of one block at its smallest: the embedding with its table tied to the head, layer norm,
+ * the fused QKV, causal attention, a GELU dense layer on [in][out] weights, the head. */
+static const char *gpt =
+    "[input]\ncontext = 6\nvocab = 10\n"
+    "[embedding]\nname = e\nunits = 8\n"
+    "[layernorm]\nname = ln\n"
+    "[dense]\nname = qkv\nunits = 24\nweight_layout = in_out\n"
+    "[attention]\nname = at\nheads = 2\n"
+    "[dense]\nname = fc\nunits = 32\nweight_layout = in_out\nactivation = gelu_tanh\n"
+    "[dense]\nname = pr\nunits = 8\nweight_layout = in_out\n"
+    "[dense]\nname = head\nunits = 10\nuse_bias = false\ntied = e.wte.weight\n"
+    "[train]\noptimizer = adamw\nloss = sparse_categorical_crossentropy\nbatch_size = 4\n";
+
+static void test_seq(tally *t) {
+    mgt_model m;
+    mgt_train_cfg train;
+    mgt_err e;
+    if (mgt_model_file_parse(&m, &train, "gpt.cfg", gpt, &e) < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        CHECK(t, 0);
+        return;
+    }
+    const double T = 6, C = 8, Y = N * T * C;
+    /* embedding: forward reads a token row and a position row a position (float32) and the ids,
+     * writes y; backward reads dy and the ids, adds into the token rows (read and written),
+     * writes the position table's gradient, and does not clear the token table's: the tied head
+     * wrote it first */
+    mgt_cost f = fwd_of(&m, 0, 4), b = bwd_of(&m, 0, 4);
+    CHECK(t, near(f.bytes, 4 * Y + 8 * Y + 4 * N * T) && near(f.flops, Y));
+    CHECK(t, near(b.bytes, 4 * Y + 8 * Y + 4 * N * T + 4 * T * C) && near(b.flops, 2 * Y));
+    /* attention: T (T + 1) / 2 causal pairs a head, d = 4: two products a pair forward (and an
+     * exponential, 4 flops), five backward (and 6 flops) */
+    const double pairs = N * 2 * T * (T + 1) / 2, d = 4;
+    f = fwd_of(&m, 3, 4), b = bwd_of(&m, 3, 4);
+    CHECK(t, near(f.mma, 4 * pairs * d) && near(f.flops, 4 * pairs * d + 4 * pairs));
+    CHECK(t, near(b.mma, 10 * pairs * d) && near(b.flops, 10 * pairs * d + 6 * pairs));
+    CHECK(t, near(f.bytes, 4 * (3 * Y + Y) + 4 * N * 2 * T));
+    CHECK(t, near(b.bytes, 4 * (3 * Y + 2 * Y + 3 * Y) + 4 * N * 2 * T));
+    /* the GELU dense layer writes its product (kept for backward) beside y */
+    const double Yf = N * T * 32, Pf = 8 * 32 + 32;
+    f = fwd_of(&m, 4, 4);
+    CHECK(t, near(f.mma, 2 * N * T * 8 * 32) && near(f.bytes, 4 * (Y + 2 * Yf) + 4 * Pf));
+    mgt_model_free(&m);
+}
+
 int main(void) {
     tally t = {0, 0};
     mgt_model m;
@@ -211,7 +256,8 @@ int main(void) {
             mgt_model half = m;
             half.act_bytes = 2;
             mgt_plan p, q;
-            CHECK(&t, mgt_model_plan(&half, N, 1, &p, &e) == 0 && mgt_model_plan(&m, N, 1, &q, &e) == 0);
+            CHECK(&t, mgt_model_plan(&half, N, 1, &p, &e) == 0 &&
+                          mgt_model_plan(&m, N, 1, &q, &e) == 0);
             CHECK(&t, me.act == (double)p.arena && p.arena < q.arena);
             mgt_plan_free(&p);
             mgt_plan_free(&q);
@@ -219,6 +265,7 @@ int main(void) {
     }
     mgt_model_free(&m);
     test_groups(&t);
+    test_seq(&t);
     printf("test_layer_cost: %d checks passed%s\n", t.pass, t.fail ? "" : "");
     if (t.fail)
         fprintf(stderr, "test_layer_cost: %d checks FAILED\n", t.fail);
