@@ -14,7 +14,7 @@ DEV_DIR_DEFAULT=.device
 # The binaries the GPU check runs, relative to a build folder: libmgt_gpu.so, the GPU backend
 # mgtrain opens (it lies beside mgtrain, and building mgtrain builds it), with them.
 DEV_BINARIES=(mgtrain libmgt_gpu.so tests/gpu/test_gpu_fallback tests/gpu/test_gpu_ops
-              tests/gpu/test_gpu_train tests/gpu/test_gpu_nccl tests/mgt_compare bench/sgemm_rate
+              tests/gpu/test_gpu_seq tests/gpu/test_gpu_train tests/gpu/test_gpu_nccl tests/mgt_compare bench/sgemm_rate
               bench/mgt_allreduce_bench bench/mgt_gpu_kernels)
 DEV_DATA_FILES=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz
                 t10k-labels-idx1-ubyte.gz)

@@ -93,8 +93,9 @@ S=$T/out/speed.md
   || bad "on-device speed --dry-run: exit $rc"
 row "$S" env PASS "no missing library"
 row "$S" gpu_speed SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
+row "$S" gpt2_124m SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
 row "$S" gpu_kernels SKIPPED "dry run: SKIPPED: no usable GPU"
-grep -q "^- verdict: 1 PASS, 0 FAIL, 2 SKIPPED of 3 parts (finished)" "$S" \
+grep -q "^- verdict: 1 PASS, 0 FAIL, 3 SKIPPED of 4 parts (finished)" "$S" \
   && ok "speed: $(grep '^- verdict' "$S")" || bad "speed verdict: $(grep '^- verdict' "$S")"
 grep -q -- "--algo-cache $T/algos.txt" "$S" && ok "speed: every mgtrain run shares the --algo-cache file" \
   || bad "speed: no --algo-cache in its commands"
@@ -109,6 +110,7 @@ S=$T/out/truth.md
 row "$S" env PASS "no missing library"
 row "$S" test_gpu_fallback PASS "checks passed"
 row "$S" test_gpu_ops SKIPPED "dry run: SKIPPED: no usable GPU"
+row "$S" test_gpu_seq SKIPPED "dry run: SKIPPED: no usable GPU"
 row "$S" test_gpu_train SKIPPED "dry run: SKIPPED: no usable GPU"
 row "$S" gpu_fallback_cli PASS "[1-9] ok, 0 failed"
 row "$S" nccl_1rank SKIPPED "dry run: SKIPPED: no usable GPU"
@@ -130,7 +132,7 @@ done
 for p in share_route share_compare share_repro share_kill share_pipeline share_refuse; do
   row "$S" "$p" SKIPPED "dry run: SKIPPED: no usable GPU \(mgtrain: --device gpu: no usable GPU"
 done
-grep -q "^- verdict: 3 PASS, 0 FAIL, 16 SKIPPED of 19 parts (finished)" "$S" \
+grep -q "^- verdict: 3 PASS, 0 FAIL, 17 SKIPPED of 20 parts (finished)" "$S" \
   && ok "truth: $(grep '^- verdict' "$S")" || bad "truth verdict: $(grep '^- verdict' "$S")"
 nbf16=$(sed -n '/^# \(convnet_bf16_fashion\)$/{n;p}' "$S" | grep -c -- ' --precision bf16')
 [ "$nbf16" -eq 1 ] && grep -q -- "--algo-cache $T/algos.txt" "$S" \
