@@ -73,12 +73,6 @@ static int alloc(mgt_model *m, mgt_layer *l, int max_batch, mgt_err *err) {
                         "layer %s: the %s backend has no embedding ops yet; train this model "
                         "with --device cpu",
                         l->name, m->be->ops->name);
-    /* The GPU's sequence kernels take bfloat16 activations, but no test checks them there yet */
-    if (m->be->act != MGT_F32)
-        return mgt_errf(err,
-                        "layer %s: sequence models train with float32 activations for now; run "
-                        "without --precision bf16 (--tf32 speeds up their products)",
-                        l->name);
     return 0;
 }
 

@@ -7,9 +7,10 @@
  * result within gamma(K) times the sum of its terms' magnitudes (opcheck.h), K the longest chain
  * of roundings an output can take, stated at each check. Where the GPU's kernel adds the same
  * float terms in the CPU's order (the embedding's rows, its table's gradient), the result must be
- * the CPU's bit for bit. The shapes are small (the emulated GPU runs every thread on the host):
- * the whole test takes a few seconds there. Needs a GPU (real or emulated): without one it prints
- * SKIPPED and exits 77. */
+ * the CPU's bit for bit. On a --precision bf16 backend (bfloat16 activations) each op is held to
+ * the float backend's result on the same values (test_bf16 says how). The shapes are small (the
+ * emulated GPU runs every thread on the host): the whole test takes a few seconds there. Needs a
+ * GPU (real or emulated): without one it prints SKIPPED and exits 77. */
 #include "gpu_internal.h"
 #include "gpu_test.h"
 
@@ -473,6 +474,268 @@ static void test_decode(pair *p, int t, int c, int heads, int pos) {
     hfree_all();
 }
 
+/* ---- --precision bf16: the activations bfloat16, every op's arithmetic float ----
+ * Each op on bfloat16 activations against the float backend's same op on the same values (the
+ * inputs rounded to bfloat16 first): the kernels are the same code on widened values (exact), so
+ * an activation it stores is the float result rounded once to bfloat16, and a float output
+ * (log-sum-exp, statistics, parameter gradients) is the float result itself. The bounds allow
+ * for a compiler contracting a product and a sum differently in the two instantiations (one
+ * float rounding, 2^-24 of the operands, which can move a value across a bfloat16 rounding
+ * boundary): an activation within 2^-8 of the float result relative (one bfloat16 unit, twice
+ * the 2^-9 of a rounding), a float output within 2^-20 of the largest float result (a few units
+ * of float through the op's sums). The products (cuBLAS on bfloat16, float accumulation in an
+ * order of its own) are held to the exact result as test_gpu_ops.c holds dense layers: the
+ * tensor cores' gamma(2K) and one rounding to bfloat16. */
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
+}
+
+static float *bf16_copy(const float *x, size_t n) {
+    float *r = hf(n);
+    for (size_t i = 0; i < n; i++)
+        r[i] = bf16_round(x[i]);
+    return r;
+}
+
+/* n host floats (bfloat16 values) as a bf16 backend's activations, and back. */
+static float *act_put(mgt_backend *g, const float *h, size_t n) {
+    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &h[i], sizeof u);
+        b[i] = (uint16_t)(u >> 16);
+    }
+    float *d = dmem(g, n * sizeof(uint16_t) + 2);
+    g->ops->to_device(g, d, b, n * sizeof(uint16_t));
+    return d;
+}
+
+static float *act_get(mgt_backend *g, const float *d, size_t n) {
+    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
+    g->ops->to_host(g, b, d, n * sizeof(uint16_t));
+    float *h = hf(n);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)b[i] << 16;
+        memcpy(&h[i], &u, sizeof u);
+    }
+    return h;
+}
+
+static float *act_nan(mgt_backend *g, size_t n) {
+    float *h = hf(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    return act_put(g, h, n);
+}
+
+/* The bf16 backend's activations (device) against the float backend's results (device). */
+static void expect_act16(const char *what, mgt_backend *b, const float *dev, mgt_backend *f,
+                         const float *ref_dev, size_t n) {
+    const float *a = act_get(b, dev, n), *r = dget(f, ref_dev, n);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - r[i]), bound = 0x1p-7 * fabs((double)r[i]);
+        const double q = !isfinite(a[i]) ? INFINITY
+                         : d == 0.0      ? 0.0
+                         : bound > 0     ? d / bound
+                                         : INFINITY;
+        worst = q > worst ? q : worst;
+    }
+    CHECK(worst <= 1.0, "bf16 %s: %.3g times one bfloat16 unit from the float result (%zu values)",
+          what, worst, n);
+}
+
+/* Float outputs of the bf16 backend against the float backend's. */
+static void expect_f32(const char *what, mgt_backend *b, const float *dev, mgt_backend *f,
+                       const float *ref_dev, size_t n) {
+    const float *a = dget(b, dev, n), *r = dget(f, ref_dev, n);
+    double mx = 0.0, worst = 0.0;
+    for (size_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs((double)r[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double d = !isfinite(a[i]) ? INFINITY : fabs((double)a[i] - r[i]);
+        worst = fmax(worst, d);
+    }
+    CHECK(worst <= 0x1p-20 * mx, "bf16 %s: differs by %.3g, over 2^-20 of %.3g (%zu values)", what,
+          worst, mx, n);
+}
+
+static void test_bf16(pair *p, pair *pb) {
+    mgt_backend *f = &p->gpu, *b = &pb->gpu;
+    CHECK(b->act == MGT_BF16, "the second backend's activations are bfloat16");
+    /* embeddings and their gradients */
+    {
+        const int n = 3, t = 11, c = 24, v = 50;
+        const size_t rows = (size_t)n * t;
+        float *ids = hf(rows);
+        for (size_t r = 0; r < rows; r++)
+            ids[r] = (float)(mgt_rand64(OPCHECK_KEY + 9, r) % 7 * 7 % (uint64_t)v);
+        float *wte = hrand((size_t)v * c, -1, 1), *wpe = hrand((size_t)t * c, -1, 1);
+        float *dy = bf16_copy(hrand(rows * c, -1, 1), rows * c);
+        float *fi = dput(f, ids, rows), *bi = dput(b, ids, rows);
+        float *fy = dnan(f, rows * c), *by = act_nan(b, rows * c);
+        f->ops->embed_fwd(f, n, t, c, v, fi, dput(f, wte, (size_t)v * c),
+                          dput(f, wpe, (size_t)t * c), fy);
+        b->ops->embed_fwd(b, n, t, c, v, bi, dput(b, wte, (size_t)v * c),
+                          dput(b, wpe, (size_t)t * c), by);
+        expect_act16("embed_fwd", b, by, f, fy, rows * c);
+        float *fw = dnan(f, (size_t)v * c), *bw = dnan(b, (size_t)v * c);
+        float *fp = dnan(f, (size_t)t * c), *bp = dnan(b, (size_t)t * c);
+        f->ops->embed_bwd(f, n, t, c, v, fi, dput(f, dy, rows * c), fw, 0, fp);
+        b->ops->embed_bwd(b, n, t, c, v, bi, act_put(b, dy, rows * c), bw, 0, bp);
+        expect_f32("embed_bwd dwte", b, bw, f, fw, (size_t)v * c);
+        expect_f32("embed_bwd dwpe", b, bp, f, fp, (size_t)t * c);
+    }
+    /* layer norm */
+    {
+        const int rows = 19, c = 48;
+        const size_t nn = (size_t)rows * c;
+        float *x = bf16_copy(hrand(nn, -2, 3), nn), *dy = bf16_copy(hrand(nn, -1, 1), nn);
+        float *gm = hrand((size_t)c, 0.5f, 1.5f), *bt = hrand((size_t)c, -1, 1);
+        float *fx = dput(f, x, nn), *bx = act_put(b, x, nn);
+        float *fg = dput(f, gm, (size_t)c), *bg = dput(b, gm, (size_t)c);
+        float *fb = dput(f, bt, (size_t)c), *bb = dput(b, bt, (size_t)c);
+        float *fy = dnan(f, nn), *by = act_nan(b, nn);
+        float *fm = dnan(f, (size_t)rows), *bm = dnan(b, (size_t)rows);
+        float *fr = dnan(f, (size_t)rows), *br = dnan(b, (size_t)rows);
+        f->ops->layernorm_fwd(f, rows, c, 1e-5f, fx, fg, fb, fy, fm, fr);
+        b->ops->layernorm_fwd(b, rows, c, 1e-5f, bx, bg, bb, by, bm, br);
+        expect_act16("layernorm y", b, by, f, fy, nn);
+        expect_f32("layernorm mean", b, bm, f, fm, (size_t)rows);
+        expect_f32("layernorm rstd", b, br, f, fr, (size_t)rows);
+        float *fdx = dnan(f, nn), *bdx = act_nan(b, nn);
+        float *fdg = dnan(f, (size_t)c), *bdg = dnan(b, (size_t)c);
+        float *fdb = dnan(f, (size_t)c), *bdb = dnan(b, (size_t)c);
+        /* from the same statistics: the float backend's */
+        float *m = dget(f, fm, (size_t)rows), *r = dget(f, fr, (size_t)rows);
+        f->ops->layernorm_bwd(f, rows, c, fx, fg, fm, fr, dput(f, dy, nn), fdx, fdg, fdb);
+        b->ops->layernorm_bwd(b, rows, c, bx, bg, dput(b, m, (size_t)rows),
+                              dput(b, r, (size_t)rows), act_put(b, dy, nn), bdx, bdg, bdb);
+        expect_act16("layernorm dx", b, bdx, f, fdx, nn);
+        expect_f32("layernorm dgamma", b, bdg, f, fdg, (size_t)c);
+        expect_f32("layernorm dbeta", b, bdb, f, fdb, (size_t)c);
+    }
+    /* the GELU */
+    {
+        const size_t nn = 7 * 129;
+        float *x = bf16_copy(hrand(nn, -6, 6), nn), *dy = bf16_copy(hrand(nn, -1, 1), nn);
+        float *fy = dnan(f, nn), *by = act_nan(b, nn), *fd = dnan(f, nn), *bd = act_nan(b, nn);
+        float *fx = dput(f, x, nn), *bx = act_put(b, x, nn);
+        f->ops->act_fwd(f, MGT_ACT_GELU_TANH, 7, 129, fx, fy);
+        b->ops->act_fwd(b, MGT_ACT_GELU_TANH, 7, 129, bx, by);
+        expect_act16("GELU tanh fwd", b, by, f, fy, nn);
+        f->ops->act_bwd(f, MGT_ACT_GELU_TANH, 7, 129, fx, dput(f, dy, nn), fd, 0);
+        b->ops->act_bwd(b, MGT_ACT_GELU_TANH, 7, 129, bx, act_put(b, dy, nn), bd, 0);
+        expect_act16("GELU tanh bwd", b, bd, f, fd, nn);
+    }
+    /* attention, with dropout, and generation */
+    {
+        mgt_attn_shape s = {.n = 2,
+                            .t = 37,
+                            .c = 80,
+                            .heads = 2,
+                            .causal = 1,
+                            .rate = 0.2f,
+                            .key = 77,
+                            .first_sample = 3};
+        const size_t nq = (size_t)s.n * s.t * 3 * s.c, ny = (size_t)s.n * s.t * s.c;
+        const size_t nl = (size_t)s.n * s.heads * s.t;
+        float *qkv = bf16_copy(hrand(nq, -1.5f, 1.5f), nq), *dy = bf16_copy(hrand(ny, -1, 1), ny);
+        float *fq = dput(f, qkv, nq), *bq = act_put(b, qkv, nq);
+        float *fy = dnan(f, ny), *by = act_nan(b, ny), *fl = dnan(f, nl), *bl = dnan(b, nl);
+        f->ops->attn_fwd(f, &s, fq, fy, fl);
+        b->ops->attn_fwd(b, &s, bq, by, bl);
+        expect_act16("attention y", b, by, f, fy, ny);
+        expect_f32("attention lse", b, bl, f, fl, nl);
+        /* backward from the bf16 forward's y (as the bf16 model keeps it) and its lse */
+        float *y16 = act_get(b, by, ny), *l = dget(b, bl, nl);
+        float *fd = dnan(f, nq), *bd = act_nan(b, nq);
+        f->ops->attn_bwd(f, &s, fq, dput(f, y16, ny), dput(f, l, nl), dput(f, dy, ny), fd);
+        b->ops->attn_bwd(b, &s, bq, by, bl, act_put(b, dy, ny), bd);
+        expect_act16("attention dqkv", b, bd, f, fd, nq);
+        /* generation: position 20's query against the cache of positions 0 .. 20 */
+        const int pos = 20, c = s.c;
+        float *q = hcopy(qkv + (size_t)pos * 3 * c, (size_t)c);
+        float *kc = hf((size_t)s.t * c), *vc = hf((size_t)s.t * c);
+        for (int j = 0; j < s.t; j++) {
+            memcpy(kc + (size_t)j * c, qkv + ((size_t)j * 3 + 1) * c, sizeof(float) * (size_t)c);
+            memcpy(vc + (size_t)j * c, qkv + ((size_t)j * 3 + 2) * c, sizeof(float) * (size_t)c);
+        }
+        float *fo = dnan(f, (size_t)c), *bo = act_nan(b, (size_t)c);
+        f->ops->attn_decode(f, c, s.heads, pos, dput(f, q, (size_t)c), dput(f, kc, (size_t)s.t * c),
+                            dput(f, vc, (size_t)s.t * c), fo);
+        b->ops->attn_decode(b, c, s.heads, pos, act_put(b, q, (size_t)c),
+                            act_put(b, kc, (size_t)s.t * c), act_put(b, vc, (size_t)s.t * c), bo);
+        expect_act16("attn_decode", b, bo, f, fo, (size_t)c);
+    }
+    /* dense with [in][out] weights: against the exact product of the rounded inputs */
+    {
+        const int n = 37, in = 24, out = 29;
+        float *x = bf16_copy(hrand((size_t)n * in, -1, 1), (size_t)n * in);
+        float *w = hrand((size_t)in * out, -1, 1), *wr = bf16_copy(w, (size_t)in * out);
+        float *bias = hrand((size_t)out, -1, 1);
+        float *dy = bf16_copy(hrand((size_t)n * out, -1, 1), (size_t)n * out);
+        double *y = dzero((size_t)n * out), *ya = dzero((size_t)n * out);
+        double *dx = dzero((size_t)n * in), *dxa = dzero((size_t)n * in);
+        double *dw = dzero((size_t)in * out), *dwa = dzero((size_t)in * out);
+        for (int i = 0; i < n; i++)
+            for (int o = 0; o < out; o++) {
+                /* the bias enters as written into the bfloat16 rows before the product */
+                const double bo = bf16_round(bias[o]), gy = dy[(size_t)i * out + o];
+                double acc = bo, aa = fabs(bo);
+                for (int j = 0; j < in; j++) {
+                    const double xv = x[(size_t)i * in + j], wv = wr[(size_t)j * out + o];
+                    acc += xv * wv, aa += fabs(xv * wv);
+                    dx[(size_t)i * in + j] += gy * wv, dxa[(size_t)i * in + j] += fabs(gy * wv);
+                    dw[(size_t)j * out + o] += xv * gy, dwa[(size_t)j * out + o] += fabs(xv * gy);
+                }
+                y[(size_t)i * out + o] = acc, ya[(size_t)i * out + o] = aa;
+            }
+        float *by = act_nan(b, (size_t)n * out), *bdx = act_nan(b, (size_t)n * in);
+        float *bdw = dnan(b, (size_t)in * out), *bx = act_put(b, x, (size_t)n * in);
+        float *bw = dput(b, w, (size_t)in * out);
+        b->ops->dense_io_fwd(b, n, in, out, MGT_ACT_NONE, bx, bw, dput(b, bias, (size_t)out), by,
+                             by);
+        b->ops->dense_io_bwd(b, n, in, out, bx, bw, act_put(b, dy, (size_t)n * out), bdx, bdw,
+                             NULL);
+        const struct {
+            const char *what;
+            const float *got;
+            const double *ref, *abs;
+            size_t n;
+            double k;
+            int act;
+        } cases[] = {{"dense_io y", by, y, ya, (size_t)n * out, 2.0 * (in + 1), 1},
+                     {"dense_io dx", bdx, dx, dxa, (size_t)n * in, 2.0 * out, 1},
+                     {"dense_io dW", bdw, dw, dwa, (size_t)in * out, 2.0 * n, 0}};
+        for (int k = 0; k < 3; k++) {
+            const float *a = cases[k].act ? act_get(b, cases[k].got, cases[k].n)
+                                          : dget(b, cases[k].got, cases[k].n);
+            const double gk = opcheck_gamma(cases[k].k);
+            double worst = 0;
+            for (size_t i = 0; i < cases[k].n; i++) {
+                const double d = fabs((double)a[i] - cases[k].ref[i]);
+                const double bd =
+                    (gk + (cases[k].act ? 0x1p-7 * (1.0 + gk) : 0.0)) * cases[k].abs[i] + 0x1p-40;
+                worst = fmax(worst, !isfinite(a[i]) ? INFINITY : d / bd);
+            }
+            CHECK(worst <= 1.0, "bf16 %s: error %.3g times its bound (%zu values)", cases[k].what,
+                  worst, cases[k].n);
+        }
+    }
+    dfree_all();
+    hfree_all();
+}
+
 int main(void) {
     require_gpu();
     pair p;
@@ -497,6 +760,10 @@ int main(void) {
     test_attn(&p, 2, 37, 16, 2, 1, 0.25f);
     test_decode(&p, 40, 80, 2, 0);
     test_decode(&p, 40, 80, 2, 39);
+    pair pb;
+    pair_init(&pb, MGT_GPU_BF16);
+    test_bf16(&p, &pb);
+    pair_free(&pb);
     pair_free(&p);
     return finish("test_gpu_seq");
 }
