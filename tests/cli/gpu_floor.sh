@@ -2,7 +2,7 @@
 # labels: cli
 # `mgtrain summary --floor` and the memory estimate, on the models and batches of the GPU bars
 # (nothing runs on a device: the counts are the model's):
-#   - ResNet-50 at 256 and Xception at 128 per GPU, BF16, fit an 80 GB H100 by the estimate
+#   - ResNet-50 at 256 and Xception at 128 per GPU, BF16, fit an H200 (141 GB) by the estimate
 #     (the activation arena is the memory plan's; a build without the GPU backend has no
 #     workspace figure, and then no estimate);
 #   - the floor table has a row per layer and a step floor, which is the sum of the per-pass
@@ -20,7 +20,7 @@ XC=(--model "$MGT_SRC/examples/xception.cfg" --input-shape 224,224,3)
 if "$MGT_BIN" --version | grep -i 'cuda' >/dev/null; then
   for f in r50 xc; do
     line=$(grep '^GPU memory of one rank' "$f.txt")
-    grep -q 'fits an 80 GB H100' <<<"$line" && ok "$f: ${line#GPU memory of one rank }" \
+    grep -q 'fits an H200 (143,771 MiB' <<<"$line" && ok "$f: ${line#GPU memory of one rank }" \
       || bad "$f: no fit: '$line'"
   done
   act=$(sed -n 's/.*= activations \([0-9.]*\) (the memory plan).*/\1/p' r50.txt)
