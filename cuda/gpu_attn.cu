@@ -15,11 +15,10 @@
  * one writer (no atomics: the same bits on every run):
  *   dQ: one warp a query i, over its keys j: p = e^(s - lse_i), dP = dO_i . v_j,
  *       dS = p (dP keep - D_i), dq_i = sum_j dS k_j / sqrt(d), D_i = dO_i . O_i (in double, in
- *       order, as the CPU forms it);
+ *       order, as the CPU forms it), kept in the scratch (n heads t floats) for the next kernel;
  *   dK, dV: one warp a key j, over its queries i >= j (all of them without the causal mask), one
- *       a lane: the same p, dP and dS (D_i formed again by the lane), dv_j = sum_i p keep dO_i,
- *       dk_j = sum_i dS q_i / sqrt(d).
- * Each pair's score is recomputed twice (once per kernel): a first version, correct and
+ *       a lane: the same p, dP and dS, dv_j = sum_i p keep dO_i, dk_j = sum_i dS q_i / sqrt(d).
+ * Each pair's score and dP are formed twice (once per kernel): a first version, correct and
  * deterministic; a tiled one (the keys of a block in shared memory, tensor cores) is the next
  * step for speed.
  *
@@ -146,7 +145,7 @@ template <class T> __device__ inline float delta_of(const T *dO, const T *O, int
 template <class T>
 __global__ void k_attn_bwd_dq(mgt_attn_shape s, const T *__restrict__ qkv, const T *__restrict__ y,
                               const float *__restrict__ lse, const T *__restrict__ dy,
-                              T *__restrict__ dqkv) {
+                              T *__restrict__ dqkv, float *__restrict__ delta) {
     __shared__ float qsh[kWarps][kMaxD], gsh[kWarps][kMaxD], wsh[kWarps][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const place at = place_of(s);
@@ -167,6 +166,8 @@ __global__ void k_attn_bwd_dq(mgt_attn_shape s, const T *__restrict__ qkv, const
     __syncwarp();
     const float D = delta_of(dy + orow, y + orow, d);
     const float L = lse[((size_t)b * s.heads + h) * s.t + i];
+    if (lane == 0)
+        delta[((size_t)b * s.heads + h) * s.t + i] = D;
     const int nkeys = s.causal ? i + 1 : s.t;
     float acc[kPer];
     for (int q = 0; q < kPer; q++)
@@ -203,9 +204,9 @@ __global__ void k_attn_bwd_dq(mgt_attn_shape s, const T *__restrict__ qkv, const
 
 /* dk, dv: block (b, h, tile of kWarps keys), one warp a key. */
 template <class T>
-__global__ void k_attn_bwd_dkv(mgt_attn_shape s, const T *__restrict__ qkv, const T *__restrict__ y,
-                               const float *__restrict__ lse, const T *__restrict__ dy,
-                               T *__restrict__ dqkv) {
+__global__ void k_attn_bwd_dkv(mgt_attn_shape s, const T *__restrict__ qkv,
+                               const float *__restrict__ lse, const float *__restrict__ delta,
+                               const T *__restrict__ dy, T *__restrict__ dqkv) {
     __shared__ float ksh[kWarps][kMaxD], vsh[kWarps][kMaxD], psh[kWarps][32], dsh[kWarps][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const place at = place_of(s);
@@ -217,9 +218,9 @@ __global__ void k_attn_bwd_dkv(mgt_attn_shape s, const T *__restrict__ qkv, cons
     const float scale = 1.0f / sqrtf((float)d);
     const bool drop = s.rate > 0.0f;
     const T *base = qkv + (size_t)b * s.t * ld + (size_t)h * d;
-    const T *ob = y + (size_t)b * s.t * c + (size_t)h * d;
     const T *gb = dy + (size_t)b * s.t * c + (size_t)h * d;
     const float *lb = lse + ((size_t)b * s.heads + h) * s.t;
+    const float *db = delta + ((size_t)b * s.heads + h) * s.t;
     for (int e = lane; e < d; e += 32) {
         ksh[warp][e] = widen(base[(size_t)j * ld + c + e]);
         vsh[warp][e] = widen(base[(size_t)j * ld + 2 * (size_t)c + e]);
@@ -236,7 +237,7 @@ __global__ void k_attn_bwd_dkv(mgt_attn_shape s, const T *__restrict__ qkv, cons
             const T *qi = base + (size_t)i * ld, *gi = gb + (size_t)i * c;
             const float p = expf(dot_scaled(ksh[warp], qi, d, scale) - lb[i]);
             const float dp = dot_scaled(vsh[warp], gi, d, 1.0f);
-            const float D = delta_of(gi, ob + (size_t)i * c, d);
+            const float D = db[i];
             const float keep = drop ? attn_keep(s, (uint64_t)b, h, i, j) : 1.0f;
             ds = p * (drop ? dp * keep - D : dp - D);
             pk = drop ? p * keep : p;
@@ -303,9 +304,10 @@ unsigned blocks_of(const mgt_attn_shape *s) {
 
 extern "C" {
 
+/* D: a float a query and head (backward's dQ kernel writes it, the dK/dV kernel reads it). */
 size_t mgt_gpu_attn_scratch(mgt_backend *be, const mgt_attn_shape *s) {
-    (void)be, (void)s;
-    return 0; /* nothing beyond lse: D is formed again where it is needed */
+    (void)be;
+    return sizeof(float) * (size_t)(s->n > 0 ? s->n : 1) * (size_t)s->heads * (size_t)s->t;
 }
 
 void mgt_gpu_attn_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, float *y,
@@ -326,12 +328,13 @@ void mgt_gpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
         return;
     cudaStream_t st = mgt_gpu_stream(be);
     check_width(st, s->c, s->heads);
+    float *delta = (float *)mgt_gpu_workspace(be, mgt_gpu_attn_scratch(be, s));
     with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto e) {
         using T = decltype(e);
         MGT_LAUNCH(k_attn_bwd_dq<T>, blocks_of(s), 32 * kWarps, st, *s, (const T *)qkv,
-                   (const T *)y, lse, (const T *)dy, (T *)dqkv);
-        MGT_LAUNCH(k_attn_bwd_dkv<T>, blocks_of(s), 32 * kWarps, st, *s, (const T *)qkv,
-                   (const T *)y, lse, (const T *)dy, (T *)dqkv);
+                   (const T *)y, lse, (const T *)dy, (T *)dqkv, delta);
+        MGT_LAUNCH(k_attn_bwd_dkv<T>, blocks_of(s), 32 * kWarps, st, *s, (const T *)qkv, lse, delta,
+                   (const T *)dy, (T *)dqkv);
     });
 }
 

@@ -82,10 +82,10 @@ static int alloc(mgt_model *m, mgt_layer *l, int max_batch, mgt_err *err) {
 }
 
 static size_t scratch(mgt_backend *be, const mgt_layer *l, int max_batch) {
-    (void)max_batch;
     if (!be->ops->attn_scratch)
         return 0;
-    const mgt_attn_shape a = shape_of(l, NULL);
+    mgt_attn_shape a = shape_of(l, NULL);
+    a.n = max_batch; /* the largest batch a pass takes */
     return be->ops->attn_scratch(be, &a);
 }
 
@@ -121,10 +121,10 @@ static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_e
     (void)m;
     const int c = l->out.c, h = l->cfg.heads, d = c / h;
     char n[24][192];
-    const char *const suf[24] = {"zero",  "one",   "axis2", "heads_shape", "out_shape", "scale",
-                                 "q",     "k",     "v",     "q_heads",     "k_heads",   "v_heads",
-                                 "qh",    "kt",    "vh",    "scores",      "scaled",    "T",
-                                 "pos",   "row",   "col",   "allowed",     "masked",    "probs"};
+    const char *const suf[24] = {"zero", "one", "axis2", "heads_shape", "out_shape", "scale",
+                                 "q",    "k",   "v",     "q_heads",     "k_heads",   "v_heads",
+                                 "qh",   "kt",  "vh",    "scores",      "scaled",    "T",
+                                 "pos",  "row", "col",   "allowed",     "masked",    "probs"};
     for (int i = 0; i < 24; i++)
         snprintf(n[i], sizeof n[i], "%s/%s", x->out, suf[i]);
     char starts[3][192], ends[3][192], ctx[192], ohd[192], ot[192], neg[192], ax0[192], ax1[192],
@@ -166,8 +166,7 @@ static int onnx(mgt_onnx_layer *x, const mgt_model *m, const mgt_layer *l, mgt_e
                                      {.name = "end", .kind = MGT_ONNX_INT, .i = 2}};
         const float ninf = -INFINITY;
         const char *sq[2] = {n[17], ax0}, *rg[3] = {n[0], tsc, n[1]}, *ur[2] = {n[18], ax1},
-                   *uc[2] = {n[18], ax0}, *le[2] = {n[20], n[19]},
-                   *wh[3] = {n[21], n[16], neg};
+                   *uc[2] = {n[18], ax0}, *le[2] = {n[20], n[19]}, *wh[3] = {n[21], n[16], neg};
         rc |= mgt_onnx_init_i64(x->g, n[0], &z, 0, NULL) < 0 ||
               mgt_onnx_init_i64(x->g, n[1], &o, 0, NULL) < 0 ||
               mgt_onnx_init_i64(x->g, ax0, &axis0, 1, &one1) < 0 ||
