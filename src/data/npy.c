@@ -610,15 +610,15 @@ static int load_targets(mgt_dataset *ds, const char *path, const mgt_npy *y, con
     for (int64_t i = 0; i < n * elems; i++) {
         read_float(y->data + i * y->itemsize, y, &t[i]);
         if (!isfinite(t[i])) {
+            const float v = t[i];
             free(t);
             return mgt_errf(err,
                             "%s: target %lld of sample %lld is %s%s; fix the targets (every "
                             "one must be a finite float32)",
                             path, (long long)(i % elems), (long long)(i / elems),
-                            isnan(t[i]) ? "NaN" : "infinite",
-                            y->kind == 'f' && y->itemsize == 8 && !isnan(t[i])
-                                ? " as a float32"
-                                : "");
+                            isnan(v) ? "NaN" : "infinite",
+                            y->kind == 'f' && y->itemsize == 8 && !isnan(v) ? " as a float32"
+                                                                            : "");
         }
     }
     ds->targets = t;
