@@ -673,7 +673,7 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
             const char *near = mgt_nearest(argv[1], commands, NCOMMANDS);
             return mgt_errf(err,
                             "unknown command '%.80s'%s%s%s; commands are train, eval, predict, "
-                            "summary, plot, convert, export (see mgtrain --help)",
+                            "summary, plot, convert, export, generate (see mgtrain --help)",
                             argv[1], near ? " (did you mean '" : "", near ? near : "",
                             near ? "'?)" : "");
         }
@@ -689,7 +689,7 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
         if (c->help_cmd && !is_command(c->help_cmd))
             return mgt_errf(err,
                             "unknown command '%.80s' for mgtrain help; commands are train, "
-                            "eval, predict, summary, plot, convert, export",
+                            "eval, predict, summary, plot, convert, export, generate",
                             c->help_cmd);
         return 0;
     }

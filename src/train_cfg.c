@@ -348,7 +348,11 @@ static int parse_file(mgt_model *m, mgt_train_cfg *t, const char *path, const ch
     if ((len ? mgt_model_parse_len(m, path, text, *len, &train, err)
              : mgt_model_parse(m, path, text, &train, err)) < 0)
         return -1;
-    return mgt_train_apply_loss(t, m, err);
+    if (mgt_train_apply_loss(t, m, err) < 0) {
+        mgt_model_free(m); /* a failed parse leaves nothing behind, as mgt_model_parse's own */
+        return -1;
+    }
+    return 0;
 }
 
 int mgt_model_file_parse(mgt_model *m, mgt_train_cfg *t, const char *path, const char *text,

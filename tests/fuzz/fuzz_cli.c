@@ -50,9 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     case MGT_CLI_RUN: {
         const mgt_options *o = &c.o;
-        const char *cmds[] = {"train", "eval", "predict", "summary", "convert"};
+        const char *cmds[] = {"train", "eval", "predict", "summary", "convert", "export", "generate"};
         int known = 0;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 7; i++)
             known |= !strcmp(o->command, cmds[i]);
         FUZZ_CHECK(known, "command %s", o->command);
         if (!strcmp(o->command, "convert")) {
