@@ -104,11 +104,9 @@ void mgt_gpu_dense_fwd(mgt_backend *be, int n, int in, int out, const float *x, 
                              w, in, x, in, &beta, y, out));
 }
 
-void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
-                       const float *dy, float *dx, float *dw, float *db) {
+int mgt_gpu_dense_bwd_edges(mgt_backend *be, int n, int in, int out, const float *dy, float *dx,
+                            float *dw, float *db) {
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
-    cublasHandle_t h = (cublasHandle_t)im->cublas;
-    const float one = 1.0f, zero = 0.0f;
     const size_t esize = im->bf16 ? 2 : 4;
     if (n < 0)
         n = 0;
@@ -118,12 +116,25 @@ void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
         if (dx && n > 0 && in > 0)
             GPU_CHECK_ON(im->stream, CUDA,
                          cudaMemsetAsync(dx, 0, esize * (size_t)n * in, im->stream));
-        return;
+        return 1;
     }
-    if (dw && n == 0) /* an empty inner dimension: write the zeros ourselves */
-        GPU_CHECK_ON(im->stream, CUDA,
-                     cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
-    if (im->bf16 && n > 0) { /* x, dy and dx bfloat16; dW float */
+    if (n == 0) { /* an empty inner dimension: write dW's zeros ourselves; dx has no rows */
+        if (dw)
+            GPU_CHECK_ON(im->stream, CUDA,
+                         cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
+        return 1;
+    }
+    return 0;
+}
+
+void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
+                       const float *dy, float *dx, float *dw, float *db) {
+    mgt_gpu_impl *im = mgt_gpu_impl_of(be);
+    cublasHandle_t h = (cublasHandle_t)im->cublas;
+    const float one = 1.0f, zero = 0.0f;
+    if (mgt_gpu_dense_bwd_edges(be, n, in, out, dy, dx, dw, db))
+        return;
+    if (im->bf16) { /* x, dy and dx bfloat16; dW float */
         if (dw)
             GPU_CHECK_ON(im->stream, CUBLAS,
                          gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, 0.0f,
@@ -136,11 +147,11 @@ void mgt_gpu_dense_bwd(mgt_backend *be, int n, int in, int out, const float *x, 
         }
         return;
     }
-    if (dw && n > 0)
+    if (dw)
         GPU_CHECK_ON(im->stream, CUBLAS,
                      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
                                  &zero, dw, in));
-    if (dx && n > 0)
+    if (dx)
         GPU_CHECK_ON(im->stream, CUBLAS,
                      cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out,
                                  &zero, dx, in));

@@ -211,26 +211,11 @@ void mgt_gpu_dense_io_fwd(mgt_backend *be, int n, int in, int out, mgt_act act, 
 
 void mgt_gpu_dense_io_bwd(mgt_backend *be, int n, int in, int out, const float *x, const float *w,
                           const float *dy, float *dx, float *dw, float *db) {
+    if (mgt_gpu_dense_bwd_edges(be, n, in, out, dy, dx, dw, db))
+        return; /* what remains are the products, transposed against dense_bwd's */
     mgt_gpu_impl *im = mgt_gpu_impl_of(be);
     cublasHandle_t h = (cublasHandle_t)im->cublas;
     const float one = 1.0f, zero = 0.0f;
-    const size_t esize = im->bf16 ? 2 : 4;
-    if (n < 0)
-        n = 0;
-    if (db)
-        mgt_k_colreduce(im->stream, &im->part, MGT_RED_SUM, esize, (size_t)n, out, dy, db, nullptr);
-    if (in <= 0 || out <= 0) {
-        if (dx && n > 0 && in > 0)
-            GPU_CHECK_ON(im->stream, CUDA,
-                         cudaMemsetAsync(dx, 0, esize * (size_t)n * in, im->stream));
-        return;
-    }
-    if (n == 0) {
-        if (dw)
-            GPU_CHECK_ON(im->stream, CUDA,
-                         cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)out * in, im->stream));
-        return;
-    }
     if (im->bf16) {
         if (dw)
             GPU_CHECK_ON(im->stream, CUBLAS,
