@@ -116,8 +116,10 @@ dev_unsafe_runpath() {
 # ---- the kit, derived from the binaries -----------------------------------------------------
 
 # dev_is_elf FILE: whether FILE (through links) is an ELF object.
-dev_is_elf() {
-    [ -f "$1" ] && [ "$(od -An -tx1 -N4 "$1" 2>/dev/null | tr -d ' \n')" = 7f454c46 ]
+dev_is_elf() { # (read, a builtin: a kit's packages hold hundreds of files)
+    local magic
+    [ -f "$1" ] && LC_ALL=C IFS= read -r -d '' -n 4 magic <"$1" 2>/dev/null
+    [ "${magic:-}" = $'\x7fELF' ]
 }
 
 # dev_machine_soname SONAME: whether the GPU machine provides this library by name.
