@@ -117,66 +117,7 @@ static void test_memory(pair *p) {
     hfree_all();
 }
 
-/* x rounded to bfloat16 (8 significant bits, float's exponent range) to nearest, ties to even,
- * computed in double from the value rather than the bits: a multiple of q = 2^(e - 8) for
- * |x| = m 2^e, m in [0.5, 1), and never finer than bfloat16's subnormal spacing 2^-133. Values
- * that round beyond the largest bfloat16 (float's largest exponent) become infinities. NaN:
- * NaN. */
-static float bf16_round(float x) {
-    if (isnan(x) || isinf(x) || x == 0.0f)
-        return x;
-    int e;
-    (void)frexp((double)x, &e);
-    const double q = ldexp(1.0, e - 8 > -133 ? e - 8 : -133);
-    const double r = nearbyint((double)x / q) * q; /* to even: the default rounding mode */
-    return fabs(r) >= 0x1p128 ? (r > 0 ? INFINITY : -INFINITY) : (float)r;
-}
 
-static float *bf16_copy(const float *x, size_t n) {
-    float *r = hf(n);
-    for (size_t i = 0; i < n; i++)
-        r[i] = bf16_round(x[i]);
-    return r;
-}
-
-/* ---- activations of the backend's type (backend.h: bfloat16 on a --precision bf16 backend) ----
- * act_put: a device copy of n host values as the backend holds activations (rounded to bfloat16
- * by the test's own rounding there: the host values the reference must then use are
- * bf16_copy's); act_get: n device activations widened to float; act_nan: n NaN activations. */
-static float *act_put(mgt_backend *g, const float *h, size_t n) {
-    if (g->act != MGT_BF16)
-        return dput(g, h, n);
-    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
-    for (size_t i = 0; i < n; i++) {
-        const float r = bf16_round(h[i]);
-        uint32_t u;
-        memcpy(&u, &r, sizeof u);
-        b[i] = (uint16_t)(u >> 16); /* exact: r is a bfloat16 value */
-    }
-    float *d = dmem(g, n * sizeof(uint16_t));
-    g->ops->to_device(g, d, b, n * sizeof(uint16_t));
-    return d;
-}
-
-static float *act_get(mgt_backend *g, const float *d, size_t n) {
-    if (g->act != MGT_BF16)
-        return dget(g, d, n);
-    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
-    g->ops->to_host(g, b, d, n * sizeof(uint16_t));
-    float *h = hf(n);
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t u = (uint32_t)b[i] << 16;
-        memcpy(&h[i], &u, sizeof u);
-    }
-    return h;
-}
-
-static float *act_nan(mgt_backend *g, size_t n) {
-    float *h = hf(n);
-    for (size_t i = 0; i < n; i++)
-        h[i] = NAN;
-    return act_put(g, h, n);
-}
 
 /* ---- dense ---- */
 

@@ -487,55 +487,8 @@ static void test_decode(pair *p, int t, int c, int heads, int pos) {
  * order of its own) are held to the exact result as test_gpu_ops.c holds dense layers: the
  * tensor cores' gamma(2K) and one rounding to bfloat16. */
 
-static float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return x;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
-}
 
-static float *bf16_copy(const float *x, size_t n) {
-    float *r = hf(n);
-    for (size_t i = 0; i < n; i++)
-        r[i] = bf16_round(x[i]);
-    return r;
-}
 
-/* n host floats (bfloat16 values) as a bf16 backend's activations, and back. */
-static float *act_put(mgt_backend *g, const float *h, size_t n) {
-    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &h[i], sizeof u);
-        b[i] = (uint16_t)(u >> 16);
-    }
-    float *d = dmem(g, n * sizeof(uint16_t) + 2);
-    g->ops->to_device(g, d, b, n * sizeof(uint16_t));
-    return d;
-}
-
-static float *act_get(mgt_backend *g, const float *d, size_t n) {
-    uint16_t *b = hbuf(n * sizeof(uint16_t) + 2);
-    g->ops->to_host(g, b, d, n * sizeof(uint16_t));
-    float *h = hf(n);
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t u = (uint32_t)b[i] << 16;
-        memcpy(&h[i], &u, sizeof u);
-    }
-    return h;
-}
-
-static float *act_nan(mgt_backend *g, size_t n) {
-    float *h = hf(n);
-    for (size_t i = 0; i < n; i++)
-        h[i] = NAN;
-    return act_put(g, h, n);
-}
 
 /* The bf16 backend's activations (device) against the float backend's results (device). */
 static void expect_act16(const char *what, mgt_backend *b, const float *dev, mgt_backend *f,
