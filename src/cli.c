@@ -239,6 +239,16 @@ static const char *const commands[] = {"train",   "eval",   "predict",  "summary
                                        "convert", "export", "generate", "help"};
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
+/* "train, eval, ..., generate": the commands a message lists (help, the last, aside). */
+static const char *command_list(void) {
+    static char list[128];
+    if (!list[0])
+        for (int i = 0; i < NCOMMANDS - 1; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     commands[i]);
+    return list;
+}
+
 static int command_bit(const char *cmd) {
     return !strcmp(cmd, "train")     ? C_TRAIN
            : !strcmp(cmd, "eval")    ? C_EVAL
@@ -672,10 +682,9 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
         if (!is_command(argv[1])) {
             const char *near = mgt_nearest(argv[1], commands, NCOMMANDS);
             return mgt_errf(err,
-                            "unknown command '%.80s'%s%s%s; commands are train, eval, predict, "
-                            "summary, plot, convert, export, generate (see mgtrain --help)",
+                            "unknown command '%.80s'%s%s%s; commands are %s (see mgtrain --help)",
                             argv[1], near ? " (did you mean '" : "", near ? near : "",
-                            near ? "'?)" : "");
+                            near ? "'?)" : "", command_list());
         }
         c->o.command = argv[1];
         first = 2;
@@ -688,9 +697,8 @@ int mgt_cli_parse(int argc, char **argv, mgt_cli *c, mgt_err *err) {
         c->help_cmd = argc > 2 ? argv[2] : NULL;
         if (c->help_cmd && !is_command(c->help_cmd))
             return mgt_errf(err,
-                            "unknown command '%.80s' for mgtrain help; commands are train, "
-                            "eval, predict, summary, plot, convert, export, generate",
-                            c->help_cmd);
+                            "unknown command '%.80s' for mgtrain help; commands are %s",
+                            c->help_cmd, command_list());
         return 0;
     }
     if (!strcmp(cmd, "plot"))
