@@ -14,7 +14,7 @@ source "$MGT_SRC/tests/gpu/device/testlib.bash"
 OD=$MGT_SRC/tests/gpu/on-device
 
 # 1. The preparation, dry.
-out=$("$MGT_SRC/tests/gpu/prepare-device" --dry-run --build-dir "$MGT_BUILD" --dest "$T/kit" 2>&1)
+out=$(dry_kit "$T/kit")
 rc=$?
 echo "$out"
 [ $rc -eq 0 ] && grep -q "what travels: [0-9.]* MiB of 64.0 MiB" <<<"$out" \

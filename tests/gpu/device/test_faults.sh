@@ -12,7 +12,7 @@ source "$MGT_SRC/tests/gpu/device/testlib.bash"
 : "${MGT_BUILD:?}"
 OD=$MGT_SRC/tests/gpu/on-device
 
-"$MGT_SRC/tests/gpu/prepare-device" --dry-run --build-dir "$MGT_BUILD" --dest "$T/kit" >prep.log 2>&1 \
+dry_kit "$T/kit" >prep.log \
   || { bad "prepare-device --dry-run failed"; cat prep.log; }
 rm -rf "$T/kit/debs" # without the kit, on-device uses the mpirun on PATH (this machine's, or the fake below)
 

@@ -23,7 +23,7 @@ source "$MGT_SRC/tests/gpu/device/testlib.bash"
 USE=$MGT_SRC/tests/gpu/device/use-openmpi
 
 # 1. The kit of this build.
-out=$("$MGT_SRC/tests/gpu/prepare-device" --dry-run --build-dir "$MGT_BUILD" --dest "$T/kit" 2>&1)
+out=$(dry_kit "$T/kit")
 rc=$?
 echo "$out" | grep -E "kit|SKIPPED"
 derived=$(sed -n 's/^prepare-device: the kit, derived from the programs: //p' <<<"$out")

@@ -14,6 +14,19 @@ row() {
   fi
 }
 
+# dry_kit DEST: the kit of `prepare-device --dry-run` for this build in DEST; prints what it
+# printed and returns its exit status. Under CTest it was made once for the tests that use it
+# (device_prepare_dry.sh, the fixture device_kit_dry) and is copied; otherwise it is made here.
+dry_kit() {
+  local K=$MGT_BUILD/device-kit-dry
+  if [ -f "$K.rc" ]; then
+    cp -a "$K" "$1" || return 1
+    cat "$K.log"
+    return "$(cat "$K.rc")"
+  fi
+  "$MGT_SRC/tests/gpu/prepare-device" --dry-run --build-dir "$MGT_BUILD" --dest "$1" 2>&1
+}
+
 # build_needs_gone OUT: builds the program OUT linked to libmgtgone.so.1 (in the current folder),
 # which it calls. With MGT_KEEP_GONE=1 the library stays; otherwise it is removed at once, so OUT
 # stands for a program whose library the machine lacks.

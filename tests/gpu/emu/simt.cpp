@@ -180,8 +180,16 @@ struct engine {
 
     ~engine() {
         const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        for (auto &f : all)
+        for (auto &f : all) {
+#ifdef MGT_SIMT_ASAN
+            /* A stack left mid-call (a thread parked, or abandoned after an error) keeps its
+             * frames' redzones poisoned in AddressSanitizer's shadow, which munmap does not
+             * clear: memory mapped later at the same addresses (the runtime's own symbolizer,
+             * at the exit's leak check) would read as a stack overflow. */
+            ASAN_UNPOISON_MEMORY_REGION(f->stack, f->size);
+#endif
             munmap(f->map, f->size + page);
+        }
     }
 };
 
