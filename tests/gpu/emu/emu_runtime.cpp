@@ -187,9 +187,15 @@ std::map<size_t, size_t> holes; /* offset -> size, free space below `high` */
 int open_depth = 0;
 std::map<void *, size_t> pinned;
 
+/* The range is opened and closed as a whole, many times a step, and mprotect's cost grows with
+ * the page-table entries it rewrites: the range asks for transparent huge pages (2 MiB each, 512
+ * times fewer entries than 4 KiB pages), and is opened in whole huge pages so that none is split.
+ * Measured on a 2-rank step of smallconv: mprotect took a third of each rank's time with 4 KiB
+ * pages. */
+const size_t kHuge = (size_t)2 << 20;
+
 size_t page_round(size_t n) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    return (n + pg - 1) / pg * pg;
+    return (n + kHuge - 1) / kHuge * kHuge;
 }
 
 void open_mem() {
@@ -210,10 +216,12 @@ struct MemOpen {
 void *dev_alloc(size_t bytes) {
     if (!base) {
         void *p =
-            mmap(NULL, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            mmap(NULL, kReserve + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
         if (p == MAP_FAILED)
             emu::fail("cannot reserve the device range: %s", strerror(errno));
-        base = (char *)p;
+        base = (char *)(((uintptr_t)p + kHuge - 1) & ~(uintptr_t)(kHuge - 1));
+        madvise(base, kReserve, MADV_HUGEPAGE); /* a hint: without it, only slower */
     }
     size_t n = (bytes + kAlign - 1) / kAlign * kAlign;
     if (in_use + n > gpu_mem_bytes())
