@@ -94,16 +94,16 @@ if [ -f "$DATA/train-images-idx3-ubyte.gz" ] || [ -f "$DATA/train-images-idx3-ub
     "$T/r2/weights.safetensors" 0
 fi
 
-# 6. Memory: no allocation inside the step loop (a 12-step run makes as many as a 4-step one),
+# 6. Memory: no allocation inside the step loop (an 8-step run makes as many as a 4-step one),
 #    TF32 changes the numbers only slightly, and running out of memory says what to do.
-for s in 4 12; do
+for s in 4 8; do
   MGT_EMU_STATS="$T/stats$s" emu 1 1 train --model "$SMALL" "${run[@]}" --synthetic-samples 3072 \
     --max-steps $s --out "$T/m$s" >/dev/null 2>&1
 done
-a=$(cat "$T/stats4" 2>/dev/null); b=$(cat "$T/stats12" 2>/dev/null)
+a=$(cat "$T/stats4" 2>/dev/null); b=$(cat "$T/stats8" 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] \
-  && ok "no device or pinned allocation inside the step loop ($a, for 4 and for 12 steps)" \
-  || bad "allocations differ between 4 and 12 steps: '$a' / '$b'"
+  && ok "no device or pinned allocation inside the step loop ($a, for 4 and for 8 steps)" \
+  || bad "allocations differ between 4 and 8 steps: '$a' / '$b'"
 out=$(emu 1 1 train --model "$SMALL" "${run[@]}" --tf32 --out "$T/tf" 2>&1)
 l32=$(sed -n 's/.* - loss: \([0-9.]*\).*/\1/p' <<<"$(emu 1 1 train --model "$SMALL" "${run[@]}" --out "$T/f32" 2>&1)")
 near_fp32() { # near_fp32 FLAG RUN_DIR OUTPUT: other weights than FP32's, a loss within 2% of it
@@ -140,14 +140,14 @@ grep -q "^GPU arithmetic: bf16 mixed precision: dense layers and convolutions on
   && [ "$(grep -cE "^cuDNN conv n=[0-9]+ 28x28x1 -> 28x28x16 .*: [A-Z_0-9]+, TENSOR_OP_MATH, NHWC with 1 channels padded to 8, .*, bfloat16 data; [0-9.]+ ms$" <<<"$out")" -eq 2 ] \
   && ok "--profile names bf16 arithmetic and each convolution's bfloat16 algorithm and math (tensor-op everywhere, a first layer's channel padded to 8)" \
   || bad "--precision bf16 profile: $(grep -E "^(GPU|cuDNN)" <<<"$out")"
-MGT_EMU_STATS="$T/stats_bf12" emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
-  --synthetic-samples 3072 --max-steps 12 --out "$T/bf12" >/dev/null 2>&1
+MGT_EMU_STATS="$T/stats_bf8" emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
+  --synthetic-samples 3072 --max-steps 8 --out "$T/bf8" >/dev/null 2>&1
 MGT_EMU_STATS="$T/stats_bf4" emu 1 1 train --model "$SMALL" "${run[@]}" --precision bf16 \
   --synthetic-samples 3072 --max-steps 4 --out "$T/bf4" >/dev/null 2>&1
-a=$(cat "$T/stats_bf4" 2>/dev/null); b=$(cat "$T/stats_bf12" 2>/dev/null)
+a=$(cat "$T/stats_bf4" 2>/dev/null); b=$(cat "$T/stats_bf8" 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] \
-  && ok "--precision bf16: no allocation inside the step loop ($a, for 4 and for 12 steps)" \
-  || bad "--precision bf16: allocations differ between 4 and 12 steps: '$a' / '$b'"
+  && ok "--precision bf16: no allocation inside the step loop ($a, for 4 and for 8 steps)" \
+  || bad "--precision bf16: allocations differ between 4 and 8 steps: '$a' / '$b'"
 expect_fail "out of GPU memory names the sizes and a smaller batch" \
   "cudaMalloc of [0-9.]+ MiB for .* failed: [0-9.]+ MiB free of 64.0 MiB on this GPU; a smaller per-GPU batch" \
   env MGT_EMU_MEM_MB=64 bash -c "$(declare -f emu); emu 1 1 train --model $MGT_SRC/examples/convnet.cfg --data synthetic --batch-size 512 --max-steps 2 --out $T/oom"
