@@ -9,7 +9,8 @@ mpi 2 --model "$MGT_SRC/examples/smallconv.cfg" --max-steps 30 --batch-size 64 -
 mpi 1 predict --model "$MGT_SRC/examples/smallconv.cfg" --weights run/weights.safetensors --output p1.npy >p1.log 2>&1 || { bad "predict np1"; cat p1.log; }
 mpi 3 predict --model "$MGT_SRC/examples/smallconv.cfg" --weights run/weights.safetensors --output p3.npy >p3.log 2>&1 || { bad "predict np3"; cat p3.log; }
 same "predictions np1 vs np3" p1.npy p3.npy 1e-6
-acc=$(grep -o ' - acc: [0-9.]*' <(mpi 1 eval --model "$MGT_SRC/examples/smallconv.cfg" --weights run/weights.safetensors 2>&1) | grep -o '[0-9.]*$')
+ev1=$(mpi 1 eval --model "$MGT_SRC/examples/smallconv.cfg" --weights run/weights.safetensors 2>&1)
+acc=$(grep -o ' - acc: [0-9.]*' <<<"$ev1" | grep -o '[0-9.]*$')
 /usr/bin/python3 - "$acc" <<'PY' && ok "npy: (10000, 10) float32 logits whose argmax accuracy is eval's ($acc)" || bad "npy content"
 import gzip, sys, numpy as np
 a = np.load("p3.npy")
@@ -18,7 +19,7 @@ y = np.frombuffer(gzip.open("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-
 acc = (a.argmax(1) == y).mean()
 assert abs(acc - float(sys.argv[1])) < 1e-4, (acc, sys.argv[1])
 PY
-e1=$(mpi 1 eval --model "$MGT_SRC/examples/smallconv.cfg" --weights run/weights.safetensors 2>&1 | grep -o 'acc: [0-9.]*.*')
+e1=$(grep -o 'acc: [0-9.]*.*' <<<"$ev1")
 e3=$(mpi 3 eval --model "$MGT_SRC/examples/smallconv.cfg" --weights run/weights.safetensors 2>&1 | grep -o 'acc: [0-9.]*.*')
 [ -n "$e1" ] && [ "$e1" = "$e3" ] && ok "eval np1 = np3 ($e1)" || bad "eval np1 '$e1' vs np3 '$e3'"
 finish

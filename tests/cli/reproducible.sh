@@ -3,13 +3,13 @@
 # timeout: 900
 # --reproducible: the same weights, bit for bit, on 1, 2, 3 and 4 ranks.
 #
-# 64 Adam steps of (a) the seed ConvNet's layer list (examples/convnet.cfg: convolutions, a
+# 40 Adam steps of (a) the seed ConvNet's layer list (examples/convnet.cfg: convolutions, a
 # synchronised BatchNorm, max pooling, dropout) with fewer filters and units, to keep the test
 # to a couple of minutes on two cores, and (b) the seed MLP (examples/mlp.cfg). The global batch
 # of 37 leaves a remainder on every world size and a short last chunk (37 = 4 chunks of 8 and
-# one of 5); 1002 synthetic samples make epochs of 27 batches of 37 and a last batch of 3 (one
-# chunk: three of four ranks idle), so the 64 steps cross two epoch ends (after steps 28 and
-# 56). The weights files must have the same sha256 on every world size. Negative control: without --reproducible the
+# one of 5); 600 synthetic samples make epochs of 16 batches of 37 and a last batch of 8 (one
+# chunk: three of four ranks idle), so the 40 steps cross two epoch ends (after steps 17 and
+# 34). The weights files must have the same sha256 on every world size. Negative control: without --reproducible the
 # same runs on 1 and 3 ranks differ (if they happened to match, the test says so rather than
 # fail: the rounding of the default mode can come out equal by chance, it just need not).
 #
@@ -26,7 +26,7 @@ sed -e 's/^filters = 32/filters = 8/' -e 's/^filters = 256/filters = 16/' \
   -e 's/^filters = 128/filters = 16/' -e 's/^units = 128/units = 32/' \
   -e 's/^\[batchnorm\]/[batchnorm]\nsync = true/' "$MGT_SRC/examples/convnet.cfg" >convnet.cfg
 grep -q "sync = true" convnet.cfg && grep -q "filters = 16" convnet.cfg || bad "convnet.cfg not derived"
-run=(--data synthetic --synthetic-samples 1002 --batch-size 37 --epochs 3 --max-steps 64
+run=(--data synthetic --synthetic-samples 600 --batch-size 37 --epochs 3 --max-steps 40
      --optimizer adam --no-validation --no-tensorboard --verbose 2)
 sha() { sha256sum <"$1/weights.safetensors" | cut -d' ' -f1; }
 
@@ -34,13 +34,13 @@ for model in convnet mlp; do
   cfg=convnet.cfg; [ $model = mlp ] && cfg="$MGT_SRC/examples/mlp.cfg"
   for np in 1 2 3 4; do
     mpi $np --model "$cfg" "${run[@]}" --reproducible --out $model-r$np >$model-r$np.log 2>&1 \
-      && grep -q "Trained 64 steps" $model-r$np.log \
+      && grep -q "Trained 40 steps" $model-r$np.log \
       || { bad "$model, --reproducible, $np ranks"; tail -5 $model-r$np.log; }
   done
   ref=$(sha $model-r1)
   for np in 2 3 4; do
     got=$(sha $model-r$np)
-    [ "$got" = "$ref" ] && ok "$model, 64 steps with --reproducible: weights byte-identical on 1 and $np ranks (sha256 ${ref:0:16}...)" \
+    [ "$got" = "$ref" ] && ok "$model, 40 steps with --reproducible: weights byte-identical on 1 and $np ranks (sha256 ${ref:0:16}...)" \
       || bad "$model, --reproducible: weights of $np ranks ($got) differ from 1 rank's ($ref)"
   done
   for np in 1 3; do
