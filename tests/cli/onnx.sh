@@ -3,8 +3,9 @@
 # timeout: 900
 # mgtrain export --format onnx, for every model in examples/ (the tabular ones: an input of rows,
 # [batch, F], and a sigmoid or a regression's output): each is trained one step (batch 2,
-# synthetic data, plain SGD: no optimizer state to write, which for GPT-2 124M would be 1 GB; ResNet-50 at 64x64 and Xception at 71x71, the smallest input it takes, so that
-# a step costs seconds: every layer and every tensor is the model file's all the same), exported
+# synthetic data, plain SGD: no optimizer state to write, which for GPT-2 124M would be 1 GB;
+# ResNet-50 at 64x64 and Xception at 71x71, the smallest input it takes, so that a step costs
+# seconds: every layer and every tensor is the model file's all the same), exported
 # with its batchnorms folded and, for the graph models, kept; ONNX's own checker accepts each file
 # (onnx.checker.check_model, full_check = True: the schema, every node against its operator at
 # opset 21, shape inference) and ONNX Runtime's outputs equal `mgtrain predict`'s on the same 3

@@ -9,9 +9,10 @@
 # of 37 leaves a remainder on every world size and a short last chunk (37 = 4 chunks of 8 and
 # one of 5); 600 synthetic samples make epochs of 16 batches of 37 and a last batch of 8 (one
 # chunk: three of four ranks idle), so the 40 steps cross two epoch ends (after steps 17 and
-# 34). The weights files must have the same sha256 on every world size. Negative control: without --reproducible the
-# same runs on 1 and 3 ranks differ (if they happened to match, the test says so rather than
-# fail: the rounding of the default mode can come out equal by chance, it just need not).
+# 34). The weights files must have the same sha256 on every world size. Negative control:
+# without --reproducible the same runs on 1 and 3 ranks differ (if they happened to match, the
+# test says so rather than fail: the rounding of the default mode can come out equal by chance,
+# it just need not).
 #
 # (c) A graph model (residual.cfg: a shortcut [add] around a separable convolution, a [concat],
 # depthwise convolution, sync BatchNorm read by two layers, global pooling, dropout) with

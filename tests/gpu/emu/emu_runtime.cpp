@@ -194,17 +194,17 @@ std::map<void *, size_t> pinned;
  * pages. */
 const size_t kHuge = (size_t)2 << 20;
 
-size_t page_round(size_t n) {
+size_t huge_round(size_t n) {
     return (n + kHuge - 1) / kHuge * kHuge;
 }
 
 void open_mem() {
-    if (open_depth++ == 0 && high && mprotect(base, page_round(high), PROT_READ | PROT_WRITE))
+    if (open_depth++ == 0 && high && mprotect(base, huge_round(high), PROT_READ | PROT_WRITE))
         emu::fail("mprotect: %s", strerror(errno));
 }
 
 void close_mem() {
-    if (--open_depth == 0 && high && mprotect(base, page_round(high), PROT_NONE))
+    if (--open_depth == 0 && high && mprotect(base, huge_round(high), PROT_NONE))
         emu::fail("mprotect: %s", strerror(errno));
 }
 
