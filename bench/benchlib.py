@@ -670,6 +670,30 @@ def mpirun(np, argv, bind="none", cores_per_rank=None):
     return cmd + [str(a) for a in argv]
 
 
+def sgemm_ceiling(sess, sgemm_rate, world, size, reps, wrap=lambda argv: argv):
+    """The GEMM rate of `world` ranks on this machine, measured now: `world` sgemm_rate processes
+    at once, each with its share of the cores as threads (wrap: a prefix for the command, such
+    as chrt)."""
+    _, out, _ = sess.run(wrap(mpirun(world, [sgemm_rate, "--size", size, "--reps", reps])),
+                         env=mpi_env())
+    r = json.loads(out.strip().splitlines()[-1])
+    return {"gflops": r["gflops"], "openblas": r["openblas"], "core": r.get("core"),
+            "what": f"OpenBLAS SGEMM {r['size']}^3, {world} process(es) x "
+                    f"{r['threads_per_rank']} thread(s) at once"}
+
+
+def step_gflop(sess, mgtrain, cfg, batch):
+    """The matrix-product GFLOP of one training step of a model file at a global batch
+    (forward and backward of every layer, mgtrain summary --floor's "all layers" row)."""
+    argv = [mgtrain, "summary", "--model", cfg, "--batch-size", batch, "--floor"]
+    _, out, _ = sess.run(argv, record=False)
+    m = re.search(r"^\| \| \*\*all layers\*\* \| \| \| ([\d.]+) \| [\d.]+ \| [^|]+\| ([\d.]+) \|",
+                  out, re.M)
+    if not m:
+        die(f"{shlex.join(map(str, argv))} printed no 'all layers' row")
+    return float(m.group(1)) + float(m.group(2))
+
+
 def model_summary(sess, mgtrain, cfg, input_shape=None):
     """mgtrain summary's trainable parameters and each layer's output shape {name: tuple}."""
     argv = [mgtrain, "summary", "--model", cfg]

@@ -19,6 +19,9 @@
 # 4. bench/peer --replot of a run written before there were several frameworks: its one peer
 #    reads as PyTorch with tensor indexing, and the markdown is written again, every side's row
 #    and the ratio in it.
+# 5. The FLOPs of a step that bench/lm_peer puts under its GEMM ceiling (benchlib.step_gflop, read
+#    from mgtrain summary --floor) are the products a GPT step is made of, counted here from the
+#    model file's sizes.
 source "$(dirname "$0")/lib.bash"
 PY=/usr/bin/python3
 if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
@@ -115,4 +118,24 @@ if [ -f "$old.json" ]; then
 else
   bad "$old.json is missing: the replot check needs a run written before there were several frameworks"
 fi
+# 5. a GPT step's FLOPs: every dense layer 3 products of 2 x tokens x in x out (forward, input and
+# weight gradients); each head's attention over the causal pairs of a sequence, T (T + 1) / 2
+# (2 products forward, 5 backward, its scores recomputed), 2 x d FLOP a pair per product. Layer
+# norms, GELUs and the residual adds (about 0.1% here) are left out, hence 0.5%.
+"$PY" - "$MGT_BIN" "$MGT_SRC/examples/gpt-bytes.cfg" <<'PY' && ok "benchlib.step_gflop: a GPT step's FLOPs as its products count them" || bad "benchlib.step_gflop"
+import sys
+sys.path.insert(0, sys.argv[2].rsplit("/examples/", 1)[0] + "/bench")
+import benchlib as bl
+class Sess:
+    def run(self, argv, record=True):
+        import subprocess
+        return 0, subprocess.run([str(x) for x in argv], capture_output=True, text=True,
+                                 check=True).stdout, ""
+got = bl.step_gflop(Sess(), sys.argv[1], sys.argv[2], 16)
+B, T, C, L, H, V = 16, 256, 384, 6, 6, 256  # examples/gpt-bytes.cfg
+dense = L * (C * 3 * C + C * C + C * 4 * C + 4 * C * C) + C * V
+want = (6 * B * T * dense + 7 * 2 * (C // H) * T * (T + 1) // 2 * B * H * L) / 1e9
+print(f"step_gflop {got}, counted {want:.1f}")
+assert abs(got - want) <= 0.005 * want, (got, want)
+PY
 finish
