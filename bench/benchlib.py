@@ -683,8 +683,9 @@ def sgemm_ceiling(sess, sgemm_rate, world, size, reps, wrap=lambda argv: argv):
 
 
 def step_gflop(sess, mgtrain, cfg, batch):
-    """The matrix-product GFLOP of one training step of a model file at a global batch
-    (forward and backward of every layer, mgtrain summary --floor's "all layers" row)."""
+    """The GFLOP of one training step of a model file at a global batch: the forward and
+    backward of every layer, mgtrain summary --floor's "all layers" row (the matrix products
+    but for a few element-wise passes' tenths of a percent)."""
     argv = [mgtrain, "summary", "--model", cfg, "--batch-size", batch, "--floor"]
     _, out, _ = sess.run(argv, record=False)
     m = re.search(r"^\| \| \*\*all layers\*\* \| \| \| ([\d.]+) \| [\d.]+ \| [^|]+\| ([\d.]+) \|",
