@@ -306,13 +306,17 @@ extern "C" {
 
 /* D: a float a query and head (backward's dQ kernel writes it, the dK/dV kernel reads it). */
 size_t mgt_gpu_attn_scratch(mgt_backend *be, const mgt_attn_shape *s) {
-    (void)be;
-    return sizeof(float) * (size_t)(s->n > 0 ? s->n : 1) * (size_t)s->heads * (size_t)s->t;
+    const size_t own =
+        sizeof(float) * (size_t)(s->n > 0 ? s->n : 1) * (size_t)s->heads * (size_t)s->t;
+    const size_t fused = mgt_gpu_sdpa_scratch(be, s); /* cuDNN's plans, built now */
+    return fused > own ? fused : own;
 }
 
 void mgt_gpu_attn_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, float *y,
                       float *lse) {
     if (s->n <= 0 || s->t <= 0 || s->heads <= 0)
+        return;
+    if (mgt_gpu_sdpa_fwd(be, s, qkv, y, lse))
         return;
     cudaStream_t st = mgt_gpu_stream(be);
     check_width(st, s->c, s->heads);
@@ -325,6 +329,8 @@ void mgt_gpu_attn_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
 void mgt_gpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv, const float *y,
                       const float *lse, const float *dy, float *dqkv) {
     if (s->n <= 0 || s->t <= 0 || s->heads <= 0 || !dqkv)
+        return;
+    if (mgt_gpu_sdpa_bwd(be, s, qkv, y, lse, dy, dqkv))
         return;
     cudaStream_t st = mgt_gpu_stream(be);
     check_width(st, s->c, s->heads);

@@ -383,6 +383,7 @@ static void gpu_destroy(mgt_backend *be) {
         if (im->copy_stream)
             (void)cudaStreamSynchronize(im->copy_stream);
         mgt_gpu_conv_cache_free(im);
+        mgt_gpu_sdpa_free(im);
         mgt_gpu_weights_free(im);
         for (int g = 0; g < MGT_GRAPHS; g++)
             if (im->graph[g])

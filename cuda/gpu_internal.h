@@ -21,6 +21,8 @@
  *   gpu_seq.cu      sequence models' row-wise ops: dense layers with [in][out] weights (cuBLAS),
  *                   token and position embeddings, layer normalisation;
  *   gpu_attn.cu     causal multi-head self-attention (own fused kernels), and its generation op;
+ *   gpu_sdpa.c      the same attention through cuDNN's fused flash attention (graph API), where
+ *                   it can run (bfloat16, no dropout);
  *   gpu_elem.cu     activations (softmax included), dropout, y += x, the device RNG's twins;
  *   gpu_xent.cu     fused softmax + cross-entropy;
  *   gpu_optim.cu    optimizer steps;
@@ -61,6 +63,7 @@ extern "C" {
 
 struct mgt_gpu_conv_cache; /* gpu_conv.c */
 struct mgt_gpu_weights;    /* gpu_weights.c */
+struct mgt_gpu_sdpa_cache; /* gpu_sdpa.c */
 
 typedef struct mgt_gpu_impl {
     int device;
@@ -87,6 +90,8 @@ typedef struct mgt_gpu_impl {
     struct mgt_gpu_conv_cache *conv;
     /* The weights' copies in the layouts and types cuDNN and cuBLAS take (gpu_weights.c). */
     struct mgt_gpu_weights *wc;
+    /* cuDNN's fused attention: its plans per shape (gpu_sdpa.c). */
+    struct mgt_gpu_sdpa_cache *sdpa;
     /* Host waits poll this event (recorded where the wait must reach) and call watch() between
      * polls with the seconds waited so far; the NCCL transport sets watch to check its
      * communicator and its timeout. */
@@ -216,6 +221,7 @@ void mgt_gpu_fail_on(cudaStream_t st, mgt_gpu_lib lib, int status, const char *c
 #include "gpu_norm.h"
 #include "gpu_optim.h"
 #include "gpu_pool.h"
+#include "gpu_sdpa.h"
 #include "gpu_loss.h"
 #include "gpu_seq.h"
 #include "gpu_weights.h"

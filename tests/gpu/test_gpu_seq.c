@@ -17,9 +17,8 @@
 static const double U = 0x1p-24; /* float's unit roundoff */
 
 /* |got - ref| <= bound element by element (a bound the caller derived); NaN fails. */
-static void expect_within(const char *what, mgt_backend *g, const float *dev, const double *ref,
-                          const double *bound, size_t n) {
-    const float *a = dget(g, dev, n);
+static void expect_host_within(const char *what, const float *a, const double *ref,
+                               const double *bound, size_t n) {
     double worst = 0.0;
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -30,6 +29,11 @@ static void expect_within(const char *what, mgt_backend *g, const float *dev, co
     }
     CHECK(worst <= 1.0, "%s: error %.3g times its bound at %zu (got %.9g, exact %.9g; %zu values)",
           what, worst, at, (double)a[at], ref[at], n);
+}
+
+static void expect_within(const char *what, mgt_backend *g, const float *dev, const double *ref,
+                          const double *bound, size_t n) {
+    expect_host_within(what, dget(g, dev, n), ref, bound, n);
 }
 
 static void expect_bound(const char *what, mgt_backend *g, const float *dev, const double *ref,
@@ -298,6 +302,7 @@ static void test_layernorm(pair *p, int rows, int c) {
  * and |D| + B for D. */
 typedef struct attn_ref {
     double *y, *yb, *lse, *lseb, *dqkv, *dqkvb;
+    double *ym, *dqkvm; /* each element's sum of its terms' magnitudes (the bounds' M) */
 } attn_ref;
 
 static double attn_keep(const mgt_attn_shape *s, int b, int h, int i, int j) {
@@ -318,7 +323,8 @@ static attn_ref attn_reference(const mgt_attn_shape *s, const float *qkv, const 
     const double sc = 1.0 / sqrt((double)d);
     attn_ref r = {dzero((size_t)s->n * t * c),     dzero((size_t)s->n * t * c),
                   dzero((size_t)s->n * H * t),     dzero((size_t)s->n * H * t),
-                  dzero((size_t)s->n * t * 3 * c), dzero((size_t)s->n * t * 3 * c)};
+                  dzero((size_t)s->n * t * 3 * c), dzero((size_t)s->n * t * 3 * c),
+                  dzero((size_t)s->n * t * c),     dzero((size_t)s->n * t * 3 * c)};
     double *S = dzero((size_t)t * t), *A = dzero((size_t)t * t), *P = dzero((size_t)t * t);
     double *dP = dzero((size_t)t * t), *Am = dzero((size_t)t * t), *dS = dzero((size_t)t * t);
     double *dSm = dzero((size_t)t * t), *Dd = dzero((size_t)t), *Bd = dzero((size_t)t);
@@ -359,6 +365,7 @@ static attn_ref attn_reference(const mgt_attn_shape *s, const float *qkv, const 
                     }
                     const size_t at = ((size_t)b * t + i) * c + (size_t)h * d + e;
                     r.y[at] = acc;
+                    r.ym[at] = mag;
                     r.yb[at] = 2 * (theta + opcheck_gamma(t + 1)) * mag + 0x1p-40;
                 }
             }
@@ -399,6 +406,8 @@ static attn_ref attn_reference(const mgt_attn_shape *s, const float *qkv, const 
                    *dv = dq + 2 * c;
             double *bq = r.dqkvb + (size_t)b * t * ld + (size_t)h * d, *bk = bq + c,
                    *bv = bq + 2 * c;
+            double *Mq = r.dqkvm + (size_t)b * t * ld + (size_t)h * d, *Mk = Mq + c,
+                   *Mv = Mq + 2 * c;
             for (int i = 0; i < t; i++)
                 for (int e = 0; e < d; e++) {
                     double aq = 0, mq = 0, ak = 0, mk = 0, av = 0, mv = 0;
@@ -415,6 +424,7 @@ static attn_ref attn_reference(const mgt_attn_shape *s, const float *qkv, const 
                     dq[at] = aq * sc, bq[at] = kb * mq * sc + 0x1p-40;
                     dk[at] = ak * sc, bk[at] = kb * mk * sc + 0x1p-40;
                     dv[at] = av, bv[at] = kb * mv + 0x1p-40;
+                    Mq[at] = mq * sc, Mk[at] = mk * sc, Mv[at] = mv;
                 }
         }
     return r;
@@ -449,6 +459,57 @@ static void test_attn(pair *p, int n, int t, int c, int heads, int causal, float
     expect_within("attention dqkv", g, gd, r.dqkv, r.dqkvb, nq);
     dfree_all();
     hfree_all();
+}
+
+/* Attention through cuDNN's fused graph (gpu_sdpa.c): bfloat16 activations, no dropout, forced
+ * with MGT_GPU_ATTENTION=cudnn (a shape it refuses would end the test). Against the exact result
+ * of the same bfloat16 inputs (the backward from the bfloat16 y the forward stored, and its lse),
+ * within the float bounds of attn_reference plus what bfloat16 adds: each output rounded once
+ * (u = 2^-8 of |exact|), and each of its terms through one bfloat16 operand more than the own
+ * kernels' (P before P V and P^T dO, dS before dS^T Q: u of the sum of the terms' magnitudes M),
+ * doubled for margin. Then the same call on the own kernels (MGT_GPU_ATTENTION=own) must meet
+ * the float bound plus one rounding of the output. */
+static void bf16_bounds(double *bound, const double *fb, const double *ref, const double *mag,
+                        size_t n, int fused) {
+    for (size_t i = 0; i < n; i++)
+        bound[i] = fb[i] + 0x1p-7 * fabs(ref[i]) + (fused ? 0x1p-7 * mag[i] : 0.0);
+}
+
+static void test_sdpa(int n, int t, int c, int heads, int causal, const char *mode, int fused) {
+    setenv("MGT_GPU_ATTENTION", mode, 1);
+    pair p;
+    pair_init(&p, MGT_GPU_BF16);
+    mgt_backend *g = &p.gpu;
+    mgt_attn_shape s = {.n = n, .t = t, .c = c, .heads = heads, .causal = causal};
+    const size_t nq = (size_t)n * t * 3 * c, ny = (size_t)n * t * c, nl = (size_t)n * heads * t;
+    /* the scratch the layer reserves (the plans are built here): some for cuDNN's path exactly
+     * when it runs the shape */
+    CHECK((mgt_gpu_sdpa_scratch(g, &s) > 0) == fused, "MGT_GPU_ATTENTION=%s: cuDNN's path %s", mode,
+          fused ? "runs" : "does not run");
+    CHECK(g->ops->reserve(g, g->ops->attn_scratch(g, &s)) == 0, "attention scratch reserved");
+    float *qkv = bf16_copy(hrand(nq, -1.5f, 1.5f), nq), *dy = bf16_copy(hrand(ny, -1, 1), ny);
+    const attn_ref f = attn_reference(&s, qkv, NULL, NULL, NULL, 0);
+    float *gq = act_put(g, qkv, nq), *gy = act_nan(g, ny), *gl = dnan(g, nl);
+    g->ops->attn_fwd(g, &s, gq, gy, gl);
+    char what[160];
+    snprintf(what, sizeof what, "attention (%s) n=%d t=%d c=%d heads=%d causal=%d: y", mode, n, t,
+             c, heads, causal);
+    double *yb = dzero(ny), *db = dzero(nq);
+    bf16_bounds(yb, f.yb, f.y, f.ym, ny, fused);
+    expect_host_within(what, act_get(g, gy, ny), f.y, yb, ny);
+    expect_within("attention lse", g, gl, f.lse, f.lseb, nl);
+    float *y16 = act_get(g, gy, ny), *l = dget(g, gl, nl);
+    const attn_ref r = attn_reference(&s, qkv, y16, l, dy, 1);
+    float *gd = act_nan(g, nq);
+    g->ops->attn_bwd(g, &s, gq, gy, gl, act_put(g, dy, ny), gd);
+    bf16_bounds(db, r.dqkvb, r.dqkv, r.dqkvm, nq, fused);
+    snprintf(what, sizeof what, "attention (%s) n=%d t=%d c=%d heads=%d causal=%d: dqkv", mode, n,
+             t, c, heads, causal);
+    expect_host_within(what, act_get(g, gd, nq), r.dqkv, db, nq);
+    dfree_all();
+    hfree_all();
+    pair_free(&p);
+    unsetenv("MGT_GPU_ATTENTION");
 }
 
 /* Generation: the query of position pos against the cache of positions 0 .. pos, which is
@@ -717,6 +778,22 @@ int main(void) {
     pair_init(&pb, MGT_GPU_BF16);
     test_bf16(&p, &pb);
     pair_free(&pb);
+    /* cuDNN's fused attention, and the own kernels on the same bfloat16 data: heads of 16 and 32
+     * channels, 37 positions (no multiple of a tile), causal and not */
+    test_sdpa(2, 37, 32, 2, 1, "own", 0);
+    test_sdpa(2, 37, 32, 2, 1, "cudnn", 1);
+    test_sdpa(1, 21, 64, 2, 0, "cudnn", 1);
+    test_sdpa(1, 21, 64, 2, 1, "auto", 1);
+    /* on the emulated stack: a first engine configuration whose plan fails (the next is taken),
+     * and a library with no engine for the graph (the own kernels run it, with a notice) */
+#ifdef MGT_EMU_TEST
+    setenv("MGT_EMU_CUDNN_STALE", "all", 1);
+    test_sdpa(1, 21, 64, 2, 1, "auto", 1);
+    unsetenv("MGT_EMU_CUDNN_STALE");
+    setenv("MGT_EMU_CUDNN_NO_ENGINE", "1", 1);
+    test_sdpa(1, 21, 64, 2, 1, "auto", 0);
+    unsetenv("MGT_EMU_CUDNN_NO_ENGINE");
+#endif
     pair_free(&p);
     return finish("test_gpu_seq");
 }

@@ -94,8 +94,9 @@ S=$T/out/speed.md
 row "$S" env PASS "no missing library"
 row "$S" gpu_speed SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
 row "$S" gpt2_124m SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
+row "$S" gpt2_124m_own SKIPPED "stopped where a GPU is needed: mgtrain: --device gpu: no usable GPU"
 row "$S" gpu_kernels SKIPPED "dry run: SKIPPED: no usable GPU"
-grep -q "^- verdict: 1 PASS, 0 FAIL, 3 SKIPPED of 4 parts (finished)" "$S" \
+grep -q "^- verdict: 1 PASS, 0 FAIL, 4 SKIPPED of 5 parts (finished)" "$S" \
   && ok "speed: $(grep '^- verdict' "$S")" || bad "speed verdict: $(grep '^- verdict' "$S")"
 grep -q -- "--algo-cache $T/algos.txt" "$S" && ok "speed: every mgtrain run shares the --algo-cache file" \
   || bad "speed: no --algo-cache in its commands"

@@ -1,5 +1,6 @@
 /* emu_cudnn.cpp: the cuDNN (9.x, classic descriptor API) functions the GPU backend calls,
- * emulated on the host (see emu.h).
+ * emulated on the host (see emu.h). The backend (graph) API is emu_cudnn_graph.cpp's; it takes
+ * the handles' streams and the last error from here (emu_cudnn.h).
  *
  * Semantics follow NVIDIA's cuDNN documentation:
  *   - 4-D float tensors in NCHW or NHWC; filters in NCHW ("KCRS") or NHWC ("KRSC");
@@ -46,6 +47,7 @@
 #include <vector>
 
 #include "emu.h"
+#include "emu_cudnn.h"
 #include "emu_util.h"
 
 namespace {
@@ -114,6 +116,25 @@ __attribute__((format(printf, 2, 3))) cudnnStatus_t err(cudnnStatus_t st, const 
     va_end(ap);
     return st;
 }
+
+} // namespace
+
+/* ---- what the backend API (emu_cudnn_graph.cpp) takes from here: emu_cudnn.h ---- */
+
+cudaStream_t emu::cudnn_stream(cudnnHandle_t h, const char *fn) {
+    require_live(h, fn, "cudnnHandle_t");
+    return h->stream;
+}
+
+cudnnStatus_t emu::cudnn_error(cudnnStatus_t st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+namespace {
 
 /* ---- enumerants ---- */
 

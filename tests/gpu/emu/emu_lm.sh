@@ -19,6 +19,7 @@
 # 4. The same with --precision bf16.
 # 5. mgtrain generate on the GPU (the key and value cache): the CPU's greedy text.
 # 6. CUDA graphs replayed: the same bytes as without.
+# 7. cuDNN's fused attention in bf16: the own kernels' losses, and the same bytes with graphs.
 source "$MGT_SRC/tests/cli/lib.bash"
 : "${MGT_CPU_BIN:?}"
 export OPENBLAS_NUM_THREADS=1 # emulated ranks share this machine's cores
@@ -115,4 +116,35 @@ grep -q "^CUDA graphs: forward and backward replayed .* replayed (4)" cgon.log &
   cmp -s cgon/weights.safetensors cgoff/weights.safetensors &&
   ok "CUDA graphs: replayed ($(sed -n 's/^graphs //p' on.reads) graph launches in 10 steps), the same weights as without" ||
   bad "CUDA graphs: $(grep '^CUDA graphs' cgon.log); launches $(sed -n 's/^graphs //p' on.reads)"
+# 7. cuDNN's fused attention (cuda/gpu_sdpa.c, the emulated cuDNN's graph API): the model without
+#    dropout in bf16, 4 SGD steps with it (MGT_GPU_ATTENTION=cudnn: a refusal would end the run)
+#    and with the own kernels: the two differ by one bfloat16 rounding more of the weights P and
+#    of dS (u = 2^-8 relative), through 4 steps of a smooth loss: every step's loss within 8 u;
+#    and with CUDA graphs, its plans executed inside the capture and replayed: the same bytes as
+#    without.
+sed -e 's/^optimizer = adam/optimizer = sgd/' -e 's/^learning_rate = .*/learning_rate = 0.1/' nodrop.cfg >fsgd.cfg
+F=(--model fsgd.cfg --data tok --batch-size 4 --max-steps 4 --log-every 1 --no-validation --verbose 2 --precision bf16)
+for a in cudnn own; do
+  MGT_GPU_ATTENTION=$a emu 1 1 train "${F[@]}" --cuda-graph off --out fa$a >fa$a.log 2>&1 || { bad "bf16 attention $a"; tail -3 fa$a.log; }
+done
+for g in on off; do
+  MGT_GPU_ATTENTION=cudnn emu 1 1 train "${F[@]}" --max-steps 10 --profile --cuda-graph $g --out fg$g >fg$g.log 2>&1 ||
+    { bad "bf16 fused attention, graphs $g"; tail -3 fg$g.log; }
+done
+/usr/bin/python3 - faown/metrics_steps.jsonl facudnn/metrics_steps.jsonl <<'PY' &&
+import json, sys
+o = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+f = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l]
+assert len(o) == len(f) == 4, (o, f)
+worst = max(abs(a - b) / abs(b) for a, b in zip(f, o))
+print(f"{worst:.2g}")
+sys.exit(0 if worst <= 8 * 2 ** -8 else 1)
+PY
+  ok "bf16, cuDNN's fused attention against the own kernels: 4 SGD steps' losses within 8 u" ||
+  bad "fused attention: losses $(cat facudnn/metrics_steps.jsonl faown/metrics_steps.jsonl)"
+! cmp -s facudnn/weights.safetensors faown/weights.safetensors &&
+  grep -q "^CUDA graphs: forward and backward replayed .* replayed (4)" fgon.log &&
+  cmp -s fgon/weights.safetensors fgoff/weights.safetensors &&
+  ok "fused attention inside CUDA graphs: replayed, 10 steps' weights the same as launched op by op; the own kernels' bytes differ" ||
+  bad "fused attention and graphs: $(grep '^CUDA graphs' fgon.log)"
 finish

@@ -1,6 +1,6 @@
-/* emu_util.h: what the emulated libraries (emu_cublas.cpp, emu_cudnn.cpp) share: the registry of
- * live handles and descriptors, the destruction of a handle, and TF32 and bfloat16 rounding.
- * Header-only, so that each library stays one source file. */
+/* emu_util.h: what the emulated libraries (emu_cublas.cpp, emu_cudnn.cpp, emu_cudnn_graph.cpp)
+ * share: the registry of live handles and descriptors, the destruction of a handle, and TF32 and
+ * bfloat16 rounding. Header-only, so that each of them stays one source file. */
 #ifndef MGT_EMU_UTIL_H
 #define MGT_EMU_UTIL_H
 

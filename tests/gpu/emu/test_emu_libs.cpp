@@ -1,6 +1,7 @@
-/* test_emu_libs.cpp: checks emu_cublas.cpp and emu_cudnn.cpp on their own, against naive
- * reference loops written independently of them (gathers where the emulation scatters, logical
- * NCHW indexing where it packs NHWC), with a minimal stand-in for the emu:: runtime:
+/* test_emu_libs.cpp: checks emu_cublas.cpp, emu_cudnn.cpp and emu_cudnn_graph.cpp on their own,
+ * against naive reference loops written independently of them (gathers where the emulation
+ * scatters, logical NCHW indexing where it packs NHWC, an attention written out row by row where
+ * the emulation interprets a graph), with a minimal stand-in for the emu:: runtime:
  *   - "device memory" is host memory registered by dev_alloc, so is_device is a range lookup;
  *   - enqueue queues the closure and flush() (or emu::progress) runs the queue, so that the tests
  *     can change alpha, beta and the descriptors between a call and its execution;
@@ -8,7 +9,8 @@
  *
  *   g++ -std=c++17 -O2 -Wall -Wextra -Werror -I/usr/local/cuda/include -Itests/gpu/emu \
  *       tests/gpu/emu/test_emu_libs.cpp tests/gpu/emu/emu_cublas.cpp \
- *       tests/gpu/emu/emu_cudnn.cpp -lopenblas -o test_emu_libs */
+ *       tests/gpu/emu/emu_cudnn.cpp tests/gpu/emu/emu_cudnn_graph.cpp -lopenblas \
+ *       -o test_emu_libs */
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #endif
@@ -17,6 +19,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1330,6 +1333,659 @@ void test_stale(cudnnHandle_t h) {
     D2.destroy();
 }
 
+/* ==== cuDNN's backend (graph) API ==== */
+
+using Dims = std::array<int64_t, 4>;
+
+Dims packed(const Dims &d) {
+    return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+}
+
+/* Builds graphs through the backend API as a caller does (every call checked with DNN unless
+ * its status is the point), and destroys what it made. */
+struct Backend {
+    std::vector<cudnnBackendDescriptor_t> made;
+    int64_t next_virtual = 1000;
+
+    ~Backend() {
+        for (auto it = made.rbegin(); it != made.rend(); ++it)
+            DNN(cudnnBackendDestroyDescriptor(*it));
+    }
+    cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t t) {
+        cudnnBackendDescriptor_t d = nullptr;
+        DNN(cudnnBackendCreateDescriptor(t, &d));
+        made.push_back(d);
+        return d;
+    }
+    /* Destroys every descriptor made so far but those in keep. */
+    void destroy_except(std::initializer_list<cudnnBackendDescriptor_t> keep) {
+        std::vector<cudnnBackendDescriptor_t> kept;
+        for (cudnnBackendDescriptor_t d : made)
+            if (std::find(keep.begin(), keep.end(), d) != keep.end())
+                kept.push_back(d);
+            else
+                DNN(cudnnBackendDestroyDescriptor(d));
+        made = kept;
+    }
+    void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+             cudnnBackendAttributeType_t t, int64_t n, const void *v) {
+        DNN(cudnnBackendSetAttribute(d, a, t, n, v));
+    }
+    void set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a,
+                  cudnnBackendDescriptor_t v) {
+        set(d, a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+    }
+    /* A tensor, not finalized: uid 0 takes the next virtual id. */
+    cudnnBackendDescriptor_t tensor_unfinalized(int64_t uid, cudnnDataType_t type, const Dims &dim,
+                                                const Dims &str, bool virt, bool by_value,
+                                                int64_t align) {
+        cudnnBackendDescriptor_t d = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+        if (!uid)
+            uid = next_virtual++;
+        const bool v = virt, bv = by_value;
+        set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+        set(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim.data());
+        set(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str.data());
+        set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+        set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+        set(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v);
+        if (by_value)
+            set(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &bv);
+        return d;
+    }
+    cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t type, const Dims &dim,
+                                    const Dims &str, bool virt, bool by_value = false,
+                                    int64_t align = 16) {
+        cudnnBackendDescriptor_t d = tensor_unfinalized(uid, type, dim, str, virt, by_value, align);
+        DNN(cudnnBackendFinalize(d));
+        return d;
+    }
+    cudnnBackendDescriptor_t scalar(int64_t uid) {
+        return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+    }
+    cudnnBackendDescriptor_t virt(cudnnDataType_t type, const Dims &dim) {
+        return tensor(0, type, dim, packed(dim), true);
+    }
+    /* y = mode(x[, b[, t]]) in prec, not finalized. */
+    cudnnBackendDescriptor_t pointwise_op(cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                                          cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                          cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                                          int64_t axis = -1) {
+        cudnnBackendDescriptor_t pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+        set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+        set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+        if (axis >= 0)
+            set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+        DNN(cudnnBackendFinalize(pw));
+        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+        set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
+        set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+        if (b)
+            set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+        if (t)
+            set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
+        set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+        const float one = 1.0f;
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
+        return op;
+    }
+    cudnnBackendDescriptor_t pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                                       cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                       cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y,
+                                       int64_t axis = -1) {
+        cudnnBackendDescriptor_t op = pointwise_op(mode, prec, x, b, t, y, axis);
+        DNN(cudnnBackendFinalize(op));
+        return op;
+    }
+    /* c = a b, not finalized. */
+    cudnnBackendDescriptor_t matmul_op(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                       cudnnBackendDescriptor_t c) {
+        const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+        cudnnBackendDescriptor_t mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+        set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+        DNN(cudnnBackendFinalize(mm));
+        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
+        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
+        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
+        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+        return op;
+    }
+    cudnnBackendDescriptor_t matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                    cudnnBackendDescriptor_t c) {
+        cudnnBackendDescriptor_t op = matmul_op(a, b, c);
+        DNN(cudnnBackendFinalize(op));
+        return op;
+    }
+    cudnnBackendDescriptor_t reduce(cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x,
+                                    cudnnBackendDescriptor_t y) {
+        const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+        cudnnBackendDescriptor_t r = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+        set(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how);
+        set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+        DNN(cudnnBackendFinalize(r));
+        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+        set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
+        set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
+        set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, r);
+        DNN(cudnnBackendFinalize(op));
+        return op;
+    }
+    cudnnBackendDescriptor_t reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+        set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
+        set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+        DNN(cudnnBackendFinalize(op));
+        return op;
+    }
+    /* The operation graph of ops; its finalize status in *st (or checked). */
+    cudnnBackendDescriptor_t graph(cudnnHandle_t h,
+                                   const std::vector<cudnnBackendDescriptor_t> &ops,
+                                   cudnnStatus_t *st = nullptr) {
+        cudnnBackendDescriptor_t g = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+        set(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+        set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)ops.size(),
+            ops.data());
+        if (st)
+            *st = cudnnBackendFinalize(g);
+        else
+            DNN(cudnnBackendFinalize(g));
+        return g;
+    }
+    /* The heuristics' engine configurations for g, best first. */
+    std::vector<cudnnBackendDescriptor_t> configs(cudnnBackendDescriptor_t g) {
+        cudnnBackendDescriptor_t heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+        set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g);
+        set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+        DNN(cudnnBackendFinalize(heur));
+        int64_t count = -1;
+        DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+        std::vector<cudnnBackendDescriptor_t> cfg;
+        for (int64_t i = 0; i < count; i++)
+            cfg.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+        if (count > 0) {
+            int64_t got = -1;
+            DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg.data()));
+            CHECK(got == count, "the heuristics said %lld configurations, then %lld",
+                  (long long)count, (long long)got);
+        }
+        return cfg;
+    }
+    /* The execution plan of cfg; its finalize status. */
+    cudnnStatus_t plan(cudnnHandle_t h, cudnnBackendDescriptor_t cfg,
+                       cudnnBackendDescriptor_t *out) {
+        cudnnBackendDescriptor_t p = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        set(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+        set_desc(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
+        *out = p;
+        return cudnnBackendFinalize(p);
+    }
+    int64_t workspace(cudnnBackendDescriptor_t plan) {
+        int64_t ws = -1, n = 0;
+        DNN(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &n, &ws));
+        return ws;
+    }
+    /* A finalized variant pack; its finalize status in *st (or checked). */
+    cudnnBackendDescriptor_t pack(const std::vector<int64_t> &uids, const std::vector<void *> &ptrs,
+                                  void *ws, cudnnStatus_t *st = nullptr) {
+        cudnnBackendDescriptor_t v = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+        set(v, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(),
+            uids.data());
+        set(v, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(),
+            ptrs.data());
+        set(v, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+        if (st)
+            *st = cudnnBackendFinalize(v);
+        else
+            DNN(cudnnBackendFinalize(v));
+        return v;
+    }
+};
+
+/* The last error's message contains `what`. */
+bool last_error_says(const char *what) {
+    char msg[512];
+    cudnnGetLastErrorString(msg, sizeof msg);
+    const bool ok = std::strstr(msg, what) != nullptr;
+    if (!ok)
+        std::printf("  (last error: '%s', expected it to name '%s')\n", msg, what);
+    return ok;
+}
+
+/* A causal attention forward through the backend API, as mgtrain's fused path builds it: Q, K
+ * and V interleaved per token ([b][s][3c], K^T by strides), S = Q K^T scaled by a by-value
+ * scalar, the causal mask from GEN_INDEX, CMP_GE and BINARY_SELECT with a by-value -inf, the
+ * softmax's statistics (Stats = max + log sum, float, in memory), P = E / l rounded to bfloat16,
+ * O = P V in bfloat16. The operations are given in reverse: the graph orders them. Against a
+ * double reference: O within one bfloat16 rounding of P (in the sum) and one of O, plus a float
+ * allowance for the exponentials; Stats within float roundings. */
+void test_graph_attention(cudnnHandle_t h) {
+    const int64_t B = 2, H = 2, S = 12, D = 16, C = H * D;
+    Buf16 qkv((size_t)(B * S * 3 * C)), o((size_t)(B * S * C));
+    Buf stats((size_t)(B * H * S));
+    qkv.random();
+    const Dims qd{B, H, S, D}, qs{S * 3 * C, D, 3 * C, 1};
+    const Dims ktd{B, H, D, S}, kts{S * 3 * C, D, 1, 3 * C};
+    const Dims os{S * C, D, C, 1};
+    const Dims sd{B, H, S, S}, ld{B, H, S, 1}, ls{H * S, S, 1, 1};
+    enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF };
+    const auto BF = CUDNN_DATA_BFLOAT16, F = CUDNN_DATA_FLOAT;
+    Backend be;
+    auto Q = be.tensor(U_Q, BF, qd, qs, false), KT = be.tensor(U_K, BF, ktd, kts, false);
+    auto V = be.tensor(U_V, BF, qd, qs, false), O = be.tensor(U_O, BF, qd, os, false);
+    auto ST = be.tensor(U_STATS, F, ld, ls, false);
+    auto scale = be.scalar(U_SCALE), neginf = be.scalar(U_NEGINF);
+    std::vector<cudnnBackendDescriptor_t> ops;
+    auto s0 = be.virt(F, sd), s1 = be.virt(F, sd), s2 = be.virt(F, sd);
+    ops.push_back(be.matmul(Q, KT, s0));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_MUL, F, s0, scale, nullptr, s1));
+    auto row = be.virt(CUDNN_DATA_INT32, sd), col = be.virt(CUDNN_DATA_INT32, sd);
+    auto keep = be.virt(CUDNN_DATA_BOOLEAN, sd);
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s1, nullptr, nullptr, row, 2));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_GEN_INDEX, F, s1, nullptr, nullptr, col, 3));
+    ops.push_back(
+        be.pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, nullptr, keep));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_BINARY_SELECT, F, s1, neginf, keep, s2));
+    auto m = be.virt(F, ld), sm = be.virt(F, sd), e = be.virt(F, sd), l = be.virt(F, ld);
+    auto logl = be.virt(F, ld), p = be.virt(BF, sd);
+    ops.push_back(be.reduce(CUDNN_REDUCE_TENSOR_MAX, s2, m));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_SUB, F, s2, m, nullptr, sm));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_EXP, F, sm, nullptr, nullptr, e));
+    ops.push_back(be.reduce(CUDNN_REDUCE_TENSOR_ADD, e, l));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_LOG, F, l, nullptr, nullptr, logl));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_ADD, F, m, logl, nullptr, ST));
+    ops.push_back(be.pointwise(CUDNN_POINTWISE_DIV, F, e, l, nullptr, p));
+    ops.push_back(be.matmul(p, V, O));
+    std::reverse(ops.begin(), ops.end());
+    auto g = be.graph(h, ops);
+    int64_t engines = 0, n = 0;
+    DNN(cudnnBackendGetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT, CUDNN_TYPE_INT64,
+                                 1, &n, &engines));
+    CHECK(n == 1 && engines == 2, "ENGINE_GLOBAL_COUNT: %lld (%lld elements)", (long long)engines,
+          (long long)n);
+    auto cfg = be.configs(g);
+    CHECK(cfg.size() == 2, "a bfloat16 attention graph: %zu configurations, want 2", cfg.size());
+    if (cfg.size() != 2)
+        return;
+    auto eng = be.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    DNN(cudnnBackendGetAttribute(cfg[1], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                 1, &n, &eng));
+    int64_t index = -1;
+    DNN(cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
+                                 &index));
+    CHECK(index == 1, "the second configuration's engine is %lld, want 1", (long long)index);
+    cudnnBackendDescriptor_t plan = nullptr;
+    DNN(be.plan(h, cfg[0], &plan));
+    const int64_t wsb = be.workspace(plan);
+    CHECK(wsb >= 4096 && wsb % 256 == 0, "the plan's workspace: %lld bytes", (long long)wsb);
+    /* the plan holds all it needs: every other descriptor may go first */
+    be.destroy_except({plan});
+    void *ws = dev_alloc((size_t)wsb);
+    std::memset(ws, 0, (size_t)wsb);
+    float scale_v = 1.0f / std::sqrt((float)D), ninf = -INFINITY;
+    const uint16_t *q = qkv.d;
+    auto pk = be.pack(
+        {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF},
+        {(void *)q, (void *)(q + C), (void *)(q + 2 * C), o.d, stats.d, &scale_v, &ninf}, ws);
+    DNN(cudnnBackendExecute(h, plan, pk));
+    scale_v = 9.0f; /* the scalars are read at the call */
+    ninf = 0.0f;
+    flush();
+    o.down();
+    stats.down();
+    CHECK(((unsigned char *)ws)[0] == 0xff && ((unsigned char *)ws)[wsb - 1] == 0xff,
+          "the workspace is overwritten, as a GPU would");
+    const double sc = 1.0 / std::sqrt((double)D);
+    int bad_o = 0, bad_s = 0;
+    double worst = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t hh = 0; hh < H; hh++)
+            for (int64_t i = 0; i < S; i++) {
+                auto at = [&](int64_t tok, int part, int64_t k) {
+                    return (double)qkv.h[(size_t)((b * S + tok) * 3 * C + part * C + hh * D + k)];
+                };
+                std::vector<double> s(i + 1);
+                double mx = -INFINITY, smax = 0;
+                for (int64_t j = 0; j <= i; j++) { /* causal: keys up to the query's position */
+                    double acc = 0;
+                    for (int64_t k = 0; k < D; k++)
+                        acc += at(i, 0, k) * at(j, 1, k);
+                    s[j] = acc * sc;
+                    mx = std::max(mx, s[j]);
+                    smax = std::max(smax, std::fabs(s[j]));
+                }
+                double sum = 0;
+                for (int64_t j = 0; j <= i; j++)
+                    sum += std::exp(s[j] - mx);
+                const double lse = mx + std::log(sum);
+                const double got_s = stats.h[(size_t)(b * H * S + hh * S + i)];
+                const double tol_s = 64 * U_F32 * (4 + std::fabs(mx) + std::log(sum) + smax);
+                bad_s += !(std::fabs(got_s - lse) <= tol_s);
+                for (int64_t k = 0; k < D; k++) {
+                    double ref = 0, mag = 0; /* O and sum_j P |v| */
+                    for (int64_t j = 0; j <= i; j++) {
+                        const double pj = std::exp(s[j] - mx) / sum;
+                        ref += pj * at(j, 2, k);
+                        mag += pj * std::fabs(at(j, 2, k));
+                    }
+                    const double got = o.h[(size_t)((b * S + i) * C + hh * D + k)];
+                    const double tol =
+                        U_BF16 * std::fabs(ref) + (U_BF16 * (1 + U_BF16) + 64 * U_F32) * mag;
+                    bad_o += !(std::fabs(got - ref) <= tol);
+                    worst = std::max(worst, std::fabs(got - ref) / tol);
+                }
+            }
+    CHECK(bad_o == 0, "attention O: %d elements beyond the bound (worst at %.2f of it)", bad_o,
+          worst);
+    CHECK(bad_s == 0, "attention Stats: %d rows beyond float roundings", bad_s);
+    CHECK(worst > 0.0, "the bound is not vacuous: O differs from the exact result somewhere");
+    dev_free(ws);
+}
+
+/* A reshape that transposes a virtual tensor, and one that views a tensor in memory through
+ * other strides: P = X (float, virtual), dV = reshape(P)^T dO with the transpose a bfloat16
+ * virtual view; dQ = P K with K the [s][d] view of a K^T descriptor, P reaching the matmul
+ * rounded to bfloat16 (a float virtual input beside a 16-bit one). Both products are exact sums
+ * rounded once: dV within a bfloat16 rounding, dQ (float) within a float one. */
+void test_graph_reshape(cudnnHandle_t h) {
+    const int64_t B = 2, H = 1, SQ = 6, SKV = 10, D = 8;
+    Buf x((size_t)(B * H * SQ * SKV)), dq((size_t)(B * H * SQ * D));
+    Buf16 dO((size_t)(B * H * SQ * D)), k((size_t)(B * H * SKV * D)), dv((size_t)(B * H * SKV * D));
+    x.random();
+    dO.random();
+    k.random();
+    const auto BF = CUDNN_DATA_BFLOAT16, F = CUDNN_DATA_FLOAT;
+    const Dims xd{B, H, SQ, SKV}, od{B, H, SQ, D}, kd{B, H, SKV, D}, ktd{B, H, D, SKV};
+    const Dims kts{H * SKV * D, SKV * D, 1, D}, ptd{B, H, SKV, SQ},
+        pts{H * SQ * SKV, SQ * SKV, 1, SKV};
+    enum { U_X = 1, U_DO, U_K, U_DV, U_DQ };
+    Backend be;
+    auto X = be.tensor(U_X, F, xd, packed(xd), false),
+         DO = be.tensor(U_DO, BF, od, packed(od), false);
+    auto KT = be.tensor(U_K, BF, ktd, kts, false), DV = be.tensor(U_DV, BF, kd, packed(kd), false);
+    auto DQ = be.tensor(U_DQ, F, od, packed(od), false);
+    auto P = be.virt(F, xd), PT = be.tensor(0, BF, ptd, pts, true), K = be.virt(BF, kd);
+    std::vector<cudnnBackendDescriptor_t> ops = {
+        be.matmul(P, K, DQ), be.reshape(KT, K), be.matmul(PT, DO, DV), be.reshape(P, PT),
+        be.pointwise(CUDNN_POINTWISE_IDENTITY, F, X, nullptr, nullptr, P)};
+    auto g = be.graph(h, ops);
+    auto cfg = be.configs(g);
+    CHECK(cfg.size() == 2, "the reshape graph: %zu configurations, want 2", cfg.size());
+    if (cfg.empty())
+        return;
+    cudnnBackendDescriptor_t plan = nullptr;
+    DNN(be.plan(h, cfg.back(), &plan));
+    void *ws = dev_alloc((size_t)be.workspace(plan));
+    auto pk = be.pack({U_X, U_DO, U_K, U_DV, U_DQ}, {x.d, dO.d, k.d, dv.d, dq.d}, ws);
+    DNN(cudnnBackendExecute(h, plan, pk));
+    flush();
+    dv.down();
+    dq.down();
+    /* P rounded to bfloat16 */
+    auto p16 = [&](int64_t b, int64_t i, int64_t j) {
+        return (double)from_bf16(emu::bf16_from_float(x.h[(size_t)((b * SQ + i) * SKV + j)]));
+    };
+    int bad_v = 0, bad_q = 0;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t j = 0; j < SKV; j++)
+            for (int64_t c = 0; c < D; c++) {
+                double ref = 0;
+                for (int64_t i = 0; i < SQ; i++)
+                    ref += p16(b, i, j) * dO.h[(size_t)((b * SQ + i) * D + c)];
+                const double got = dv.h[(size_t)((b * SKV + j) * D + c)];
+                bad_v += !(std::fabs(got - ref) <= U_BF16 * std::fabs(ref) * (1 + 1e-12) + 1e-300);
+            }
+        for (int64_t i = 0; i < SQ; i++)
+            for (int64_t c = 0; c < D; c++) {
+                double ref = 0;
+                for (int64_t j = 0; j < SKV; j++)
+                    ref += p16(b, i, j) * k.h[(size_t)((b * SKV + j) * D + c)];
+                const double got = dq.h[(size_t)((b * SQ + i) * D + c)];
+                bad_q += !(std::fabs(got - ref) <= U_F32 * std::fabs(ref) * (1 + 1e-12) + 1e-300);
+            }
+    }
+    CHECK(bad_v == 0, "dV = reshape(P)^T dO: %d elements beyond one bfloat16 rounding", bad_v);
+    CHECK(bad_q == 0, "dQ = P K (P as bfloat16): %d elements beyond one float rounding", bad_q);
+    dev_free(ws);
+}
+
+/* C = A B on [1, 1, 8, 8] tensors of type t (uids 1, 2, 3), or with a by-value scalar (uid 4):
+ * C = A * s, a graph without a matmul. */
+struct Small {
+    Backend be;
+    cudnnBackendDescriptor_t g = nullptr;
+    explicit Small(cudnnHandle_t h, cudnnDataType_t t, bool scaled = false) {
+        const Dims d{1, 1, 8, 8};
+        auto a = be.tensor(1, t, d, packed(d), false), c = be.tensor(3, t, d, packed(d), false);
+        if (scaled) {
+            auto s = be.scalar(4);
+            g = be.graph(h,
+                         {be.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, a, s, nullptr, c)});
+        } else {
+            auto b = be.tensor(2, t, d, packed(d), false);
+            g = be.graph(h, {be.matmul(a, b, c)});
+        }
+    }
+};
+
+/* What the engines take (engine counts, MGT_EMU_CUDNN_NO_ENGINE, MGT_EMU_CUDNN_STALE) and what a
+ * variant pack must hold (statuses, and the misuse a GPU would fault on). */
+void test_graph_engines(cudnnHandle_t h) {
+    { /* float matmul inputs: no engine, and the last error says why */
+        Small s(h, CUDNN_DATA_FLOAT);
+        CHECK(s.be.configs(s.g).empty(), "float matmul inputs: no engine");
+        CHECK(last_error_says("16-bit"), "the heuristics' last error names the rule");
+        auto eng = s.be.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        const int64_t zero = 0;
+        s.be.set_desc(eng, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, s.g);
+        s.be.set(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &zero);
+        CHECK(cudnnBackendFinalize(eng) == CUDNN_STATUS_NOT_SUPPORTED,
+              "an engine made by its index refuses the float graph too");
+    }
+    { /* a head dimension that is not a multiple of 8 */
+        Backend be;
+        const Dims a{1, 1, 8, 12}, b{1, 1, 12, 8}, c{1, 1, 8, 8};
+        auto A = be.tensor(1, CUDNN_DATA_BFLOAT16, a, packed(a), false);
+        auto Bt = be.tensor(2, CUDNN_DATA_BFLOAT16, b, packed(b), false);
+        auto Ct = be.tensor(3, CUDNN_DATA_BFLOAT16, c, packed(c), false);
+        CHECK(be.configs(be.graph(h, {be.matmul(A, Bt, Ct)})).empty(),
+              "head dimension 12: no engine");
+    }
+    {
+        setenv("MGT_EMU_CUDNN_NO_ENGINE", "1", 1);
+        Small s(h, CUDNN_DATA_BFLOAT16);
+        CHECK(s.be.configs(s.g).empty(), "MGT_EMU_CUDNN_NO_ENGINE: no engine");
+        unsetenv("MGT_EMU_CUDNN_NO_ENGINE");
+        CHECK(s.be.configs(s.g).size() == 2, "without it: two");
+    }
+    {
+        setenv("MGT_EMU_CUDNN_STALE", "all", 1);
+        Small s(h, CUDNN_DATA_BFLOAT16);
+        auto cfg = s.be.configs(s.g);
+        cudnnBackendDescriptor_t p0 = nullptr, p1 = nullptr;
+        CHECK(cfg.size() == 2 && s.be.plan(h, cfg[0], &p0) == CUDNN_STATUS_NOT_SUPPORTED,
+              "MGT_EMU_CUDNN_STALE=all: the first configuration's plan does not build");
+        CHECK(last_error_says("stale"), "and the last error says so");
+        CHECK(cfg.size() == 2 && s.be.plan(h, cfg[1], &p1) == CUDNN_STATUS_SUCCESS,
+              "the second builds");
+        setenv("MGT_EMU_CUDNN_STALE", "none", 1);
+    }
+
+    Small s(h, CUDNN_DATA_BFLOAT16);
+    cudnnBackendDescriptor_t plan = nullptr;
+    DNN(s.be.plan(h, s.be.configs(s.g)[0], &plan));
+    const int64_t wsb = s.be.workspace(plan);
+    Buf16 a(64), b(64), c(64);
+    a.random();
+    b.random();
+    void *ws = dev_alloc((size_t)wsb);
+    auto run = [&](const std::vector<int64_t> &u, const std::vector<void *> &p, void *w) {
+        Backend pb;
+        return cudnnBackendExecute(h, plan, pb.pack(u, p, w));
+    };
+    const auto BAD = CUDNN_STATUS_BAD_PARAM;
+    CHECK(run({1, 2, 3}, {a.d, b.d, c.d}, ws) == CUDNN_STATUS_SUCCESS, "the valid call");
+    flush();
+    CHECK(run({1, 3}, {a.d, c.d}, ws) == BAD, "a variant pack without B's uid");
+    CHECK(last_error_says("uid 2"), "the last error names the missing uid");
+    CHECK(run({1, 2, 3}, {a.d, b.d, c.d}, nullptr) == BAD, "no workspace");
+    CHECK(run({1, 2, 3}, {a.d + 1, b.d, c.d}, ws) == BAD, "A 2 bytes off its 16-byte claim");
+    CHECK(run({1, 2, 3}, {a.d, nullptr, c.d}, ws) == BAD, "a NULL pointer");
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    {
+        Backend pb;
+        pb.pack({1, 2, 2}, {a.d, b.d, c.d}, ws, &st);
+        CHECK(st == BAD, "a uid twice in the variant pack");
+        pb.pack({1, 2, 3}, {a.d, b.d}, ws, &st);
+        CHECK(st == BAD, "fewer pointers than uids");
+    }
+    CHECK(cudnnBackendExecute(h, s.g, plan) == BAD, "a graph where the plan belongs");
+    std::vector<uint16_t> host(64);
+    CHECK(dies([&] { run({1, 2, 3}, {a.d, b.d, host.data()}, ws); }), "host C must fail");
+    CHECK(dies([&] {
+              void *small = dev_alloc((size_t)wsb / 2);
+              run({1, 2, 3}, {a.d, b.d, c.d}, small);
+          }),
+          "a workspace smaller than the plan's must fail");
+    CHECK(dies([&] { run({1, 2, 3}, {a.d, b.d, c.d}, c.d); }), "a workspace over C must fail");
+    CHECK(dies([&] {
+              cudnnBackendDescriptor_t gone = nullptr;
+              cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &gone);
+              cudnnBackendDestroyDescriptor(gone);
+              cudnnBackendExecute(h, plan, gone);
+          }),
+          "a destroyed variant pack must fail");
+    { /* by-value scalars: read on the host */
+        Small sc(h, CUDNN_DATA_BFLOAT16, true);
+        cudnnBackendDescriptor_t p = nullptr;
+        DNN(sc.be.plan(h, sc.be.configs(sc.g)[0], &p));
+        float two = 2.0f;
+        Backend pb;
+        DNN(cudnnBackendExecute(h, p, pb.pack({1, 3, 4}, {a.d, c.d, &two}, ws)));
+        flush();
+        c.down();
+        int bad = 0;
+        for (int i = 0; i < 64; i++)
+            bad += c.h[(size_t)i] != 2.0f * a.h[(size_t)i];
+        CHECK(bad == 0, "C = A * 2 (a graph without a matmul): %d wrong", bad);
+        float *dev = (float *)dev_alloc(16);
+        CHECK(dies([&] {
+                  Backend pb2;
+                  cudnnBackendExecute(h, p, pb2.pack({1, 3, 4}, {a.d, c.d, dev}, ws));
+              }),
+              "a by-value scalar in device memory must fail");
+        dev_free(dev);
+    }
+    dev_free(ws);
+}
+
+/* The descriptors' own checks: the life cycle, attribute types and counts, the operations'
+ * shapes, the graph's connections and what the emulation does not compute. */
+void test_graph_errors(cudnnHandle_t h) {
+    const auto BAD = CUDNN_STATUS_BAD_PARAM, NS = CUDNN_STATUS_NOT_SUPPORTED;
+    const auto F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
+    const Dims d{1, 1, 8, 8}, e{1, 1, 8, 4};
+    Backend be;
+    cudnnBackendDescriptor_t x;
+    CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &x) == NS,
+          "a convolution descriptor is not emulated");
+    auto t = be.tensor(1, F, d, packed(d), false);
+    const int64_t uid = 9, nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ==
+              CUDNN_STATUS_NOT_INITIALIZED,
+          "setting a finalized descriptor: NOT_INITIALIZED");
+    CHECK(cudnnBackendFinalize(t) == BAD, "finalizing twice");
+    auto pl = be.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    CHECK(cudnnBackendSetAttribute(pl, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                   1, &uid) == BAD,
+          "setting what a plan computes");
+    auto u = be.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    int64_t n = 0, v = 0;
+    CHECK(cudnnBackendGetAttribute(u, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &n, &v) ==
+              CUDNN_STATUS_NOT_INITIALIZED,
+          "getting from a descriptor not finalized: NOT_INITIALIZED");
+    CHECK(cudnnBackendSetAttribute(u, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT32, 1, &uid) ==
+              BAD,
+          "the wrong attribute type");
+    CHECK(cudnnBackendSetAttribute(u, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 9, nine) ==
+              BAD,
+          "nine dimensions");
+    CHECK(cudnnBackendSetAttribute(u, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1,
+                                   &uid) == BAD,
+          "a pointwise attribute on a tensor");
+    const cudnnDataType_t bogus = (cudnnDataType_t)99;
+    CHECK(cudnnBackendSetAttribute(u, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1,
+                                   &bogus) == BAD,
+          "a data type that is not an enumerant");
+    auto mm = be.make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const double pad = 0;
+    CHECK(cudnnBackendSetAttribute(mm, CUDNN_ATTR_MATMUL_PADDING_VALUE, CUDNN_TYPE_DOUBLE, 1,
+                                   &pad) == NS,
+          "a matmul attribute the emulation lacks: NOT_SUPPORTED");
+    DNN(cudnnBackendSetAttribute(u, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &F));
+    CHECK(cudnnBackendFinalize(u) == BAD, "a tensor without dimensions, strides and id");
+    CHECK(last_error_says("DIMENSIONS"), "the last error names what is missing");
+    auto op = be.make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &u) == BAD,
+          "a tensor that is not finalized as an operand");
+    auto pw = be.make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    CHECK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw) == BAD,
+          "a pointwise descriptor where a tensor belongs");
+
+    /* the operations' shapes, at their finalize */
+    auto a = be.tensor(2, BF, d, packed(d), false), b4 = be.tensor(3, BF, e, packed(e), false);
+    auto c = be.tensor(4, BF, d, packed(d), false);
+    CHECK(cudnnBackendFinalize(be.matmul_op(b4, a, c)) == BAD, "a matmul with k 4 against 8");
+    CHECK(cudnnBackendFinalize(be.pointwise_op(CUDNN_POINTWISE_ADD, F, a, b4, nullptr, c)) == BAD,
+          "a pointwise B [.., 8, 4] does not broadcast to [.., 8, 8]");
+    CHECK(cudnnBackendFinalize(be.pointwise_op(CUDNN_POINTWISE_ADD, F, a, nullptr, nullptr, c)) ==
+              BAD,
+          "ADD without B");
+
+    /* the graph */
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    be.graph(h, {be.pointwise(CUDNN_POINTWISE_TANH_FWD, F, a, nullptr, nullptr, c)}, &st);
+    CHECK(st == NS && last_error_says("mode"), "TANH_FWD is not emulated: NOT_SUPPORTED");
+    auto vt = be.virt(F, d), vt2 = be.virt(F, d);
+    be.graph(h, {be.pointwise(CUDNN_POINTWISE_IDENTITY, F, vt, nullptr, nullptr, c)}, &st);
+    CHECK(st == BAD && last_error_says("no operation"), "a virtual tensor nothing produces");
+    be.graph(h,
+             {be.pointwise(CUDNN_POINTWISE_IDENTITY, F, a, nullptr, nullptr, c),
+              be.pointwise(CUDNN_POINTWISE_EXP, F, a, nullptr, nullptr, c)},
+             &st);
+    CHECK(st == BAD, "a tensor two operations produce");
+    be.graph(h,
+             {be.pointwise(CUDNN_POINTWISE_IDENTITY, F, vt, nullptr, nullptr, vt2),
+              be.pointwise(CUDNN_POINTWISE_EXP, F, vt2, nullptr, nullptr, vt)},
+             &st);
+    CHECK(st == BAD && last_error_says("cycle"), "a cycle");
+    auto other = be.tensor(2, F, d, packed(d), false); /* uid 2 again, another type */
+    be.graph(h,
+             {be.pointwise(CUDNN_POINTWISE_IDENTITY, F, a, nullptr, nullptr, c),
+              be.pointwise(CUDNN_POINTWISE_EXP, F, other, nullptr, nullptr, vt)},
+             &st);
+    CHECK(st == BAD && last_error_says("two different tensors"), "one uid, two tensors");
+    auto loose = be.tensor(5, BF, d, packed(d), false, false, 4);
+    be.graph(h, {be.pointwise(CUDNN_POINTWISE_IDENTITY, F, loose, nullptr, nullptr, c)}, &st);
+    CHECK(st == NS, "a 4-byte alignment claim: NOT_SUPPORTED");
+    auto half = be.tensor(6, CUDNN_DATA_HALF, d, packed(d), false);
+    be.graph(h, {be.pointwise(CUDNN_POINTWISE_IDENTITY, F, half, nullptr, nullptr, c)}, &st);
+    CHECK(st == NS, "HALF data is not emulated");
+    CHECK(dies([&] {
+              cudnnBackendDescriptor_t gone = nullptr;
+              cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &gone);
+              cudnnBackendDestroyDescriptor(gone);
+              cudnnBackendFinalize(gone);
+          }),
+          "a destroyed descriptor must fail");
+}
+
 } // namespace
 
 int main() {
@@ -1348,6 +2004,10 @@ int main() {
     test_conv_tf32(h);
     test_heuristics(h);
     test_conv_errors(h);
+    test_graph_attention(h);
+    test_graph_reshape(h);
+    test_graph_engines(h);
+    test_graph_errors(h);
     DNN(cudnnDestroy(h));
     return emu_test::finish("test_emu_libs");
 }
