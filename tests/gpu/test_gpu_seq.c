@@ -786,7 +786,12 @@ int main(void) {
     test_sdpa(1, 21, 64, 2, 1, "auto", 1);
     /* on the emulated stack: a first engine configuration whose plan fails (the next is taken),
      * and a library with no engine for the graph (the own kernels run it, with a notice) */
-#ifdef MGT_EMU_TEST
+#ifndef MGT_EMU_TEST
+    /* a real GPU: GPT-2's heads (64 channels) at 1,024 positions, where cuDNN picks the engines
+     * a model trains with (the emulated one would take minutes) */
+    test_sdpa(1, 1024, 128, 2, 1, "cudnn", 1);
+    test_sdpa(1, 1024, 128, 2, 1, "own", 0);
+#else
     setenv("MGT_EMU_CUDNN_STALE", "all", 1);
     test_sdpa(1, 21, 64, 2, 1, "auto", 1);
     unsetenv("MGT_EMU_CUDNN_STALE");
