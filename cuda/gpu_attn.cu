@@ -304,11 +304,15 @@ unsigned blocks_of(const mgt_attn_shape *s) {
 
 extern "C" {
 
-/* D: a float a query and head (backward's dQ kernel writes it, the dK/dV kernel reads it). */
+/* The own kernels' scratch, D: a float a query and head (backward's dQ kernel writes it, the
+ * dK/dV kernel reads it). */
+static size_t own_scratch(const mgt_attn_shape *s) {
+    return sizeof(float) * (size_t)(s->n > 0 ? s->n : 1) * (size_t)s->heads * (size_t)s->t;
+}
+
+/* The own kernels' or cuDNN's (its plans built now), whichever is larger. */
 size_t mgt_gpu_attn_scratch(mgt_backend *be, const mgt_attn_shape *s) {
-    const size_t own =
-        sizeof(float) * (size_t)(s->n > 0 ? s->n : 1) * (size_t)s->heads * (size_t)s->t;
-    const size_t fused = mgt_gpu_sdpa_scratch(be, s); /* cuDNN's plans, built now */
+    const size_t own = own_scratch(s), fused = mgt_gpu_sdpa_scratch(be, s);
     return fused > own ? fused : own;
 }
 
@@ -334,7 +338,7 @@ void mgt_gpu_attn_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv
         return;
     cudaStream_t st = mgt_gpu_stream(be);
     check_width(st, s->c, s->heads);
-    float *delta = (float *)mgt_gpu_workspace(be, mgt_gpu_attn_scratch(be, s));
+    float *delta = (float *)mgt_gpu_workspace(be, own_scratch(s));
     with_act_type(mgt_gpu_impl_of(be)->bf16, [&](auto e) {
         using T = decltype(e);
         MGT_LAUNCH(k_attn_bwd_dq<T>, blocks_of(s), 32 * kWarps, st, *s, (const T *)qkv,

@@ -73,12 +73,10 @@ enum {
 
 typedef struct sdpa_plan {
     int bwd, n, t, c, heads, causal;
-    int ok; /* 0: cuDNN refused the shape; the own kernels run it */
-    cudnnBackendDescriptor_t plan;
-    int64_t ws;                              /* the plan's workspace, bytes */
+    cudnnBackendDescriptor_t plan; /* NULL: cuDNN refused the shape; the own kernels run it */
+    int64_t ws;                    /* the plan's workspace, bytes */
     cudnnBackendDescriptor_t desc[MAX_DESC]; /* everything the plan was made of */
     int ndesc;
-    char why[160]; /* why cuDNN refused it */
 } sdpa_plan;
 
 struct mgt_gpu_sdpa_cache {
@@ -509,9 +507,11 @@ static sdpa_plan *find(mgt_gpu_impl *im, int bwd, const mgt_attn_shape *s) {
         build_bwd(&b, (cudnnHandle_t)im->cudnn);
     else
         build_fwd(&b, (cudnnHandle_t)im->cudnn);
-    pl->ok = b.st == CUDNN_STATUS_SUCCESS && pl->plan;
-    if (!pl->ok) {
-        snprintf(pl->why, sizeof pl->why, "%s: %s", b.what ? b.what : "the plan",
+    if (b.st != CUDNN_STATUS_SUCCESS)
+        pl->plan = NULL;
+    if (!pl->plan) {
+        char why[160];
+        snprintf(why, sizeof why, "%s: %s", b.what ? b.what : "the plan",
                  cudnnGetErrorString(b.st));
         (void)cudaGetLastError(); /* a refusal leaves no error behind for the next launch */
         char last[256] = "";
@@ -519,12 +519,12 @@ static sdpa_plan *find(mgt_gpu_impl *im, int bwd, const mgt_attn_shape *s) {
         if (c->mode == 0)
             mgt_log0("notice: cuDNN refused its fused attention for n=%d t=%d c=%d heads=%d "
                      "(%s): %s%s%s; mgtrain's own kernels run it\n",
-                     s->n, s->t, s->c, s->heads, bwd ? "backward" : "forward", pl->why,
+                     s->n, s->t, s->c, s->heads, bwd ? "backward" : "forward", why,
                      *last ? "; " : "", last);
         if (c->mode == 2) {
             mgt_die("MGT_GPU_ATTENTION=cudnn, but cuDNN refused its fused attention for n=%d "
                     "t=%d c=%d heads=%d (%s): %s%s%s; unset it to run mgtrain's own kernels",
-                    s->n, s->t, s->c, s->heads, bwd ? "backward" : "forward", pl->why,
+                    s->n, s->t, s->c, s->heads, bwd ? "backward" : "forward", why,
                     *last ? "; " : "", last);
         }
     }
@@ -549,7 +549,7 @@ size_t mgt_gpu_sdpa_scratch(mgt_backend *be, const mgt_attn_shape *s) {
     size_t most = 0;
     for (int bwd = 0; bwd < 2; bwd++) {
         sdpa_plan *p = s->n > 0 ? find(im, bwd, s) : NULL;
-        if (p && p->ok) {
+        if (p && p->plan) {
             const size_t need = round_up((size_t)p->ws) + extra_of(bwd, s);
             most = need > most ? need : most;
         }
@@ -574,7 +574,6 @@ static void execute(mgt_backend *be, sdpa_plan *p, const int64_t *uid, void *con
     GPU_CHECK(CUDNN, cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
                                               CUDNN_TYPE_VOID_PTR, 1, &ws));
     GPU_CHECK(CUDNN, cudnnBackendFinalize(pack));
-    GPU_CHECK(CUDNN, cudnnSetStream((cudnnHandle_t)im->cudnn, im->stream));
     GPU_CHECK_ON(im->stream, CUDNN, cudnnBackendExecute((cudnnHandle_t)im->cudnn, p->plan, pack));
     (void)cudnnBackendDestroyDescriptor(pack);
 }
@@ -585,14 +584,14 @@ int mgt_gpu_sdpa_fwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv,
     if (!aligned(qkv) || !aligned(y) || !aligned(lse))
         return 0;
     sdpa_plan *p = find(im, 0, s);
-    if (!p || !p->ok)
+    if (!p || !p->plan)
         return 0;
     const uint16_t *q = (const uint16_t *)qkv; /* bfloat16 rows */
     const size_t c = (size_t)s->c;
     float scale = 1.0f / sqrtf((float)(s->c / s->heads)), neginf = -INFINITY;
     const int64_t uid[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
     void *ptr[7] = {(void *)q, (void *)(q + c), (void *)(q + 2 * c), y, lse, &scale, &neginf};
-    void *ws = mgt_gpu_workspace(be, round_up((size_t)p->ws > 0 ? (size_t)p->ws : 1));
+    void *ws = mgt_gpu_workspace(be, round_up((size_t)p->ws));
     execute(be, p, uid, ptr, s->causal ? 7 : 6, ws); /* -inf: the causal mask's alone */
     return 1;
 }
@@ -603,7 +602,7 @@ int mgt_gpu_sdpa_bwd(mgt_backend *be, const mgt_attn_shape *s, const float *qkv,
     if (!aligned(qkv) || !aligned(y) || !aligned(lse) || !aligned(dy) || !aligned(dqkv))
         return 0;
     sdpa_plan *p = find(im, 1, s);
-    if (!p || !p->ok)
+    if (!p || !p->plan)
         return 0;
     const uint16_t *q = (const uint16_t *)qkv;
     uint16_t *g = (uint16_t *)dqkv;

@@ -1303,6 +1303,24 @@ void bstrides(const Tensor &in, const Tensor &out, int64_t *st) {
         st[d] = in.dim[d] == 1 && out.dim[d] != 1 ? 0 : in.stride[d];
 }
 
+/* A comparison mode's result (1 or 0) in the values' own type. */
+template <class T> double compare(cudnnPointwiseMode_t m, T a, T b) {
+    switch (m) {
+    case CUDNN_POINTWISE_CMP_EQ:
+        return a == b;
+    case CUDNN_POINTWISE_CMP_NEQ:
+        return a != b;
+    case CUDNN_POINTWISE_CMP_GT:
+        return a > b;
+    case CUDNN_POINTWISE_CMP_GE:
+        return a >= b;
+    case CUDNN_POINTWISE_CMP_LT:
+        return a < b;
+    default: /* CMP_LE */
+        return a <= b;
+    }
+}
+
 double pointwise(cudnnPointwiseMode_t m, cudnnDataType_t prec, double x, double b, double t,
                  double index) {
     if (prec == CUDNN_DATA_FLOAT) {
@@ -1323,17 +1341,12 @@ double pointwise(cudnnPointwiseMode_t m, cudnnDataType_t prec, double x, double 
         case CUDNN_POINTWISE_IDENTITY:
             return fx;
         case CUDNN_POINTWISE_CMP_EQ:
-            return fx == fb;
         case CUDNN_POINTWISE_CMP_NEQ:
-            return fx != fb;
         case CUDNN_POINTWISE_CMP_GT:
-            return fx > fb;
         case CUDNN_POINTWISE_CMP_GE:
-            return fx >= fb;
         case CUDNN_POINTWISE_CMP_LT:
-            return fx < fb;
         case CUDNN_POINTWISE_CMP_LE:
-            return fx <= fb;
+            return compare(m, fx, fb);
         case CUDNN_POINTWISE_GEN_INDEX:
             return (float)index;
         case CUDNN_POINTWISE_BINARY_SELECT:
@@ -1360,17 +1373,12 @@ double pointwise(cudnnPointwiseMode_t m, cudnnDataType_t prec, double x, double 
         case CUDNN_POINTWISE_IDENTITY:
             return wrap(ix);
         case CUDNN_POINTWISE_CMP_EQ:
-            return ix == ib;
         case CUDNN_POINTWISE_CMP_NEQ:
-            return ix != ib;
         case CUDNN_POINTWISE_CMP_GT:
-            return ix > ib;
         case CUDNN_POINTWISE_CMP_GE:
-            return ix >= ib;
         case CUDNN_POINTWISE_CMP_LT:
-            return ix < ib;
         case CUDNN_POINTWISE_CMP_LE:
-            return ix <= ib;
+            return compare(m, ix, ib);
         case CUDNN_POINTWISE_GEN_INDEX:
             return index;
         case CUDNN_POINTWISE_BINARY_SELECT:
@@ -1384,17 +1392,12 @@ double pointwise(cudnnPointwiseMode_t m, cudnnDataType_t prec, double x, double 
     case CUDNN_POINTWISE_IDENTITY:
         return x != 0.0;
     case CUDNN_POINTWISE_CMP_EQ:
-        return x == b;
     case CUDNN_POINTWISE_CMP_NEQ:
-        return x != b;
     case CUDNN_POINTWISE_CMP_GT:
-        return x > b;
     case CUDNN_POINTWISE_CMP_GE:
-        return x >= b;
     case CUDNN_POINTWISE_CMP_LT:
-        return x < b;
     case CUDNN_POINTWISE_CMP_LE:
-        return x <= b;
+        return compare(m, x, b);
     case CUDNN_POINTWISE_GEN_INDEX:
         return index;
     case CUDNN_POINTWISE_BINARY_SELECT:
